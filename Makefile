@@ -1,0 +1,38 @@
+# Two commands on a fresh machine: `make run` and `make test`. Both install what they need.
+# uv from PATH, else the one pip installs (run as a module, so PATH does not matter).
+UV ?= $(shell command -v uv 2>/dev/null || echo "python3 -m uv")
+RUN := $(UV) run --frozen
+
+.PHONY: run test test-long lint fmt bench migrate revision install
+
+install:
+	@$(UV) --version >/dev/null 2>&1 || python3 -m pip install --quiet --user uv \
+		|| python3 -m pip install --quiet --user --break-system-packages uv
+	@$(UV) sync --frozen --quiet
+
+run: install
+	$(RUN) review-queue serve
+
+test: install
+	$(RUN) pytest
+
+test-long: install
+	REVIEW_QUEUE_TEST_LONG=1 $(RUN) pytest
+
+lint: install
+	$(RUN) ruff check api db cli tests alembic
+	$(RUN) ruff format --check api db cli tests alembic
+	$(RUN) mypy api db cli
+
+fmt: install
+	$(RUN) ruff format api db cli tests alembic
+	$(RUN) ruff check --fix api db cli tests alembic
+
+bench: install
+	$(RUN) python -m bench
+
+migrate: install
+	$(RUN) review-queue migrate
+
+revision: install
+	$(RUN) alembic revision --autogenerate -m "$(m)"

@@ -1,0 +1,44 @@
+"""Alembic runs on a plain synchronous psycopg connection to the service's database."""
+
+from logging.config import fileConfig
+
+from sqlalchemy import create_engine, pool
+
+from alembic import context
+from api.settings import get_settings
+from db.engine import database_url
+from db.tables import metadata
+
+config = context.config
+if config.config_file_name is not None and config.attributes.get("configure_logging", True):
+    fileConfig(config.config_file_name, disable_existing_loggers=False)
+
+
+def _url() -> str:
+    # Tests and the CLI pass the URL explicitly; a bare `alembic` call resolves it like the app.
+    explicit = config.get_main_option("sqlalchemy.url")
+    if explicit:
+        return explicit
+    settings = get_settings()
+    return database_url(settings.database_url, settings.data_dir)
+
+
+def run_migrations_offline() -> None:
+    context.configure(url=_url(), target_metadata=metadata, literal_binds=True)
+    with context.begin_transaction():
+        context.run_migrations()
+
+
+def run_migrations_online() -> None:
+    engine = create_engine(_url(), poolclass=pool.NullPool)
+    with engine.connect() as connection:
+        context.configure(connection=connection, target_metadata=metadata, compare_type=True)
+        with context.begin_transaction():
+            context.run_migrations()
+    engine.dispose()
+
+
+if context.is_offline_mode():
+    run_migrations_offline()
+else:
+    run_migrations_online()

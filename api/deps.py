@@ -1,0 +1,82 @@
+"""Dependencies: the one transaction per request, and who is calling."""
+
+from collections.abc import AsyncIterator
+from typing import Annotated
+
+from cachetools import TTLCache
+from fastapi import Depends, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from api.errors import ProblemError
+from api.settings import Settings
+from db.engine import set_transaction_timeouts
+from db.tokens import Principal, find_principal, hash_token
+
+
+def get_settings_dep(request: Request) -> Settings:
+    settings: Settings = request.app.state.settings
+    return settings
+
+
+SettingsDep = Annotated[Settings, Depends(get_settings_dep)]
+
+
+async def _transaction(request: Request) -> AsyncIterator[AsyncConnection]:
+    engine: AsyncEngine = request.app.state.engine
+    settings: Settings = request.app.state.settings
+    async with engine.connect() as conn, conn.begin():
+        await set_transaction_timeouts(
+            conn,
+            lock_timeout_ms=settings.pg_lock_timeout_ms,
+            statement_timeout_ms=settings.statement_timeout_ms,
+        )
+        yield conn
+
+
+# scope="function": the transaction commits before the response is sent, so a client never
+# sees a 200 for a change that then fails to commit. Routes and db/ never commit themselves.
+Conn = Annotated[AsyncConnection, Depends(_transaction, scope="function")]
+
+_bearer = HTTPBearer(auto_error=False, description="A token from `review-queue token create`.")
+
+
+def _unauthenticated(detail: str) -> ProblemError:
+    return ProblemError("UNAUTHENTICATED", detail, headers={"WWW-Authenticate": "Bearer"})
+
+
+async def _principal(
+    request: Request,
+    conn: Conn,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+) -> Principal:
+    if credentials is None or credentials.scheme.lower() != "bearer":
+        raise _unauthenticated("an Authorization: Bearer <token> header is required")
+    token = credentials.credentials
+    cache: TTLCache[str, Principal] | None = request.app.state.token_cache
+    key = hash_token(token)
+    principal = cache.get(key) if cache is not None else None
+    if principal is None:
+        principal = await find_principal(conn, token=token)
+        if principal is None:
+            raise _unauthenticated("the token is unknown or revoked")
+        if cache is not None:
+            cache[key] = principal
+    return principal
+
+
+def _require(*roles: str) -> object:
+    async def check(principal: Annotated[Principal, Depends(_principal)]) -> Principal:
+        if principal.role not in roles:
+            raise ProblemError(
+                "FORBIDDEN", f"role {principal.role!r} may not do this; needs one of {', '.join(roles)}"
+            )
+        return principal
+
+    return Depends(check)
+
+
+AnyRole = Annotated[Principal, _require("reviewer", "ingest", "admin")]
+Reviewer = Annotated[Principal, _require("reviewer", "admin")]
+Ingest = Annotated[Principal, _require("ingest", "admin")]
+Admin = Annotated[Principal, _require("admin")]

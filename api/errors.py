@@ -1,0 +1,132 @@
+"""Domain errors and their rendering as RFC 9457 problem+json with a stable `code`.
+
+Every error a client can see leaves through `problem_response`; nothing else writes an
+error body, and no stack trace ever reaches a client.
+"""
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from db.errors import DatabaseUnavailable, classify
+
+log = logging.getLogger("review_queue.api")
+
+PROBLEM_JSON = "application/problem+json"
+
+# code -> (status, title); the type URI is derived from the code.
+PROBLEMS: dict[str, tuple[int, str]] = {
+    "BAD_REQUEST": (400, "Bad request"),
+    "UNAUTHENTICATED": (401, "Authentication required"),
+    "FORBIDDEN": (403, "Not allowed for this role"),
+    "NOT_FOUND": (404, "Not found"),
+    "METHOD_NOT_ALLOWED": (405, "Method not allowed"),
+    "LEASE_NOT_HELD": (409, "Lease not held"),
+    "IDEMPOTENCY_CONFLICT": (409, "Idempotency key reused with a different payload"),
+    "RESOLUTION_CONFLICT": (409, "Already resolved with a different resolution"),
+    "PAYLOAD_TOO_LARGE": (413, "Request body too large"),
+    "UNSUPPORTED_MEDIA_TYPE": (415, "Unsupported media type"),
+    "VALIDATION_ERROR": (422, "Request validation failed"),
+    "INTERNAL_ERROR": (500, "Internal error"),
+    "DATABASE_UNAVAILABLE": (503, "Database unavailable"),
+}
+
+_HTTP_CODES = {status: code for code, (status, _) in PROBLEMS.items()}
+
+
+class ProblemError(Exception):
+    def __init__(
+        self,
+        code: str,
+        detail: str,
+        *,
+        headers: dict[str, str] | None = None,
+        extra: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__(detail)
+        self.code = code
+        self.detail = detail
+        self.headers = headers
+        self.extra = extra or {}
+
+
+def problem_body(code: str, detail: str, *, instance: str | None = None, **extra: Any) -> dict[str, Any]:
+    status, title = PROBLEMS[code]
+    body: dict[str, Any] = {
+        "type": f"/problems/{code.lower().replace('_', '-')}",
+        "title": title,
+        "status": status,
+        "detail": detail,
+        "code": code,
+    }
+    if instance is not None:
+        body["instance"] = instance
+    body.update(extra)
+    return body
+
+
+def problem_response(
+    request: Request | None,
+    code: str,
+    detail: str,
+    *,
+    headers: dict[str, str] | None = None,
+    **extra: Any,
+) -> JSONResponse:
+    instance = request.url.path if request is not None else None
+    body = problem_body(code, detail, instance=instance, **extra)
+    return JSONResponse(body, status_code=body["status"], headers=headers, media_type=PROBLEM_JSON)
+
+
+def unavailable(request: Request | None, detail: str) -> JSONResponse:
+    return problem_response(request, "DATABASE_UNAVAILABLE", detail, headers={"Retry-After": "1"})
+
+
+def _validation_errors(exc: RequestValidationError) -> list[dict[str, Any]]:
+    # loc/msg/type only: echoing the input back could reflect a megabyte of garbage.
+    return [
+        {"loc": list(err.get("loc", ())), "msg": str(err.get("msg", "")), "type": str(err.get("type", ""))}
+        for err in exc.errors()
+    ]
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(ProblemError)
+    async def _problem(request: Request, exc: ProblemError) -> JSONResponse:
+        return problem_response(request, exc.code, exc.detail, headers=exc.headers, **exc.extra)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = _validation_errors(exc)
+        first = errors[0] if errors else {"loc": [], "msg": "invalid request"}
+        where = ".".join(str(part) for part in first["loc"])
+        return problem_response(
+            request,
+            "VALIDATION_ERROR",
+            f"{where}: {first['msg']}" if where else str(first["msg"]),
+            errors=errors,
+        )
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        code = _HTTP_CODES.get(exc.status_code, "BAD_REQUEST" if exc.status_code < 500 else "INTERNAL_ERROR")
+        detail = exc.detail if isinstance(exc.detail, str) else PROBLEMS[code][1]
+        return problem_response(request, code, detail, headers=getattr(exc, "headers", None))
+
+    @app.exception_handler(DatabaseUnavailable)
+    async def _db_unavailable(request: Request, exc: DatabaseUnavailable) -> JSONResponse:
+        return unavailable(request, str(exc))
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+        # Database trouble is the one unexpected failure a client can act on (retry later).
+        reason = classify(exc)
+        if reason is not None:
+            log.warning("database_unavailable", extra={"reason": reason, "path": request.url.path})
+            return unavailable(request, reason)
+        log.exception("unhandled_error", extra={"path": request.url.path})
+        return problem_response(request, "INTERNAL_ERROR", "an unexpected error occurred; it has been logged")

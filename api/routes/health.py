@@ -1,0 +1,36 @@
+"""Liveness and readiness for load balancers and orchestrators; no token needed."""
+
+import asyncio
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from api.errors import unavailable
+from api.schemas import Health, Problem
+from db.errors import classify
+from db.migrations import current_revision, head_revision
+
+router = APIRouter(tags=["health"])
+
+
+@router.get("/healthz")
+async def healthz() -> Health:
+    """The process is up. Never touches the database."""
+    return Health(status="ok")
+
+
+@router.get(
+    "/readyz", response_model=Health, responses={503: {"model": Problem, "description": "Not ready."}}
+)
+async def readyz(request: Request) -> Health | JSONResponse:
+    """The database answers and its schema is at the Alembic head."""
+    engine: AsyncEngine = request.app.state.engine
+    try:
+        async with asyncio.timeout(2), engine.connect() as conn:
+            revision = await current_revision(conn)
+    except Exception as error:  # noqa: BLE001 - any failure here means "not ready"
+        return unavailable(request, classify(error) or f"database check failed: {type(error).__name__}")
+    if revision != head_revision():
+        return unavailable(request, f"schema at {revision}, expected {head_revision()}; run migrations")
+    return Health(status="ok")

@@ -1,0 +1,31 @@
+"""Leases: hand out the oldest pending items to the caller."""
+
+from datetime import timedelta
+from typing import Annotated
+
+from fastapi import APIRouter, Body
+
+from api.deps import Conn, Reviewer, SettingsDep
+from api.routing import QueueRoute
+from api.schemas import ItemOut, LeaseIn, LeaseOut
+from db import queue
+
+router = APIRouter(route_class=QueueRoute, tags=["leases"])
+
+
+@router.post("/leases")
+async def lease(
+    conn: Conn,
+    principal: Reviewer,
+    settings: SettingsDep,
+    body: Annotated[LeaseIn | None, Body()] = None,
+) -> LeaseOut:
+    """Lease up to `batch_size` pending items, oldest first; an empty list when none are pending."""
+    batch_size = body.batch_size if body and body.batch_size else settings.batch_size
+    items = await queue.lease_items(
+        conn,
+        reviewer=principal.subject,
+        batch_size=batch_size,
+        lease_duration=timedelta(milliseconds=settings.lock_timeout_ms),
+    )
+    return LeaseOut(items=[ItemOut.model_validate(i) for i in items])

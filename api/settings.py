@@ -1,0 +1,104 @@
+"""Every knob of the service, read from the environment once and validated at start-up."""
+
+from functools import lru_cache
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import AliasChoices, Field, ValidationError, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def _range(default: int, lo: int, hi: int, env: str) -> int:
+    # Annotated metadata keeps the range next to the name, so the start-up error can quote both.
+    return Field(default=default, ge=lo, le=hi, validation_alias=env)
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(extra="ignore", frozen=True, populate_by_name=True)
+
+    # None means: start (or join) the embedded PostgreSQL under data_dir.
+    database_url: str | None = Field(default=None, validation_alias="DATABASE_URL")
+    data_dir: Path = Field(default=REPO_ROOT / ".data", validation_alias="REVIEW_QUEUE_DATA_DIR")
+
+    # The seed's configuration table, with its defaults and ranges.
+    batch_size: int = _range(20, 1, 200, "REVIEW_QUEUE_BATCH_SIZE")
+    lock_timeout_ms: int = _range(30_000, 1_000, 120_000, "REVIEW_QUEUE_LOCK_TIMEOUT_MS")
+    reclaim_after_s: int = _range(45, 10, 600, "REVIEW_QUEUE_RECLAIM_AFTER_S")
+    max_inflight: int = _range(1_000, 100, 10_000, "REVIEW_QUEUE_MAX_INFLIGHT")
+    poll_interval_ms: int = _range(500, 50, 5_000, "REVIEW_QUEUE_POLL_INTERVAL_MS")
+
+    # PostgreSQL's own lock_timeout for every API transaction: a table lock elsewhere
+    # turns into a fast 503 instead of a hung request (seed: LOCK_CONTENTION).
+    pg_lock_timeout_ms: int = _range(500, 10, 60_000, "REVIEW_QUEUE_PG_LOCK_TIMEOUT_MS")
+    statement_timeout_ms: int = _range(5_000, 100, 600_000, "REVIEW_QUEUE_STATEMENT_TIMEOUT_MS")
+    max_leases_per_reviewer: int = _range(200, 1, 10_000, "REVIEW_QUEUE_MAX_LEASES_PER_REVIEWER")
+    reclaim_interval_s: int = _range(15, 1, 600, "REVIEW_QUEUE_RECLAIM_INTERVAL_S")
+
+    pool_size: int = _range(10, 1, 200, "REVIEW_QUEUE_POOL_SIZE")
+    pool_max_overflow: int = _range(5, 0, 200, "REVIEW_QUEUE_POOL_MAX_OVERFLOW")
+    pool_timeout_ms: int = _range(1_000, 10, 60_000, "REVIEW_QUEUE_POOL_TIMEOUT_MS")
+    connect_timeout_s: int = _range(2, 1, 60, "REVIEW_QUEUE_CONNECT_TIMEOUT_S")
+    # How long a token lookup is cached in each API process; a revoked token stops working
+    # within this many seconds.
+    token_cache_s: int = _range(5, 0, 300, "REVIEW_QUEUE_TOKEN_CACHE_S")
+
+    # PgBouncer in transaction mode cannot keep server-side prepared statements
+    # across transactions; 0 turns psycopg's automatic preparation off.
+    prepare_threshold: int = _range(5, 0, 1_000, "REVIEW_QUEUE_PREPARE_THRESHOLD")
+
+    log_format: Literal["json", "text"] = Field(default="json", validation_alias="REVIEW_QUEUE_LOG_FORMAT")
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(
+        default="INFO", validation_alias="REVIEW_QUEUE_LOG_LEVEL"
+    )
+    # Comma-separated origins of the reviewer web UI; none by default.
+    cors_origins: Annotated[list[str], NoDecode] = Field(
+        default_factory=list, validation_alias="REVIEW_QUEUE_CORS_ORIGINS"
+    )
+    metrics_token: str | None = Field(default=None, validation_alias="REVIEW_QUEUE_METRICS_TOKEN")
+
+    host: str = Field(default="127.0.0.1", validation_alias=AliasChoices("HOST", "REVIEW_QUEUE_HOST"))
+    port: int = Field(
+        default=8000, ge=1, le=65_535, validation_alias=AliasChoices("PORT", "REVIEW_QUEUE_PORT")
+    )
+    workers: int = _range(1, 1, 64, "REVIEW_QUEUE_WORKERS")
+
+    @field_validator("cors_origins", mode="before")
+    @classmethod
+    def _split_origins(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [origin.strip() for origin in value.split(",") if origin.strip()]
+        return value
+
+
+def _explain(error: ValidationError) -> str:
+    lines = []
+    for err in error.errors():
+        loc = str(err["loc"][0]) if err["loc"] else "?"
+        field = next(
+            (f for n, f in Settings.model_fields.items() if loc in (n, f.validation_alias)),
+            None,
+        )
+        env = field.validation_alias if field and isinstance(field.validation_alias, str) else loc
+        bounds = ""
+        if field is not None:
+            lo = next((m.ge for m in field.metadata if hasattr(m, "ge")), None)
+            hi = next((m.le for m in field.metadata if hasattr(m, "le")), None)
+            if lo is not None and hi is not None:
+                bounds = f" (allowed range {lo}-{hi})"
+        lines.append(f"invalid setting {env}={err.get('input')!r}: {err['msg']}{bounds}")
+    return "\n".join(lines)
+
+
+def load_settings() -> Settings:
+    """Settings from the environment; a bad value stops the process with a message naming it."""
+    try:
+        return Settings()
+    except ValidationError as error:
+        raise SystemExit(_explain(error)) from None
+
+
+@lru_cache
+def get_settings() -> Settings:
+    return load_settings()

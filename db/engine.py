@@ -1,0 +1,58 @@
+"""Connections: which database, how the pool behaves, and what every transaction sets first."""
+
+from pathlib import Path
+
+from sqlalchemy import bindparam, func, select
+from sqlalchemy.engine import make_url
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+
+from db.embedded import embedded_url
+
+
+def database_url(configured: str | None, data_dir: Path) -> str:
+    """The SQLAlchemy URL: the configured one when set, else the embedded server's."""
+    raw = configured or embedded_url(data_dir)
+    url = make_url(raw.replace("postgres://", "postgresql://", 1))
+    return url.set(drivername="postgresql+psycopg").render_as_string(hide_password=False)
+
+
+def create_engine(
+    url: str,
+    *,
+    pool_size: int = 5,
+    max_overflow: int = 5,
+    pool_timeout_s: float = 1.0,
+    connect_timeout_s: int = 2,
+    prepare_threshold: int | None = 5,
+) -> AsyncEngine:
+    return create_async_engine(
+        url,
+        pool_size=pool_size,
+        max_overflow=max_overflow,
+        # An exhausted pool must become a quick 503, never a queue of hung requests.
+        pool_timeout=pool_timeout_s,
+        pool_recycle=1800,
+        connect_args={
+            "connect_timeout": connect_timeout_s,
+            # None turns psycopg's server-side prepared statements off (PgBouncer, transaction mode).
+            "prepare_threshold": prepare_threshold,
+            "application_name": "review-queue",
+        },
+    )
+
+
+# One round trip sets both limits, transaction-local (SET LOCAL semantics), so nothing
+# leaks to the next transaction on a pooled or PgBouncer-shared server connection.
+_SET_TIMEOUTS = select(
+    func.set_config("lock_timeout", bindparam("lock_timeout"), True),
+    func.set_config("statement_timeout", bindparam("statement_timeout"), True),
+)
+
+
+async def set_transaction_timeouts(
+    conn: AsyncConnection, *, lock_timeout_ms: int, statement_timeout_ms: int
+) -> None:
+    await conn.execute(
+        _SET_TIMEOUTS,
+        {"lock_timeout": f"{lock_timeout_ms}ms", "statement_timeout": f"{statement_timeout_ms}ms"},
+    )

@@ -1,0 +1,36 @@
+"""Alembic from code: the same migrations `alembic upgrade head` runs, and the head they reach."""
+
+from functools import lru_cache
+
+from alembic.config import Config
+from alembic.script import ScriptDirectory
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from alembic import command
+from api.settings import REPO_ROOT
+
+
+def alembic_config(url: str) -> Config:
+    config = Config(str(REPO_ROOT / "alembic.ini"))
+    config.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
+    config.attributes["configure_logging"] = False
+    return config
+
+
+def upgrade_head(url: str) -> None:
+    command.upgrade(alembic_config(url), "head")
+
+
+@lru_cache
+def head_revision() -> str | None:
+    return ScriptDirectory.from_config(Config(str(REPO_ROOT / "alembic.ini"))).get_current_head()
+
+
+async def current_revision(conn: AsyncConnection) -> str | None:
+    """The schema's Alembic revision, or None before the first migration."""
+    exists = await conn.scalar(text("SELECT to_regclass('alembic_version') IS NOT NULL"))
+    if not exists:
+        return None
+    revision: str | None = await conn.scalar(text("SELECT version_num FROM alembic_version"))
+    return revision

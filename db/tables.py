@@ -1,0 +1,85 @@
+"""The schema as SQLAlchemy Core tables. Alembic owns the real DDL; `alembic check` keeps the two equal."""
+
+from sqlalchemy import (
+    BigInteger,
+    CheckConstraint,
+    Column,
+    DateTime,
+    Identity,
+    Index,
+    MetaData,
+    Numeric,
+    Table,
+    Text,
+    func,
+    text,
+)
+from sqlalchemy.dialects.postgresql import UUID
+
+metadata = MetaData(
+    naming_convention={
+        "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+        "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+        "ck": "ck_%(table_name)s_%(constraint_name)s",
+        "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+        "pk": "pk_%(table_name)s",
+    }
+)
+
+STATES = ("PENDING", "ASSIGNED", "RESOLVED")
+MATCH_DECISIONS = ("MATCHED", "PARTIAL", "UNMATCHED")
+ROLES = ("reviewer", "ingest", "admin")
+
+review_queue_item = Table(
+    "review_queue_item",
+    metadata,
+    Column("id", UUID(as_uuid=True), primary_key=True, server_default=func.gen_random_uuid()),
+    Column("idempotency_key", Text, nullable=False, unique=True),
+    Column("ledger_entity", Text, nullable=False),
+    Column("variance_amount", Numeric(18, 2, asdecimal=True), nullable=False),
+    Column("match_decision", Text, nullable=False),
+    Column("state", Text, nullable=False, server_default="PENDING"),
+    Column("leased_by", Text),
+    Column("leased_at", DateTime(timezone=True)),
+    Column("lease_expires_at", DateTime(timezone=True)),
+    Column("trace_id", UUID(as_uuid=True), nullable=False, server_default=func.gen_random_uuid()),
+    Column("source_hash", Text, nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Column("resolution", Text),
+    Column("resolution_note", Text),
+    Column("resolved_by", Text),
+    Column("resolved_at", DateTime(timezone=True)),
+    CheckConstraint("state IN ('PENDING', 'ASSIGNED', 'RESOLVED')", name="valid_state"),
+    CheckConstraint("match_decision IN ('MATCHED', 'PARTIAL', 'UNMATCHED')", name="valid_match_decision"),
+    # The lease columns are the guard once the lease transaction commits, so the database
+    # itself refuses a row that claims to be leased without a holder and an expiry.
+    CheckConstraint(
+        "state <> 'ASSIGNED' OR (leased_by IS NOT NULL AND lease_expires_at IS NOT NULL)",
+        name="assigned_has_lease",
+    ),
+    CheckConstraint(
+        "state <> 'RESOLVED' OR (resolution IS NOT NULL AND resolved_by IS NOT NULL)",
+        name="resolved_has_resolution",
+    ),
+    # The seed's dequeue index: only PENDING and ASSIGNED rows are in it, so resolved
+    # history never slows the lease scan.
+    Index(
+        "idx_review_queue_dequeue",
+        "created_at",
+        postgresql_where=text("state IN ('PENDING', 'ASSIGNED')"),
+    ),
+)
+
+api_token = Table(
+    "api_token",
+    metadata,
+    Column("id", BigInteger, Identity(always=True), primary_key=True),
+    Column("subject", Text, nullable=False),
+    Column("role", Text, nullable=False),
+    # sha256 of the bearer token; the token itself is shown once and never stored.
+    Column("token_hash", Text, nullable=False, unique=True),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Column("revoked_at", DateTime(timezone=True)),
+    CheckConstraint("role IN ('reviewer', 'ingest', 'admin')", name="valid_role"),
+    Index("ix_api_token_subject", "subject"),
+)

@@ -1,0 +1,75 @@
+"""Who may call what: 401 without a valid token, 403 for the wrong role."""
+
+import subprocess
+from collections.abc import Callable
+
+import pytest
+from fastapi.testclient import TestClient
+
+from tests.api.helpers import assert_problem, item_body
+
+Auth = Callable[[str, str], dict[str, str]]
+UNKNOWN = "00000000-0000-0000-0000-000000000000"
+
+# (method, path, body, roles allowed)
+ENDPOINTS = [
+    ("POST", "/items", item_body, {"ingest", "admin"}),
+    ("GET", f"/items/{UNKNOWN}", None, {"reviewer", "ingest", "admin"}),
+    ("POST", "/leases", lambda: {"batch_size": 1}, {"reviewer", "admin"}),
+    ("POST", f"/items/{UNKNOWN}/complete", lambda: {"resolution": "OK"}, {"reviewer", "admin"}),
+    ("POST", "/admin/reclaim", lambda: {}, {"admin"}),
+]
+
+
+def call(client: TestClient, method: str, path: str, body: Callable | None, headers: dict) -> object:
+    return client.request(method, path, json=body() if body else None, headers=headers)
+
+
+@pytest.mark.parametrize(("method", "path", "body", "allowed"), ENDPOINTS)
+def test_role_matrix(client: TestClient, auth: Auth, method: str, path: str, body, allowed: set) -> None:
+    for role in ("reviewer", "ingest", "admin"):
+        response = call(client, method, path, body, auth(f"someone-{role}", role))
+        if role in allowed:
+            assert response.status_code not in (401, 403), (
+                f"{role} refused on {method} {path}: {response.text}"
+            )
+        else:
+            assert_problem(response, 403, "FORBIDDEN")
+
+
+@pytest.mark.parametrize(("method", "path", "body", "allowed"), ENDPOINTS)
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {},
+        {"Authorization": "Bearer rq_unknown"},
+        {"Authorization": "Basic YWxpY2U6cHc="},
+        {"Authorization": "Bearer"},
+    ],
+)
+def test_missing_or_unknown_token_is_401(
+    client: TestClient, method, path, body, allowed, headers: dict
+) -> None:
+    response = call(client, method, path, body, headers)
+    assert_problem(response, 401, "UNAUTHENTICATED")
+    assert response.headers["www-authenticate"] == "Bearer"
+
+
+def test_revoked_token_is_401(client: TestClient, make_token, db_url: str) -> None:
+    token = make_token("carol", "reviewer")
+    headers = {"Authorization": f"Bearer {token}"}
+    assert client.post("/leases", headers=headers).status_code == 200
+    result = subprocess.run(
+        ["review-queue", "token", "revoke", "--subject", "carol"],
+        env={"DATABASE_URL": db_url, "PATH": __import__("os").environ["PATH"]},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert "revoked 1" in result.stdout
+    assert_problem(client.post("/leases", headers=headers), 401, "UNAUTHENTICATED")
+
+
+@pytest.mark.parametrize("path", ["/healthz", "/readyz", "/docs", "/openapi.json"])
+def test_open_endpoints_need_no_token(client: TestClient, path: str) -> None:
+    assert client.get(path).status_code == 200

