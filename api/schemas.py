@@ -1,18 +1,24 @@
 """Request and response bodies. Money is Decimal in, a two-decimal string out, never a float."""
 
+import base64
+import binascii
+import json
 from datetime import UTC, datetime
 from decimal import Decimal
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 from uuid import UUID
 
 from pydantic import (
     AfterValidator,
+    AwareDatetime,
     BaseModel,
     ConfigDict,
     Field,
     PlainSerializer,
     StringConstraints,
 )
+
+from db.queue import Item
 
 
 def _storable(value: str) -> str:
@@ -54,6 +60,53 @@ Timestamp = Annotated[
     datetime, PlainSerializer(lambda d: d.astimezone(UTC).isoformat(), return_type=str, when_used="json")
 ]
 
+
+def encode_lease_token(item_id: UUID, lease_epoch: int) -> str:
+    """The fencing token of one lease of one item; opaque to clients."""
+    return base64.urlsafe_b64encode(item_id.bytes + lease_epoch.to_bytes(8, "big")).decode().rstrip("=")
+
+
+def decode_lease_token(token: str) -> tuple[UUID, int]:
+    try:
+        raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
+    except (binascii.Error, ValueError):
+        raise ValueError("not a lease token") from None
+    if len(raw) != 24:
+        raise ValueError("not a lease token")
+    return UUID(bytes=raw[:16]), int.from_bytes(raw[16:], "big")
+
+
+def _lease_token(value: str) -> str:
+    decode_lease_token(value)
+    return value
+
+
+LeaseToken = Annotated[
+    str,
+    StringConstraints(min_length=32, max_length=32, pattern=r"^[A-Za-z0-9_-]{32}$"),
+    AfterValidator(_lease_token),
+    Field(
+        description="The `lease_token` the lease answered with; refuses the call if the item was leased again."
+    ),
+]
+
+
+def encode_cursor(created_at: datetime, item_id: UUID) -> str:
+    return base64.urlsafe_b64encode(json.dumps([created_at.isoformat(), str(item_id)]).encode()).decode()
+
+
+def decode_cursor(cursor: str) -> tuple[datetime, UUID]:
+    """Raises ValueError for anything next_cursor did not produce."""
+    try:
+        created_at, item_id = json.loads(base64.urlsafe_b64decode(cursor.encode("ascii")))
+        position = (datetime.fromisoformat(created_at), UUID(item_id))
+    except (ValueError, TypeError, UnicodeEncodeError, binascii.Error):
+        raise ValueError("malformed cursor") from None
+    if position[0].tzinfo is None:
+        raise ValueError("malformed cursor")
+    return position
+
+
 MatchDecision = Literal["MATCHED", "PARTIAL", "UNMATCHED"]
 State = Literal["PENDING", "ASSIGNED", "RESOLVED"]
 Resolution = Annotated[str, StringConstraints(pattern=r"^[A-Z][A-Z0-9_]{0,63}$")]
@@ -90,8 +143,20 @@ class ItemOut(BaseModel):
     resolution_note: str | None
     resolved_by: str | None
     resolved_at: Timestamp | None
+    attempts: int = Field(description="How many times the item has been leased.")
+    lease_token: str | None = Field(
+        description="Fencing token of the current lease; shown to the holder only, null otherwise."
+    )
 
-    model_config = ConfigDict(from_attributes=True)
+    @classmethod
+    def of(cls, item: Item, viewer: str | None = None) -> "ItemOut":
+        fields = {name: getattr(item, name) for name in cls.model_fields if hasattr(item, name)}
+        held = item.state == "ASSIGNED" and viewer is not None and item.leased_by == viewer
+        return cls(
+            **fields,
+            attempts=item.lease_epoch,
+            lease_token=encode_lease_token(item.id, item.lease_epoch) if held else None,
+        )
 
 
 class LeaseIn(Strict):
@@ -105,6 +170,67 @@ class LeaseOut(BaseModel):
 class CompleteIn(Strict):
     resolution: Resolution
     note: Annotated[str, StringConstraints(max_length=4000), AfterValidator(_storable)] | None = None
+    lease_token: LeaseToken | None = None
+
+
+class RenewIn(Strict):
+    lease_token: LeaseToken | None = None
+
+
+class ReleaseIn(Strict):
+    reason: Annotated[str, StringConstraints(max_length=500), AfterValidator(_storable)] | None = None
+    lease_token: LeaseToken | None = None
+
+
+class ItemQuery(Strict):
+    state: State | None = None
+    leased_by: Text200 | None = Field(default=None, description="A reviewer, or `me` for the caller.")
+    resolved_by: Text200 | None = Field(default=None, description="A reviewer, or `me` for the caller.")
+    ledger_entity: Text200 | None = None
+    match_decision: MatchDecision | None = None
+    created_after: AwareDatetime | None = Field(default=None, description="Inclusive; RFC 3339 with offset.")
+    created_before: AwareDatetime | None = Field(default=None, description="Exclusive; RFC 3339 with offset.")
+    limit: int = Field(default=50, ge=1, le=200)
+    cursor: str | None = Field(
+        default=None, max_length=200, description="`next_cursor` of the previous page."
+    )
+
+
+class ItemPage(BaseModel):
+    items: list[ItemOut]
+    next_cursor: str | None = Field(description="Pass as `cursor` for the next page; null on the last page.")
+
+
+MAX_BATCH_ITEMS = 1000
+
+
+class BatchIn(Strict):
+    items: list[ItemIn] = Field(min_length=1, max_length=MAX_BATCH_ITEMS)
+
+
+class BatchResult(BaseModel):
+    outcome: Literal["created", "existing", "conflict"]
+    item: "ItemOut | None" = None
+    problem: "Problem | None" = None
+
+
+class BatchOut(BaseModel):
+    results: list[BatchResult]
+
+
+class EventOut(BaseModel):
+    id: int
+    item_id: UUID
+    event: Literal["ENQUEUED", "LEASED", "RENEWED", "RELEASED", "RECLAIMED", "RESOLVED"]
+    actor: str
+    at: Timestamp
+    lease_epoch: int
+    trace_id: UUID
+    details: dict[str, Any]
+
+
+class EventsOut(BaseModel):
+    events: list[EventOut]
 
 
 class CompleteOut(BaseModel):

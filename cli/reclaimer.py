@@ -7,6 +7,8 @@ from db import queue
 from db.engine import create_engine, set_transaction_timeouts
 
 RECLAIM_BATCH = 100
+# The audit trail's actor for sweeps not started by a person.
+RECLAIMER = "reclaimer"
 
 
 async def drain_once(settings: Settings, url: str) -> int:
@@ -22,7 +24,10 @@ async def drain_once(settings: Settings, url: str) -> int:
                     statement_timeout_ms=settings.statement_timeout_ms,
                 )
                 batch = await queue.reclaim_expired(
-                    conn, reclaim_batch=RECLAIM_BATCH, grace=timedelta(seconds=settings.reclaim_after_s)
+                    conn,
+                    reclaim_batch=RECLAIM_BATCH,
+                    grace=timedelta(seconds=settings.reclaim_after_s),
+                    actor=RECLAIMER,
                 )
             total += len(batch)
             if len(batch) < RECLAIM_BATCH:

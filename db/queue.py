@@ -1,38 +1,51 @@
-"""The queue's statements: enqueue, lease, complete, reclaim, read.
+"""The queue's statements: enqueue, lease, renew, release, complete, reclaim, read.
 
 Each state change is ONE statement. A lease or reclaim that first SELECTs and then UPDATEs
 from the application reopens the window in which two workers take the same row (the
-seed's DOUBLE_LEASE); here the row lock, the guard and the write are one round trip.
+seed's DOUBLE_LEASE); here the row lock, the guard, the write and its audit event are one
+round trip. A data-modifying CTE inserts the event from the UPDATE's RETURNING, so a state
+change without its event, or an event without its change, cannot exist.
+
 Functions take the connection first and never commit: the caller owns the transaction.
 """
 
 import dataclasses
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
-from typing import Literal
+from typing import Any, Literal
 from uuid import UUID
 
-from sqlalchemy import Interval, Row, bindparam, func, select
+from sqlalchemy import (
+    BigInteger,
+    ColumnElement,
+    Interval,
+    Numeric,
+    Row,
+    Text,
+    bindparam,
+    func,
+    literal_column,
+    select,
+    tuple_,
+)
+from sqlalchemy.dialects.postgresql import ARRAY, insert
 from sqlalchemy.dialects.postgresql import UUID as PG_UUID
-from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.sql.selectable import CTE
 
+from db.tables import review_queue_event as event
 from db.tables import review_queue_item as item
 
 # The seed's logger and event names; each state change is logged here, beside the statement
 # that made it, so the API and the reclaimer log it identically.
 log = logging.getLogger("reconciliation.review_queue.lease")
 
-
-def _fields(row: "Item | Reclaimed") -> dict[str, str]:
-    return {
-        "trace_id": str(row.trace_id),
-        "source_hash": row.source_hash,
-        "match_decision": row.match_decision,
-        "item_id": str(row.id),
-    }
+# Inline constants, not bind parameters: the planner can only match the partial indexes
+# (WHERE state = 'PENDING' ...) against a literal it can see in every plan.
+PENDING, ASSIGNED, RESOLVED = (literal_column(f"'{s}'", Text) for s in ("PENDING", "ASSIGNED", "RESOLVED"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,13 +66,51 @@ class Item:
     resolution_note: str | None
     resolved_by: str | None
     resolved_at: datetime | None
+    lease_epoch: int
 
 
-_ITEM_COLUMNS = [item.c[f.name] for f in dataclasses.fields(Item)]
+_ITEM_FIELDS = [f.name for f in dataclasses.fields(Item)]
+_ITEM_COLUMNS = [item.c[name] for name in _ITEM_FIELDS]
 
 
-def _item(row: Row) -> Item:  # type: ignore[type-arg]
-    return Item(*row)
+def _item(row: Row[Any]) -> Item:
+    return Item(**{name: row._mapping[name] for name in _ITEM_FIELDS})
+
+
+def _fields(row: "Item | Reclaimed") -> dict[str, str]:
+    return {
+        "trace_id": str(row.trace_id),
+        "source_hash": row.source_hash,
+        "match_decision": row.match_decision,
+        "item_id": str(row.id),
+    }
+
+
+def _logged(changed: CTE, name: str, *, details: ColumnElement[Any] | None = None) -> CTE:
+    """A CTE inserting one `name` event per row of `changed`, by the :actor parameter."""
+    return (
+        insert(event)
+        .from_select(
+            ["item_id", "event", "actor", "lease_epoch", "trace_id", "details"],
+            select(
+                changed.c.id,
+                literal_column(f"'{name}'", Text),
+                bindparam("actor", type_=Text),
+                changed.c.lease_epoch,
+                changed.c.trace_id,
+                details if details is not None else func.jsonb_build_object(),
+            ),
+        )
+        .cte(f"logged_{name.lower()}")
+    )
+
+
+def _changed_items(changed: CTE, name: str, *, details: ColumnElement[Any] | None = None) -> Any:
+    """SELECT the changed rows, with the event insert attached to the same statement."""
+    return select(*[changed.c[n] for n in _ITEM_FIELDS]).add_cte(_logged(changed, name, details=details))
+
+
+# --- enqueue ----------------------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,125 +136,295 @@ class NewItem:
 EnqueueOutcome = Literal["created", "existing", "conflict"]
 
 # ON CONFLICT DO NOTHING makes a concurrent duplicate wait for the first insert and then
-# insert nothing, instead of failing with a unique violation.
-_ENQUEUE = (
+# insert nothing, instead of failing with a unique violation. Rows go in in key order so
+# two overlapping batches lock keys in the same order and cannot deadlock.
+_batch = (
+    func.unnest(
+        bindparam("idempotency_keys", type_=ARRAY(Text)),
+        bindparam("ledger_entities", type_=ARRAY(Text)),
+        bindparam("variance_amounts", type_=ARRAY(Numeric(18, 2))),
+        bindparam("match_decisions", type_=ARRAY(Text)),
+        bindparam("source_hashes", type_=ARRAY(Text)),
+        bindparam("trace_ids", type_=ARRAY(PG_UUID(as_uuid=True))),
+        bindparam("positions", type_=ARRAY(BigInteger)),
+    )
+    .table_valued("k", "e", "a", "d", "h", "t", "p")
+    .render_derived()
+)
+_inserted = (
     insert(item)
-    .values(
-        idempotency_key=bindparam("idempotency_key"),
-        ledger_entity=bindparam("ledger_entity"),
-        variance_amount=bindparam("variance_amount"),
-        match_decision=bindparam("match_decision"),
-        source_hash=bindparam("source_hash"),
-        trace_id=func.coalesce(bindparam("trace_id", type_=PG_UUID(as_uuid=True)), func.gen_random_uuid()),
+    .from_select(
+        [
+            "idempotency_key",
+            "ledger_entity",
+            "variance_amount",
+            "match_decision",
+            "source_hash",
+            "trace_id",
+            "created_at",
+        ],
+        select(
+            _batch.c.k,
+            _batch.c.e,
+            _batch.c.a,
+            _batch.c.d,
+            _batch.c.h,
+            func.coalesce(_batch.c.t, func.gen_random_uuid()),
+            # One transaction shares one now(); a microsecond per position keeps a batch in
+            # request order in the queue.
+            func.now() + _batch.c.p * literal_column("interval '1 microsecond'"),
+        ).order_by(_batch.c.k),
     )
     .on_conflict_do_nothing(index_elements=[item.c.idempotency_key])
     .returning(*_ITEM_COLUMNS)
+    .cte("inserted")
+)
+_ENQUEUE = _changed_items(_inserted, "ENQUEUED")
+_BY_KEYS = select(*_ITEM_COLUMNS).where(
+    item.c.idempotency_key == func.any(bindparam("idempotency_keys", type_=ARRAY(Text)))
 )
 
-_BY_KEY = select(*_ITEM_COLUMNS).where(item.c.idempotency_key == bindparam("idempotency_key"))
+
+async def enqueue_items(
+    conn: AsyncConnection, *, new: Sequence[NewItem], actor: str
+) -> list[tuple[EnqueueOutcome, Item]]:
+    """Insert the new keys in one statement; answer per input, in input order."""
+    first: dict[str, int] = {}
+    for position, candidate in enumerate(new):
+        first.setdefault(candidate.idempotency_key, position)
+    unique = [new[p] for p in first.values()]
+    params = {
+        "idempotency_keys": [n.idempotency_key for n in unique],
+        "ledger_entities": [n.ledger_entity for n in unique],
+        "variance_amounts": [n.variance_amount for n in unique],
+        "match_decisions": [n.match_decision for n in unique],
+        "source_hashes": [n.source_hash for n in unique],
+        "trace_ids": [n.trace_id for n in unique],
+        "positions": list(first.values()),
+        "actor": actor,
+    }
+    created = {i.idempotency_key: i for i in map(_item, await conn.execute(_ENQUEUE, params))}
+    missing = [k for k in first if k not in created]
+    stored = dict(created)
+    if missing:
+        rows = await conn.execute(_BY_KEYS, {"idempotency_keys": missing})
+        stored.update((i.idempotency_key, i) for i in map(_item, rows))
+    results: list[tuple[EnqueueOutcome, Item]] = []
+    for position, candidate in enumerate(new):
+        existing = stored[candidate.idempotency_key]
+        if candidate.idempotency_key in created and first[candidate.idempotency_key] == position:
+            results.append(("created", existing))
+        else:
+            results.append(("existing" if candidate.matches(existing) else "conflict", existing))
+    return results
 
 
-async def enqueue_item(conn: AsyncConnection, *, new: NewItem) -> tuple[EnqueueOutcome, Item]:
-    row = (await conn.execute(_ENQUEUE, dataclasses.asdict(new))).first()
-    if row is not None:
-        return "created", _item(row)
-    existing = _item((await conn.execute(_BY_KEY, {"idempotency_key": new.idempotency_key})).one())
-    return ("existing" if new.matches(existing) else "conflict"), existing
+async def enqueue_item(conn: AsyncConnection, *, new: NewItem, actor: str) -> tuple[EnqueueOutcome, Item]:
+    (result,) = await enqueue_items(conn, new=[new], actor=actor)
+    return result
 
 
+# --- lease ------------------------------------------------------------------------------
+
+# Serialises one reviewer's concurrent lease calls (and nobody else's) so the cap below
+# cannot be overshot: the count in the lease statement is taken after this lock is held.
+_LOCK_REVIEWER = select(
+    func.pg_advisory_xact_lock(
+        func.hashtextextended("review_queue.lease:" + bindparam("actor", type_=Text), 0)
+    )
+)
+_held = (
+    select(func.count())
+    .where(item.c.state == ASSIGNED, item.c.leased_by == bindparam("actor", type_=Text))
+    .scalar_subquery()
+)
 # The seed's lease: lock up to batch_size PENDING rows, oldest first, skipping rows another
 # transaction holds, and stamp them in the same statement.
 _candidate = (
     select(item.c.id)
-    .where(item.c.state == "PENDING")
+    .where(item.c.state == PENDING)
     .order_by(item.c.created_at)
-    .limit(bindparam("batch_size"))
+    .limit(func.least(bindparam("batch_size"), func.greatest(bindparam("cap") - _held, 0)))
     .with_for_update(skip_locked=True)
     .cte("candidate")
 )
-_LEASE = (
+_leased = (
     item.update()
     .where(item.c.id == _candidate.c.id)
     .values(
-        state="ASSIGNED",
-        leased_by=bindparam("reviewer"),
+        state=ASSIGNED,
+        leased_by=bindparam("actor", type_=Text),
         leased_at=func.now(),
         lease_expires_at=func.now() + bindparam("lease_duration", type_=Interval),
+        lease_epoch=item.c.lease_epoch + 1,
     )
     .returning(*_ITEM_COLUMNS)
+    .cte("leased")
+)
+_LEASE = _changed_items(
+    _leased, "LEASED", details=func.jsonb_build_object("lease_expires_at", _leased.c.lease_expires_at)
 )
 
 
 async def lease_items(
-    conn: AsyncConnection, *, reviewer: str, batch_size: int, lease_duration: timedelta
+    conn: AsyncConnection, *, reviewer: str, batch_size: int, lease_duration: timedelta, cap: int
 ) -> list[Item]:
+    """Lease up to batch_size items to reviewer, never leaving them holding more than cap."""
+    await conn.execute(_LOCK_REVIEWER, {"actor": reviewer})
     result = await conn.execute(
-        _LEASE,
-        {"reviewer": reviewer, "batch_size": batch_size, "lease_duration": lease_duration},
+        _LEASE, {"actor": reviewer, "batch_size": batch_size, "cap": cap, "lease_duration": lease_duration}
     )
     # RETURNING has no order; callers get the queue order.
-    items = sorted((_item(r) for r in result), key=lambda i: (i.created_at, i.id))
+    items = sorted(map(_item, result), key=lambda i: (i.created_at, i.id))
     for leased in items:
         log.info("review_item_leased", extra={**_fields(leased), "worker_id": reviewer})
     return items
+
+
+# --- holder-guarded changes: renew, release, complete ------------------------------------
+
+
+def _held_by_caller() -> list[ColumnElement[bool]]:
+    # The lease guard of every holder-only statement. (Bind names must not equal column names:
+    # SQLAlchemy would add such a name to the UPDATE's SET clause.) An expired lease not yet reclaimed still
+    # counts as held. With a lease_token, the epoch must match too: that is what tells a stale
+    # tab apart from the same reviewer's newer lease of the same item.
+    return [
+        item.c.id == bindparam("item_id"),
+        item.c.state == ASSIGNED,
+        item.c.leased_by == bindparam("actor", type_=Text),
+        item.c.lease_epoch == func.coalesce(bindparam("fence_epoch", type_=BigInteger), item.c.lease_epoch),
+    ]
+
+
+_renewed = (
+    item.update()
+    .where(*_held_by_caller())
+    .values(lease_expires_at=func.now() + bindparam("lease_duration", type_=Interval))
+    .returning(*_ITEM_COLUMNS)
+    .cte("renewed")
+)
+_RENEW = _changed_items(
+    _renewed, "RENEWED", details=func.jsonb_build_object("lease_expires_at", _renewed.c.lease_expires_at)
+)
+
+_released = (
+    item.update()
+    .where(*_held_by_caller())
+    # created_at is kept, so a released item is first in line again.
+    .values(state=PENDING, leased_by=None, leased_at=None, lease_expires_at=None)
+    .returning(*_ITEM_COLUMNS)
+    .cte("released")
+)
+_RELEASE = _changed_items(
+    _released, "RELEASED", details=func.jsonb_build_object("reason", bindparam("reason", type_=Text))
+)
+
+# Guarded by holder, state and epoch in the one UPDATE: a late completion from a worker whose
+# lease was reclaimed (and maybe re-leased) matches zero rows instead of resolving it.
+_resolved = (
+    item.update()
+    .where(*_held_by_caller())
+    .values(
+        state=RESOLVED,
+        resolution=bindparam("resolution", type_=Text),
+        resolution_note=bindparam("note", type_=Text),
+        resolved_by=bindparam("actor", type_=Text),
+        resolved_at=func.now(),
+    )
+    .returning(*_ITEM_COLUMNS)
+    .cte("resolved")
+)
+_COMPLETE = _changed_items(
+    _resolved,
+    "RESOLVED",
+    details=func.jsonb_build_object(
+        "resolution", _resolved.c.resolution, "note", _resolved.c.resolution_note
+    ),
+)
+
+_BY_ID = select(*_ITEM_COLUMNS).where(item.c.id == bindparam("item_id"))
+
+HolderOutcome = Literal["done", "lease_not_held", "not_found"]
+
+
+async def _holder_change(
+    conn: AsyncConnection, statement: Any, params: dict[str, Any]
+) -> tuple[HolderOutcome, Item | None]:
+    row = (await conn.execute(statement, params)).first()
+    if row is not None:
+        return "done", _item(row)
+    current = await get_item(conn, item_id=params["item_id"])
+    return ("not_found" if current is None else "lease_not_held"), current
+
+
+async def renew_lease(
+    conn: AsyncConnection, *, item_id: UUID, reviewer: str, lease_epoch: int | None, lease_duration: timedelta
+) -> tuple[HolderOutcome, Item | None]:
+    params = {
+        "item_id": item_id,
+        "actor": reviewer,
+        "fence_epoch": lease_epoch,
+        "lease_duration": lease_duration,
+    }
+    return await _holder_change(conn, _RENEW, params)
+
+
+async def release_lease(
+    conn: AsyncConnection, *, item_id: UUID, reviewer: str, lease_epoch: int | None, reason: str | None
+) -> tuple[HolderOutcome, Item | None]:
+    params = {"item_id": item_id, "actor": reviewer, "fence_epoch": lease_epoch, "reason": reason}
+    return await _holder_change(conn, _RELEASE, params)
 
 
 CompleteOutcome = Literal[
     "resolved", "already_resolved", "resolution_conflict", "lease_not_held", "not_found"
 ]
 
-# Guarded by holder and state in the one UPDATE: a late completion from a worker whose
-# lease was reclaimed (and maybe re-leased) matches zero rows instead of resolving it.
-# An expired lease that has not been reclaimed yet still counts as held.
-_COMPLETE = (
-    item.update()
-    .where(
-        item.c.id == bindparam("item_id"),
-        item.c.state == "ASSIGNED",
-        item.c.leased_by == bindparam("reviewer"),
-    )
-    .values(
-        state="RESOLVED",
-        resolution=bindparam("resolution"),
-        resolution_note=bindparam("note"),
-        resolved_by=bindparam("reviewer"),
-        resolved_at=func.now(),
-    )
-    .returning(*_ITEM_COLUMNS)
-)
-
-_BY_ID = select(*_ITEM_COLUMNS).where(item.c.id == bindparam("item_id"))
-
 
 async def complete_item(
-    conn: AsyncConnection, *, item_id: UUID, reviewer: str, resolution: str, note: str | None
+    conn: AsyncConnection,
+    *,
+    item_id: UUID,
+    reviewer: str,
+    resolution: str,
+    note: str | None,
+    lease_epoch: int | None = None,
 ) -> tuple[CompleteOutcome, Item | None]:
-    params = {"item_id": item_id, "reviewer": reviewer, "resolution": resolution, "note": note}
-    row = (await conn.execute(_COMPLETE, params)).first()
-    if row is not None:
-        resolved = _item(row)
+    params = {
+        "item_id": item_id,
+        "actor": reviewer,
+        "resolution": resolution,
+        "note": note,
+        "fence_epoch": lease_epoch,
+    }
+    outcome, current = await _holder_change(conn, _COMPLETE, params)
+    if outcome == "done" and current is not None:
         log.info(
             "review_item_resolved",
             extra={
-                **_fields(resolved),
+                **_fields(current),
                 "worker_id": reviewer,
-                "idempotency_key": resolved.idempotency_key,
+                "idempotency_key": current.idempotency_key,
                 "resolution": resolution,
-                "resolved_at": resolved.resolved_at.isoformat() if resolved.resolved_at else None,
+                "resolved_at": current.resolved_at.isoformat() if current.resolved_at else None,
             },
         )
-        return "resolved", resolved
-    # Nothing changed; read the row only to tell the caller why.
-    current = await get_item(conn, item_id=item_id)
+        return "resolved", current
     if current is None:
         return "not_found", None
-    outcome: CompleteOutcome = "lease_not_held"
-    if current.state == "RESOLVED" and current.resolved_by == reviewer:
-        outcome = "already_resolved" if current.resolution == resolution else "resolution_conflict"
+    # Nothing changed; the row only tells the caller why.
+    result: CompleteOutcome = "lease_not_held"
+    retry = current.state == "RESOLVED" and current.resolved_by == reviewer
+    if retry and lease_epoch in (None, current.lease_epoch):
+        result = "already_resolved" if current.resolution == resolution else "resolution_conflict"
     log.info(
-        "review_item_completion_noop", extra={**_fields(current), "worker_id": reviewer, "reason": outcome}
+        "review_item_completion_noop", extra={**_fields(current), "worker_id": reviewer, "reason": result}
     )
-    return outcome, current
+    return result, current
+
+
+# --- reclaim ----------------------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,14 +433,16 @@ class Reclaimed:
     trace_id: UUID
     source_hash: str
     match_decision: str
+    previous_holder: str
+    lease_epoch: int
 
 
-# Same shape and discipline as the lease: a row some transaction holds (a completion in
-# flight) is skipped this round rather than waited for.
+# Same shape and discipline as the lease: a row some transaction holds (a completion or a
+# renewal in flight) is skipped this round rather than waited for.
 _expired = (
-    select(item.c.id, item.c.lease_expires_at)
+    select(item.c.id, item.c.leased_by, item.c.lease_expires_at)
     .where(
-        item.c.state == "ASSIGNED",
+        item.c.state == ASSIGNED,
         item.c.lease_expires_at < func.now() - bindparam("grace", type_=Interval),
     )
     .order_by(item.c.lease_expires_at)
@@ -227,29 +450,104 @@ _expired = (
     .with_for_update(skip_locked=True)
     .cte("expired")
 )
-_RECLAIM = (
+_reclaimed = (
     item.update()
     .where(item.c.id == _expired.c.id)
-    .values(state="PENDING", leased_by=None, leased_at=None, lease_expires_at=None)
+    .values(state=PENDING, leased_by=None, leased_at=None, lease_expires_at=None)
     .returning(
         item.c.id,
         item.c.trace_id,
         item.c.source_hash,
         item.c.match_decision,
-        _expired.c.lease_expires_at,
+        item.c.lease_epoch,
+        _expired.c.leased_by.label("previous_holder"),
+        _expired.c.lease_expires_at.label("expired_at"),
+    )
+    .cte("reclaimed")
+)
+_RECLAIM = select(_reclaimed).add_cte(
+    _logged(
+        _reclaimed,
+        "RECLAIMED",
+        details=func.jsonb_build_object(
+            "cause",
+            "lease_expired",
+            "previous_holder",
+            _reclaimed.c.previous_holder,
+            "lease_expired_at",
+            _reclaimed.c.expired_at,
+        ),
     )
 )
 
 
-async def reclaim_expired(conn: AsyncConnection, *, reclaim_batch: int, grace: timedelta) -> list[Reclaimed]:
-    result = await conn.execute(_RECLAIM, {"reclaim_batch": reclaim_batch, "grace": grace})
-    rows = sorted(result, key=lambda r: r.lease_expires_at)  # oldest expiry first
-    reclaimed = [Reclaimed(r.id, r.trace_id, r.source_hash, r.match_decision) for r in rows]
+async def reclaim_expired(
+    conn: AsyncConnection, *, reclaim_batch: int, grace: timedelta, actor: str
+) -> list[Reclaimed]:
+    params = {"reclaim_batch": reclaim_batch, "grace": grace, "actor": actor}
+    rows = sorted(await conn.execute(_RECLAIM, params), key=lambda r: r.expired_at)  # oldest expiry first
+    reclaimed = [
+        Reclaimed(r.id, r.trace_id, r.source_hash, r.match_decision, r.previous_holder, r.lease_epoch)
+        for r in rows
+    ]
     for row in reclaimed:
-        log.warning("review_item_lease_reclaimed", extra=_fields(row))
+        log.warning(
+            "review_item_lease_reclaimed", extra={**_fields(row), "previous_holder": row.previous_holder}
+        )
     return reclaimed
+
+
+# --- reads ------------------------------------------------------------------------------
 
 
 async def get_item(conn: AsyncConnection, *, item_id: UUID) -> Item | None:
     row = (await conn.execute(_BY_ID, {"item_id": item_id})).first()
     return _item(row) if row is not None else None
+
+
+@dataclass(frozen=True, slots=True)
+class ItemFilter:
+    state: str | None = None
+    leased_by: str | None = None
+    resolved_by: str | None = None
+    ledger_entity: str | None = None
+    match_decision: str | None = None
+    created_after: datetime | None = None  # inclusive
+    created_before: datetime | None = None  # exclusive
+
+
+async def list_items(
+    conn: AsyncConnection, *, where: ItemFilter, after: tuple[datetime, UUID] | None, limit: int
+) -> list[Item]:
+    """Items in (created_at, id) order, strictly after the keyset position `after`."""
+    query = select(*_ITEM_COLUMNS).order_by(item.c.created_at, item.c.id).limit(limit)
+    for column in ("state", "leased_by", "resolved_by", "ledger_entity", "match_decision"):
+        value = getattr(where, column)
+        if value is not None:
+            query = query.where(item.c[column] == value)
+    if where.created_after is not None:
+        query = query.where(item.c.created_at >= where.created_after)
+    if where.created_before is not None:
+        query = query.where(item.c.created_at < where.created_before)
+    if after is not None:
+        query = query.where(tuple_(item.c.created_at, item.c.id) > tuple_(*after))
+    return [_item(r) for r in await conn.execute(query)]
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    id: int
+    item_id: UUID
+    event: str
+    actor: str
+    at: datetime
+    lease_epoch: int
+    trace_id: UUID
+    details: dict[str, Any]
+
+
+_EVENTS = select(*event.c).where(event.c.item_id == bindparam("item_id")).order_by(event.c.id)
+
+
+async def item_events(conn: AsyncConnection, *, item_id: UUID) -> list[Event]:
+    return [Event(*r) for r in await conn.execute(_EVENTS, {"item_id": item_id})]

@@ -5,6 +5,7 @@ from sqlalchemy import (
     CheckConstraint,
     Column,
     DateTime,
+    ForeignKey,
     Identity,
     Index,
     MetaData,
@@ -14,7 +15,7 @@ from sqlalchemy import (
     func,
     text,
 )
-from sqlalchemy.dialects.postgresql import UUID
+from sqlalchemy.dialects.postgresql import JSONB, UUID
 
 metadata = MetaData(
     naming_convention={
@@ -49,6 +50,8 @@ review_queue_item = Table(
     Column("resolution_note", Text),
     Column("resolved_by", Text),
     Column("resolved_at", DateTime(timezone=True)),
+    # Fencing: +1 on every lease, in the lease statement; never decreases.
+    Column("lease_epoch", BigInteger, nullable=False, server_default="0"),
     CheckConstraint("state IN ('PENDING', 'ASSIGNED', 'RESOLVED')", name="valid_state"),
     CheckConstraint("match_decision IN ('MATCHED', 'PARTIAL', 'UNMATCHED')", name="valid_match_decision"),
     # The lease columns are the guard once the lease transaction commits, so the database
@@ -68,6 +71,38 @@ review_queue_item = Table(
         "created_at",
         postgresql_where=text("state IN ('PENDING', 'ASSIGNED')"),
     ),
+    # A reviewer's open work, and the per-reviewer cap, read exactly these rows.
+    Index(
+        "ix_review_queue_item_assigned_by_reviewer",
+        "leased_by",
+        "created_at",
+        "id",
+        postgresql_where=text("state = 'ASSIGNED'"),
+    ),
+    # Keyset pagination of GET /items.
+    Index("ix_review_queue_item_created_at_id", "created_at", "id"),
+)
+
+EVENTS = ("ENQUEUED", "LEASED", "RENEWED", "RELEASED", "RECLAIMED", "RESOLVED")
+
+# Append-only: a trigger (see the migration) refuses UPDATE, DELETE and TRUNCATE. Each row
+# is written by the same statement as the state change it records.
+review_queue_event = Table(
+    "review_queue_event",
+    metadata,
+    Column("id", BigInteger, Identity(always=True), primary_key=True),
+    Column("item_id", UUID(as_uuid=True), ForeignKey("review_queue_item.id"), nullable=False),
+    Column("event", Text, nullable=False),
+    Column("actor", Text, nullable=False),
+    Column("at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Column("lease_epoch", BigInteger, nullable=False),
+    Column("trace_id", UUID(as_uuid=True), nullable=False),
+    Column("details", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
+    CheckConstraint(
+        "event IN ('ENQUEUED', 'LEASED', 'RENEWED', 'RELEASED', 'RECLAIMED', 'RESOLVED')",
+        name="valid_event",
+    ),
+    Index("ix_review_queue_event_item_id_id", "item_id", "id"),
 )
 
 api_token = Table(

@@ -16,7 +16,7 @@ router = APIRouter(route_class=QueueRoute, tags=["admin"])
 @router.post("/admin/reclaim")
 async def reclaim(
     conn: Conn,
-    _: Admin,
+    principal: Admin,
     settings: SettingsDep,
     body: Annotated[ReclaimIn | None, Body()] = None,
 ) -> ReclaimOut:
@@ -25,5 +25,6 @@ async def reclaim(
         conn,
         reclaim_batch=(body or ReclaimIn()).reclaim_batch,
         grace=timedelta(seconds=settings.reclaim_after_s),
+        actor=principal.subject,
     )
     return ReclaimOut(reclaimed=len(reclaimed), items=[ReclaimedOut.model_validate(r) for r in reclaimed])

@@ -1,53 +1,205 @@
-"""Items: enqueue, read, complete."""
+"""Items: enqueue, read, and the holder's actions (renew, release, complete)."""
 
-from typing import Annotated
+from datetime import timedelta
+from typing import Annotated, Any
 from uuid import UUID
 
-from fastapi import APIRouter, Path, Response, status
+from fastapi import APIRouter, Body, Path, Query, Response, status
 
-from api.deps import AnyRole, Conn, Ingest, Reviewer
-from api.errors import ProblemError
+from api.deps import AnyRole, Conn, Ingest, Reviewer, SettingsDep
+from api.errors import ProblemError, problem_body
 from api.routing import QueueRoute
-from api.schemas import CompleteIn, CompleteOut, ItemIn, ItemOut
+from api.schemas import (
+    BatchIn,
+    BatchOut,
+    BatchResult,
+    CompleteIn,
+    CompleteOut,
+    EventOut,
+    EventsOut,
+    ItemIn,
+    ItemOut,
+    ItemPage,
+    ItemQuery,
+    Problem,
+    ReleaseIn,
+    RenewIn,
+    decode_cursor,
+    decode_lease_token,
+    encode_cursor,
+)
 from db import queue
+from db.tokens import Principal
 
 router = APIRouter(route_class=QueueRoute, tags=["items"])
 
 ItemId = Annotated[UUID, Path(description="The item's id (a UUID).")]
 
 
+def _conflict_detail(key: str) -> str:
+    return f"idempotency_key {key!r} exists with a different payload"
+
+
 @router.post(
     "/items",
     status_code=status.HTTP_201_CREATED,
-    responses={200: {"model": ItemOut, "description": "The same key and payload arrived before."}},
+    responses={
+        200: {"model": ItemOut, "description": "The same key and payload arrived before."},
+        409: {"description": "IDEMPOTENCY_CONFLICT: the key exists with a different payload."},
+    },
 )
-async def enqueue(body: ItemIn, conn: Conn, _: Ingest, response: Response) -> ItemOut:
+async def enqueue(body: ItemIn, conn: Conn, principal: Ingest, response: Response) -> ItemOut:
     """Enqueue an item for review; idempotent on `idempotency_key`."""
-    outcome, item = await queue.enqueue_item(conn, new=queue.NewItem(**body.model_dump()))
+    outcome, item = await queue.enqueue_item(
+        conn, new=queue.NewItem(**body.model_dump()), actor=principal.subject
+    )
     if outcome == "conflict":
         raise ProblemError(
-            "IDEMPOTENCY_CONFLICT",
-            f"idempotency_key {body.idempotency_key!r} exists with a different payload",
-            extra={"item_id": str(item.id)},
+            "IDEMPOTENCY_CONFLICT", _conflict_detail(body.idempotency_key), extra={"item_id": str(item.id)}
         )
     if outcome == "existing":
         response.status_code = status.HTTP_200_OK
-    return ItemOut.model_validate(item)
+    return ItemOut.of(item)
+
+
+@router.post("/items/batch")
+async def enqueue_batch(body: BatchIn, conn: Conn, principal: Ingest) -> BatchOut:
+    """Enqueue up to 1000 items in one transaction; one result per item, in request order."""
+    results = await queue.enqueue_items(
+        conn, new=[queue.NewItem(**i.model_dump()) for i in body.items], actor=principal.subject
+    )
+    out = []
+    for (outcome, item), sent in zip(results, body.items, strict=True):
+        if outcome == "conflict":
+            problem = problem_body(
+                "IDEMPOTENCY_CONFLICT", _conflict_detail(sent.idempotency_key), item_id=str(item.id)
+            )
+            out.append(BatchResult(outcome=outcome, problem=Problem(**problem)))
+        else:
+            out.append(BatchResult(outcome=outcome, item=ItemOut.of(item)))
+    return BatchOut(results=out)
+
+
+@router.get("/items")
+async def list_items(query: Annotated[ItemQuery, Query()], conn: Conn, principal: AnyRole) -> ItemPage:
+    """Items oldest first, filtered, paginated by keyset; `leased_by=me` is the caller's own work."""
+    try:
+        after = decode_cursor(query.cursor) if query.cursor else None
+    except ValueError:
+        raise ProblemError("VALIDATION_ERROR", "cursor: malformed; pass next_cursor back unchanged") from None
+    where = queue.ItemFilter(
+        state=query.state,
+        leased_by=principal.subject if query.leased_by == "me" else query.leased_by,
+        resolved_by=principal.subject if query.resolved_by == "me" else query.resolved_by,
+        ledger_entity=query.ledger_entity,
+        match_decision=query.match_decision,
+        created_after=query.created_after,
+        created_before=query.created_before,
+    )
+    # One row more than asked tells whether there is a next page without a count.
+    rows = await queue.list_items(conn, where=where, after=after, limit=query.limit + 1)
+    page = rows[: query.limit]
+    more = len(rows) > query.limit
+    return ItemPage(
+        items=[ItemOut.of(i, principal.subject) for i in page],
+        next_cursor=encode_cursor(page[-1].created_at, page[-1].id) if more else None,
+    )
 
 
 @router.get("/items/{item_id}")
-async def get_item(item_id: ItemId, conn: Conn, _: AnyRole) -> ItemOut:
+async def get_item(item_id: ItemId, conn: Conn, principal: AnyRole) -> ItemOut:
+    return ItemOut.of(await _existing(conn, item_id), principal.subject)
+
+
+@router.get("/items/{item_id}/events")
+async def get_events(item_id: ItemId, conn: Conn, _: AnyRole) -> EventsOut:
+    """The item's audit trail, oldest first."""
+    await _existing(conn, item_id)
+    return EventsOut(
+        events=[EventOut.model_validate(e) for e in await queue.item_events(conn, item_id=item_id)]
+    )
+
+
+async def _existing(conn: Conn, item_id: UUID) -> queue.Item:
     item = await queue.get_item(conn, item_id=item_id)
     if item is None:
         raise ProblemError("NOT_FOUND", f"no item {item_id}")
-    return ItemOut.model_validate(item)
+    return item
 
 
-@router.post("/items/{item_id}/complete")
+def _epoch(item_id: UUID, token: str | None) -> int | None:
+    if token is None:
+        return None
+    token_item, epoch = decode_lease_token(token)
+    if token_item != item_id:
+        raise ProblemError("LEASE_NOT_HELD", f"that lease_token belongs to item {token_item}, not {item_id}")
+    return epoch
+
+
+def _held(
+    outcome: queue.HolderOutcome, item: queue.Item | None, item_id: UUID, principal: Principal
+) -> ItemOut:
+    if outcome == "not_found" or item is None:
+        raise ProblemError("NOT_FOUND", f"no item {item_id}")
+    if outcome == "lease_not_held":
+        raise ProblemError("LEASE_NOT_HELD", f"you do not hold the current lease on item {item_id}")
+    return ItemOut.of(item, principal.subject)
+
+
+_NOT_HELD: dict[int | str, dict[str, Any]] = {409: {"description": "LEASE_NOT_HELD: you do not hold the current lease."}}
+
+
+@router.post("/items/{item_id}/renew", responses={404: {}, **_NOT_HELD})
+async def renew(
+    item_id: ItemId,
+    conn: Conn,
+    principal: Reviewer,
+    settings: SettingsDep,
+    body: Annotated[RenewIn | None, Body()] = None,
+) -> ItemOut:
+    """Heartbeat: extend your lease to now + the lease duration (database clock)."""
+    outcome, item = await queue.renew_lease(
+        conn,
+        item_id=item_id,
+        reviewer=principal.subject,
+        lease_epoch=_epoch(item_id, body.lease_token if body else None),
+        lease_duration=timedelta(milliseconds=settings.lock_timeout_ms),
+    )
+    return _held(outcome, item, item_id, principal)
+
+
+@router.post("/items/{item_id}/release", responses={404: {}, **_NOT_HELD})
+async def release(
+    item_id: ItemId, conn: Conn, principal: Reviewer, body: Annotated[ReleaseIn | None, Body()] = None
+) -> ItemOut:
+    """Hand an item you hold back; it is first in line again."""
+    body = body or ReleaseIn()
+    outcome, item = await queue.release_lease(
+        conn,
+        item_id=item_id,
+        reviewer=principal.subject,
+        lease_epoch=_epoch(item_id, body.lease_token),
+        reason=body.reason,
+    )
+    return _held(outcome, item, item_id, principal)
+
+
+@router.post(
+    "/items/{item_id}/complete",
+    responses={
+        404: {},
+        409: {"description": "LEASE_NOT_HELD, or RESOLUTION_CONFLICT when you resolved it differently."},
+    },
+)
 async def complete(item_id: ItemId, body: CompleteIn, conn: Conn, principal: Reviewer) -> CompleteOut:
     """Resolve an item you hold. A retry with the same resolution answers `already_resolved`."""
     outcome, item = await queue.complete_item(
-        conn, item_id=item_id, reviewer=principal.subject, resolution=body.resolution, note=body.note
+        conn,
+        item_id=item_id,
+        reviewer=principal.subject,
+        resolution=body.resolution,
+        note=body.note,
+        lease_epoch=_epoch(item_id, body.lease_token),
     )
     if outcome == "not_found" or item is None:
         raise ProblemError("NOT_FOUND", f"no item {item_id}")
@@ -57,5 +209,5 @@ async def complete(item_id: ItemId, body: CompleteIn, conn: Conn, principal: Rev
             f"you already resolved this item as {item.resolution}, not {body.resolution}",
         )
     if outcome == "lease_not_held":
-        raise ProblemError("LEASE_NOT_HELD", f"you do not hold the lease on item {item_id}")
-    return CompleteOut(outcome=outcome, item=ItemOut.model_validate(item))
+        raise ProblemError("LEASE_NOT_HELD", f"you do not hold the current lease on item {item_id}")
+    return CompleteOut(outcome=outcome, item=ItemOut.of(item, principal.subject))

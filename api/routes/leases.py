@@ -20,12 +20,17 @@ async def lease(
     settings: SettingsDep,
     body: Annotated[LeaseIn | None, Body()] = None,
 ) -> LeaseOut:
-    """Lease up to `batch_size` pending items, oldest first; an empty list when none are pending."""
+    """Lease up to `batch_size` pending items, oldest first; an empty list when none are pending.
+
+    Each item carries its `lease_token`. You never hold more than
+    REVIEW_QUEUE_MAX_LEASES_PER_REVIEWER items at once: at the cap the list is empty.
+    """
     batch_size = body.batch_size if body and body.batch_size else settings.batch_size
     items = await queue.lease_items(
         conn,
         reviewer=principal.subject,
         batch_size=batch_size,
         lease_duration=timedelta(milliseconds=settings.lock_timeout_ms),
+        cap=settings.max_leases_per_reviewer,
     )
-    return LeaseOut(items=[ItemOut.model_validate(i) for i in items])
+    return LeaseOut(items=[ItemOut.of(i, principal.subject) for i in items])

@@ -19,6 +19,7 @@ pytestmark = pytest.mark.anyio
 
 LEASE = timedelta(seconds=30)
 GRACE = timedelta(seconds=45)
+CAP = 10_000
 
 
 def seed_items(sql: psycopg.Connection, count: int, *, amount: str = "12.50") -> None:
@@ -44,7 +45,9 @@ async def engine(db_url: str) -> AsyncIterator[AsyncEngine]:
 
 async def lease(engine: AsyncEngine, reviewer: str, batch_size: int) -> list[queue.Item]:
     async with engine.begin() as conn:
-        return await queue.lease_items(conn, reviewer=reviewer, batch_size=batch_size, lease_duration=LEASE)
+        return await queue.lease_items(
+            conn, reviewer=reviewer, batch_size=batch_size, lease_duration=LEASE, cap=CAP
+        )
 
 
 async def test_two_workers_never_double_lease(engine: AsyncEngine, sql: psycopg.Connection) -> None:
@@ -53,11 +56,11 @@ async def test_two_workers_never_double_lease(engine: AsyncEngine, sql: psycopg.
     async with engine.connect() as conn_a, engine.connect() as conn_b:
         async with conn_a.begin():
             batch_a = await queue.lease_items(
-                conn_a, reviewer="worker-a", batch_size=20, lease_duration=LEASE
+                conn_a, reviewer="worker-a", batch_size=20, lease_duration=LEASE, cap=CAP
             )
         async with conn_b.begin():
             batch_b = await queue.lease_items(
-                conn_b, reviewer="worker-b", batch_size=20, lease_duration=LEASE
+                conn_b, reviewer="worker-b", batch_size=20, lease_duration=LEASE, cap=CAP
             )
     ids_a, ids_b = {i.id for i in batch_a}, {i.id for i in batch_b}
     assert ids_a.isdisjoint(ids_b), f"DOUBLE_LEASE: {ids_a & ids_b}"
@@ -69,9 +72,11 @@ async def test_open_lease_transactions_skip_each_other(engine: AsyncEngine, sql:
     seed_items(sql, 10)
     async with engine.connect() as conn_a, engine.connect() as conn_b:
         tx_a = await conn_a.begin()
-        batch_a = await queue.lease_items(conn_a, reviewer="a", batch_size=6, lease_duration=LEASE)
+        batch_a = await queue.lease_items(conn_a, reviewer="a", batch_size=6, lease_duration=LEASE, cap=CAP)
         async with conn_b.begin():
-            batch_b = await queue.lease_items(conn_b, reviewer="b", batch_size=6, lease_duration=LEASE)
+            batch_b = await queue.lease_items(
+                conn_b, reviewer="b", batch_size=6, lease_duration=LEASE, cap=CAP
+            )
         await tx_a.commit()
     assert len(batch_a) == 6
     assert len(batch_b) == 4, "b must get exactly the rows a did not lock, without waiting"
@@ -93,7 +98,12 @@ async def test_lease_is_oldest_first_and_stamps_the_holder(
 
 
 def _thread_worker(
-    db_url: str, name: str, batch_size: int, leased: list[str], barrier: threading.Barrier
+    db_url: str,
+    name: str,
+    batch_size: int,
+    leased: list[str],
+    barrier: threading.Barrier,
+    errors: list[BaseException],
 ) -> None:
     async def work() -> None:
         engine = create_engine(db_url, pool_size=1, max_overflow=0, pool_timeout_s=10)
@@ -102,7 +112,7 @@ def _thread_worker(
             while True:
                 async with engine.begin() as conn:
                     batch = await queue.lease_items(
-                        conn, reviewer=name, batch_size=batch_size, lease_duration=LEASE
+                        conn, reviewer=name, batch_size=batch_size, lease_duration=LEASE, cap=CAP
                     )
                 if not batch:
                     return
@@ -116,7 +126,10 @@ def _thread_worker(
         finally:
             await engine.dispose()
 
-    asyncio.run(work())
+    try:
+        asyncio.run(work())
+    except BaseException as error:  # surfaced by the test, not lost in the thread
+        errors.append(error)
 
 
 @pytest.mark.parametrize("workers", [10, 30])
@@ -128,14 +141,16 @@ def test_concurrent_workers_lease_every_item_exactly_once(
     seed_items(sql, total)
     leased: list[str] = []  # list.append is atomic under the GIL
     barrier = threading.Barrier(workers)
+    errors: list[BaseException] = []
     threads = [
-        threading.Thread(target=_thread_worker, args=(db_url, f"w{n}", 1 + n % 7, leased, barrier))
+        threading.Thread(target=_thread_worker, args=(db_url, f"w{n}", 1 + n % 7, leased, barrier, errors))
         for n in range(workers)
     ]
     for t in threads:
         t.start()
     for t in threads:
         t.join(timeout=120)
+    assert not errors, f"workers failed: {errors[:3]}"
     twice = [item_id for item_id, n in Counter(leased).items() if n > 1]
     assert not twice, f"DOUBLE_LEASE: {len(twice)} ids leased more than once, e.g. {twice[:5]}"
     assert len(leased) == total, f"{total - len(leased)} items never leased"
@@ -158,7 +173,7 @@ async def test_reclaim_returns_only_leases_past_the_grace(
         (fresh_expired.id,),
     )
     async with engine.begin() as conn:
-        reclaimed = await queue.reclaim_expired(conn, reclaim_batch=100, grace=GRACE)
+        reclaimed = await queue.reclaim_expired(conn, reclaim_batch=100, grace=GRACE, actor="reclaimer")
     assert [r.id for r in reclaimed] == [stale.id]
     row = sql.execute(
         "SELECT state, leased_by, leased_at, lease_expires_at FROM review_queue_item WHERE id = %s",
@@ -182,7 +197,7 @@ async def test_reclaim_is_oldest_expiry_first_and_bounded(
             (age, item.id),
         )
     async with engine.begin() as conn:
-        reclaimed = await queue.reclaim_expired(conn, reclaim_batch=3, grace=GRACE)
+        reclaimed = await queue.reclaim_expired(conn, reclaim_batch=3, grace=GRACE, actor="reclaimer")
     assert [r.id for r in reclaimed] == [leased[3].id, leased[4].id, leased[1].id]
 
 
@@ -199,7 +214,9 @@ async def test_reclaim_skips_a_row_locked_by_a_completion_in_flight(
         )
         assert outcome == "resolved"
         async with engine.begin() as conn:
-            reclaimed = await asyncio.wait_for(queue.reclaim_expired(conn, reclaim_batch=10, grace=GRACE), 5)
+            reclaimed = await asyncio.wait_for(
+                queue.reclaim_expired(conn, reclaim_batch=10, grace=GRACE, actor="reclaimer"), 5
+            )
         assert reclaimed == [], "reclaim must skip the locked row, not wait for it"
         await tx.commit()
     assert sql.execute("SELECT state FROM review_queue_item").fetchone() == ("RESOLVED",)
@@ -212,7 +229,7 @@ async def test_late_completion_after_reclaim_matches_nothing(
     (item,) = await lease(engine, "alice", 1)
     sql.execute("UPDATE review_queue_item SET lease_expires_at = now() - interval '1 hour'")
     async with engine.begin() as conn:
-        assert len(await queue.reclaim_expired(conn, reclaim_batch=10, grace=GRACE)) == 1
+        assert len(await queue.reclaim_expired(conn, reclaim_batch=10, grace=GRACE, actor="reclaimer")) == 1
     (again,) = await lease(engine, "bob", 1)
     assert again.id == item.id
     async with engine.begin() as conn:
