@@ -86,7 +86,7 @@ LeaseToken = Annotated[
     StringConstraints(min_length=32, max_length=32, pattern=r"^[A-Za-z0-9_-]{32}$"),
     AfterValidator(_lease_token),
     Field(
-        description="The `lease_token` the lease answered with; refuses the call if the item was leased again."
+        description="The `lease_token` your lease came with; the call is refused once the item is leased again."
     ),
 ]
 

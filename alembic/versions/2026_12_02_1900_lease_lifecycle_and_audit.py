@@ -8,8 +8,9 @@ Create Date: 2026-12-02 19:00:00+00:00
 from collections.abc import Sequence
 
 import sqlalchemy as sa
-from alembic import op
 from sqlalchemy.dialects import postgresql
+
+from alembic import op
 
 revision: str = "5d1e0c7a9b21"
 down_revision: str | None = "a8f3bebdeac0"

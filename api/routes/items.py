@@ -146,7 +146,9 @@ def _held(
     return ItemOut.of(item, principal.subject)
 
 
-_NOT_HELD: dict[int | str, dict[str, Any]] = {409: {"description": "LEASE_NOT_HELD: you do not hold the current lease."}}
+_NOT_HELD: dict[int | str, dict[str, Any]] = {
+    409: {"description": "LEASE_NOT_HELD: you do not hold the current lease."}
+}
 
 
 @router.post("/items/{item_id}/renew", responses={404: {}, **_NOT_HELD})
