@@ -86,7 +86,7 @@ LeaseToken = Annotated[
     StringConstraints(min_length=32, max_length=32, pattern=r"^[A-Za-z0-9_-]{32}$"),
     AfterValidator(_lease_token),
     Field(
-        description="The `lease_token` your lease came with; the call is refused once the item is leased again."
+        description="The `lease_token` of your lease; refused once the item has been leased again."
     ),
 ]
 
