@@ -5,7 +5,7 @@ import binascii
 import json
 from datetime import UTC, datetime
 from decimal import Decimal
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 from uuid import UUID
 
 from pydantic import (
@@ -18,7 +18,8 @@ from pydantic import (
     StringConstraints,
 )
 
-from db.queue import Item
+if TYPE_CHECKING:  # the HTTP client imports these models without pulling in the database layer
+    from db.queue import Item
 
 
 def _storable(value: str) -> str:
@@ -85,9 +86,7 @@ LeaseToken = Annotated[
     str,
     StringConstraints(min_length=32, max_length=32, pattern=r"^[A-Za-z0-9_-]{32}$"),
     AfterValidator(_lease_token),
-    Field(
-        description="The `lease_token` of your lease; refused once the item has been leased again."
-    ),
+    Field(description="The `lease_token` of your lease; refused once the item has been leased again."),
 ]
 
 
@@ -149,7 +148,7 @@ class ItemOut(BaseModel):
     )
 
     @classmethod
-    def of(cls, item: Item, viewer: str | None = None) -> "ItemOut":
+    def of(cls, item: "Item", viewer: str | None = None) -> "ItemOut":
         fields = {name: getattr(item, name) for name in cls.model_fields if hasattr(item, name)}
         held = item.state == "ASSIGNED" and viewer is not None and item.leased_by == viewer
         return cls(
@@ -228,6 +227,8 @@ class EventOut(BaseModel):
     trace_id: UUID
     details: dict[str, Any]
 
+    model_config = ConfigDict(from_attributes=True)
+
 
 class EventsOut(BaseModel):
     events: list[EventOut]
@@ -261,7 +262,9 @@ class Health(BaseModel):
 
 
 class Problem(BaseModel):
-    """RFC 9457 problem details, as every 4xx and 5xx body."""
+    """RFC 9457 problem details, as every 4xx and 5xx body (some codes add members, e.g. item_id)."""
+
+    model_config = ConfigDict(extra="allow")
 
     type: str
     title: str

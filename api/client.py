@@ -1,0 +1,464 @@
+"""A Python client for scripted adjudication, sync and async, on httpx.
+
+    client = ReviewQueueClient("http://127.0.0.1:8000", token)
+    client.work(lambda item: "APPROVED" if abs(item.variance_amount) < 1 else ("ESCALATED", "over 1.00"))
+
+`work` is the seed's worker loop over HTTP: lease a batch, keep each lease alive with
+`renew` while the handler runs, complete with the handler's resolution (fenced by the
+item's `lease_token`), release on handler error, idle-poll with jitter, stop cleanly on
+SIGINT/SIGTERM or `stop()`. Errors are typed exceptions carrying the problem `code`.
+"""
+
+import asyncio
+import contextlib
+import logging
+import random
+import signal
+import threading
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+from uuid import UUID
+
+import httpx
+
+from api.schemas import CompleteOut, EventOut, ItemOut
+
+log = logging.getLogger("review_queue.client")
+
+HandlerResult = str | tuple[str, str | None]
+
+
+class ReviewQueueError(Exception):
+    """A problem+json answer; `code` is the service's stable error code."""
+
+    def __init__(self, status: int, code: str, detail: str, problem: dict[str, Any]) -> None:
+        super().__init__(f"{status} {code}: {detail}")
+        self.status, self.code, self.detail, self.problem = status, code, detail, problem
+
+
+class Unauthenticated(ReviewQueueError): ...
+
+
+class Forbidden(ReviewQueueError): ...
+
+
+class NotFound(ReviewQueueError): ...
+
+
+class LeaseNotHeld(ReviewQueueError): ...
+
+
+class IdempotencyConflict(ReviewQueueError): ...
+
+
+class ResolutionConflict(ReviewQueueError): ...
+
+
+class ValidationFailed(ReviewQueueError): ...
+
+
+class DatabaseUnavailable(ReviewQueueError): ...
+
+
+_BY_CODE: dict[str, type[ReviewQueueError]] = {
+    "UNAUTHENTICATED": Unauthenticated,
+    "FORBIDDEN": Forbidden,
+    "NOT_FOUND": NotFound,
+    "LEASE_NOT_HELD": LeaseNotHeld,
+    "IDEMPOTENCY_CONFLICT": IdempotencyConflict,
+    "RESOLUTION_CONFLICT": ResolutionConflict,
+    "VALIDATION_ERROR": ValidationFailed,
+    "DATABASE_UNAVAILABLE": DatabaseUnavailable,
+}
+
+
+@dataclass
+class WorkStats:
+    leased: int = 0
+    resolved: int = 0
+    released: int = 0
+    lost: int = 0  # the lease was gone (reclaimed) by the time the handler finished
+
+
+def _raise_for_problem(response: httpx.Response) -> None:
+    if response.status_code < 400:
+        return
+    try:
+        problem = response.json()
+        code, detail = str(problem["code"]), str(problem.get("detail", ""))
+    except (ValueError, KeyError, TypeError):
+        problem, code, detail = {}, f"HTTP_{response.status_code}", response.text[:200]
+    raise _BY_CODE.get(code, ReviewQueueError)(response.status_code, code, detail, problem)
+
+
+def _retryable(error: Exception) -> bool:
+    # Every call is safe to repeat: completion is idempotent, renew/release are fenced, and a
+    # lease whose answer was lost simply expires and is reclaimed.
+    return isinstance(error, (DatabaseUnavailable, httpx.TransportError))
+
+
+def _backoff(attempt: int) -> float:
+    return min(2.0, 0.1 * 2.0**attempt) * random.uniform(0.5, 1.5)  # noqa: S311 - jitter
+
+
+def _enqueue_body(fields: dict[str, Any]) -> dict[str, Any]:
+    body = {k: v for k, v in fields.items() if v is not None}
+    if isinstance(body.get("variance_amount"), Decimal):
+        body["variance_amount"] = str(body["variance_amount"])  # exact, never via float
+    if isinstance(body.get("trace_id"), UUID):
+        body["trace_id"] = str(body["trace_id"])
+    return body
+
+
+def _resolution(result: HandlerResult) -> tuple[str, str | None]:
+    return (result, None) if isinstance(result, str) else result
+
+
+def _renew_interval(item: ItemOut, renew_every_s: float | None) -> float:
+    if renew_every_s is not None:
+        return renew_every_s
+    assert item.leased_at is not None and item.lease_expires_at is not None
+    # Three heartbeats per lease period: one lost request never costs the lease.
+    return max(0.1, (item.lease_expires_at - item.leased_at).total_seconds() / 3)
+
+
+class _Calls:
+    """What each endpoint sends and how its answer is read; no I/O here."""
+
+    @staticmethod
+    def enqueue(fields: dict[str, Any]) -> tuple[str, str, dict[str, Any] | None]:
+        return "POST", "/items", _enqueue_body(fields)
+
+    @staticmethod
+    def lease(batch_size: int | None) -> tuple[str, str, dict[str, Any] | None]:
+        return "POST", "/leases", {"batch_size": batch_size} if batch_size else None
+
+    @staticmethod
+    def complete(
+        item_id: UUID, resolution: str, note: str | None, lease_token: str | None
+    ) -> tuple[str, str, dict[str, Any] | None]:
+        body = {"resolution": resolution, "note": note, "lease_token": lease_token}
+        return "POST", f"/items/{item_id}/complete", {k: v for k, v in body.items() if v is not None}
+
+    @staticmethod
+    def renew(item_id: UUID, lease_token: str | None) -> tuple[str, str, dict[str, Any] | None]:
+        return "POST", f"/items/{item_id}/renew", {"lease_token": lease_token} if lease_token else None
+
+    @staticmethod
+    def release(
+        item_id: UUID, reason: str | None, lease_token: str | None
+    ) -> tuple[str, str, dict[str, Any] | None]:
+        body = {"reason": reason, "lease_token": lease_token}
+        return "POST", f"/items/{item_id}/release", {k: v for k, v in body.items() if v is not None}
+
+
+class ReviewQueueClient:
+    """Synchronous client. Pass `http` to reuse an httpx.Client (it must carry no auth)."""
+
+    def __init__(
+        self,
+        base_url: str,
+        token: str,
+        *,
+        timeout: float = 10.0,
+        retries: int = 3,
+        http: httpx.Client | None = None,
+    ) -> None:
+        self._http = http or httpx.Client(base_url=base_url, timeout=timeout)
+        self._headers = {"Authorization": f"Bearer {token}"}
+        self._retries = retries
+        self._stop = threading.Event()
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> "ReviewQueueClient":
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def _call(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+        for attempt in range(self._retries + 1):
+            try:
+                response = self._http.request(method, path, json=body, headers=self._headers)
+                _raise_for_problem(response)
+                return response.json()
+            except Exception as error:
+                if not _retryable(error) or attempt == self._retries:
+                    raise
+                time.sleep(_backoff(attempt))
+        raise AssertionError("unreachable")
+
+    def enqueue(self, **fields: Any) -> ItemOut:
+        return ItemOut.model_validate(self._call(*_Calls.enqueue(fields)))
+
+    def lease(self, batch_size: int | None = None) -> list[ItemOut]:
+        return [ItemOut.model_validate(i) for i in self._call(*_Calls.lease(batch_size))["items"]]
+
+    def complete(
+        self, item_id: UUID, resolution: str, *, note: str | None = None, lease_token: str | None = None
+    ) -> CompleteOut:
+        return CompleteOut.model_validate(
+            self._call(*_Calls.complete(item_id, resolution, note, lease_token))
+        )
+
+    def renew(self, item_id: UUID, *, lease_token: str | None = None) -> ItemOut:
+        return ItemOut.model_validate(self._call(*_Calls.renew(item_id, lease_token)))
+
+    def release(self, item_id: UUID, *, reason: str | None = None, lease_token: str | None = None) -> ItemOut:
+        return ItemOut.model_validate(self._call(*_Calls.release(item_id, reason, lease_token)))
+
+    def get(self, item_id: UUID) -> ItemOut:
+        return ItemOut.model_validate(self._call("GET", f"/items/{item_id}"))
+
+    def events(self, item_id: UUID) -> list[EventOut]:
+        return [EventOut.model_validate(e) for e in self._call("GET", f"/items/{item_id}/events")["events"]]
+
+    def stop(self) -> None:
+        """Ask `work` to finish the item in hand, release the rest of its batch, and return."""
+        self._stop.set()
+
+    @contextlib.contextmanager
+    def _heartbeat(self, held: dict[UUID, ItemOut], lost: set[UUID], every_s: float) -> Iterator[None]:
+        """Renew every item of the batch still in hand, not only the one being handled: the
+        rest of the batch waits behind a slow item and would expire meanwhile."""
+        done = threading.Event()
+
+        def beat() -> None:
+            while not done.wait(every_s):
+                for item in list(held.values()):
+                    try:
+                        self.renew(item.id, lease_token=item.lease_token)
+                    except LeaseNotHeld:
+                        lost.add(item.id)
+                        held.pop(item.id, None)
+                    except (ReviewQueueError, httpx.TransportError) as error:
+                        log.warning("renew_failed", extra={"item_id": str(item.id), "error": str(error)})
+
+        thread = threading.Thread(target=beat, name="review-queue-renew", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            done.set()
+            thread.join()
+
+    def _process(self, item: ItemOut, handler: Callable[[ItemOut], HandlerResult], stats: WorkStats) -> None:
+        try:
+            resolution, note = _resolution(handler(item))
+        except Exception as error:
+            log.exception("handler_failed", extra={"item_id": str(item.id)})
+            with contextlib.suppress(LeaseNotHeld):
+                self.release(item.id, reason=f"handler error: {error!r}"[:500], lease_token=item.lease_token)
+                stats.released += 1
+            return
+        try:
+            self.complete(item.id, resolution, note=note, lease_token=item.lease_token)
+            stats.resolved += 1
+        except LeaseNotHeld:
+            stats.lost += 1
+
+    def _release_rest(self, rest: list[ItemOut], stats: WorkStats) -> None:
+        for item in rest:
+            with contextlib.suppress(LeaseNotHeld):
+                self.release(item.id, reason="worker stopping", lease_token=item.lease_token)
+                stats.released += 1
+
+    def work(
+        self,
+        handler: Callable[[ItemOut], HandlerResult],
+        *,
+        batch_size: int | None = None,
+        poll_interval_ms: int = 500,
+        renew_every_s: float | None = None,
+        handle_signals: bool = True,
+    ) -> WorkStats:
+        """Lease and adjudicate until `stop()` or SIGINT/SIGTERM; returns what happened."""
+        stats = WorkStats()
+        self._stop.clear()
+        restore = self._install_signals() if handle_signals else {}
+        try:
+            while not self._stop.is_set():
+                batch = self.lease(batch_size)
+                stats.leased += len(batch)
+                if not batch:
+                    self._stop.wait(poll_interval_ms / 1000 * random.uniform(0.8, 1.2))  # noqa: S311
+                    continue
+                held, lost = {i.id: i for i in batch}, set[UUID]()
+                with self._heartbeat(held, lost, _renew_interval(batch[0], renew_every_s)):
+                    for position, item in enumerate(batch):
+                        if self._stop.is_set():
+                            self._release_rest(batch[position:], stats)
+                            break
+                        if item.id in lost:
+                            stats.lost += 1
+                            continue
+                        self._process(item, handler, stats)
+                        held.pop(item.id, None)
+        finally:
+            for signum, previous in restore.items():
+                signal.signal(signum, previous)
+        return stats
+
+    def _install_signals(self) -> dict[int, Any]:
+        if threading.current_thread() is not threading.main_thread():
+            return {}
+        return {sig: signal.signal(sig, lambda *_: self.stop()) for sig in (signal.SIGINT, signal.SIGTERM)}
+
+
+class AsyncReviewQueueClient:
+    """The same client for asyncio; `work` takes an async handler."""
+
+    def __init__(
+        self,
+        base_url: str,
+        token: str,
+        *,
+        timeout: float = 10.0,
+        retries: int = 3,
+        http: httpx.AsyncClient | None = None,
+    ) -> None:
+        self._http = http or httpx.AsyncClient(base_url=base_url, timeout=timeout)
+        self._headers = {"Authorization": f"Bearer {token}"}
+        self._retries = retries
+        self._stop = asyncio.Event()
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def __aenter__(self) -> "AsyncReviewQueueClient":
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        await self.aclose()
+
+    async def _call(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+        for attempt in range(self._retries + 1):
+            try:
+                response = await self._http.request(method, path, json=body, headers=self._headers)
+                _raise_for_problem(response)
+                return response.json()
+            except Exception as error:
+                if not _retryable(error) or attempt == self._retries:
+                    raise
+                await asyncio.sleep(_backoff(attempt))
+        raise AssertionError("unreachable")
+
+    async def enqueue(self, **fields: Any) -> ItemOut:
+        return ItemOut.model_validate(await self._call(*_Calls.enqueue(fields)))
+
+    async def lease(self, batch_size: int | None = None) -> list[ItemOut]:
+        return [ItemOut.model_validate(i) for i in (await self._call(*_Calls.lease(batch_size)))["items"]]
+
+    async def complete(
+        self, item_id: UUID, resolution: str, *, note: str | None = None, lease_token: str | None = None
+    ) -> CompleteOut:
+        return CompleteOut.model_validate(
+            await self._call(*_Calls.complete(item_id, resolution, note, lease_token))
+        )
+
+    async def renew(self, item_id: UUID, *, lease_token: str | None = None) -> ItemOut:
+        return ItemOut.model_validate(await self._call(*_Calls.renew(item_id, lease_token)))
+
+    async def release(
+        self, item_id: UUID, *, reason: str | None = None, lease_token: str | None = None
+    ) -> ItemOut:
+        return ItemOut.model_validate(await self._call(*_Calls.release(item_id, reason, lease_token)))
+
+    async def get(self, item_id: UUID) -> ItemOut:
+        return ItemOut.model_validate(await self._call("GET", f"/items/{item_id}"))
+
+    async def events(self, item_id: UUID) -> list[EventOut]:
+        return [
+            EventOut.model_validate(e)
+            for e in (await self._call("GET", f"/items/{item_id}/events"))["events"]
+        ]
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    async def _beat(self, held: dict[UUID, ItemOut], lost: set[UUID], every_s: float) -> None:
+        """Renew every item of the batch still in hand (see the sync client)."""
+        while True:
+            await asyncio.sleep(every_s)
+            for item in list(held.values()):
+                try:
+                    await self.renew(item.id, lease_token=item.lease_token)
+                except LeaseNotHeld:
+                    lost.add(item.id)
+                    held.pop(item.id, None)
+                except (ReviewQueueError, httpx.TransportError) as error:
+                    log.warning("renew_failed", extra={"item_id": str(item.id), "error": str(error)})
+
+    async def _process(
+        self, item: ItemOut, handler: Callable[[ItemOut], Awaitable[HandlerResult]], stats: WorkStats
+    ) -> None:
+        try:
+            resolution, note = _resolution(await handler(item))
+        except Exception as error:
+            log.exception("handler_failed", extra={"item_id": str(item.id)})
+            with contextlib.suppress(LeaseNotHeld):
+                await self.release(
+                    item.id, reason=f"handler error: {error!r}"[:500], lease_token=item.lease_token
+                )
+                stats.released += 1
+            return
+        try:
+            await self.complete(item.id, resolution, note=note, lease_token=item.lease_token)
+            stats.resolved += 1
+        except LeaseNotHeld:
+            stats.lost += 1
+
+    async def work(
+        self,
+        handler: Callable[[ItemOut], Awaitable[HandlerResult]],
+        *,
+        batch_size: int | None = None,
+        poll_interval_ms: int = 500,
+        renew_every_s: float | None = None,
+        handle_signals: bool = True,
+    ) -> WorkStats:
+        stats = WorkStats()
+        self._stop.clear()
+        loop = asyncio.get_running_loop()
+        signals = (signal.SIGINT, signal.SIGTERM) if handle_signals else ()
+        for sig in signals:
+            loop.add_signal_handler(sig, self.stop)
+        try:
+            while not self._stop.is_set():
+                batch = await self.lease(batch_size)
+                stats.leased += len(batch)
+                if not batch:
+                    with contextlib.suppress(TimeoutError):
+                        pause = poll_interval_ms / 1000 * random.uniform(0.8, 1.2)  # noqa: S311
+                        await asyncio.wait_for(self._stop.wait(), pause)
+                    continue
+                held, lost = {i.id: i for i in batch}, set[UUID]()
+                heartbeat = asyncio.create_task(
+                    self._beat(held, lost, _renew_interval(batch[0], renew_every_s))
+                )
+                try:
+                    for position, item in enumerate(batch):
+                        if self._stop.is_set():
+                            for rest in batch[position:]:
+                                with contextlib.suppress(LeaseNotHeld):
+                                    await self.release(
+                                        rest.id, reason="worker stopping", lease_token=rest.lease_token
+                                    )
+                                    stats.released += 1
+                            break
+                        if item.id in lost:
+                            stats.lost += 1
+                            continue
+                        await self._process(item, handler, stats)
+                        held.pop(item.id, None)
+                finally:
+                    heartbeat.cancel()
+        finally:
+            for sig in signals:
+                loop.remove_signal_handler(sig)
+        return stats

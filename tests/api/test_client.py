@@ -1,0 +1,207 @@
+"""api/client.py against a real server: typed errors, and the work loop under short leases."""
+
+import asyncio
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from datetime import timedelta
+from decimal import Decimal
+
+import psycopg
+import pytest
+
+from api.client import (
+    AsyncReviewQueueClient,
+    IdempotencyConflict,
+    LeaseNotHeld,
+    NotFound,
+    ReviewQueueClient,
+    Unauthenticated,
+)
+from api.schemas import ItemOut
+from db import queue
+from db.engine import create_engine
+from tests.conftest import start_server, stop_server
+from tests.db.test_queue import seed_items
+
+
+@pytest.fixture
+def short_lease_server(db_url: str) -> Iterator[str]:
+    """A server whose leases last one second (the minimum), so renewals really matter."""
+    process, base = start_server({"DATABASE_URL": db_url, "REVIEW_QUEUE_LOCK_TIMEOUT_MS": "1000"})
+    yield base
+    stop_server(process)
+
+
+def aggressive_reclaimer(db_url: str, stop: threading.Event, grace_s: float) -> threading.Thread:
+    """Reclaims anything expired for more than grace_s, every 100 ms (far stricter than production)."""
+
+    async def run() -> None:
+        engine = create_engine(db_url, pool_size=1)
+        try:
+            while not stop.is_set():
+                async with engine.begin() as conn:
+                    await queue.reclaim_expired(
+                        conn, reclaim_batch=1000, grace=timedelta(seconds=grace_s), actor="test-reclaimer"
+                    )
+                await asyncio.sleep(0.1)
+        finally:
+            await engine.dispose()
+
+    thread = threading.Thread(target=asyncio.run, args=(run(),))
+    thread.start()
+    return thread
+
+
+def test_typed_errors_and_calls(live_server: str, make_token: Callable[[str, str], str]) -> None:
+    with (
+        ReviewQueueClient(live_server, make_token("ingest", "ingest")) as ingest,
+        ReviewQueueClient(live_server, make_token("alice", "reviewer")) as alice,
+    ):
+        item = ingest.enqueue(
+            idempotency_key="c-1",
+            ledger_entity="ACME",
+            variance_amount=Decimal("1234567890123456.78"),
+            match_decision="PARTIAL",
+            source_hash="h",
+        )
+        assert item.variance_amount == Decimal("1234567890123456.78")
+        with pytest.raises(IdempotencyConflict) as conflict:
+            ingest.enqueue(
+                idempotency_key="c-1",
+                ledger_entity="X",
+                variance_amount="1",
+                match_decision="PARTIAL",
+                source_hash="h",
+            )
+        assert conflict.value.code == "IDEMPOTENCY_CONFLICT" and conflict.value.status == 409
+        (leased,) = alice.lease(1)
+        assert alice.renew(leased.id, lease_token=leased.lease_token).state == "ASSIGNED"
+        done = alice.complete(leased.id, "APPROVED", note="ok", lease_token=leased.lease_token)
+        assert done.outcome == "resolved"
+        assert (
+            alice.complete(leased.id, "APPROVED", lease_token=leased.lease_token).outcome
+            == "already_resolved"
+        )
+        with pytest.raises(LeaseNotHeld):
+            alice.release(leased.id)
+        assert [e.event for e in alice.events(leased.id)] == ["ENQUEUED", "LEASED", "RENEWED", "RESOLVED"]
+        with pytest.raises(NotFound):
+            alice.get(leased.id.__class__(int=0))
+    with ReviewQueueClient(live_server, "rq_nope") as nobody, pytest.raises(Unauthenticated):
+        nobody.lease()
+
+
+def test_work_loop_drains_with_renewals_and_no_double_resolution(
+    short_lease_server: str, make_token: Callable[[str, str], str], sql: psycopg.Connection, db_url: str
+) -> None:
+    total, workers = 300, 6
+    seed_items(sql, total)
+    slow = {f"idem-{n}" for n in range(1, total + 1, 60)}  # 5 items outlive their 1 s lease 3x over
+    handled: list[str] = []
+
+    def handler(item: ItemOut) -> tuple[str, str]:
+        handled.append(str(item.id))
+        if item.idempotency_key in slow:
+            time.sleep(3)
+        return "APPROVED", f"by {threading.current_thread().name}"
+
+    clients = [
+        ReviewQueueClient(short_lease_server, make_token(f"bot-{n}", "reviewer")) for n in range(workers)
+    ]
+    stats: list = []
+
+    def run(client: ReviewQueueClient) -> None:
+        stats.append(client.work(handler, batch_size=5, poll_interval_ms=50, handle_signals=False))
+
+    stop_reclaim = threading.Event()
+    reclaimer = aggressive_reclaimer(db_url, stop_reclaim, grace_s=0.5)
+    threads = [threading.Thread(target=run, args=(c,), name=f"bot-{n}") for n, c in enumerate(clients)]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if (
+            sql.execute("SELECT count(*) FROM review_queue_item WHERE state = 'RESOLVED'").fetchone()[0]
+            == total
+        ):
+            break
+        time.sleep(0.2)
+    for c in clients:
+        c.stop()
+    for t in threads:
+        t.join(timeout=30)
+    stop_reclaim.set()
+    reclaimer.join()
+    for c in clients:
+        c.close()
+
+    resolved = Counter(
+        r[0]
+        for r in sql.execute("SELECT item_id FROM review_queue_event WHERE event = 'RESOLVED'").fetchall()
+    )
+    assert len(resolved) == total, f"{total - len(resolved)} items not resolved"
+    assert max(resolved.values()) == 1, "an item was resolved twice"
+    kinds = Counter(r[0] for r in sql.execute("SELECT event FROM review_queue_event").fetchall())
+    assert kinds["RECLAIMED"] == 0, f"renewals did not keep slow items leased: {kinds}"
+    assert kinds["RENEWED"] >= 5 * 6, kinds  # each slow item renewed about every 1/3 s for 3 s
+    assert sum(s.resolved for s in stats) == total and sum(s.lost for s in stats) == 0, stats
+    assert Counter(handled).most_common(1)[0][1] == 1
+
+
+def test_work_loop_releases_on_handler_error(live_server: str, make_token, sql: psycopg.Connection) -> None:
+    seed_items(sql, 3)
+    with ReviewQueueClient(live_server, make_token("bot", "reviewer")) as client:
+        calls: list[str] = []
+
+        def handler(item: ItemOut) -> str:
+            calls.append(item.idempotency_key)
+            if item.idempotency_key == "idem-2" and calls.count("idem-2") == 1:
+                raise RuntimeError("upstream ledger timed out")
+            if len(calls) >= 4:
+                client.stop()
+            return "APPROVED"
+
+        stats = client.work(handler, batch_size=3, poll_interval_ms=50, handle_signals=False)
+    assert calls == ["idem-1", "idem-2", "idem-3", "idem-2"]
+    assert (stats.resolved, stats.released) == (3, 1)
+    reason = sql.execute(
+        "SELECT details->>'reason' FROM review_queue_event WHERE event = 'RELEASED'"
+    ).fetchone()[0]
+    assert "upstream ledger timed out" in reason
+
+
+def test_async_client_work_loop(live_server: str, make_token, sql: psycopg.Connection) -> None:
+    seed_items(sql, 40)
+    tokens = [make_token(f"a{n}", "reviewer") for n in range(3)]
+
+    def unresolved() -> int:
+        return sql.execute("SELECT count(*) FROM review_queue_item WHERE state <> 'RESOLVED'").fetchone()[0]
+
+    async def main() -> list:
+        async def handler(item: ItemOut) -> str:
+            await asyncio.sleep(0)
+            return "AUTO_OK"
+
+        clients = [AsyncReviewQueueClient(live_server, token) for token in tokens]
+
+        async def run(client: AsyncReviewQueueClient) -> object:
+            task = asyncio.create_task(
+                client.work(handler, batch_size=4, poll_interval_ms=50, handle_signals=False)
+            )
+            while unresolved():  # noqa: ASYNC110 - polling the database, not an in-process event
+                await asyncio.sleep(0.05)
+            client.stop()
+            result = await task
+            await client.aclose()
+            return result
+
+        return await asyncio.gather(*(run(c) for c in clients))
+
+    stats = asyncio.run(main())
+    assert sum(s.resolved for s in stats) == 40
+    rows = sql.execute(
+        "SELECT count(*), count(DISTINCT item_id) FROM review_queue_event WHERE event = 'RESOLVED'"
+    )
+    assert rows.fetchone() == (40, 40)

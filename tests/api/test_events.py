@@ -1,0 +1,125 @@
+"""The append-only audit trail: one event per transition, in the same statement, never edited."""
+
+from collections.abc import Callable
+
+import psycopg
+import pytest
+from fastapi.testclient import TestClient
+
+from tests.api.helpers import assert_problem, item_body
+
+Auth = Callable[[str, str], dict[str, str]]
+
+
+def expire(sql: psycopg.Connection, item_id: str) -> None:
+    sql.execute(
+        "UPDATE review_queue_item SET lease_expires_at = now() - interval '1 hour' WHERE id = %s", (item_id,)
+    )
+
+
+def events(client: TestClient, headers: dict, item_id: str) -> list[tuple]:
+    response = client.get(f"/items/{item_id}/events", headers=headers)
+    assert response.status_code == 200, response.text
+    return [(e["event"], e["actor"], e["lease_epoch"]) for e in response.json()["events"]]
+
+
+def test_full_lifecycle_writes_exactly_its_events(client: TestClient, auth: Auth, sql) -> None:
+    ingest, admin = auth("matcher", "ingest"), auth("ops", "admin")
+    alice, bob = auth("alice", "reviewer"), auth("bob", "reviewer")
+    item = client.post("/items", json=item_body(), headers=ingest).json()
+    item_id = item["id"]
+    client.post("/leases", headers=alice)
+    client.post(f"/items/{item_id}/renew", headers=alice)
+    client.post(f"/items/{item_id}/release", json={"reason": "not mine"}, headers=alice)
+    client.post("/leases", headers=bob)
+    expire(sql, item_id)
+    client.post("/admin/reclaim", headers=admin)
+    (leased,) = client.post("/leases", headers=alice).json()["items"]
+    done = client.post(
+        f"/items/{item_id}/complete",
+        json={"resolution": "APPROVED", "note": "FX", "lease_token": leased["lease_token"]},
+        headers=alice,
+    )
+    assert done.status_code == 200, done.text
+
+    assert events(client, bob, item_id) == [
+        ("ENQUEUED", "matcher", 0),
+        ("LEASED", "alice", 1),
+        ("RENEWED", "alice", 1),
+        ("RELEASED", "alice", 1),
+        ("LEASED", "bob", 2),
+        ("RECLAIMED", "ops", 2),
+        ("LEASED", "alice", 3),
+        ("RESOLVED", "alice", 3),
+    ]
+    full = client.get(f"/items/{item_id}/events", headers=bob).json()["events"]
+    assert all(e["trace_id"] == item["trace_id"] and e["item_id"] == item_id for e in full)
+    assert full[3]["details"] == {"reason": "not mine"}
+    assert full[5]["details"]["cause"] == "lease_expired"
+    assert full[5]["details"]["previous_holder"] == "bob"
+    assert full[7]["details"] == {"resolution": "APPROVED", "note": "FX"}
+    ids = [e["id"] for e in full]
+    assert ids == sorted(ids)
+
+
+def test_no_ops_and_refusals_write_nothing(client: TestClient, auth: Auth) -> None:
+    admin, alice, bob = auth("ops", "admin"), auth("alice", "reviewer"), auth("bob", "reviewer")
+    item_id = client.post("/items", json=item_body(), headers=admin).json()["id"]
+    client.post("/items", json={**item_body(), "idempotency_key": "same"}, headers=admin)
+    before = events(client, admin, item_id)
+    for url, headers in [
+        (f"/items/{item_id}/renew", alice),
+        (f"/items/{item_id}/release", alice),
+        (f"/items/{item_id}/complete", alice),
+    ]:
+        assert (
+            client.post(
+                url, json={"resolution": "X"} if "complete" in url else None, headers=headers
+            ).status_code
+            == 409
+        )
+    client.post("/leases", headers=alice)
+    during = events(client, admin, item_id)
+    for url in (f"/items/{item_id}/renew", f"/items/{item_id}/release"):
+        assert_problem(client.post(url, headers=bob), 409, "LEASE_NOT_HELD")
+    client.post(f"/items/{item_id}/complete", json={"resolution": "OK"}, headers=alice)
+    after_resolve = events(client, admin, item_id)
+    retry = client.post(f"/items/{item_id}/complete", json={"resolution": "OK"}, headers=alice)
+    assert retry.json()["outcome"] == "already_resolved"
+    assert_problem(
+        client.post(f"/items/{item_id}/complete", json={"resolution": "NO"}, headers=alice),
+        409,
+        "RESOLUTION_CONFLICT",
+    )
+    assert client.post("/admin/reclaim", headers=admin).json()["reclaimed"] == 0
+    assert before == [("ENQUEUED", "ops", 0)]
+    assert during == [*before, ("LEASED", "alice", 1)]
+    assert after_resolve == [*during, ("RESOLVED", "alice", 1)]
+    assert events(client, admin, item_id) == after_resolve
+
+
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "UPDATE review_queue_event SET actor = 'mallory'",
+        "DELETE FROM review_queue_event",
+        "TRUNCATE review_queue_event",
+        "TRUNCATE review_queue_event CASCADE",
+    ],
+)
+def test_the_database_refuses_to_edit_events(client: TestClient, auth: Auth, sql, statement: str) -> None:
+    client.post("/items", json=item_body(), headers=auth("ops", "admin"))
+    with pytest.raises(psycopg.errors.InsufficientPrivilege, match="append-only"):
+        sql.execute(statement)
+    assert sql.execute("SELECT count(*), min(actor) FROM review_queue_event").fetchone() == (1, "ops")
+
+
+def test_an_item_with_history_cannot_be_deleted(client: TestClient, auth: Auth, sql) -> None:
+    item_id = client.post("/items", json=item_body(), headers=auth("ops", "admin")).json()["id"]
+    with pytest.raises(psycopg.errors.ForeignKeyViolation):
+        sql.execute("DELETE FROM review_queue_item WHERE id = %s", (item_id,))
+
+
+def test_events_of_unknown_item_is_404(client: TestClient, auth: Auth) -> None:
+    response = client.get("/items/00000000-0000-0000-0000-000000000000/events", headers=auth("a", "reviewer"))
+    assert_problem(response, 404, "NOT_FOUND")
