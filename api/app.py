@@ -6,25 +6,13 @@ from contextlib import asynccontextmanager
 from cachetools import TTLCache
 from fastapi import FastAPI
 
-from api.errors import install_error_handlers
+from api.errors import COMMON_PROBLEMS, install_error_handlers
 from api.middleware import BodyLimit
 from api.routes import admin, health, items, leases
-from api.schemas import Problem
 from api.settings import Settings, get_settings
 from db.engine import create_engine, database_url
 
 MAX_BODY_BYTES = 1024 * 1024
-
-_ERRORS = {
-    status: {"model": Problem, "content": {"application/problem+json": {}}, "description": description}
-    for status, description in {
-        401: "Missing, unknown or revoked token (UNAUTHENTICATED).",
-        403: "The token's role may not do this (FORBIDDEN).",
-        413: "Body over 1 MiB (PAYLOAD_TOO_LARGE).",
-        422: "Invalid request (VALIDATION_ERROR).",
-        503: "Database unavailable, locked or overloaded; retry after Retry-After (DATABASE_UNAVAILABLE).",
-    }.items()
-}
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -60,5 +48,5 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(BodyLimit, max_body_size=MAX_BODY_BYTES)
     app.include_router(health.router)
     for router in (items.router, leases.router, admin.router):
-        app.include_router(router, responses=_ERRORS)  # type: ignore[arg-type]
+        app.include_router(router, responses=COMMON_PROBLEMS)
     return app

@@ -12,6 +12,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from api.schemas import Problem
 from db.errors import DatabaseUnavailable, classify
 
 log = logging.getLogger("review_queue.api")
@@ -36,6 +37,27 @@ PROBLEMS: dict[str, tuple[int, str]] = {
 }
 
 _HTTP_CODES = {status: code for code, (status, _) in PROBLEMS.items()}
+
+
+def problem_responses(*codes: str) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI `responses` documenting these problem codes as application/problem+json."""
+    by_status: dict[int, list[str]] = {}
+    for code in codes:
+        by_status.setdefault(PROBLEMS[code][0], []).append(code)
+    return {
+        status: {
+            "model": Problem,
+            "content": {PROBLEM_JSON: {"schema": {"$ref": "#/components/schemas/Problem"}}},
+            "description": " or ".join(f"`{c}` ({PROBLEMS[c][1].lower()})" for c in names),
+        }
+        for status, names in by_status.items()
+    }
+
+
+# Every authenticated route can answer these.
+COMMON_PROBLEMS = problem_responses(
+    "UNAUTHENTICATED", "FORBIDDEN", "PAYLOAD_TOO_LARGE", "VALIDATION_ERROR", "DATABASE_UNAVAILABLE"
+)
 
 
 class ProblemError(Exception):

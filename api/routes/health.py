@@ -6,8 +6,8 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from api.errors import unavailable
-from api.schemas import Health, Problem
+from api.errors import problem_responses, unavailable
+from api.schemas import Health
 from db.errors import classify
 from db.migrations import current_revision, head_revision
 
@@ -20,9 +20,7 @@ async def healthz() -> Health:
     return Health(status="ok")
 
 
-@router.get(
-    "/readyz", response_model=Health, responses={503: {"model": Problem, "description": "Not ready."}}
-)
+@router.get("/readyz", response_model=Health, responses=problem_responses("DATABASE_UNAVAILABLE"))
 async def readyz(request: Request) -> Health | JSONResponse:
     """The database answers and its schema is at the Alembic head."""
     engine: AsyncEngine = request.app.state.engine

@@ -1,13 +1,13 @@
 """Items: enqueue, read, and the holder's actions (renew, release, complete)."""
 
 from datetime import timedelta
-from typing import Annotated, Any
+from typing import Annotated
 from uuid import UUID
 
 from fastapi import APIRouter, Body, Path, Query, Response, status
 
 from api.deps import AnyRole, Conn, Ingest, Reviewer, SettingsDep
-from api.errors import ProblemError, problem_body
+from api.errors import ProblemError, problem_body, problem_responses
 from api.routing import QueueRoute
 from api.schemas import (
     BatchIn,
@@ -45,7 +45,7 @@ def _conflict_detail(key: str) -> str:
     status_code=status.HTTP_201_CREATED,
     responses={
         200: {"model": ItemOut, "description": "The same key and payload arrived before."},
-        409: {"description": "IDEMPOTENCY_CONFLICT: the key exists with a different payload."},
+        **problem_responses("IDEMPOTENCY_CONFLICT"),
     },
 )
 async def enqueue(body: ItemIn, conn: Conn, principal: Ingest, response: Response) -> ItemOut:
@@ -106,12 +106,12 @@ async def list_items(query: Annotated[ItemQuery, Query()], conn: Conn, principal
     )
 
 
-@router.get("/items/{item_id}")
+@router.get("/items/{item_id}", responses=problem_responses("NOT_FOUND"))
 async def get_item(item_id: ItemId, conn: Conn, principal: AnyRole) -> ItemOut:
     return ItemOut.of(await _existing(conn, item_id), principal.subject)
 
 
-@router.get("/items/{item_id}/events")
+@router.get("/items/{item_id}/events", responses=problem_responses("NOT_FOUND"))
 async def get_events(item_id: ItemId, conn: Conn, _: AnyRole) -> EventsOut:
     """The item's audit trail, oldest first."""
     await _existing(conn, item_id)
@@ -146,12 +146,10 @@ def _held(
     return ItemOut.of(item, principal.subject)
 
 
-_NOT_HELD: dict[int | str, dict[str, Any]] = {
-    409: {"description": "LEASE_NOT_HELD: you do not hold the current lease."}
-}
+_NOT_HELD = problem_responses("NOT_FOUND", "LEASE_NOT_HELD")
 
 
-@router.post("/items/{item_id}/renew", responses={404: {}, **_NOT_HELD})
+@router.post("/items/{item_id}/renew", responses=_NOT_HELD)
 async def renew(
     item_id: ItemId,
     conn: Conn,
@@ -170,7 +168,7 @@ async def renew(
     return _held(outcome, item, item_id, principal)
 
 
-@router.post("/items/{item_id}/release", responses={404: {}, **_NOT_HELD})
+@router.post("/items/{item_id}/release", responses=_NOT_HELD)
 async def release(
     item_id: ItemId, conn: Conn, principal: Reviewer, body: Annotated[ReleaseIn | None, Body()] = None
 ) -> ItemOut:
@@ -188,10 +186,7 @@ async def release(
 
 @router.post(
     "/items/{item_id}/complete",
-    responses={
-        404: {},
-        409: {"description": "LEASE_NOT_HELD, or RESOLUTION_CONFLICT when you resolved it differently."},
-    },
+    responses=problem_responses("NOT_FOUND", "LEASE_NOT_HELD", "RESOLUTION_CONFLICT"),
 )
 async def complete(item_id: ItemId, body: CompleteIn, conn: Conn, principal: Reviewer) -> CompleteOut:
     """Resolve an item you hold. A retry with the same resolution answers `already_resolved`."""
