@@ -1,5 +1,6 @@
 """Dependencies: the one transaction per request, and who is calling."""
 
+import secrets
 from collections.abc import AsyncIterator
 from typing import Annotated
 
@@ -10,7 +11,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from api.errors import ProblemError
 from api.settings import Settings
-from db.engine import set_transaction_timeouts
+from db.engine import transaction
 from db.tokens import Principal, find_principal, hash_token
 
 
@@ -25,12 +26,11 @@ SettingsDep = Annotated[Settings, Depends(get_settings_dep)]
 async def _transaction(request: Request) -> AsyncIterator[AsyncConnection]:
     engine: AsyncEngine = request.app.state.engine
     settings: Settings = request.app.state.settings
-    async with engine.connect() as conn, conn.begin():
-        await set_transaction_timeouts(
-            conn,
-            lock_timeout_ms=settings.pg_lock_timeout_ms,
-            statement_timeout_ms=settings.statement_timeout_ms,
-        )
+    async with transaction(
+        engine,
+        lock_timeout_ms=settings.pg_lock_timeout_ms,
+        statement_timeout_ms=settings.statement_timeout_ms,
+    ) as conn:
         yield conn
 
 
@@ -75,6 +75,25 @@ def _require(*roles: str) -> object:
 
     return Depends(check)
 
+
+async def _metrics_scraper(
+    request: Request,
+    conn: Conn,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+) -> None:
+    # A scraper gets its own token (REVIEW_QUEUE_METRICS_TOKEN) so Prometheus never needs an
+    # API token; without one configured, an admin token is required.
+    expected: str | None = request.app.state.settings.metrics_token
+    if expected is None:
+        principal = await _principal(request, conn, credentials)
+        if principal.role != "admin":
+            raise ProblemError("FORBIDDEN", "metrics need an admin token, or set REVIEW_QUEUE_METRICS_TOKEN")
+        return
+    if credentials is None or not secrets.compare_digest(credentials.credentials.encode(), expected.encode()):
+        raise _unauthenticated("/metrics needs Authorization: Bearer <REVIEW_QUEUE_METRICS_TOKEN>")
+
+
+MetricsScraper = Depends(_metrics_scraper)
 
 AnyRole = Annotated[Principal, _require("reviewer", "ingest", "admin")]
 Reviewer = Annotated[Principal, _require("reviewer", "admin")]

@@ -11,7 +11,8 @@ from typing import Any
 from fastapi import Request, Response
 from fastapi.routing import APIRoute
 
-from db.errors import DatabaseUnavailable, classify, is_retryable
+from api.metrics import DB_UNAVAILABLE, LOCK_TIMEOUTS
+from db.errors import DatabaseUnavailable, classify, is_lock_timeout, is_retryable
 
 log = logging.getLogger("review_queue.api")
 
@@ -54,6 +55,9 @@ class QueueRoute(APIRoute):
                     reason = classify(error)
                     if reason is None:
                         raise
+                    if is_lock_timeout(error):
+                        LOCK_TIMEOUTS.labels(self.path).inc()
+                    DB_UNAVAILABLE.labels(self.path).inc()
                     raise DatabaseUnavailable(reason) from error
             raise AssertionError("unreachable")
 

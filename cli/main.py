@@ -11,10 +11,10 @@ from typing import Annotated, TypeVar
 import typer
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from api.logs import configure_logging
 from api.settings import Settings, get_settings
-from cli import reclaimer
 from db import tokens
-from db.engine import create_engine, database_url, set_transaction_timeouts
+from db.engine import create_engine, database_url, transaction
 from db.migrations import upgrade_head
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
@@ -41,12 +41,11 @@ def in_transaction(fn: Callable[[AsyncConnection], Awaitable[T]]) -> T:
     async def run() -> T:
         engine = create_engine(resolved_url(settings), pool_size=1, max_overflow=0)
         try:
-            async with engine.begin() as conn:
-                await set_transaction_timeouts(
-                    conn,
-                    lock_timeout_ms=settings.pg_lock_timeout_ms,
-                    statement_timeout_ms=settings.statement_timeout_ms,
-                )
+            async with transaction(
+                engine,
+                lock_timeout_ms=settings.pg_lock_timeout_ms,
+                statement_timeout_ms=settings.statement_timeout_ms,
+            ) as conn:
                 return await fn(conn)
         finally:
             await engine.dispose()
@@ -94,9 +93,50 @@ def reclaim(
     once: Annotated[bool, typer.Option("--once", help="Run one drain and exit (the default).")] = True,
 ) -> None:
     """Return expired leases to the queue now, draining batch after batch; prints how many."""
+    from cli import reclaimer
+
     settings = get_settings()
+    configure_logging(settings.log_format, settings.log_level)
     count = asyncio.run(reclaimer.drain_once(settings, resolved_url(settings)))
     typer.echo(f"reclaimed {count}")
+
+
+@app.command("reclaimer")
+def reclaimer_loop() -> None:
+    """Reclaim expired leases every REVIEW_QUEUE_RECLAIM_INTERVAL_S until SIGTERM/SIGINT."""
+    from cli import reclaimer
+
+    settings = get_settings()
+    configure_logging(settings.log_format, settings.log_level)
+    asyncio.run(reclaimer.run_forever(settings, resolved_url(settings)))
+
+
+@app.command()
+def stats() -> None:
+    """Print queue depth, age and leases in flight."""
+    from datetime import timedelta
+
+    from db import stats as queue_stats
+
+    settings = get_settings()
+
+    async def read(conn: AsyncConnection) -> tuple[queue_stats.QueueGauges, int, dict[str, int]]:
+        gauges = await queue_stats.queue_gauges(conn, grace=timedelta(seconds=settings.reclaim_after_s))
+        return gauges, await queue_stats.resolved_count(conn), await queue_stats.open_leases_by_reviewer(conn)
+
+    gauges, resolved, by_reviewer = in_transaction(read)
+    age = f"{gauges.oldest_pending_age_s:.1f} s" if gauges.oldest_pending_age_s is not None else "-"
+    rows = [
+        ("pending", str(gauges.pending)),
+        ("assigned", f"{gauges.assigned} of max_inflight {settings.max_inflight}"),
+        ("resolved", str(resolved)),
+        ("oldest pending age", age),
+        ("expired, not reclaimed", str(gauges.expired_unreclaimed)),
+        ("past the reclaim grace", str(gauges.reclaimable)),
+    ]
+    rows += [(f"  leased by {reviewer}", str(count)) for reviewer, count in by_reviewer.items()]
+    for label, value in rows:
+        typer.echo(f"{label:<26} {value}")
 
 
 @app.command()
@@ -104,8 +144,15 @@ def serve(
     host: Annotated[str | None, typer.Option(help="Bind address (default HOST or 127.0.0.1).")] = None,
     port: Annotated[int | None, typer.Option(help="Port (default PORT or 8000).")] = None,
     workers: Annotated[int | None, typer.Option(help="Uvicorn worker processes.")] = None,
+    with_reclaimer: Annotated[
+        bool, typer.Option("--reclaimer/--no-reclaimer", help="Run the reclaimer as a child process.")
+    ] = True,
 ) -> None:
-    """Migrate, then serve the API (with dev tokens printed when on the embedded database)."""
+    """Migrate, then serve the API beside a reclaimer (dev tokens printed on the embedded database)."""
+    import shutil
+    import subprocess
+    import tempfile
+
     import uvicorn
 
     from cli import devtokens
@@ -115,22 +162,35 @@ def serve(
     upgrade_head(url)
     if settings.database_url is None:
         devtokens.ensure_and_print(settings, host or settings.host, port or settings.port)
-    # Workers (and any child process) must reach the same database without starting
-    # their own embedded server.
+    # Workers and the reclaimer child must reach the same database without starting their own
+    # embedded server, and write their counters where one /metrics scrape sums them all.
     os.environ["DATABASE_URL"] = url
+    metrics_dir = None
+    if "PROMETHEUS_MULTIPROC_DIR" not in os.environ:
+        metrics_dir = tempfile.mkdtemp(prefix="review-queue-metrics-")
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = metrics_dir
     get_settings.cache_clear()
+    child = subprocess.Popen([sys.executable, "-m", "cli", "reclaimer"]) if with_reclaimer else None
     # uvicorn re-raises SIGTERM after its graceful shutdown; exiting through SystemExit
-    # instead lets atexit stop the embedded server when this was its last user.
+    # instead runs the cleanup below and lets atexit stop the embedded server.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    uvicorn.run(
-        "api.app:create_app",
-        factory=True,
-        host=host or settings.host,
-        port=port or settings.port,
-        workers=workers or settings.workers,
-        log_level="warning",
-        timeout_graceful_shutdown=20,
-    )
+    try:
+        uvicorn.run(
+            "api.app:create_app",
+            factory=True,
+            host=host or settings.host,
+            port=port or settings.port,
+            workers=workers or settings.workers,
+            log_config=None,
+            access_log=False,
+            timeout_graceful_shutdown=20,
+        )
+    finally:
+        if child is not None:
+            child.terminate()
+            child.wait(timeout=20)
+        if metrics_dir is not None:
+            shutil.rmtree(metrics_dir, ignore_errors=True)
 
 
 def main() -> None:

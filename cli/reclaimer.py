@@ -1,36 +1,111 @@
-"""Reclaiming abandoned leases outside the request path."""
+"""Reclaiming abandoned leases outside the request path: one drain, or a supervised loop.
 
+The seed: reclaim runs "on its own supervised schedule independent of the worker pool". The
+loop survives the database going away (logs, backs off, carries on), exits cleanly on
+SIGTERM/SIGINT, and any number of reclaimers can run at once: FOR UPDATE SKIP LOCKED hands
+each expired row to exactly one of them.
+"""
+
+import asyncio
+import logging
+import random
+import signal
+import socket
 from datetime import timedelta
 
+from sqlalchemy.ext.asyncio import AsyncEngine
+
 from api.settings import Settings
-from db import queue
-from db.engine import create_engine, set_transaction_timeouts
+from db import queue, stats
+from db.engine import create_engine, transaction
+from db.errors import classify
+
+log = logging.getLogger("review_queue.reclaimer")
 
 RECLAIM_BATCH = 100
-# The audit trail's actor for sweeps not started by a person.
-RECLAIMER = "reclaimer"
+LEAK_WARNING_RATIO = 0.9
+MAX_BACKOFF_S = 30.0
+
+
+def reclaimer_identity() -> str:
+    """The audit trail's actor for sweeps not started by a person."""
+    return f"reclaimer@{socket.gethostname()}"
+
+
+async def drain(engine: AsyncEngine, settings: Settings, *, actor: str) -> int:
+    """Reclaim batch after batch, each its own short transaction, until one comes back short."""
+    total = 0
+    while True:
+        async with transaction(
+            engine,
+            lock_timeout_ms=settings.pg_lock_timeout_ms,
+            statement_timeout_ms=settings.statement_timeout_ms,
+        ) as conn:
+            batch = await queue.reclaim_expired(
+                conn,
+                reclaim_batch=RECLAIM_BATCH,
+                grace=timedelta(seconds=settings.reclaim_after_s),
+                actor=actor,
+            )
+        total += len(batch)
+        if len(batch) < RECLAIM_BATCH:
+            return total
+
+
+async def warn_on_leak(engine: AsyncEngine, settings: Settings) -> None:
+    """Seed: LEASE_LEAK. ASSIGNED rows approaching max_inflight mean leases are not coming back."""
+    async with engine.connect() as conn:
+        gauges = await stats.queue_gauges(conn, grace=timedelta(seconds=settings.reclaim_after_s))
+    ratio = gauges.assigned / settings.max_inflight
+    if ratio > LEAK_WARNING_RATIO:
+        log.warning(
+            "review_queue_lease_leak",
+            extra={
+                "assigned": gauges.assigned,
+                "max_inflight": settings.max_inflight,
+                "inflight_ratio": round(ratio, 3),
+            },
+        )
 
 
 async def drain_once(settings: Settings, url: str) -> int:
-    """Reclaim batch after batch, each its own short transaction, until one comes back short."""
     engine = create_engine(url, pool_size=1, max_overflow=0)
-    total = 0
     try:
-        while True:
-            async with engine.begin() as conn:
-                await set_transaction_timeouts(
-                    conn,
-                    lock_timeout_ms=settings.pg_lock_timeout_ms,
-                    statement_timeout_ms=settings.statement_timeout_ms,
-                )
-                batch = await queue.reclaim_expired(
-                    conn,
-                    reclaim_batch=RECLAIM_BATCH,
-                    grace=timedelta(seconds=settings.reclaim_after_s),
-                    actor=RECLAIMER,
-                )
-            total += len(batch)
-            if len(batch) < RECLAIM_BATCH:
-                return total
+        return await drain(engine, settings, actor=reclaimer_identity())
     finally:
         await engine.dispose()
+
+
+async def run_forever(settings: Settings, url: str, stop: asyncio.Event | None = None) -> None:
+    """Drain every reclaim_interval_s (plus up to 10 % jitter) until stopped or signalled."""
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    engine = create_engine(url, pool_size=1, max_overflow=0, pool_timeout_s=5)
+    actor, failures = reclaimer_identity(), 0
+    log.info("reclaimer_started", extra={"interval_s": settings.reclaim_interval_s, "actor": actor})
+    try:
+        while not stop.is_set():
+            try:
+                reclaimed = await drain(engine, settings, actor=actor)
+                if reclaimed:
+                    log.info("reclaim_drained", extra={"reclaimed": reclaimed})
+                await warn_on_leak(engine, settings)
+                failures = 0
+                delay = settings.reclaim_interval_s * random.uniform(1.0, 1.1)  # noqa: S311 - jitter
+            except Exception as error:  # noqa: BLE001 - a supervised loop must outlive any one failure
+                failures += 1
+                delay = min(MAX_BACKOFF_S, settings.reclaim_interval_s, 0.5 * 2**failures)
+                reason = classify(error)
+                if reason is None:
+                    log.exception("reclaim_failed", extra={"retry_in_s": delay})
+                else:
+                    log.warning("reclaim_database_unavailable", extra={"reason": reason, "retry_in_s": delay})
+            try:
+                await asyncio.wait_for(stop.wait(), delay)
+            except TimeoutError:
+                pass
+    finally:
+        await engine.dispose()
+        log.info("reclaimer_stopped")

@@ -1,9 +1,12 @@
 """Connections: which database, how the pool behaves, and what every transaction sets first."""
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 from sqlalchemy import bindparam, func, select
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from db.embedded import embedded_url
@@ -49,10 +52,33 @@ _SET_TIMEOUTS = select(
 )
 
 
-async def set_transaction_timeouts(
-    conn: AsyncConnection, *, lock_timeout_ms: int, statement_timeout_ms: int
-) -> None:
-    await conn.execute(
-        _SET_TIMEOUTS,
-        {"lock_timeout": f"{lock_timeout_ms}ms", "statement_timeout": f"{statement_timeout_ms}ms"},
+async def _begin(engine: AsyncEngine, timeouts: dict[str, str]) -> AsyncConnection:
+    for attempt in range(2):
+        conn = await engine.connect()
+        try:
+            await conn.begin()
+            await conn.execute(_SET_TIMEOUTS, timeouts)
+            return conn
+        except DBAPIError as error:
+            await conn.close()
+            # A pooled connection that died with a database restart shows up here, on the first
+            # statement, before anything was done: SQLAlchemy has invalidated the pool, so one
+            # more try gets a fresh connection (pre-ping, paid only when it fails).
+            if attempt or not error.connection_invalidated:
+                raise
+    raise AssertionError("unreachable")
+
+
+@asynccontextmanager
+async def transaction(
+    engine: AsyncEngine, *, lock_timeout_ms: int, statement_timeout_ms: int
+) -> AsyncIterator[AsyncConnection]:
+    """One transaction with lock_timeout and statement_timeout set; commits unless an error escapes."""
+    conn = await _begin(
+        engine, {"lock_timeout": f"{lock_timeout_ms}ms", "statement_timeout": f"{statement_timeout_ms}ms"}
     )
+    try:
+        yield conn
+        await conn.commit()
+    finally:
+        await conn.close()  # rolls back whatever was not committed

@@ -10,7 +10,6 @@ Functions take the connection first and never commit: the caller owns the transa
 """
 
 import dataclasses
-import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -36,12 +35,9 @@ from sqlalchemy.dialects.postgresql import UUID as PG_UUID
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql.selectable import CTE
 
+from db import telemetry
 from db.tables import review_queue_event as event
 from db.tables import review_queue_item as item
-
-# The seed's logger and event names; each state change is logged here, beside the statement
-# that made it, so the API and the reclaimer log it identically.
-log = logging.getLogger("reconciliation.review_queue.lease")
 
 # Inline constants, not bind parameters: the planner can only match the partial indexes
 # (WHERE state = 'PENDING' ...) against a literal it can see in every plan.
@@ -75,15 +71,6 @@ _ITEM_COLUMNS = [item.c[name] for name in _ITEM_FIELDS]
 
 def _item(row: Row[Any]) -> Item:
     return Item(**{name: row._mapping[name] for name in _ITEM_FIELDS})
-
-
-def _fields(row: "Item | Reclaimed") -> dict[str, str]:
-    return {
-        "trace_id": str(row.trace_id),
-        "source_hash": row.source_hash,
-        "match_decision": row.match_decision,
-        "item_id": str(row.id),
-    }
 
 
 def _logged(changed: CTE, name: str, *, details: ColumnElement[Any] | None = None) -> CTE:
@@ -204,6 +191,7 @@ async def enqueue_items(
         "actor": actor,
     }
     created = {i.idempotency_key: i for i in map(_item, await conn.execute(_ENQUEUE, params))}
+    telemetry.enqueued(len(created))
     missing = [k for k in first if k not in created]
     stored = dict(created)
     if missing:
@@ -276,8 +264,7 @@ async def lease_items(
     )
     # RETURNING has no order; callers get the queue order.
     items = sorted(map(_item, result), key=lambda i: (i.created_at, i.id))
-    for leased in items:
-        log.info("review_item_leased", extra={**_fields(leased), "worker_id": reviewer})
+    telemetry.leased(items, reviewer)
     return items
 
 
@@ -374,7 +361,10 @@ async def release_lease(
     conn: AsyncConnection, *, item_id: UUID, reviewer: str, lease_epoch: int | None, reason: str | None
 ) -> tuple[HolderOutcome, Item | None]:
     params = {"item_id": item_id, "actor": reviewer, "fence_epoch": lease_epoch, "reason": reason}
-    return await _holder_change(conn, _RELEASE, params)
+    outcome, current = await _holder_change(conn, _RELEASE, params)
+    if outcome == "done" and current is not None:
+        telemetry.released(current, reviewer, reason)
+    return outcome, current
 
 
 CompleteOutcome = Literal[
@@ -400,15 +390,12 @@ async def complete_item(
     }
     outcome, current = await _holder_change(conn, _COMPLETE, params)
     if outcome == "done" and current is not None:
-        log.info(
-            "review_item_resolved",
-            extra={
-                **_fields(current),
-                "worker_id": reviewer,
-                "idempotency_key": current.idempotency_key,
-                "resolution": resolution,
-                "resolved_at": current.resolved_at.isoformat() if current.resolved_at else None,
-            },
+        telemetry.resolved(
+            current,
+            reviewer,
+            idempotency_key=current.idempotency_key,
+            resolution=resolution,
+            resolved_at=current.resolved_at.isoformat() if current.resolved_at else None,
         )
         return "resolved", current
     if current is None:
@@ -418,9 +405,7 @@ async def complete_item(
     retry = current.state == "RESOLVED" and current.resolved_by == reviewer
     if retry and lease_epoch in (None, current.lease_epoch):
         result = "already_resolved" if current.resolution == resolution else "resolution_conflict"
-    log.info(
-        "review_item_completion_noop", extra={**_fields(current), "worker_id": reviewer, "reason": result}
-    )
+    telemetry.completion_noop(current, reviewer, result)
     return result, current
 
 
@@ -491,9 +476,7 @@ async def reclaim_expired(
         for r in rows
     ]
     for row in reclaimed:
-        log.warning(
-            "review_item_lease_reclaimed", extra={**_fields(row), "previous_holder": row.previous_holder}
-        )
+        telemetry.reclaimed(row, previous_holder=row.previous_holder, reclaimed_by=actor)
     return reclaimed
 
 

@@ -1,0 +1,59 @@
+"""Structured logs: one JSON object per line on stdout (structlog), or readable text.
+
+The code logs through the standard library (`log.info("review_item_leased", extra={...})`,
+as the seed does); structlog's ProcessorFormatter renders every record, ours, uvicorn's and
+SQLAlchemy's alike, with the `extra` fields, a UTC timestamp and the request id.
+"""
+
+import logging
+import sys
+from typing import Any
+
+import orjson
+import structlog
+from asgi_correlation_id import correlation_id
+
+
+def _request_id(_: Any, __: str, event: dict[str, Any]) -> dict[str, Any]:
+    request_id = correlation_id.get()
+    if request_id is not None:
+        event.setdefault("request_id", request_id)
+    return event
+
+
+def _dumps(value: Any, **_: Any) -> str:
+    return orjson.dumps(value, default=str).decode()
+
+
+def configure_logging(fmt: str = "json", level: str = "INFO") -> None:
+    shared: list[Any] = [
+        structlog.stdlib.add_log_level,
+        structlog.stdlib.add_logger_name,
+        structlog.processors.TimeStamper(fmt="iso", utc=True),
+        structlog.stdlib.ExtraAdder(),
+        _request_id,
+    ]
+    renderer: Any = (
+        structlog.processors.JSONRenderer(serializer=_dumps)
+        if fmt == "json"
+        else structlog.dev.ConsoleRenderer(colors=False)
+    )
+    formatter = structlog.stdlib.ProcessorFormatter(
+        foreign_pre_chain=shared,
+        processors=[
+            structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+            structlog.processors.format_exc_info,
+            renderer,
+        ],
+    )
+    handler = logging.StreamHandler(sys.stdout)
+    handler.setFormatter(formatter)
+    root = logging.getLogger()
+    root.handlers = [handler]
+    root.setLevel(level)
+    # uvicorn's own lines go through the same formatter; its access log is replaced by ours
+    # (api/middleware.py), which carries the request id and the route.
+    for name in ("uvicorn", "uvicorn.error"):
+        logging.getLogger(name).handlers = []
+        logging.getLogger(name).propagate = True
+    logging.getLogger("uvicorn.access").disabled = True

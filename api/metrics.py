@@ -1,0 +1,114 @@
+"""HTTP metrics, the access log, and the Prometheus exposition of everything."""
+
+import logging
+import os
+import time
+from collections.abc import Iterator
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.multiprocess import MultiProcessCollector
+from prometheus_client.registry import REGISTRY, Collector
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from db.stats import QueueGauges
+
+log = logging.getLogger("review_queue.access")
+
+REQUESTS = Counter(
+    "review_queue_http_requests_total",
+    "HTTP requests by route template and status.",
+    ["method", "route", "status"],
+)
+LATENCY = Histogram(
+    "review_queue_http_request_duration_seconds",
+    "HTTP request latency by route template.",
+    ["method", "route"],
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+)
+# Seed: LOCK_CONTENTION. A table-level lock elsewhere made a request hit lock_timeout.
+LOCK_TIMEOUTS = Counter(
+    "review_queue_lock_timeouts_total", "Requests that hit PostgreSQL lock_timeout (503).", ["route"]
+)
+DB_UNAVAILABLE = Counter(
+    "review_queue_database_unavailable_total", "Requests answered 503 DATABASE_UNAVAILABLE.", ["route"]
+)
+
+
+class AccessLog:
+    """One log line and one metrics sample per request, labelled by route template."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status = 500
+
+        async def send_and_watch(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_and_watch)
+        finally:
+            elapsed = time.perf_counter() - started
+            route = getattr(scope.get("route"), "path", "unmatched")  # never the raw path: bounded labels
+            REQUESTS.labels(scope["method"], route, str(status)).inc()
+            LATENCY.labels(scope["method"], route).observe(elapsed)
+            log.info(
+                "http_request",
+                extra={
+                    "method": scope["method"],
+                    "path": scope["path"],
+                    "route": route,
+                    "status": status,
+                    "duration_ms": round(elapsed * 1000, 2),
+                    "client": (scope.get("client") or ("?",))[0],
+                },
+            )
+
+
+class _QueueCollector(Collector):
+    def __init__(self, gauges: QueueGauges, max_inflight: int) -> None:
+        self.gauges, self.max_inflight = gauges, max_inflight
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        g = self.gauges
+        yield GaugeMetricFamily(
+            "review_queue_pending_items", "Items waiting for a reviewer.", value=g.pending
+        )
+        yield GaugeMetricFamily("review_queue_assigned_items", "Items leased right now.", value=g.assigned)
+        yield GaugeMetricFamily(
+            "review_queue_expired_unreclaimed_items",
+            "Leases past lease_expires_at still ASSIGNED (seed: LEASE_LEAK, STARVATION).",
+            value=g.expired_unreclaimed,
+        )
+        yield GaugeMetricFamily(
+            "review_queue_oldest_pending_age_seconds",
+            "Age of the oldest PENDING item; 0 when none (seed: STARVATION).",
+            value=g.oldest_pending_age_s or 0.0,
+        )
+        yield GaugeMetricFamily(
+            "review_queue_inflight_ratio",
+            "ASSIGNED items / REVIEW_QUEUE_MAX_INFLIGHT (seed: LEASE_LEAK; alert above 0.9).",
+            value=g.assigned / self.max_inflight,
+        )
+
+
+def exposition(gauges: QueueGauges, max_inflight: int) -> bytes:
+    """Counters of this process (or of all processes, in multiprocess mode) plus queue gauges."""
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        registry = CollectorRegistry()
+        MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+        counters = generate_latest(registry)
+    else:
+        counters = generate_latest(REGISTRY)
+    queue = CollectorRegistry()
+    queue.register(_QueueCollector(gauges, max_inflight))
+    return counters + generate_latest(queue)

@@ -1,0 +1,62 @@
+"""Operators' views: queue statistics and Prometheus metrics."""
+
+from datetime import timedelta
+
+from fastapi import APIRouter
+from fastapi.responses import Response
+from pydantic import BaseModel, Field
+
+from api.deps import Conn, MetricsScraper, Reviewer, SettingsDep
+from api.errors import problem_responses
+from api.metrics import exposition
+from api.routing import QueueRoute
+from db import stats
+
+router = APIRouter(route_class=QueueRoute, tags=["operations"])
+
+
+class StatsOut(BaseModel):
+    counts: dict[str, int] = Field(description="Items by state: PENDING, ASSIGNED, RESOLVED.")
+    oldest_pending_age_s: float | None = Field(description="Seconds the oldest PENDING item has waited.")
+    assigned: int
+    max_inflight: int
+    inflight_ratio: float = Field(description="assigned / max_inflight; above 0.9 the reclaimer warns.")
+    expired_unreclaimed: int = Field(description="ASSIGNED rows whose lease_expires_at has passed.")
+    reclaimable: int = Field(description="... and whose reclaim grace (reclaim_after_s) has passed too.")
+    open_leases_by_reviewer: dict[str, int]
+
+
+@router.get("/stats")
+async def get_stats(conn: Conn, _: Reviewer, settings: SettingsDep) -> StatsOut:
+    """Queue depth, age, leases in flight and per reviewer (roles reviewer, admin)."""
+    gauges = await stats.queue_gauges(conn, grace=timedelta(seconds=settings.reclaim_after_s))
+    return StatsOut(
+        counts={
+            "PENDING": gauges.pending,
+            "ASSIGNED": gauges.assigned,
+            "RESOLVED": await stats.resolved_count(conn),
+        },
+        oldest_pending_age_s=gauges.oldest_pending_age_s,
+        assigned=gauges.assigned,
+        max_inflight=settings.max_inflight,
+        inflight_ratio=gauges.assigned / settings.max_inflight,
+        expired_unreclaimed=gauges.expired_unreclaimed,
+        reclaimable=gauges.reclaimable,
+        open_leases_by_reviewer=await stats.open_leases_by_reviewer(conn),
+    )
+
+
+@router.get(
+    "/metrics",
+    dependencies=[MetricsScraper],
+    response_class=Response,
+    responses={
+        200: {"content": {"text/plain; version=0.0.4": {}}, "description": "Prometheus text format."},
+        **problem_responses("UNAUTHENTICATED", "FORBIDDEN", "DATABASE_UNAVAILABLE"),
+    },
+)
+async def metrics(conn: Conn, settings: SettingsDep) -> Response:
+    """Prometheus metrics (REVIEW_QUEUE_METRICS_TOKEN, or an admin token)."""
+    gauges = await stats.queue_gauges(conn, grace=timedelta(seconds=settings.reclaim_after_s))
+    body = exposition(gauges, settings.max_inflight)
+    return Response(body, media_type="text/plain; version=0.0.4; charset=utf-8")

@@ -1,0 +1,69 @@
+"""Queue health in a few indexed queries: depth, age of the oldest waiting item, leases in flight."""
+
+from dataclasses import dataclass
+from datetime import timedelta
+
+from sqlalchemy import ColumnElement, Interval, ScalarSelect, bindparam, extract, func, select
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from db.queue import ASSIGNED, PENDING, RESOLVED
+from db.tables import review_queue_item as item
+
+
+@dataclass(frozen=True, slots=True)
+class QueueGauges:
+    pending: int
+    assigned: int
+    expired_unreclaimed: int  # lease_expires_at has passed, the row is still ASSIGNED
+    reclaimable: int  # ... and the reclaim grace has passed too
+    oldest_pending_age_s: float | None
+
+
+def _count(*where: ColumnElement[bool]) -> ScalarSelect[int]:
+    return select(func.count()).where(*where).scalar_subquery()
+
+
+# Every subquery matches a partial index (pending rows, assigned rows), so the cost follows the
+# live queue, not the resolved history.
+_GAUGES = select(
+    _count(item.c.state == PENDING).label("pending"),
+    _count(item.c.state == ASSIGNED).label("assigned"),
+    _count(item.c.state == ASSIGNED, item.c.lease_expires_at < func.now()).label("expired"),
+    _count(
+        item.c.state == ASSIGNED,
+        item.c.lease_expires_at < func.now() - bindparam("grace", type_=Interval),
+    ).label("reclaimable"),
+    select(extract("epoch", func.now() - func.min(item.c.created_at)))
+    .where(item.c.state == PENDING)
+    .scalar_subquery()
+    .label("oldest_pending_age_s"),
+)
+
+
+async def queue_gauges(conn: AsyncConnection, *, grace: timedelta) -> QueueGauges:
+    row = (await conn.execute(_GAUGES, {"grace": grace})).one()
+    age = row.oldest_pending_age_s
+    return QueueGauges(
+        pending=row.pending,
+        assigned=row.assigned,
+        expired_unreclaimed=row.expired,
+        reclaimable=row.reclaimable,
+        oldest_pending_age_s=float(age) if age is not None else None,
+    )
+
+
+_RESOLVED = select(func.count()).where(item.c.state == RESOLVED)
+_BY_REVIEWER = (
+    select(item.c.leased_by, func.count())
+    .where(item.c.state == ASSIGNED)
+    .group_by(item.c.leased_by)
+    .order_by(func.count().desc(), item.c.leased_by)
+)
+
+
+async def resolved_count(conn: AsyncConnection) -> int:
+    return int(await conn.scalar(_RESOLVED) or 0)
+
+
+async def open_leases_by_reviewer(conn: AsyncConnection) -> dict[str, int]:
+    return {reviewer: count for reviewer, count in await conn.execute(_BY_REVIEWER)}

@@ -1,0 +1,80 @@
+"""What every state change reports: the seed's log line and a Prometheus counter.
+
+Both are emitted beside the statement that made the change (db/queue.py), so the API, the
+reclaimer and the CLI report a transition identically. In multiprocess mode
+(PROMETHEUS_MULTIPROC_DIR, set by `review-queue serve`) the counters of every API worker and
+the reclaimer child are summed at scrape time.
+"""
+
+import logging
+from collections.abc import Iterable
+from typing import Any, Protocol
+from uuid import UUID
+
+from prometheus_client import Counter
+
+# The seed's logger name and event names.
+log = logging.getLogger("reconciliation.review_queue.lease")
+
+ENQUEUED = Counter("review_queue_items_enqueued_total", "Items created by POST /items or /items/batch.")
+LEASED = Counter("review_queue_items_leased_total", "Leases handed out (one per item).")
+RENEWED = Counter("review_queue_items_renewed_total", "Lease renewals (heartbeats).")
+RELEASED = Counter("review_queue_items_released_total", "Items handed back by their holder.")
+RECLAIMED = Counter("review_queue_items_reclaimed_total", "Expired leases returned to the queue.")
+RESOLVED = Counter("review_queue_items_resolved_total", "Items resolved, by resolution.", ["resolution"])
+
+
+class _Row(Protocol):
+    @property
+    def id(self) -> UUID: ...
+    @property
+    def trace_id(self) -> UUID: ...
+    @property
+    def source_hash(self) -> str: ...
+    @property
+    def match_decision(self) -> str: ...
+
+
+def fields(row: _Row, **extra: Any) -> dict[str, Any]:
+    """The seed's log fields for one item."""
+    return {
+        "trace_id": str(row.trace_id),
+        "source_hash": row.source_hash,
+        "match_decision": row.match_decision,
+        "item_id": str(row.id),
+        **extra,
+    }
+
+
+def enqueued(count: int) -> None:
+    ENQUEUED.inc(count)
+
+
+def leased(items: Iterable[_Row], reviewer: str) -> None:
+    for item in items:
+        LEASED.inc()
+        log.info("review_item_leased", extra=fields(item, worker_id=reviewer))
+
+
+def renewed(item: _Row, reviewer: str) -> None:
+    RENEWED.inc()
+    log.info("review_item_lease_renewed", extra=fields(item, worker_id=reviewer))
+
+
+def released(item: _Row, reviewer: str, reason: str | None) -> None:
+    RELEASED.inc()
+    log.info("review_item_released", extra=fields(item, worker_id=reviewer, reason=reason))
+
+
+def resolved(item: _Row, reviewer: str, **extra: Any) -> None:
+    RESOLVED.labels(resolution=extra.get("resolution", "")).inc()
+    log.info("review_item_resolved", extra=fields(item, worker_id=reviewer, **extra))
+
+
+def completion_noop(item: _Row, reviewer: str, reason: str) -> None:
+    log.info("review_item_completion_noop", extra=fields(item, worker_id=reviewer, reason=reason))
+
+
+def reclaimed(item: _Row, **extra: Any) -> None:
+    RECLAIMED.inc()
+    log.warning("review_item_lease_reclaimed", extra=fields(item, **extra))
