@@ -7,6 +7,7 @@ each expired row to exactly one of them.
 """
 
 import asyncio
+import contextlib
 import logging
 import random
 import signal
@@ -94,7 +95,7 @@ async def run_forever(settings: Settings, url: str, stop: asyncio.Event | None =
                 await warn_on_leak(engine, settings)
                 failures = 0
                 delay = settings.reclaim_interval_s * random.uniform(1.0, 1.1)  # noqa: S311 - jitter
-            except Exception as error:  # noqa: BLE001 - a supervised loop must outlive any one failure
+            except Exception as error:
                 failures += 1
                 delay = min(MAX_BACKOFF_S, settings.reclaim_interval_s, 0.5 * 2**failures)
                 reason = classify(error)
@@ -102,10 +103,8 @@ async def run_forever(settings: Settings, url: str, stop: asyncio.Event | None =
                     log.exception("reclaim_failed", extra={"retry_in_s": delay})
                 else:
                     log.warning("reclaim_database_unavailable", extra={"reason": reason, "retry_in_s": delay})
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), delay)
-            except TimeoutError:
-                pass
     finally:
         await engine.dispose()
         log.info("reclaimer_stopped")
