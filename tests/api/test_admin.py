@@ -6,6 +6,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from tests.api.helpers import assert_problem, item_body
+from tests.support import backdate_lease
 
 Auth = Callable[[str, str], dict[str, str]]
 
@@ -15,20 +16,13 @@ def admin(auth: Auth) -> dict[str, str]:
     return auth("root", "admin")
 
 
-def backdate(sql, item_id: str, seconds: int) -> None:
-    sql.execute(
-        "UPDATE review_queue_item SET lease_expires_at = now() - make_interval(secs => %s) WHERE id = %s",
-        (seconds, item_id),
-    )
-
-
 def test_reclaim_then_late_completion_loses_and_new_holder_wins(
     client: TestClient, admin: dict, auth: Auth, sql
 ) -> None:
     alice, bob = auth("alice", "reviewer"), auth("bob", "reviewer")
     client.post("/items", json=item_body(), headers=admin)
     (item,) = client.post("/leases", headers=alice).json()["items"]
-    backdate(sql, item["id"], 46)  # past the 45 s grace
+    backdate_lease(sql, item["id"], seconds=46)  # past the 45 s grace
 
     response = client.post("/admin/reclaim", headers=admin)
     assert response.status_code == 200
@@ -52,7 +46,7 @@ def test_inside_the_grace_nothing_is_reclaimed(client: TestClient, admin: dict, 
     alice = auth("alice", "reviewer")
     client.post("/items", json=item_body(), headers=admin)
     (item,) = client.post("/leases", headers=alice).json()["items"]
-    backdate(sql, item["id"], 40)  # expired, but within reclaim_after_s
+    backdate_lease(sql, item["id"], seconds=40)  # expired, but within reclaim_after_s
     assert client.post("/admin/reclaim", headers=admin).json() == {"reclaimed": 0, "items": []}
     assert client.get(f"/items/{item['id']}", headers=admin).json()["state"] == "ASSIGNED"
 
@@ -62,7 +56,7 @@ def test_reclaim_batch_bounds_the_sweep(client: TestClient, admin: dict, auth: A
     for _ in range(5):
         client.post("/items", json=item_body(), headers=admin)
     client.post("/leases", headers=alice)
-    sql.execute("UPDATE review_queue_item SET lease_expires_at = now() - interval '1 hour'")
+    backdate_lease(sql)
     assert client.post("/admin/reclaim", json={"reclaim_batch": 2}, headers=admin).json()["reclaimed"] == 2
     assert client.post("/admin/reclaim", json={"reclaim_batch": 1000}, headers=admin).json()["reclaimed"] == 3
 

@@ -23,7 +23,7 @@ from api.schemas import ItemOut
 from db import queue
 from db.engine import create_engine
 from tests.conftest import start_server, stop_server
-from tests.db.test_queue import seed_items
+from tests.support import seed_items
 
 
 @pytest.fixture

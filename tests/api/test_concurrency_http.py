@@ -8,7 +8,7 @@ import httpx
 import psycopg
 
 from tests.conftest import LONG
-from tests.db.test_queue import seed_items
+from tests.support import seed_items
 
 
 def test_concurrent_http_clients_resolve_every_item_exactly_once(

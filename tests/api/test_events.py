@@ -7,14 +7,9 @@ import pytest
 from fastapi.testclient import TestClient
 
 from tests.api.helpers import assert_problem, item_body
+from tests.support import backdate_lease
 
 Auth = Callable[[str, str], dict[str, str]]
-
-
-def expire(sql: psycopg.Connection, item_id: str) -> None:
-    sql.execute(
-        "UPDATE review_queue_item SET lease_expires_at = now() - interval '1 hour' WHERE id = %s", (item_id,)
-    )
 
 
 def events(client: TestClient, headers: dict, item_id: str) -> list[tuple]:
@@ -32,7 +27,7 @@ def test_full_lifecycle_writes_exactly_its_events(client: TestClient, auth: Auth
     client.post(f"/items/{item_id}/renew", headers=alice)
     client.post(f"/items/{item_id}/release", json={"reason": "not mine"}, headers=alice)
     client.post("/leases", headers=bob)
-    expire(sql, item_id)
+    backdate_lease(sql, item_id)
     client.post("/admin/reclaim", headers=admin)
     (leased,) = client.post("/leases", headers=alice).json()["items"]
     done = client.post(

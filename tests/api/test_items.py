@@ -8,6 +8,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from tests.api.helpers import assert_problem, item_body
+from tests.support import backdate_lease
 
 Auth = Callable[[str, str], dict[str, str]]
 
@@ -270,7 +271,7 @@ class TestComplete:
     ) -> None:
         enqueue(client, ingest)
         leased = lease_one(client, alice)
-        sql.execute("UPDATE review_queue_item SET lease_expires_at = now() - interval '1 hour'")
+        backdate_lease(sql)
         response = client.post(
             f"/items/{leased['id']}/complete", json={"resolution": "APPROVED"}, headers=alice
         )

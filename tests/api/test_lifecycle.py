@@ -13,6 +13,7 @@ from fastapi.testclient import TestClient
 from api.app import create_app
 from tests.api.helpers import assert_problem, item_body
 from tests.conftest import make_settings
+from tests.support import backdate_lease
 
 Auth = Callable[[str, str], dict[str, str]]
 
@@ -42,20 +43,13 @@ def lease(client: TestClient, headers: dict, batch_size: int = 1) -> list[dict]:
     return response.json()["items"]
 
 
-def expire(sql: psycopg.Connection, item_id: str, seconds: int = 3600) -> None:
-    sql.execute(
-        "UPDATE review_queue_item SET lease_expires_at = now() - make_interval(secs => %s) WHERE id = %s",
-        (seconds, item_id),
-    )
-
-
 class TestFencing:
     def test_same_reviewer_stale_token_is_refused(self, client: TestClient, admin, alice, sql) -> None:
         enqueue(client, admin)
         (first,) = lease(client, alice)
         t1 = first["lease_token"]
         assert first["attempts"] == 1 and t1
-        expire(sql, first["id"])
+        backdate_lease(sql, first["id"])
         assert client.post("/admin/reclaim", headers=admin).json()["reclaimed"] == 1
         (second,) = lease(client, alice)
         t2 = second["lease_token"]
@@ -106,7 +100,7 @@ class TestRenew:
     ) -> None:
         enqueue(client, admin)
         (item,) = lease(client, alice)
-        expire(sql, item["id"])
+        backdate_lease(sql, item["id"])
         renewed = client.post(
             f"/items/{item['id']}/renew", json={"lease_token": item["lease_token"]}, headers=alice
         )
@@ -122,7 +116,7 @@ class TestRenew:
         assert_problem(client.post(f"/items/{pending['id']}/renew", headers=alice), 409, "LEASE_NOT_HELD")
         (item,) = lease(client, alice)
         assert_problem(client.post(f"/items/{item['id']}/renew", headers=bob), 409, "LEASE_NOT_HELD")
-        expire(sql, item["id"])
+        backdate_lease(sql, item["id"])
         client.post("/admin/reclaim", headers=admin)
         assert_problem(client.post(f"/items/{item['id']}/renew", headers=alice), 409, "LEASE_NOT_HELD")
         unknown = client.post("/items/00000000-0000-0000-0000-000000000000/renew", headers=alice)

@@ -14,26 +14,13 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from db import queue
 from db.engine import create_engine
 from tests.conftest import LONG
+from tests.support import backdate_lease, seed_items
 
 pytestmark = pytest.mark.anyio
 
 LEASE = timedelta(seconds=30)
 GRACE = timedelta(seconds=45)
 CAP = 10_000
-
-
-def seed_items(sql: psycopg.Connection, count: int, *, amount: str = "12.50") -> None:
-    # created_at strictly increasing so "oldest first" is well defined.
-    sql.execute(
-        """
-        INSERT INTO review_queue_item
-            (idempotency_key, ledger_entity, variance_amount, match_decision, source_hash, created_at)
-        SELECT 'idem-' || i, 'ACME-CORP', %s::numeric, 'UNMATCHED', 'hash-' || i,
-               now() - interval '1 hour' + i * interval '1 millisecond'
-        FROM generate_series(1, %s) AS i
-        """,
-        (amount, count),
-    )
 
 
 @pytest.fixture
@@ -164,14 +151,8 @@ async def test_reclaim_returns_only_leases_past_the_grace(
     seed_items(sql, 3)
     leased = await lease(engine, "alice", 3)
     stale, fresh_expired, live = leased
-    sql.execute(
-        "UPDATE review_queue_item SET lease_expires_at = now() - interval '46 seconds' WHERE id = %s",
-        (stale.id,),
-    )
-    sql.execute(
-        "UPDATE review_queue_item SET lease_expires_at = now() - interval '44 seconds' WHERE id = %s",
-        (fresh_expired.id,),
-    )
+    backdate_lease(sql, stale.id, seconds=46)
+    backdate_lease(sql, fresh_expired.id, seconds=44)
     async with engine.begin() as conn:
         reclaimed = await queue.reclaim_expired(conn, reclaim_batch=100, grace=GRACE, actor="reclaimer")
     assert [r.id for r in reclaimed] == [stale.id]
@@ -192,10 +173,7 @@ async def test_reclaim_is_oldest_expiry_first_and_bounded(
     seed_items(sql, 5)
     leased = await lease(engine, "alice", 5)
     for age, item in zip([100, 300, 200, 500, 400], leased, strict=True):
-        sql.execute(
-            "UPDATE review_queue_item SET lease_expires_at = now() - make_interval(secs => %s) WHERE id = %s",
-            (age, item.id),
-        )
+        backdate_lease(sql, item.id, seconds=age)
     async with engine.begin() as conn:
         reclaimed = await queue.reclaim_expired(conn, reclaim_batch=3, grace=GRACE, actor="reclaimer")
     assert [r.id for r in reclaimed] == [leased[3].id, leased[4].id, leased[1].id]
@@ -206,7 +184,7 @@ async def test_reclaim_skips_a_row_locked_by_a_completion_in_flight(
 ) -> None:
     seed_items(sql, 1)
     (item,) = await lease(engine, "alice", 1)
-    sql.execute("UPDATE review_queue_item SET lease_expires_at = now() - interval '1 hour'")
+    backdate_lease(sql)
     async with engine.connect() as holder:
         tx = await holder.begin()
         outcome, _ = await queue.complete_item(
@@ -227,7 +205,7 @@ async def test_late_completion_after_reclaim_matches_nothing(
 ) -> None:
     seed_items(sql, 1)
     (item,) = await lease(engine, "alice", 1)
-    sql.execute("UPDATE review_queue_item SET lease_expires_at = now() - interval '1 hour'")
+    backdate_lease(sql)
     async with engine.begin() as conn:
         assert len(await queue.reclaim_expired(conn, reclaim_batch=10, grace=GRACE, actor="reclaimer")) == 1
     (again,) = await lease(engine, "bob", 1)

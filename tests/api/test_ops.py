@@ -1,0 +1,189 @@
+"""Operations: /stats, /metrics, lock contention, an exhausted pool, retries, request ids, CORS."""
+
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+
+import psycopg
+import pytest
+from fastapi.testclient import TestClient
+from prometheus_client.parser import text_string_to_metric_families
+
+from api.app import create_app
+from tests.api.helpers import assert_problem, item_body
+from tests.conftest import libpq, make_settings
+from tests.support import backdate_lease
+
+Auth = Callable[[str, str], dict[str, str]]
+
+
+def scrape(client: TestClient, headers: dict) -> dict[str, float]:
+    response = client.get("/metrics", headers=headers)
+    assert response.status_code == 200, response.text
+    assert response.headers["content-type"].startswith("text/plain")
+    samples = {}
+    for family in text_string_to_metric_families(response.text):
+        for sample in family.samples:
+            labels = ",".join(f"{k}={v}" for k, v in sorted(sample.labels.items()))
+            samples[f"{sample.name}{{{labels}}}" if labels else sample.name] = sample.value
+    return samples
+
+
+def test_metrics_parse_and_move_with_a_scripted_sequence(client: TestClient, auth: Auth, sql) -> None:
+    admin, alice = auth("ops", "admin"), auth("alice", "reviewer")
+    before = scrape(client, admin)
+    for _ in range(3):
+        client.post("/items", json=item_body(), headers=admin)
+    leased = client.post("/leases", json={"batch_size": 3}, headers=alice).json()["items"]
+    assert client.post(f"/items/{leased[0]['id']}/renew", headers=alice).status_code == 200
+    client.post(f"/items/{leased[0]['id']}/complete", json={"resolution": "APPROVED"}, headers=alice)
+    client.post(f"/items/{leased[1]['id']}/release", headers=alice)
+    backdate_lease(sql, leased[2]["id"])
+    client.post("/admin/reclaim", headers=admin)
+    after = scrape(client, admin)
+
+    def delta(name: str) -> float:
+        return after.get(name, 0) - before.get(name, 0)
+
+    assert delta("review_queue_items_enqueued_total") == 3
+    assert delta("review_queue_items_leased_total") == 3
+    assert delta("review_queue_items_renewed_total") == 1
+    assert delta("review_queue_items_resolved_total{resolution=APPROVED}") == 1
+    assert delta("review_queue_items_released_total") == 1
+    assert delta("review_queue_items_reclaimed_total") == 1
+    assert delta("review_queue_http_requests_total{method=POST,route=/leases,status=200}") == 1
+    assert delta("review_queue_http_request_duration_seconds_count{method=POST,route=/items}") == 3
+    assert after["review_queue_pending_items"] == 2
+    assert after["review_queue_assigned_items"] == 0
+    assert after["review_queue_oldest_pending_age_seconds"] > 0
+    assert after["review_queue_inflight_ratio"] == 0
+
+
+def test_metrics_access(db_url: str, auth: Auth) -> None:
+    with TestClient(create_app(make_settings(db_url))) as client:
+        assert_problem(client.get("/metrics"), 401, "UNAUTHENTICATED")
+        assert_problem(client.get("/metrics", headers=auth("r", "reviewer")), 403, "FORBIDDEN")
+        assert client.get("/metrics", headers=auth("a", "admin")).status_code == 200
+    with TestClient(create_app(make_settings(db_url, metrics_token="s3cret-scrape"))) as client:
+        assert client.get("/metrics", headers={"Authorization": "Bearer s3cret-scrape"}).status_code == 200
+        assert_problem(client.get("/metrics", headers=auth("a2", "admin")), 401, "UNAUTHENTICATED")
+
+
+def test_stats_match_sql(client: TestClient, auth: Auth, sql) -> None:
+    admin, alice, bob = auth("ops", "admin"), auth("alice", "reviewer"), auth("bob", "reviewer")
+    client.post("/items/batch", json={"items": [item_body() for _ in range(10)]}, headers=admin)
+    a = client.post("/leases", json={"batch_size": 3}, headers=alice).json()["items"]
+    client.post("/leases", json={"batch_size": 2}, headers=bob)
+    client.post(f"/items/{a[0]['id']}/complete", json={"resolution": "OK"}, headers=alice)
+    backdate_lease(sql, a[1]["id"], seconds=10)
+    backdate_lease(sql, a[2]["id"])
+    response = client.get("/stats", headers=alice)
+    assert response.status_code == 200, response.text
+    got = response.json()
+    counts = dict(sql.execute("SELECT state, count(*) FROM review_queue_item GROUP BY state").fetchall())
+    assert got["counts"] == {
+        "PENDING": counts["PENDING"],
+        "ASSIGNED": counts["ASSIGNED"],
+        "RESOLVED": counts["RESOLVED"],
+    }
+    assert got["counts"] == {"PENDING": 5, "ASSIGNED": 4, "RESOLVED": 1}
+    assert got["assigned"] == 4 and got["max_inflight"] == 1000 and got["inflight_ratio"] == 0.004
+    assert (got["expired_unreclaimed"], got["reclaimable"]) == (2, 1)
+    assert got["open_leases_by_reviewer"] == {"alice": 2, "bob": 2}
+    oldest = sql.execute(
+        "SELECT extract(epoch FROM now() - min(created_at)) FROM review_queue_item WHERE state = 'PENDING'"
+    )
+    assert abs(got["oldest_pending_age_s"] - float(oldest.fetchone()[0])) < 5
+    assert_problem(client.get("/stats", headers=auth("m", "ingest")), 403, "FORBIDDEN")
+
+
+def test_lease_under_a_table_lock_is_a_fast_503_and_counted(
+    client: TestClient, auth: Auth, db_url: str
+) -> None:
+    admin, alice = auth("ops", "admin"), auth("alice", "reviewer")
+    client.post("/items", json=item_body(), headers=admin)
+    before = scrape(client, admin).get("review_queue_lock_timeouts_total{route=/leases}", 0)
+    with psycopg.connect(libpq(db_url)) as locker:
+        locker.execute("LOCK TABLE review_queue_item IN ACCESS EXCLUSIVE MODE")
+        started = time.monotonic()
+        response = client.post("/leases", headers=alice)
+        elapsed = time.monotonic() - started
+        locker.rollback()
+    assert_problem(response, 503, "DATABASE_UNAVAILABLE")
+    assert response.headers["retry-after"] == "1"
+    assert elapsed < 1.5, f"took {elapsed:.2f} s"
+    after = scrape(client, admin).get("review_queue_lock_timeouts_total{route=/leases}", 0)
+    assert after - before == 1
+    assert len(client.post("/leases", headers=alice).json()["items"]) == 1  # and it recovers at once
+
+
+def test_an_exhausted_pool_is_a_fast_503_not_a_hang(db_url: str, make_token, sql) -> None:
+    settings = make_settings(
+        db_url, pool_size=1, pool_max_overflow=0, pool_timeout_ms=200, pg_lock_timeout_ms=4000
+    )
+    headers = {"Authorization": f"Bearer {make_token('alice', 'reviewer')}"}
+    with TestClient(create_app(settings)) as client, psycopg.connect(libpq(db_url)) as locker:
+        client.get("/items", headers=headers)  # the token lookup works; the pool is warm
+        locker.execute("LOCK TABLE review_queue_item IN ACCESS EXCLUSIVE MODE")
+        with ThreadPoolExecutor(1) as pool:
+            stuck = pool.submit(client.post, "/leases", headers=headers)  # holds the only connection
+            time.sleep(0.5)
+            started = time.monotonic()
+            response = client.get("/items", headers=headers)
+            elapsed = time.monotonic() - started
+            locker.rollback()
+            assert stuck.result(timeout=10).status_code == 200
+    assert_problem(response, 503, "DATABASE_UNAVAILABLE")
+    assert "pool" in response.json()["detail"]
+    assert elapsed < 1.5, f"took {elapsed:.2f} s"
+
+
+def test_a_deadlock_is_retried_and_the_request_succeeds(auth: Auth, db_url: str, caplog) -> None:
+    """Force a real deadlock between a batch enqueue and another session; the API retries it."""
+    admin = auth("ops", "admin")
+    # lock_timeout above deadlock_timeout (1 s), so the deadlock is what fires.
+    client = TestClient(create_app(make_settings(db_url, pg_lock_timeout_ms=5000))).__enter__()
+    a, b = item_body(idempotency_key="dl-a"), item_body(idempotency_key="dl-b")
+    with psycopg.connect(libpq(db_url)) as other:
+        # Let the API's backend be the one that detects the deadlock and is rolled back.
+        other.execute("SET deadlock_timeout = '10s'")
+        other.execute(
+            "INSERT INTO review_queue_item (idempotency_key, ledger_entity, variance_amount, match_decision,"
+            " source_hash) VALUES ('dl-b', 'OTHER', 1, 'PARTIAL', 'x')"
+        )
+        result: dict = {}
+        request = threading.Thread(
+            target=lambda: result.update(r=client.post("/items/batch", json={"items": [a, b]}, headers=admin))
+        )
+        request.start()  # inserts dl-a, then waits for our uncommitted dl-b
+        time.sleep(0.5)
+        other.execute(  # waits for the API's dl-a: a cycle; the API's side fails after 1 s
+            "INSERT INTO review_queue_item (idempotency_key, ledger_entity, variance_amount, match_decision,"
+            " source_hash) VALUES ('dl-a', 'OTHER', 1, 'PARTIAL', 'x') ON CONFLICT DO NOTHING"
+        )
+        other.commit()
+        request.join(timeout=20)
+    client.__exit__(None, None, None)
+    response = result["r"]
+    assert response.status_code == 200, response.text
+    assert [r["outcome"] for r in response.json()["results"]] == ["conflict", "conflict"]
+    assert [r.getMessage() for r in caplog.records].count("transaction_retry") == 1
+
+
+def test_request_id_is_echoed_or_generated(client: TestClient) -> None:
+    assert client.get("/healthz", headers={"X-Request-ID": "abc-123"}).headers["x-request-id"] == "abc-123"
+    generated = client.get("/healthz").headers["x-request-id"]
+    assert len(generated) == 32
+    hostile = client.get("/healthz", headers={"X-Request-ID": "x" * 500}).headers["x-request-id"]
+    assert hostile != "x" * 500
+
+
+@pytest.mark.parametrize(("origins", "allowed"), [("", False), ("https://review.example.com", True)])
+def test_cors_only_for_configured_origins(db_url: str, origins: str, allowed: bool) -> None:
+    with TestClient(create_app(make_settings(db_url, cors_origins=origins))) as client:
+        response = client.options(
+            "/leases",
+            headers={"Origin": "https://review.example.com", "Access-Control-Request-Method": "POST"},
+        )
+    assert (response.headers.get("access-control-allow-origin") == "https://review.example.com") is allowed

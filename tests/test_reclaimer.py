@@ -1,0 +1,121 @@
+"""The reclaimer as a real process against real PostgreSQL."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from tests.conftest import OwnPostgres, libpq
+
+INTERVAL_S = 1
+
+
+def seed_expired(sql: psycopg.Connection, count: int, *, prefix: str = "x") -> None:
+    sql.execute(
+        """INSERT INTO review_queue_item (idempotency_key, ledger_entity, variance_amount, match_decision,
+               source_hash, state, leased_by, leased_at, lease_expires_at, lease_epoch)
+           SELECT %s || i, 'ACME', 1, 'UNMATCHED', 'h' || i, 'ASSIGNED', 'gone-' || (i %% 3),
+                  now() - interval '2 hours', now() - interval '1 hour', 1
+           FROM generate_series(1, %s) i""",
+        (prefix, count),
+    )
+
+
+def wait_for(predicate, timeout: float, step: float = 0.05) -> float:
+    """Seconds until predicate() held; fails the test after timeout."""
+    started = time.monotonic()
+    while not predicate():
+        if time.monotonic() - started > timeout:
+            raise AssertionError(f"condition not met within {timeout} s")
+        time.sleep(step)
+    return time.monotonic() - started
+
+
+def start_reclaimer(db_url: str, log: Path) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "cli", "reclaimer"],
+        env={
+            **os.environ,
+            "DATABASE_URL": db_url,
+            "REVIEW_QUEUE_RECLAIM_INTERVAL_S": str(INTERVAL_S),
+            "REVIEW_QUEUE_LOG_FORMAT": "json",
+        },
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+    )
+
+
+@pytest.fixture
+def reclaimer(db_url: str, tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], Path]]:
+    log = tmp_path / "reclaimer.log"
+    process = start_reclaimer(db_url, log)
+    wait_for(lambda: "reclaimer_started" in log.read_text(), 20)
+    yield process, log
+    if process.poll() is None:
+        process.kill()
+        process.wait()
+
+
+def pending(sql: psycopg.Connection) -> int:
+    return sql.execute("SELECT count(*) FROM review_queue_item WHERE state = 'PENDING'").fetchone()[0]
+
+
+def test_reclaims_backdated_leases_within_two_intervals_and_stops_on_sigterm(
+    reclaimer: tuple[subprocess.Popen[bytes], Path], sql: psycopg.Connection
+) -> None:
+    process, log = reclaimer
+    seed_expired(sql, 250)
+    elapsed = wait_for(lambda: pending(sql) == 250, timeout=10)
+    assert elapsed < 2 * INTERVAL_S * 1.1 + 0.5, f"took {elapsed:.2f} s"
+    assert "review_item_lease_reclaimed" in log.read_text()
+
+    process.send_signal(signal.SIGTERM)
+    started = time.monotonic()
+    assert process.wait(timeout=10) == 0
+    assert time.monotonic() - started < 3
+    assert "reclaimer_stopped" in log.read_text()
+
+
+def test_two_reclaimers_never_reclaim_one_item_twice(
+    db_url: str, sql: psycopg.Connection, tmp_path: Path
+) -> None:
+    seed_expired(sql, 3000)
+    processes = [start_reclaimer(db_url, tmp_path / f"r{n}.log") for n in range(2)]
+    try:
+        wait_for(lambda: pending(sql) == 3000, timeout=60)
+    finally:
+        for process in processes:
+            process.send_signal(signal.SIGINT)
+        assert [p.wait(timeout=10) for p in processes] == [0, 0]
+    reclaims = Counter(
+        r[0]
+        for r in sql.execute("SELECT item_id FROM review_queue_event WHERE event = 'RECLAIMED'").fetchall()
+    )
+    assert len(reclaims) == 3000
+    assert max(reclaims.values()) == 1, "an item was reclaimed twice"
+    actors = {r[0] for r in sql.execute("SELECT DISTINCT actor FROM review_queue_event").fetchall()}
+    assert all(a.startswith("reclaimer@") for a in actors), actors
+
+
+def test_survives_the_database_going_away(own_postgres: OwnPostgres, tmp_path: Path) -> None:
+    log = tmp_path / "reclaimer.log"
+    process = start_reclaimer(own_postgres.url, log)
+    try:
+        wait_for(lambda: "reclaimer_started" in log.read_text(), 20)
+        own_postgres.stop()
+        wait_for(lambda: "reclaim_database_unavailable" in log.read_text(), 10)
+        assert process.poll() is None, "the reclaimer died with the database"
+        own_postgres.start()
+        with psycopg.connect(libpq(own_postgres.url), autocommit=True) as sql:
+            seed_expired(sql, 10)
+            wait_for(lambda: pending(sql) == 10, timeout=15)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=10) == 0

@@ -1,0 +1,104 @@
+"""The API as a real process: JSON logs, the database going away and coming back, graceful shutdown."""
+
+import json
+import signal
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+import psycopg
+
+from tests.api.helpers import assert_problem, item_body
+from tests.conftest import OwnPostgres, libpq, start_server, stop_server
+from tests.support import backdate_lease
+
+
+def test_log_lines_are_json_with_the_seed_fields(
+    db_url: str, make_token: Callable[[str, str], str], sql: psycopg.Connection, tmp_path: Path
+) -> None:
+    out = tmp_path / "server.log"
+    process, base = start_server(
+        {"DATABASE_URL": db_url, "REVIEW_QUEUE_LOG_FORMAT": "json", "REVIEW_QUEUE_LOG_LEVEL": "INFO"},
+        stdout=out.open("wb"),
+    )
+    admin = {"Authorization": f"Bearer {make_token('ops', 'admin')}"}
+    alice = {"Authorization": f"Bearer {make_token('alice', 'reviewer')}"}
+    try:
+        with httpx.Client(base_url=base) as http:
+            http.post("/items", json=item_body(), headers=admin)
+            http.post("/items", json=item_body(), headers=admin)
+            one, two = http.post("/leases", json={"batch_size": 2}, headers=alice).json()["items"]
+            http.post(f"/items/{one['id']}/complete", json={"resolution": "OK"}, headers=alice)
+            http.post(f"/items/{one['id']}/complete", json={"resolution": "OK"}, headers=alice)  # no-op
+            backdate_lease(sql, two["id"])
+            http.post("/admin/reclaim", headers={**admin, "X-Request-ID": "reclaim-42"})
+    finally:
+        stop_server(process)
+    lines = [json.loads(line) for line in out.read_text().splitlines() if line.strip()]  # every line is JSON
+    by_event: dict[str, list[dict]] = {}
+    for line in lines:
+        by_event.setdefault(line["event"], []).append(line)
+    seed = {"trace_id", "source_hash", "match_decision", "item_id"}
+    for name in ("review_item_leased", "review_item_resolved", "review_item_completion_noop"):
+        assert by_event.get(name), f"no {name} line"
+        for line in by_event[name]:
+            assert seed <= set(line) and line["worker_id"] == "alice", line
+    (reclaimed,) = by_event["review_item_lease_reclaimed"]
+    assert seed <= set(reclaimed) and reclaimed["level"] == "warning" and reclaimed["item_id"] == two["id"]
+    assert reclaimed["request_id"] == "reclaim-42"
+    assert by_event["review_item_completion_noop"][0]["reason"] == "already_resolved"
+    access = by_event["http_request"]
+    assert len(access) >= 6 and all(
+        {"method", "route", "status", "duration_ms", "request_id"} <= set(a) for a in access
+    )
+
+
+def test_database_down_is_a_fast_503_and_recovers_without_restart(
+    own_postgres: OwnPostgres, make_token_on: Callable[[str, str, str], str]
+) -> None:
+    token = make_token_on(own_postgres.url, "alice", "reviewer")
+    headers = {"Authorization": f"Bearer {token}"}
+    process, base = start_server({"DATABASE_URL": own_postgres.url, "REVIEW_QUEUE_TOKEN_CACHE_S": "0"})
+    try:
+        with httpx.Client(base_url=base, timeout=10) as http:
+            assert http.post("/leases", headers=headers).status_code == 200
+            own_postgres.stop()
+            started = time.monotonic()
+            down = http.post("/leases", headers=headers)
+            elapsed = time.monotonic() - started
+            assert_problem(down, 503, "DATABASE_UNAVAILABLE")
+            assert elapsed < 3, f"503 took {elapsed:.2f} s"
+            assert down.headers["retry-after"]
+            assert_problem(http.get("/readyz"), 503, "DATABASE_UNAVAILABLE")
+            assert http.get("/healthz").status_code == 200
+
+            own_postgres.start()
+            assert http.post("/leases", headers=headers).status_code == 200, "the next lease must succeed"
+            assert http.get("/readyz").status_code == 200
+    finally:
+        stop_server(process)
+
+
+def test_sigterm_finishes_in_flight_requests(
+    db_url: str, make_token: Callable[[str, str], str], tmp_path: Path
+) -> None:
+    process, base = start_server({"DATABASE_URL": db_url, "REVIEW_QUEUE_PG_LOCK_TIMEOUT_MS": "8000"})
+    headers = {"Authorization": f"Bearer {make_token('alice', 'reviewer')}"}
+    result: dict = {}
+    with psycopg.connect(libpq(db_url)) as locker:
+        httpx.post(f"{base}/leases", headers=headers)  # warm the token cache and the pool
+        locker.execute("LOCK TABLE review_queue_item IN ACCESS EXCLUSIVE MODE")
+        request = threading.Thread(
+            target=lambda: result.update(r=httpx.post(f"{base}/leases", headers=headers, timeout=20))
+        )
+        request.start()
+        time.sleep(0.5)  # the lease is now waiting for the lock, in flight
+        process.send_signal(signal.SIGTERM)
+        time.sleep(0.5)
+        assert process.poll() is None, "the server must wait for the request in flight"
+        locker.rollback()
+        request.join(timeout=20)
+    assert result["r"].status_code == 200
+    assert process.wait(timeout=20) == 0
