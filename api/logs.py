@@ -23,6 +23,11 @@ def _request_id(_: Any, __: str, event: dict[str, Any]) -> dict[str, Any]:
     return event
 
 
+def _drop_color(_: Any, __: str, event: dict[str, Any]) -> dict[str, Any]:
+    event.pop("color_message", None)  # uvicorn's ANSI duplicate of the message
+    return event
+
+
 def _dumps(value: Any, **_: Any) -> str:
     return orjson.dumps(value, default=str).decode()
 
@@ -34,6 +39,7 @@ def configure_logging(fmt: str = "json", level: str = "INFO") -> None:
         structlog.processors.TimeStamper(fmt="iso", utc=True),
         structlog.stdlib.ExtraAdder(),
         _request_id,
+        _drop_color,
     ]
     renderer: Any = (
         structlog.processors.JSONRenderer(serializer=_dumps)

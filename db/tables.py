@@ -64,13 +64,12 @@ review_queue_item = Table(
         "state <> 'RESOLVED' OR (resolution IS NOT NULL AND resolved_by IS NOT NULL)",
         name="resolved_has_resolution",
     ),
-    # The seed's dequeue index: only PENDING and ASSIGNED rows are in it, so resolved
-    # history never slows the lease scan.
-    Index(
-        "idx_review_queue_dequeue",
-        "created_at",
-        postgresql_where=text("state IN ('PENDING', 'ASSIGNED')"),
-    ),
+    # The lease scans only PENDING rows, oldest first: neither resolved history nor open
+    # leases at the head of the queue are in its way. (The seed's single index over PENDING
+    # and ASSIGNED made every lease walk past all open leases.)
+    Index("ix_review_queue_item_pending", "created_at", postgresql_where=text("state = 'PENDING'")),
+    # Reclaim scans only ASSIGNED rows, by expiry.
+    Index("ix_review_queue_item_lease_expiry", "lease_expires_at", postgresql_where=text("state = 'ASSIGNED'")),
     # A reviewer's open work, and the per-reviewer cap, read exactly these rows.
     Index(
         "ix_review_queue_item_assigned_by_reviewer",

@@ -1,0 +1,96 @@
+"""The hot statements' plans: an index regression fails here instead of in production.
+
+With resolved history and open leases in the table, the lease must read the PENDING index,
+reclaim the expiry index, and nothing may scan the whole table.
+"""
+
+import json
+from datetime import timedelta
+from typing import Any
+
+import psycopg
+import pytest
+from sqlalchemy.dialects import postgresql
+
+from db import queue, stats
+
+
+@pytest.fixture
+def busy_table(sql: psycopg.Connection) -> psycopg.Connection:
+    sql.execute(
+        """INSERT INTO review_queue_item (idempotency_key, ledger_entity, variance_amount, match_decision,
+               source_hash, state, leased_by, leased_at, lease_expires_at, resolution, resolved_by, resolved_at,
+               created_at)
+           SELECT 'k' || i, 'E', 1, 'PARTIAL', 'h',
+                  CASE WHEN i <= 50000 THEN 'RESOLVED' WHEN i <= 53000 THEN 'ASSIGNED' ELSE 'PENDING' END,
+                  CASE WHEN i <= 53000 THEN 'r' || (i % 40) END,
+                  CASE WHEN i <= 53000 THEN now() END,
+                  CASE WHEN i <= 53000 THEN now() + (i % 100) * interval '1 second' END,
+                  CASE WHEN i <= 50000 THEN 'OK' END,
+                  CASE WHEN i <= 50000 THEN 'r' || (i % 40) END,
+                  CASE WHEN i <= 50000 THEN now() END,
+                  now() - interval '1 day' + i * interval '1 millisecond'
+           FROM generate_series(1, 55000) i"""
+    )
+    sql.execute("VACUUM ANALYZE review_queue_item")
+    return sql
+
+
+def plan(sql: psycopg.Connection, statement: Any, params: dict[str, Any]) -> dict[str, Any]:
+    compiled = statement.compile(dialect=postgresql.psycopg.dialect())
+    row = sql.execute(f"EXPLAIN (FORMAT JSON) {compiled}", compiled.construct_params(params)).fetchone()
+    return row[0][0]["Plan"] if isinstance(row[0], list) else json.loads(row[0])[0]["Plan"]
+
+
+def nodes(node: dict[str, Any]) -> list[dict[str, Any]]:
+    return [node, *(n for child in node.get("Plans", []) for n in nodes(child))]
+
+
+def scans(node: dict[str, Any]) -> set[tuple[str, str]]:
+    return {
+        (n["Node Type"], n.get("Index Name", n.get("Relation Name", "")))
+        for n in nodes(node)
+        if "Scan" in n["Node Type"]
+    }
+
+
+def assert_no_table_scan(found: set[tuple[str, str]]) -> None:
+    assert ("Seq Scan", "review_queue_item") not in found, f"full scan of the queue table: {found}"
+
+
+def test_lease_reads_the_pending_index(busy_table: psycopg.Connection) -> None:
+    found = scans(
+        plan(
+            busy_table,
+            queue._LEASE,
+            {"actor": "r1", "batch_size": 20, "cap": 200, "lease_duration": timedelta(seconds=30)},
+        )
+    )
+    assert any(name == "ix_review_queue_item_pending" for _, name in found), found
+    assert any(name == "ix_review_queue_item_assigned_by_reviewer" for _, name in found), found  # the cap
+    assert_no_table_scan(found)
+
+
+def test_reclaim_reads_the_expiry_index(busy_table: psycopg.Connection) -> None:
+    found = scans(
+        plan(busy_table, queue._RECLAIM, {"reclaim_batch": 100, "grace": timedelta(seconds=45), "actor": "x"})
+    )
+    assert any(name == "ix_review_queue_item_lease_expiry" for _, name in found), found
+    assert_no_table_scan(found)
+
+
+def test_holder_statements_read_by_primary_key(busy_table: psycopg.Connection) -> None:
+    item_id = busy_table.execute("SELECT id FROM review_queue_item WHERE state = 'ASSIGNED' LIMIT 1").fetchone()[0]
+    params = {"item_id": item_id, "actor": "r1", "fence_epoch": None, "resolution": "OK", "note": None}
+    found = scans(plan(busy_table, queue._COMPLETE, params))
+    assert found - {("CTE Scan", "")} == {("Index Scan", "pk_review_queue_item")}, found
+
+
+def test_stats_gauges_never_scan_the_table(busy_table: psycopg.Connection) -> None:
+    found = scans(plan(busy_table, stats._GAUGES, {"grace": timedelta(seconds=45)}))
+    assert_no_table_scan(found)
+    assert {name for _, name in found} <= {
+        "ix_review_queue_item_pending",
+        "ix_review_queue_item_lease_expiry",
+        "ix_review_queue_item_assigned_by_reviewer",
+    }, found
