@@ -69,7 +69,9 @@ review_queue_item = Table(
     # and ASSIGNED made every lease walk past all open leases.)
     Index("ix_review_queue_item_pending", "created_at", postgresql_where=text("state = 'PENDING'")),
     # Reclaim scans only ASSIGNED rows, by expiry.
-    Index("ix_review_queue_item_lease_expiry", "lease_expires_at", postgresql_where=text("state = 'ASSIGNED'")),
+    Index(
+        "ix_review_queue_item_lease_expiry", "lease_expires_at", postgresql_where=text("state = 'ASSIGNED'")
+    ),
     # A reviewer's open work, and the per-reviewer cap, read exactly these rows.
     Index(
         "ix_review_queue_item_assigned_by_reviewer",

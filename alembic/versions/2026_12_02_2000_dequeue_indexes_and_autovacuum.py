@@ -13,6 +13,7 @@ Create Date: 2026-12-02 20:00:00+00:00
 from collections.abc import Sequence
 
 import sqlalchemy as sa
+
 from alembic import op
 
 revision: str = "9b3c2f4d7e10"

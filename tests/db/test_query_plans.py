@@ -80,7 +80,9 @@ def test_reclaim_reads_the_expiry_index(busy_table: psycopg.Connection) -> None:
 
 
 def test_holder_statements_read_by_primary_key(busy_table: psycopg.Connection) -> None:
-    item_id = busy_table.execute("SELECT id FROM review_queue_item WHERE state = 'ASSIGNED' LIMIT 1").fetchone()[0]
+    item_id = busy_table.execute(
+        "SELECT id FROM review_queue_item WHERE state = 'ASSIGNED' LIMIT 1"
+    ).fetchone()[0]
     params = {"item_id": item_id, "actor": "r1", "fence_epoch": None, "resolution": "OK", "note": None}
     found = scans(plan(busy_table, queue._COMPLETE, params))
     assert found - {("CTE Scan", "")} == {("Index Scan", "pk_review_queue_item")}, found
