@@ -19,8 +19,8 @@ from db import queue, stats
 def busy_table(sql: psycopg.Connection) -> psycopg.Connection:
     sql.execute(
         """INSERT INTO review_queue_item (idempotency_key, ledger_entity, variance_amount, match_decision,
-               source_hash, state, leased_by, leased_at, lease_expires_at, resolution, resolved_by, resolved_at,
-               created_at)
+               source_hash, state, leased_by, leased_at, lease_expires_at, resolution, resolved_by,
+               resolved_at, created_at)
            SELECT 'k' || i, 'E', 1, 'PARTIAL', 'h',
                   CASE WHEN i <= 50000 THEN 'RESOLVED' WHEN i <= 53000 THEN 'ASSIGNED' ELSE 'PENDING' END,
                   CASE WHEN i <= 53000 THEN 'r' || (i % 40) END,
