@@ -15,7 +15,7 @@ from db.engine import transaction
 from db.tokens import Principal, find_principal, hash_token
 
 
-def get_settings_dep(request: Request) -> Settings:
+async def get_settings_dep(request: Request) -> Settings:
     settings: Settings = request.app.state.settings
     return settings
 

@@ -1,0 +1,461 @@
+"""make bench: the HTTP API against the raw-SQL ceiling, and dequeue latency as history grows.
+
+Everything runs on one PostgreSQL (embedded by default, DATABASE_URL otherwise), side by side in
+one run, and is reported as ratios: absolute numbers on a shared 2-core machine mean little.
+"""
+
+import asyncio
+import json
+import multiprocessing as mp
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Annotated, Any
+
+import aiohttp
+import httpx
+import psutil
+import psycopg
+import typer
+from sqlalchemy.dialects import postgresql
+from sqlalchemy.engine import make_url
+
+from api.settings import get_settings
+from cli.main import resolved_url
+from db import queue
+from db.migrations import upgrade_head
+
+# The seed's statements, verbatim but for completion: this schema's CHECK constraint wants a
+# resolution and resolver on RESOLVED rows, so the raw loop sets them as the service does.
+SEED_LEASE = """
+WITH candidate AS (
+    SELECT id FROM review_queue_item
+    WHERE state = 'PENDING'
+    ORDER BY created_at
+    LIMIT %(batch_size)s
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE review_queue_item AS rq
+SET state = 'ASSIGNED', leased_by = %(worker_id)s, leased_at = now(),
+    lease_expires_at = now() + make_interval(secs => %(lock_timeout_ms)s / 1000.0)
+FROM candidate
+WHERE rq.id = candidate.id
+RETURNING rq.id, rq.idempotency_key, rq.ledger_entity, rq.variance_amount,
+          rq.match_decision, rq.trace_id, rq.source_hash;
+"""
+SEED_COMPLETE = """
+UPDATE review_queue_item
+SET state = 'RESOLVED', resolution = 'APPROVED', resolved_by = %(worker_id)s, resolved_at = now()
+WHERE id = %(item_id)s AND state = 'ASSIGNED' AND leased_by = %(worker_id)s
+RETURNING id, idempotency_key, trace_id, source_hash, match_decision;
+"""
+
+SEED_PENDING = """
+INSERT INTO review_queue_item (idempotency_key, ledger_entity, variance_amount, match_decision, source_hash,
+                               created_at)
+SELECT %(prefix)s || i, 'ACME-CORP', 12.50, 'UNMATCHED', 'hash-' || i, now() + i * interval '1 microsecond'
+FROM generate_series(1, %(count)s) i
+"""
+SEED_ASSIGNED_AT_HEAD = """
+INSERT INTO review_queue_item (idempotency_key, ledger_entity, variance_amount, match_decision, source_hash,
+                               state, leased_by, leased_at, lease_expires_at, lease_epoch, created_at)
+SELECT 'open-' || i, 'ACME-CORP', 1, 'PARTIAL', 'h', 'ASSIGNED', 'holder-' || (i %% 50), now(),
+       now() + interval '1 day', 1, now() - interval '30 days' + i * interval '1 millisecond'
+FROM generate_series(1, %(count)s) i
+"""
+SEED_RESOLVED_HISTORY = """
+INSERT INTO review_queue_item (idempotency_key, ledger_entity, variance_amount, match_decision, source_hash,
+                               state, leased_by, leased_at, lease_expires_at, lease_epoch, resolution,
+                               resolved_by, resolved_at, created_at)
+SELECT 'done-' || i, 'ACME-CORP', 1, 'MATCHED', 'h', 'RESOLVED', 'r', now(), now(), 1, 'OK', 'r', now(),
+       now() - interval '400 days' + i * interval '10 milliseconds'
+FROM generate_series(1, %(count)s) i
+"""
+
+app = typer.Typer(add_completion=False)
+
+
+def libpq(url: str, database: str | None = None) -> str:
+    parsed = make_url(url).set(drivername="postgresql")
+    if database:
+        parsed = parsed.set(database=database)
+    return parsed.render_as_string(hide_password=False)
+
+
+def fresh_database(server: str, name: str) -> str:
+    with psycopg.connect(libpq(server, "postgres"), autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        conn.execute(f"CREATE DATABASE {name}")
+    url = make_url(server).set(database=name).render_as_string(hide_password=False)
+    upgrade_head(url)
+    return url
+
+
+def run_sql(url: str, statement: str, params: dict[str, Any] | None = None, *, vacuum: bool = False) -> None:
+    with psycopg.connect(libpq(url), autocommit=True) as conn:
+        conn.execute(statement, params)
+        if vacuum:
+            conn.execute("VACUUM ANALYZE review_queue_item")
+
+
+def percentile(samples: list[float], p: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(round(p / 100 * (len(ordered) - 1))))] if ordered else float("nan")
+
+
+# --- 1. the raw-SQL ceiling -------------------------------------------------------------------
+
+
+def _raw_worker(url: str, name: str, batch: int, barrier: Any, out: Any) -> None:
+    done = 0
+    with psycopg.connect(url) as conn:
+        barrier.wait()
+        while True:
+            rows = conn.execute(
+                SEED_LEASE, {"batch_size": batch, "worker_id": name, "lock_timeout_ms": 30_000}
+            ).fetchall()
+            conn.commit()  # the seed commits the lease at once; the lease columns are the guard
+            if not rows:
+                break
+            for row in rows:
+                conn.execute(SEED_COMPLETE, {"item_id": row[0], "worker_id": name}).fetchone()
+                conn.commit()
+                done += 1
+    out.put(done)
+
+
+def raw_ceiling(url: str, clients: int, items: int, batch: int) -> dict[str, Any]:
+    run_sql(url, SEED_PENDING, {"prefix": "raw-", "count": items}, vacuum=True)
+    ctx = mp.get_context("spawn")
+    barrier, out = ctx.Barrier(clients + 1, timeout=60), ctx.Queue()
+    workers = [
+        ctx.Process(target=_raw_worker, args=(libpq(url), f"raw-{n}", batch, barrier, out)) for n in range(clients)
+    ]
+    for w in workers:
+        w.start()
+    barrier.wait()
+    started = time.perf_counter()
+    for w in workers:
+        w.join()
+        if w.exitcode != 0:
+            raise SystemExit(f"a raw client failed (exit {w.exitcode})")
+    elapsed = time.perf_counter() - started
+    done = sum(out.get() for _ in workers)
+    assert done == items, f"raw loop resolved {done} of {items}"
+    return {"items": done, "seconds": round(elapsed, 2), "items_per_s": round(done / elapsed, 1)}
+
+
+# --- 2. the API -------------------------------------------------------------------------------
+
+
+def create_tokens(url: str, count: int) -> list[str]:
+    tokens = []
+    for n in range(count):
+        result = subprocess.run(
+            [sys.executable, "-m", "cli", "token", "create", "--subject", f"bench-{n}", "--role", "reviewer"],
+            env={**os.environ, "DATABASE_URL": url},
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        tokens.append(result.stdout.strip().splitlines()[-1])
+    return tokens
+
+
+@dataclass
+class Server:
+    process: subprocess.Popen[bytes]
+    base: str
+    log: Path
+
+
+def start_server(url: str, workers: int, port: int) -> Server:
+    log = Path(tempfile.mkstemp(prefix="rq-bench-server-", suffix=".log")[1])
+    process = subprocess.Popen(
+        [sys.executable, "-m", "cli", "serve", "--port", str(port), "--workers", str(workers), "--no-reclaimer"],
+        env={**os.environ, "DATABASE_URL": url},
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+    )
+    base = f"http://127.0.0.1:{port}"
+    for _ in range(300):
+        try:
+            if httpx.get(f"{base}/readyz", timeout=1).status_code == 200:
+                return Server(process, base, log)
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    process.kill()
+    raise SystemExit(f"the API did not start; see {log}")
+
+
+def stop_server(server: Server) -> None:
+    server.process.terminate()
+    server.process.wait(timeout=30)
+
+
+class MemorySampler(threading.Thread):
+    """Peak resident memory of each process of the server tree, sampled every 100 ms."""
+
+    def __init__(self, pid: int) -> None:
+        super().__init__(daemon=True)
+        self.root, self.peaks, self.stop = psutil.Process(pid), dict[int, int](), threading.Event()
+
+    def run(self) -> None:
+        while not self.stop.wait(0.1):
+            for proc in [self.root, *self.root.children(recursive=True)]:
+                try:
+                    if "reclaimer" in " ".join(proc.cmdline()):
+                        continue
+                    self.peaks[proc.pid] = max(self.peaks.get(proc.pid, 0), proc.memory_info().rss)
+                except psutil.Error:
+                    pass
+
+
+@dataclass
+class ApiRun:
+    lease_s: list[float] = field(default_factory=list)
+    complete_s: list[float] = field(default_factory=list)
+    finished_at: list[float] = field(default_factory=list)
+    errors: int = 0
+
+
+async def _api_client(base: str, token: str, batch: int, run: ApiRun, start: asyncio.Event) -> None:
+    # aiohttp, not httpx: at ~1000 requests/s the client's own CPU matters on 2 cores, and
+    # aiohttp's C parser costs about half of httpx's per request (measured in this bench).
+    headers = {"Authorization": f"Bearer {token}"}
+    connector = aiohttp.TCPConnector(limit=1)  # one keep-alive connection per client
+    async with aiohttp.ClientSession(base, headers=headers, connector=connector) as http:
+        async with http.get("/healthz") as warm:  # open the keep-alive connection now
+            await warm.read()
+        await start.wait()
+        while True:
+            t0 = time.perf_counter()
+            async with http.post("/leases", json={"batch_size": batch}) as response:
+                body = await response.json()
+                run.lease_s.append(time.perf_counter() - t0)
+            if response.status != 200:
+                run.errors += 1
+                continue
+            if not body["items"]:
+                return
+            for item in body["items"]:
+                t0 = time.perf_counter()
+                payload = {"resolution": "APPROVED", "lease_token": item["lease_token"]}
+                async with http.post(f"/items/{item['id']}/complete", json=payload) as done:
+                    await done.read()
+                t1 = time.perf_counter()
+                run.complete_s.append(t1 - t0)
+                run.finished_at.append(t1)
+                if done.status != 200:
+                    run.errors += 1
+
+
+def api_throughput(server: Server, tokens: list[str], items: int, batch: int) -> dict[str, Any]:
+    run = ApiRun()
+    sampler = MemorySampler(server.process.pid)
+    sampler.start()
+    cpu0, started = time.process_time(), time.perf_counter()
+
+    async def main() -> None:
+        start = asyncio.Event()
+        clients = []
+        for token in tokens:
+            # Connect one client at a time, as real reviewers arrive: a burst of simultaneous
+            # connects is accepted by whichever worker wakes first, all of them on one process.
+            clients.append(asyncio.create_task(_api_client(server.base, token, batch, run, start)))
+            await asyncio.sleep(0.05)
+        start.set()
+        await asyncio.gather(*clients)
+
+    asyncio.run(main())
+    elapsed = time.perf_counter() - started
+    loadgen_cpu = (time.process_time() - cpu0) / elapsed
+    sampler.stop.set()
+    sampler.join()
+    assert len(run.complete_s) == items and run.errors == 0, f"{len(run.complete_s)} done, {run.errors} errors"
+    quarters = [started + elapsed * q / 4 for q in range(5)]
+    decay = [
+        round(sum(1 for t in run.finished_at if lo <= t < hi) / (hi - lo), 1)
+        for lo, hi in zip(quarters, quarters[1:], strict=False)
+    ]
+    ms = 1000.0
+    return {
+        "items": items,
+        "seconds": round(elapsed, 2),
+        "items_per_s": round(items / elapsed, 1),
+        "items_per_s_by_quarter": decay,
+        "lease_p50_ms": round(percentile(run.lease_s, 50) * ms, 2),
+        "lease_p99_ms": round(percentile(run.lease_s, 99) * ms, 2),
+        "complete_p50_ms": round(percentile(run.complete_s, 50) * ms, 2),
+        "complete_p99_ms": round(percentile(run.complete_s, 99) * ms, 2),
+        "loadgen_cpu_cores": round(loadgen_cpu, 2),
+        "peak_rss_mb_per_process": sorted(round(v / 2**20, 1) for v in sampler.peaks.values()),
+    }
+
+
+# --- 4. dequeue scaling -----------------------------------------------------------------------
+
+
+def lease_latencies(server: Server, token: str, url: str, samples: int) -> list[float]:
+    """Sequential POST /leases of 20; the leased items are resolved in SQL, untimed, in between."""
+    latencies = []
+    with httpx.Client(base_url=server.base, headers={"Authorization": f"Bearer {token}"}) as http:
+        with psycopg.connect(libpq(url), autocommit=True) as sql:
+            for n in range(samples + 10):
+                t0 = time.perf_counter()
+                response = http.post("/leases", json={"batch_size": 20})
+                elapsed = time.perf_counter() - t0
+                items = response.json()["items"]
+                assert len(items) == 20, response.text
+                if n >= 10:  # warm-up
+                    latencies.append(elapsed)
+                sql.execute(
+                    "UPDATE review_queue_item SET state = 'RESOLVED', resolution = 'OK', resolved_by = leased_by,"
+                    " resolved_at = now() WHERE id = ANY(%s)",
+                    ([i["id"] for i in items],),
+                )
+    return latencies
+
+
+def raw_lease_p50(url: str, samples: int) -> float:
+    """The service's own lease statement, run directly and rolled back (so the queue is unchanged)."""
+    compiled = queue._LEASE.compile(dialect=postgresql.psycopg.dialect())
+    params = compiled.construct_params(
+        {"actor": "raw-probe", "batch_size": 20, "cap": 10_000, "lease_duration": timedelta(seconds=30)}
+    )
+    latencies = []
+    with psycopg.connect(libpq(url)) as conn:
+        for _ in range(samples):
+            t0 = time.perf_counter()
+            conn.execute(str(compiled), params).fetchall()
+            latencies.append(time.perf_counter() - t0)
+            conn.rollback()
+    return statistics.median(latencies) * 1000
+
+
+def dequeue_scaling(server_url: str, workers: int, port: int, samples: int) -> dict[str, Any]:
+    url = fresh_database(server_url, "rq_bench_dequeue")
+    run_sql(url, SEED_PENDING, {"prefix": "p-", "count": (samples + 10) * 20 * 4 + 1000}, vacuum=True)
+    (token,) = create_tokens(url, 1)
+    server = start_server(url, workers, port)
+    result: dict[str, Any] = {}
+    try:
+        scenarios = [
+            ("a_empty_history", None),
+            ("c_10k_assigned_at_head", (SEED_ASSIGNED_AT_HEAD, {"count": 10_000})),
+            ("d_both", (SEED_RESOLVED_HISTORY, {"count": 1_000_000})),
+            ("b_1m_resolved", ("UPDATE review_queue_item SET state = 'RESOLVED', resolution = 'OK', "
+                               "resolved_by = leased_by, resolved_at = now() WHERE idempotency_key LIKE 'open-%%'", {})),
+        ]  # fmt: skip
+        for name, change in scenarios:
+            if change:
+                run_sql(url, change[0], change[1], vacuum=True)
+            latencies = lease_latencies(server, token, url, samples)
+            result[name] = {
+                "p50_ms": round(percentile(latencies, 50) * 1000, 2),
+                "p99_ms": round(percentile(latencies, 99) * 1000, 2),
+            }
+            if name == "d_both":
+                result["raw_statement_p50_ms_d"] = round(raw_lease_p50(url, samples), 3)
+                # The seed's index instead of the split ones, same data: what the fix bought.
+                run_sql(url, "DROP INDEX ix_review_queue_item_pending")
+                run_sql(url, "CREATE INDEX seed_dequeue ON review_queue_item (created_at)"
+                             " WHERE state IN ('PENDING', 'ASSIGNED')", vacuum=True)  # fmt: skip
+                result["raw_statement_p50_ms_d_seed_index"] = round(raw_lease_p50(url, samples), 3)
+                run_sql(url, "DROP INDEX seed_dequeue")
+                run_sql(url, "CREATE INDEX ix_review_queue_item_pending ON review_queue_item (created_at)"
+                             " WHERE state = 'PENDING'", vacuum=True)  # fmt: skip
+    finally:
+        stop_server(server)
+    base = result["a_empty_history"]["p50_ms"]
+    for name in ("b_1m_resolved", "c_10k_assigned_at_head", "d_both"):
+        result[name]["p50_ratio_to_a"] = round(result[name]["p50_ms"] / base, 2)
+    return result
+
+
+# --- report -------------------------------------------------------------------------------------
+
+
+def report(results: dict[str, Any]) -> str:
+    raw, api, dq = results["raw"], results["api"], results["dequeue"]
+    lines = [
+        f"review-queue bench  {results['clients']} clients, {results['items']} items, batch {results['batch']}, "
+        f"{results['workers']} API worker(s), {results['machine']}",
+        "",
+        f"{'':38}{'items/s':>10}{'p50 ms':>10}{'p99 ms':>10}",
+        f"{'1. raw SQL (seed loop, psycopg)':38}{raw['items_per_s']:>10}",
+        f"{'2. HTTP API':38}{api['items_per_s']:>10}",
+        f"{'     POST /leases':38}{'':>10}{api['lease_p50_ms']:>10}{api['lease_p99_ms']:>10}",
+        f"{'     POST /items/{id}/complete':38}{'':>10}{api['complete_p50_ms']:>10}{api['complete_p99_ms']:>10}",
+        f"     API items/s by quarter of the run: {api['items_per_s_by_quarter']}",
+        f"3. API / raw ratio: {results['api_raw_ratio']}   (target >= 0.5)",
+        "4. POST /leases (batch 20) as the table grows:",
+    ]
+    for name, label in [
+        ("a_empty_history", "(a) empty history"),
+        ("b_1m_resolved", "(b) 1,000,000 RESOLVED rows"),
+        ("c_10k_assigned_at_head", "(c) 10,000 ASSIGNED at the head"),
+        ("d_both", "(d) both"),
+    ]:
+        ratio = dq[name].get("p50_ratio_to_a", 1.0)
+        lines.append(f"     {label:<33}{'':>10}{dq[name]['p50_ms']:>10}{dq[name]['p99_ms']:>10}   x{ratio} of (a)")
+    lines += [
+        f"     lease statement alone in (d): {dq['raw_statement_p50_ms_d']} ms with the split indexes, "
+        f"{dq['raw_statement_p50_ms_d_seed_index']} ms with the seed's index",
+        f"5. peak RSS per API process under load (MB): {api['peak_rss_mb_per_process']}   (target < 200)",
+        f"   load generator CPU: {api['loadgen_cpu_cores']} cores"
+        + ("  -- SATURATED, the API number is a lower bound" if api["loadgen_cpu_cores"] > 0.9 else ""),
+    ]
+    return "\n".join(lines)
+
+
+@app.command()
+def main(
+    clients: Annotated[int, typer.Option(help="Concurrent clients (raw and API).")] = 8,
+    items: Annotated[int, typer.Option(help="Items each throughput run drains.")] = 20_000,
+    batch: Annotated[int, typer.Option(help="Lease batch size.")] = 20,
+    workers: Annotated[int, typer.Option(help="API worker processes (the README's recommendation).")] = 2,
+    lease_samples: Annotated[int, typer.Option(help="Timed leases per dequeue scenario.")] = 200,
+    port: Annotated[int, typer.Option(help="Port for the API under test.")] = 8765,
+    json_path: Annotated[Path | None, typer.Option("--json", help="Also write the results here.")] = None,
+) -> None:
+    settings = get_settings()
+    server_url = resolved_url(settings)
+    results: dict[str, Any] = {
+        "clients": clients,
+        "items": items,
+        "batch": batch,
+        "workers": workers,
+        "machine": f"{os.cpu_count()} cores, {round(psutil.virtual_memory().total / 2**30)} GiB",
+    }
+    typer.echo("1/4 raw SQL ceiling ...", err=True)
+    results["raw"] = raw_ceiling(fresh_database(server_url, "rq_bench_raw"), clients, items, batch)
+    typer.echo("2/4 HTTP API ...", err=True)
+    api_url = fresh_database(server_url, "rq_bench_api")
+    run_sql(api_url, SEED_PENDING, {"prefix": "api-", "count": items}, vacuum=True)
+    tokens = create_tokens(api_url, clients)
+    server = start_server(api_url, workers, port)
+    try:
+        results["api"] = api_throughput(server, tokens, items, batch)
+    finally:
+        stop_server(server)
+    results["api_raw_ratio"] = round(results["api"]["items_per_s"] / results["raw"]["items_per_s"], 2)
+    typer.echo("3/4 dequeue scaling (seeds 1,000,000 rows) ...", err=True)
+    results["dequeue"] = dequeue_scaling(server_url, workers, port, lease_samples)
+    typer.echo("4/4 done", err=True)
+    with psycopg.connect(libpq(server_url, "postgres"), autocommit=True) as conn:
+        for name in ("rq_bench_raw", "rq_bench_api", "rq_bench_dequeue"):
+            conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+    typer.echo(report(results))
+    if json_path:
+        json_path.write_text(json.dumps(results, indent=2))
+        typer.echo(f"wrote {json_path}", err=True)
+
