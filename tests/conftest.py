@@ -230,3 +230,94 @@ def own_postgres() -> Iterator[OwnPostgres]:
     yield own
     own.start()
     own.server.cleanup()
+
+
+class PgBouncer:
+    """PgBouncer in transaction-pooling mode in front of the test server (Debian's package)."""
+
+    def __init__(self, server_url: str, root: Path) -> None:
+        import shutil
+
+        binary = shutil.which("pgbouncer") or (
+            "/usr/sbin/pgbouncer" if Path("/usr/sbin/pgbouncer").exists() else None
+        )
+        if binary is None:
+            raise FileNotFoundError("pgbouncer")
+        url = make_url(server_url)
+        # The embedded server listens on a Unix socket (host=<dir> in the query string).
+        host = url.query.get("host") or url.host or "127.0.0.1"
+        host = host if isinstance(host, str) else host[0]
+        self.port, user = free_port(), url.username or "postgres"
+        (root / "users.txt").write_text(f'"{user}" ""\n')
+        (root / "pgbouncer.ini").write_text(
+            "[databases]\n"
+            f"* = host={host} port={url.port or 5432} user={user}"
+            + (f" password={url.password}" if url.password else "")
+            + "\n[pgbouncer]\n"
+            f"listen_addr = 127.0.0.1\nlisten_port = {self.port}\nunix_socket_dir =\n"
+            f"auth_type = trust\nauth_file = {root}/users.txt\n"
+            "pool_mode = transaction\nmax_client_conn = 500\ndefault_pool_size = 30\n"
+            "server_reset_query =\nignore_startup_parameters = extra_float_digits\n"
+            f"logfile = {root}/pgbouncer.log\npidfile = {root}/pgbouncer.pid\n"
+        )
+        command = [binary, str(root / "pgbouncer.ini")]
+        if os.geteuid() == 0:  # pgbouncer refuses to run as root
+            runas = next(
+                (u for u in ("embedded_postgres", "postgres", "nobody") if _user_exists(u)), "nobody"
+            )
+            os.chmod(root, 0o777)
+            for name in ("users.txt", "pgbouncer.ini"):
+                os.chmod(root / name, 0o644)
+            command += ["-u", runas]
+        self.user = user
+        self.process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        self.log = root / "pgbouncer.log"
+        self._wait_ready()
+
+    def _wait_ready(self) -> None:
+        import time
+
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"pgbouncer exited: {self.process.stderr.read().decode()}")  # type: ignore[union-attr]
+            try:
+                with psycopg.connect(self.libpq("postgres"), connect_timeout=1, prepare_threshold=None):
+                    return
+            except psycopg.OperationalError:
+                time.sleep(0.1)
+        raise RuntimeError("pgbouncer did not come up")
+
+    def url(self, database: str) -> str:
+        return f"postgresql+psycopg://{self.user}@127.0.0.1:{self.port}/{database}"
+
+    def libpq(self, database: str) -> str:
+        return libpq(self.url(database))
+
+    def stop(self) -> None:
+        self.process.terminate()
+        self.process.wait(timeout=10)
+
+
+def _user_exists(name: str) -> bool:
+    import pwd
+
+    try:
+        pwd.getpwnam(name)
+    except KeyError:
+        return False
+    return True
+
+
+@pytest.fixture(scope="session")
+def pgbouncer(server_url: str) -> Iterator[PgBouncer]:
+    """Skipped only where pgbouncer is not installed and not required; .ci/run installs it and
+    sets REVIEW_QUEUE_REQUIRE_PGBOUNCER=1, so in CI a missing pgbouncer fails instead."""
+    try:
+        bouncer = PgBouncer(server_url, Path(tempfile.mkdtemp(prefix="rq-pgbouncer-")))
+    except FileNotFoundError:
+        if os.environ.get("REVIEW_QUEUE_REQUIRE_PGBOUNCER"):
+            pytest.fail("REVIEW_QUEUE_REQUIRE_PGBOUNCER is set but pgbouncer is not installed")
+        pytest.skip("pgbouncer is not installed (apt-get install pgbouncer; .ci/run does)")
+    yield bouncer
+    bouncer.stop()

@@ -15,6 +15,13 @@ def test_concurrent_http_clients_resolve_every_item_exactly_once(
     live_server: str, make_token: Callable[[str, str], str], sql: psycopg.Connection
 ) -> None:
     total, clients = (2000, 24) if LONG else (400, 12)
+    drain_concurrently(live_server, make_token, sql, total=total, clients=clients)
+
+
+def drain_concurrently(
+    base: str, make_token: Callable[[str, str], str], sql: psycopg.Connection, *, total: int, clients: int
+) -> None:
+    """`clients` reviewers lease and complete `total` items at once; each is resolved exactly once."""
     seed_items(sql, total)
     leased: list[str] = []
     statuses: list[int] = []
@@ -22,7 +29,7 @@ def test_concurrent_http_clients_resolve_every_item_exactly_once(
 
     def reviewer(n: int) -> None:
         headers = {"Authorization": f"Bearer {make_token(f'reviewer-{n}', 'reviewer')}"}
-        with httpx.Client(base_url=live_server, headers=headers, timeout=30) as http:
+        with httpx.Client(base_url=base, headers=headers, timeout=30) as http:
             barrier.wait()
             while True:
                 response = http.post("/leases", json={"batch_size": 1 + n % 5})
