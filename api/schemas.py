@@ -3,6 +3,7 @@
 import base64
 import binascii
 import json
+import re
 from datetime import UTC, datetime
 from decimal import Decimal
 from typing import TYPE_CHECKING, Annotated, Any, Literal
@@ -12,10 +13,12 @@ from pydantic import (
     AfterValidator,
     AwareDatetime,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     PlainSerializer,
     StringConstraints,
+    model_validator,
 )
 
 if TYPE_CHECKING:  # the HTTP client imports these models without pulling in the database layer
@@ -56,6 +59,28 @@ Money = Annotated[
     AfterValidator(_money),
     PlainSerializer(lambda d: f"{d:.2f}", return_type=str, when_used="json"),
 ]
+
+_RFC3339 = re.compile(r"\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:[Zz]|[+-]\d{2}:\d{2})")
+
+
+def _rfc3339(value: object) -> object:
+    # pydantic alone would also take "1700000000" (Unix seconds), "2026-01-01T00:00Z" and the like.
+    if isinstance(value, str) and not _RFC3339.fullmatch(value):
+        raise ValueError("must be an RFC 3339 timestamp with an offset, e.g. 2026-01-01T00:00:00Z")
+    return value
+
+
+Rfc3339 = Annotated[AwareDatetime, BeforeValidator(_rfc3339)]
+
+
+def _not_a_boolean(value: object) -> object:
+    # pydantic's lax mode would take `true` for 1.
+    if isinstance(value, bool):
+        raise ValueError("must be an integer, not a boolean")
+    return value
+
+
+Count = Annotated[int, BeforeValidator(_not_a_boolean)]
 
 Timestamp = Annotated[
     datetime, PlainSerializer(lambda d: d.astimezone(UTC).isoformat(), return_type=str, when_used="json")
@@ -115,6 +140,16 @@ class Strict(BaseModel):
     # Unknown fields are refused, so a body can never smuggle in leased_by, state or the like.
     model_config = ConfigDict(extra="forbid")
 
+    @model_validator(mode="before")
+    @classmethod
+    def _an_object(cls, data: Any) -> Any:
+        # FastAPI validates bodies with from_attributes=True, and api.routing parses a JSON number
+        # into a Decimal, which pydantic would then read as an object with no attributes: a body
+        # of `1.5` would pass as `{}`.
+        if not isinstance(data, dict | BaseModel):
+            raise ValueError("must be a JSON object")
+        return data
+
 
 class ItemIn(Strict):
     idempotency_key: Text200
@@ -159,7 +194,7 @@ class ItemOut(BaseModel):
 
 
 class LeaseIn(Strict):
-    batch_size: int | None = Field(default=None, ge=1, le=200)
+    batch_size: Count | None = Field(default=None, ge=1, le=200)
 
 
 class LeaseOut(BaseModel):
@@ -187,8 +222,8 @@ class ItemQuery(Strict):
     resolved_by: Text200 | None = Field(default=None, description="A reviewer, or `me` for the caller.")
     ledger_entity: Text200 | None = None
     match_decision: MatchDecision | None = None
-    created_after: AwareDatetime | None = Field(default=None, description="Inclusive; RFC 3339 with offset.")
-    created_before: AwareDatetime | None = Field(default=None, description="Exclusive; RFC 3339 with offset.")
+    created_after: Rfc3339 | None = Field(default=None, description="Inclusive; RFC 3339 with offset.")
+    created_before: Rfc3339 | None = Field(default=None, description="Exclusive; RFC 3339 with offset.")
     limit: int = Field(default=50, ge=1, le=200)
     cursor: str | None = Field(
         default=None, max_length=200, description="`next_cursor` of the previous page."
@@ -240,7 +275,7 @@ class CompleteOut(BaseModel):
 
 
 class ReclaimIn(Strict):
-    reclaim_batch: int = Field(default=100, ge=1, le=1000)
+    reclaim_batch: Count = Field(default=100, ge=1, le=1000)
 
 
 class ReclaimedOut(BaseModel):

@@ -93,6 +93,10 @@ def reclaim(
     once: Annotated[bool, typer.Option("--once", help="Run one drain and exit (the default).")] = True,
 ) -> None:
     """Return expired leases to the queue now, draining batch after batch; prints how many."""
+    # A stop signal before the loop installs its own handlers (while connecting, say) is still a
+    # clean stop, not a KeyboardInterrupt traceback and exit 130.
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: sys.exit(0))
     from cli import reclaimer
 
     settings = get_settings()
@@ -104,11 +108,16 @@ def reclaim(
 @app.command("reclaimer")
 def reclaimer_loop() -> None:
     """Reclaim expired leases every REVIEW_QUEUE_RECLAIM_INTERVAL_S until SIGTERM/SIGINT."""
+    # A stop signal before the loop installs its own handlers (while the embedded server starts,
+    # say) is still a clean stop, not a KeyboardInterrupt traceback and exit 130.
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
     from cli import reclaimer
 
     settings = get_settings()
     configure_logging(settings.log_format, settings.log_level)
-    asyncio.run(reclaimer.run_forever(settings, resolved_url(settings)))
+    asyncio.run(reclaimer.run_forever(settings, resolved_url(settings), stop))
 
 
 @app.command()

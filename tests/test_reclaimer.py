@@ -88,6 +88,8 @@ def test_two_reclaimers_never_reclaim_one_item_twice(
 ) -> None:
     seed_expired(sql, 3000)
     processes = [start_reclaimer(db_url, tmp_path / f"r{n}.log") for n in range(2)]
+    for n in range(2):
+        wait_for(lambda n=n: "reclaimer_started" in (tmp_path / f"r{n}.log").read_text(), 20)
     try:
         wait_for(lambda: pending(sql) == 3000, timeout=60)
     finally:

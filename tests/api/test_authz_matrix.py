@@ -1,0 +1,475 @@
+"""The authorization matrix: every route x every kind of caller x whose item, with the exact answer.
+
+Callers: no token, a revoked token, and a valid token of each role. For the item routes the target
+is the caller's own item (leased by the caller), another reviewer's item, or an unknown id. Every
+refused call is checked in the database to have changed nothing, and so is every call that only
+reads. The calls that are allowed to write run on a fresh world each and must change exactly
+what they say, for the token's subject.
+
+Then: fields a client must not set (leased_by, resolved_by, state, ...) sent in a body are refused
+with 422 and nothing is applied, and identity headers (X-Forwarded-User, X-Remote-User,
+X-Forwarded-For) change nothing: the identity is the token's subject.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psycopg
+import pytest
+from fastapi.routing import APIRoute, iter_route_contexts
+from fastapi.testclient import TestClient
+
+from api.app import create_app
+from tests.api.helpers import assert_problem, item_body
+from tests.conftest import _admin_sql, _create_token, libpq, make_settings, with_database
+from tests.support import seed_items
+
+# ---------------------------------------------------------------------------------------------
+# The matrix
+# ---------------------------------------------------------------------------------------------
+
+PUBLIC = None  # no token needed
+ANY_ROLE = frozenset({"reviewer", "ingest", "admin"})
+REVIEWERS = frozenset({"reviewer", "admin"})
+INGEST = frozenset({"ingest", "admin"})
+ADMIN = frozenset({"admin"})
+
+
+@dataclass(frozen=True)
+class Route:
+    roles: frozenset[str] | None
+    ok: int = 200
+    item: bool = False  # has {item_id}
+    holder_only: bool = False  # only the lease holder may call it: anyone else is 409 LEASE_NOT_HELD
+    writes: bool = False  # an allowed call changes the queue
+    body: Callable[[], Any] | None = None
+
+
+MATRIX: dict[tuple[str, str], Route] = {
+    ("GET", "/healthz"): Route(PUBLIC),
+    ("GET", "/readyz"): Route(PUBLIC),
+    ("POST", "/items"): Route(INGEST, ok=201, writes=True, body=item_body),
+    ("POST", "/items/batch"): Route(INGEST, writes=True, body=lambda: {"items": [item_body()]}),
+    ("GET", "/items"): Route(ANY_ROLE),
+    ("GET", "/items/{item_id}"): Route(ANY_ROLE, item=True),
+    ("GET", "/items/{item_id}/events"): Route(ANY_ROLE, item=True),
+    ("POST", "/leases"): Route(REVIEWERS, writes=True, body=lambda: {"batch_size": 1}),
+    ("POST", "/items/{item_id}/complete"): Route(
+        REVIEWERS, item=True, holder_only=True, writes=True, body=lambda: {"resolution": "APPROVED"}
+    ),
+    ("POST", "/items/{item_id}/renew"): Route(
+        REVIEWERS, item=True, holder_only=True, writes=True, body=lambda: {}
+    ),
+    ("POST", "/items/{item_id}/release"): Route(
+        REVIEWERS, item=True, holder_only=True, writes=True, body=lambda: {"reason": "authz matrix"}
+    ),
+    # An allowed reclaim writes only when a lease is past its grace; none is in this world.
+    ("POST", "/admin/reclaim"): Route(ADMIN, body=lambda: {}),
+    ("GET", "/stats"): Route(REVIEWERS),
+    ("GET", "/metrics"): Route(ADMIN),
+}
+
+CALLERS = ("none", "revoked", "reviewer", "ingest", "admin")
+# The subject of each caller's token; "revoked" is a reviewer whose tokens were revoked after they
+# leased an item. OTHER is the reviewer holding "another reviewer's item".
+SUBJECT = {"revoked": "carol", "reviewer": "alice", "ingest": "ivan", "admin": "ada"}
+OTHER = "bob"
+UNKNOWN_ID = "00000000-0000-4000-8000-000000000000"
+
+
+def targets(route: Route, caller: str) -> tuple[str | None, ...]:
+    if not route.item:
+        return (None,)
+    if caller == "none":
+        return ("other", "unknown")  # nobody's own item
+    return ("own", "other", "unknown")
+
+
+def expected(route: Route, caller: str, target: str | None) -> tuple[int, str | None]:
+    if route.roles is PUBLIC:
+        return 200, None
+    if caller in ("none", "revoked"):
+        return 401, "UNAUTHENTICATED"
+    if caller not in route.roles:
+        return 403, "FORBIDDEN"
+    if target == "unknown":
+        return 404, "NOT_FOUND"
+    if route.holder_only and target == "other":
+        return 409, "LEASE_NOT_HELD"
+    return route.ok, None
+
+
+def _cases(*, writing: bool) -> Iterator[Any]:
+    for (method, path), route in MATRIX.items():
+        for caller in CALLERS:
+            for target in targets(route, caller):
+                status, code = expected(route, caller, target)
+                if (route.writes and status < 300) == writing:
+                    yield pytest.param(
+                        method, path, caller, target, status, code, id=f"{method} {path} {caller} {target}"
+                    )
+
+
+NON_WRITING_CASES = list(_cases(writing=False))
+WRITING_CASES = list(_cases(writing=True))
+
+
+def test_every_route_has_a_row_in_the_matrix() -> None:
+    app = create_app(make_settings("postgresql+psycopg://matrix@127.0.0.1:1/unused"))
+    # Included routers are flattened by FastAPI; the framework's own /docs and /openapi.json are
+    # plain Starlette routes and need no token.
+    routes = {
+        (method, str(context.path))
+        for context in iter_route_contexts(app.routes)
+        if isinstance(context.original_route, APIRoute)
+        for method in context.methods or ()
+    }
+    assert routes == set(MATRIX), (
+        f"routes without a row: {sorted(routes - set(MATRIX))}; rows without a route: "
+        f"{sorted(set(MATRIX) - routes)}"
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# The world: items leased by bob, by each caller, and a revoked reviewer
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class World:
+    client: TestClient
+    sql: psycopg.Connection
+    headers: dict[str, dict[str, str]]  # caller -> headers
+    own: dict[str, str]  # caller -> id of the item they hold
+    other: str  # bob's item
+
+    def item_id(self, caller: str, target: str | None) -> str | None:
+        if target is None:
+            return None
+        return {"own": self.own.get(caller), "other": self.other, "unknown": UNKNOWN_ID}[target]
+
+    def call(self, method: str, path: str, caller: str, target: str | None) -> httpx.Response:
+        item_id = self.item_id(caller, target)
+        url = path.replace("{item_id}", item_id) if item_id else path
+        body = MATRIX[(method, path)].body
+        response: httpx.Response = self.client.request(
+            method, url, json=body() if body else None, headers=self.headers[caller]
+        )
+        return response
+
+
+def revoke(url: str, subject: str) -> None:
+    """`review-queue token revoke`, the console script of the environment running the tests."""
+    result = subprocess.run(
+        [str(Path(sys.executable).parent / "review-queue"), "token", "revoke", "--subject", subject],
+        env={**os.environ, "DATABASE_URL": url},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert f"revoked 1 token(s) of {subject}" in result.stdout
+
+
+def build_world(
+    client: TestClient, sql: psycopg.Connection, url: str, make_token: Callable[[str, str], str]
+) -> World:
+    seed_items(sql, 8)
+    ids = [str(r[0]) for r in sql.execute("SELECT id FROM review_queue_item ORDER BY created_at")]
+    bearer = {
+        caller: {
+            "Authorization": f"Bearer {make_token(subject, 'reviewer' if caller == 'revoked' else caller)}"
+        }
+        for caller, subject in SUBJECT.items()
+    }
+    bob = {"Authorization": f"Bearer {make_token(OTHER, 'reviewer')}"}
+    # Oldest first: bob gets ids[0], then each reviewer-capable caller the next one.
+    holders = [("bob", bob), ("reviewer", bearer["reviewer"]), ("admin", bearer["admin"])]
+    holders.append(("revoked", bearer["revoked"]))
+    own: dict[str, str] = {}
+    for n, (who, headers) in enumerate(holders):
+        response = client.post("/leases", json={"batch_size": 1}, headers=headers)
+        assert response.status_code == 200, response.text
+        assert [i["id"] for i in response.json()["items"]] == [ids[n]]
+        own[who] = ids[n]
+    # ingest cannot lease; a row that claims ivan holds it shows that the role check is what refuses.
+    own["ingest"] = ids[len(holders)]
+    sql.execute(
+        "UPDATE review_queue_item SET state = 'ASSIGNED', leased_by = %s, leased_at = now(),"
+        " lease_expires_at = now() + interval '1 hour', lease_epoch = lease_epoch + 1 WHERE id = %s",
+        (SUBJECT["ingest"], own["ingest"]),
+    )
+    revoke(url, SUBJECT["revoked"])
+    return World(client, sql, {"none": {}, **bearer}, own, other=own.pop("bob"))
+
+
+def snapshot(sql: psycopg.Connection) -> tuple[dict[str, dict[str, Any]], list[tuple[Any, ...]]]:
+    items = {
+        str(row["id"]): row
+        for (row,) in sql.execute("SELECT row_to_json(i) FROM review_queue_item i ORDER BY created_at, id")
+    }
+    events = sql.execute("SELECT id, item_id, event, actor FROM review_queue_event ORDER BY id").fetchall()
+    return items, events
+
+
+# A longer lease than the default, so that no lease in the shared world can lapse mid-module.
+SETTINGS = {"lock_timeout_ms": 120_000}
+
+
+@pytest.fixture(scope="module")
+def shared_world(server_url: str, template_db: str) -> Iterator[World]:
+    """One world for every call that must not change anything: each such call is checked to have
+    left the database exactly as it was, so they can share it."""
+    name = f"rq_authz_{uuid.uuid4().hex[:12]}"
+    _admin_sql(server_url, f"CREATE DATABASE {name} TEMPLATE {template_db}")
+    url = with_database(server_url, name)
+    try:
+        with (
+            TestClient(create_app(make_settings(url, **SETTINGS)), raise_server_exceptions=False) as client,
+            psycopg.connect(libpq(url), autocommit=True) as sql,
+        ):
+            yield build_world(client, sql, url, lambda subject, role: _create_token(url, subject, role))
+    finally:
+        _admin_sql(server_url, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+@pytest.fixture
+def world(db_url: str, sql: psycopg.Connection, make_token: Callable[[str, str], str]) -> Iterator[World]:
+    """A world of its own, for a call that is allowed to write."""
+    with TestClient(create_app(make_settings(db_url, **SETTINGS)), raise_server_exceptions=False) as client:
+        yield build_world(client, sql, db_url, make_token)
+
+
+# ---------------------------------------------------------------------------------------------
+# The matrix, asserted
+# ---------------------------------------------------------------------------------------------
+
+
+def check_answer(response: httpx.Response, status: int, code: str | None) -> None:
+    if code is None:
+        assert response.status_code == status, (
+            f"expected {status}, got {response.status_code}: {response.text}"
+        )
+        return
+    assert_problem(response, status, code)
+    if status == 401:
+        assert response.headers["www-authenticate"] == "Bearer"
+
+
+@pytest.mark.parametrize(("method", "path", "caller", "target", "status", "code"), NON_WRITING_CASES)
+def test_refused_and_reading_calls_change_nothing(
+    shared_world: World,
+    method: str,
+    path: str,
+    caller: str,
+    target: str | None,
+    status: int,
+    code: str | None,
+) -> None:
+    before = snapshot(shared_world.sql)
+    response = shared_world.call(method, path, caller, target)
+    check_answer(response, status, code)
+    assert snapshot(shared_world.sql) == before, f"{method} {path} by {caller} changed the database"
+    if status == 200 and response.headers["content-type"].startswith("application/json"):
+        # A lease_token is shown to its holder only (bob's, for one, to nobody here).
+        for item in _items_in(response.json()):
+            if item["lease_token"] is not None:
+                assert item["leased_by"] == SUBJECT[caller], f"{caller} was shown {item['leased_by']}'s token"
+
+
+def _items_in(body: Any) -> list[dict[str, Any]]:
+    """The items of an item, a list of items or a reclaim answer."""
+    if isinstance(body, dict) and isinstance(body.get("items"), list):
+        return [i for i in body["items"] if isinstance(i, dict) and "lease_token" in i]
+    if isinstance(body, dict) and "lease_token" in body:
+        return [body]
+    return []
+
+
+@pytest.mark.parametrize(("method", "path", "caller", "target", "status", "code"), WRITING_CASES)
+def test_allowed_writes_change_exactly_their_item_as_the_caller(
+    world: World, method: str, path: str, caller: str, target: str | None, status: int, code: str | None
+) -> None:
+    subject = SUBJECT[caller]
+    items_before, events_before = snapshot(world.sql)
+    response = world.call(method, path, caller, target)
+    check_answer(response, status, code)
+    items_after, events_after = snapshot(world.sql)
+
+    changed = {i for i in items_after if items_after[i] != items_before.get(i)}
+    new_events = events_after[len(events_before) :]
+    assert events_after[: len(events_before)] == events_before
+    assert len(changed) == 1, f"expected exactly one item to change, got {changed}"
+    (item_id,) = changed
+    row = items_after[item_id]
+    assert [(str(e[1]), e[3]) for e in new_events] == [(item_id, subject)], new_events
+    event = new_events[0][2]
+
+    if path in ("/items", "/items/batch"):
+        assert item_id not in items_before
+        assert (row["state"], row["leased_by"], event) == ("PENDING", None, "ENQUEUED")
+    elif path == "/leases":
+        assert [i["id"] for i in response.json()["items"]] == [item_id]
+        assert (row["state"], row["leased_by"], event) == ("ASSIGNED", subject, "LEASED")
+    else:
+        assert item_id == world.own[caller]
+        before = items_before[item_id]
+        if path.endswith("/complete"):
+            assert response.json()["outcome"] == "resolved"
+            assert (row["state"], row["resolved_by"], row["resolution"], event) == (
+                "RESOLVED",
+                subject,
+                "APPROVED",
+                "RESOLVED",
+            )
+        elif path.endswith("/renew"):
+            assert (row["state"], row["leased_by"], event) == ("ASSIGNED", subject, "RENEWED")
+            assert row["lease_expires_at"] >= before["lease_expires_at"]
+        else:
+            assert (row["state"], row["leased_by"], event) == ("PENDING", None, "RELEASED")
+
+
+# ---------------------------------------------------------------------------------------------
+# Fields a client must not set, in a body
+# ---------------------------------------------------------------------------------------------
+
+SMUGGLED = {
+    "leased_by": "mallory",
+    "resolved_by": "mallory",
+    "state": "RESOLVED",
+    "lease_expires_at": "2099-01-01T00:00:00Z",
+    "lease_epoch": 99,
+    "attempts": 99,
+}
+
+# (route, caller whose call would otherwise succeed, target, where the field goes)
+SMUGGLE_ROUTES = [
+    (("POST", "/items"), "ingest", None, ()),
+    (("POST", "/items/batch"), "ingest", None, ("items", 0)),
+    (("POST", "/leases"), "reviewer", None, ()),
+    (("POST", "/items/{item_id}/complete"), "reviewer", "own", ()),
+    (("POST", "/items/{item_id}/renew"), "reviewer", "own", ()),
+    (("POST", "/items/{item_id}/release"), "reviewer", "own", ()),
+    (("POST", "/admin/reclaim"), "admin", None, ()),
+]
+
+
+@pytest.mark.parametrize("field", list(SMUGGLED))
+@pytest.mark.parametrize(
+    ("route", "caller", "target", "where"), SMUGGLE_ROUTES, ids=[f"{m} {p}" for (m, p), *_ in SMUGGLE_ROUTES]
+)
+def test_a_body_cannot_set_server_owned_fields(
+    shared_world: World,
+    route: tuple[str, str],
+    caller: str,
+    target: str | None,
+    where: tuple[str | int, ...],
+    field: str,
+) -> None:
+    method, path = route
+    body = MATRIX[route].body
+    assert body is not None
+    sent = body()
+    container = sent
+    for step in where:
+        container = container[step]
+    container[field] = SMUGGLED[field]
+    item_id = shared_world.item_id(caller, target)
+    url = path.replace("{item_id}", item_id) if item_id else path
+
+    before = snapshot(shared_world.sql)
+    response = shared_world.client.request(method, url, json=sent, headers=shared_world.headers[caller])
+    problem = assert_problem(response, 422, "VALIDATION_ERROR")
+    assert {
+        "loc": ["body", *where, field],
+        "msg": "Extra inputs are not permitted",
+        "type": "extra_forbidden",
+    } in (problem["errors"])
+    assert snapshot(shared_world.sql) == before
+
+
+# ---------------------------------------------------------------------------------------------
+# Identity headers
+# ---------------------------------------------------------------------------------------------
+
+IDENTITY_HEADERS = ["X-Forwarded-User", "X-Remote-User", "X-Forwarded-For"]
+
+
+def _as_bob(header: str) -> dict[str, str]:
+    return {header: OTHER if header != "X-Forwarded-For" else f"10.0.0.1, {OTHER}"}
+
+
+@pytest.mark.parametrize("header", [*IDENTITY_HEADERS, "all"])
+def test_identity_headers_change_nothing(world: World, header: str) -> None:
+    spoof = (
+        {k: v for h in IDENTITY_HEADERS for k, v in _as_bob(h).items()}
+        if header == "all"
+        else _as_bob(header)
+    )
+    alice = {**world.headers["reviewer"], **spoof}
+
+    # Leasing: the lease is alice's, in the answer, the row and the audit trail.
+    leased = world.client.post("/leases", json={"batch_size": 1}, headers=alice)
+    assert leased.status_code == 200, leased.text
+    (item,) = leased.json()["items"]
+    assert item["leased_by"] == SUBJECT["reviewer"] and item["lease_token"] is not None
+    row = world.sql.execute("SELECT leased_by FROM review_queue_item WHERE id = %s", (item["id"],)).fetchone()
+    assert row == (SUBJECT["reviewer"],)
+
+    # "My work" is alice's, not bob's.
+    mine = world.client.get("/items", params={"state": "ASSIGNED", "leased_by": "me"}, headers=alice).json()
+    assert {i["leased_by"] for i in mine["items"]} == {SUBJECT["reviewer"]}
+    assert world.other not in {i["id"] for i in mine["items"]}
+
+    # Claiming to be bob does not let alice act on bob's item.
+    before = snapshot(world.sql)
+    for action, body in (("complete", {"resolution": "APPROVED"}), ("renew", {}), ("release", {})):
+        response = world.client.post(f"/items/{world.other}/{action}", json=body, headers=alice)
+        assert_problem(response, 409, "LEASE_NOT_HELD")
+    assert world.client.get(f"/items/{world.other}", headers=alice).json()["lease_token"] is None
+    assert snapshot(world.sql) == before
+
+    # Without a token, the headers are no identity at all.
+    assert_problem(
+        world.client.post("/leases", json={"batch_size": 1}, headers=spoof), 401, "UNAUTHENTICATED"
+    )
+    assert snapshot(world.sql) == before
+
+    # Completing: resolved_by is alice.
+    done = world.client.post(f"/items/{item['id']}/complete", json={"resolution": "APPROVED"}, headers=alice)
+    assert done.status_code == 200, done.text
+    assert done.json()["item"]["resolved_by"] == SUBJECT["reviewer"]
+    row = world.sql.execute(
+        "SELECT resolved_by FROM review_queue_item WHERE id = %s", (item["id"],)
+    ).fetchone()
+    assert row == (SUBJECT["reviewer"],)
+
+    # Enqueueing: the audit trail names the ingest token's subject.
+    ivan = {**world.headers["ingest"], **spoof}
+    created = world.client.post("/items", json=item_body(), headers=ivan)
+    assert created.status_code == 201, created.text
+    actors = world.sql.execute(
+        "SELECT event, actor FROM review_queue_event WHERE item_id = %s", (created.json()["id"],)
+    ).fetchall()
+    assert actors == [("ENQUEUED", SUBJECT["ingest"])]
+
+    # Every event written during this test is by alice or ivan, never bob.
+    events = world.sql.execute(
+        "SELECT DISTINCT actor FROM review_queue_event WHERE id > %s", (before[1][-1][0],)
+    ).fetchall()
+    assert {a for (a,) in events} <= {SUBJECT["reviewer"], SUBJECT["ingest"]}
+
+
+def test_row_to_json_snapshot_sees_every_column(shared_world: World) -> None:
+    # The "nothing changed" checks compare whole rows: make sure they include the lease columns.
+    items, _ = snapshot(shared_world.sql)
+    row = items[shared_world.other]
+    assert {"state", "leased_by", "lease_expires_at", "lease_epoch", "resolved_by", "resolution"} <= set(row)
+    assert json.dumps(row)  # plain JSON values, comparable with ==
