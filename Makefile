@@ -20,13 +20,13 @@ test-long: install
 	REVIEW_QUEUE_TEST_LONG=1 $(RUN) pytest
 
 lint: install
-	$(RUN) ruff check api db cli tests alembic
-	$(RUN) ruff format --check api db cli tests alembic
-	$(RUN) mypy api db cli
+	$(RUN) ruff check api db cli bench tests alembic
+	$(RUN) ruff format --check api db cli bench tests alembic
+	$(RUN) mypy api db cli bench
 
 fmt: install
-	$(RUN) ruff format api db cli tests alembic
-	$(RUN) ruff check --fix api db cli tests alembic
+	$(RUN) ruff format api db cli bench tests alembic
+	$(RUN) ruff check --fix api db cli bench tests alembic
 
 bench: install
 	$(RUN) python -m bench

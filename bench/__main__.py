@@ -1,4 +1,4 @@
-"""`python -m bench` (what `make bench` runs); the code lives in bench.run so spawned clients can import it."""
+"""`python -m bench`, what `make bench` runs. The code lives in bench.run: spawned clients import it."""
 
 from bench.run import app
 

@@ -5,6 +5,7 @@ one run, and is reported as ratios: absolute numbers on a shared 2-core machine 
 """
 
 import asyncio
+import itertools
 import json
 import multiprocessing as mp
 import os
@@ -14,7 +15,7 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 from typing import Annotated, Any
@@ -70,6 +71,12 @@ SELECT 'open-' || i, 'ACME-CORP', 1, 'PARTIAL', 'h', 'ASSIGNED', 'holder-' || (i
        now() + interval '1 day', 1, now() - interval '30 days' + i * interval '1 millisecond'
 FROM generate_series(1, %(count)s) i
 """
+# (b) is (d) with the open leases resolved: the same 1,000,000 rows of history, none open.
+RESOLVE_OPEN = """
+UPDATE review_queue_item
+SET state = 'RESOLVED', resolution = 'OK', resolved_by = leased_by, resolved_at = now()
+WHERE idempotency_key LIKE 'open-%%'
+"""
 SEED_RESOLVED_HISTORY = """
 INSERT INTO review_queue_item (idempotency_key, ledger_entity, variance_amount, match_decision, source_hash,
                                state, leased_by, leased_at, lease_expires_at, lease_epoch, resolution,
@@ -107,7 +114,9 @@ def run_sql(url: str, statement: str, params: dict[str, Any] | None = None, *, v
 
 def percentile(samples: list[float], p: float) -> float:
     ordered = sorted(samples)
-    return ordered[min(len(ordered) - 1, int(round(p / 100 * (len(ordered) - 1))))] if ordered else float("nan")
+    if not ordered:
+        return float("nan")
+    return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
 
 
 # --- 1. the raw-SQL ceiling -------------------------------------------------------------------
@@ -136,20 +145,28 @@ def raw_ceiling(url: str, clients: int, items: int, batch: int) -> dict[str, Any
     ctx = mp.get_context("spawn")
     barrier, out = ctx.Barrier(clients + 1, timeout=60), ctx.Queue()
     workers = [
-        ctx.Process(target=_raw_worker, args=(libpq(url), f"raw-{n}", batch, barrier, out)) for n in range(clients)
+        ctx.Process(target=_raw_worker, args=(libpq(url), f"raw-{n}", batch, barrier, out))
+        for n in range(clients)
     ]
     for w in workers:
         w.start()
     barrier.wait()
-    started = time.perf_counter()
+    machine0, started = _machine_busy_seconds(), time.perf_counter()
     for w in workers:
         w.join()
         if w.exitcode != 0:
             raise SystemExit(f"a raw client failed (exit {w.exitcode})")
     elapsed = time.perf_counter() - started
+    machine_s = _machine_busy_seconds() - machine0
     done = sum(out.get() for _ in workers)
     assert done == items, f"raw loop resolved {done} of {items}"
-    return {"items": done, "seconds": round(elapsed, 2), "items_per_s": round(done / elapsed, 1)}
+    return {
+        "items": done,
+        "seconds": round(elapsed, 2),
+        "items_per_s": round(done / elapsed, 1),
+        "cpu_ms_per_item": round(machine_s / done * 1000, 3),
+        "machine_busy_cores": round(machine_s / elapsed, 2),
+    }
 
 
 # --- 2. the API -------------------------------------------------------------------------------
@@ -158,7 +175,7 @@ def raw_ceiling(url: str, clients: int, items: int, batch: int) -> dict[str, Any
 def create_tokens(url: str, count: int) -> list[str]:
     tokens = []
     for n in range(count):
-        result = subprocess.run(
+        result = subprocess.run(  # noqa: S603 - our own CLI, fixed arguments
             [sys.executable, "-m", "cli", "token", "create", "--subject", f"bench-{n}", "--role", "reviewer"],
             env={**os.environ, "DATABASE_URL": url},
             capture_output=True,
@@ -178,8 +195,18 @@ class Server:
 
 def start_server(url: str, workers: int, port: int) -> Server:
     log = Path(tempfile.mkstemp(prefix="rq-bench-server-", suffix=".log")[1])
-    process = subprocess.Popen(
-        [sys.executable, "-m", "cli", "serve", "--port", str(port), "--workers", str(workers), "--no-reclaimer"],
+    process = subprocess.Popen(  # noqa: S603 - our own CLI, fixed arguments
+        [
+            sys.executable,
+            "-m",
+            "cli",
+            "serve",
+            "--port",
+            str(port),
+            "--workers",
+            str(workers),
+            "--no-reclaimer",
+        ],
         env={**os.environ, "DATABASE_URL": url},
         stdout=log.open("wb"),
         stderr=subprocess.STDOUT,
@@ -212,7 +239,7 @@ class MemorySampler(threading.Thread):
         while not self.stop.wait(0.1):
             for proc in [self.root, *self.root.children(recursive=True)]:
                 try:
-                    if "reclaimer" in " ".join(proc.cmdline()):
+                    if proc.cmdline()[-1:] == ["reclaimer"]:  # a reclaimer child is not the API
                         continue
                     self.peaks[proc.pid] = max(self.peaks.get(proc.pid, 0), proc.memory_info().rss)
                 except psutil.Error:
@@ -258,10 +285,29 @@ async def _api_client(base: str, token: str, batch: int, run: ApiRun, start: asy
                     run.errors += 1
 
 
+def _cpu_seconds(processes: list[psutil.Process]) -> float:
+    total = 0.0
+    for proc in processes:
+        try:
+            times = proc.cpu_times()
+            total += times.user + times.system
+        except psutil.Error:
+            pass
+    return total
+
+
+def _machine_busy_seconds() -> float:
+    times = psutil.cpu_times()
+    return float(sum(times) - times.idle - getattr(times, "iowait", 0.0))
+
+
 def api_throughput(server: Server, tokens: list[str], items: int, batch: int) -> dict[str, Any]:
     run = ApiRun()
     sampler = MemorySampler(server.process.pid)
     sampler.start()
+    root = psutil.Process(server.process.pid)
+    api_processes = [root, *root.children(recursive=True)]
+    api0, machine0 = _cpu_seconds(api_processes), _machine_busy_seconds()
     cpu0, started = time.process_time(), time.perf_counter()
 
     async def main() -> None:
@@ -277,14 +323,18 @@ def api_throughput(server: Server, tokens: list[str], items: int, batch: int) ->
 
     asyncio.run(main())
     elapsed = time.perf_counter() - started
-    loadgen_cpu = (time.process_time() - cpu0) / elapsed
+    loadgen_s = time.process_time() - cpu0
+    loadgen_cpu = loadgen_s / elapsed
+    api_s, machine_s = _cpu_seconds(api_processes) - api0, _machine_busy_seconds() - machine0
     sampler.stop.set()
     sampler.join()
-    assert len(run.complete_s) == items and run.errors == 0, f"{len(run.complete_s)} done, {run.errors} errors"
+    assert len(run.complete_s) == items and run.errors == 0, (
+        f"{len(run.complete_s)} done, {run.errors} errors"
+    )
     quarters = [started + elapsed * q / 4 for q in range(5)]
     decay = [
         round(sum(1 for t in run.finished_at if lo <= t < hi) / (hi - lo), 1)
-        for lo, hi in zip(quarters, quarters[1:], strict=False)
+        for lo, hi in itertools.pairwise(quarters)
     ]
     ms = 1000.0
     return {
@@ -297,6 +347,14 @@ def api_throughput(server: Server, tokens: list[str], items: int, batch: int) ->
         "complete_p50_ms": round(percentile(run.complete_s, 50) * ms, 2),
         "complete_p99_ms": round(percentile(run.complete_s, 99) * ms, 2),
         "loadgen_cpu_cores": round(loadgen_cpu, 2),
+        # Where the machine's CPU went, per item resolved: the API's processes, the load
+        # generator, and everything else (PostgreSQL, mostly).
+        "cpu_ms_per_item": {
+            "api": round(api_s / items * 1000, 3),
+            "load_generator": round(loadgen_s / items * 1000, 3),
+            "postgres_and_rest": round((machine_s - api_s - loadgen_s) / items * 1000, 3),
+        },
+        "machine_busy_cores": round(machine_s / elapsed, 2),
         "peak_rss_mb_per_process": sorted(round(v / 2**20, 1) for v in sampler.peaks.values()),
     }
 
@@ -307,27 +365,30 @@ def api_throughput(server: Server, tokens: list[str], items: int, batch: int) ->
 def lease_latencies(server: Server, token: str, url: str, samples: int) -> list[float]:
     """Sequential POST /leases of 20; the leased items are resolved in SQL, untimed, in between."""
     latencies = []
-    with httpx.Client(base_url=server.base, headers={"Authorization": f"Bearer {token}"}) as http:
-        with psycopg.connect(libpq(url), autocommit=True) as sql:
-            for n in range(samples + 10):
-                t0 = time.perf_counter()
-                response = http.post("/leases", json={"batch_size": 20})
-                elapsed = time.perf_counter() - t0
-                items = response.json()["items"]
-                assert len(items) == 20, response.text
-                if n >= 10:  # warm-up
-                    latencies.append(elapsed)
-                sql.execute(
-                    "UPDATE review_queue_item SET state = 'RESOLVED', resolution = 'OK', resolved_by = leased_by,"
-                    " resolved_at = now() WHERE id = ANY(%s)",
-                    ([i["id"] for i in items],),
-                )
+    headers = {"Authorization": f"Bearer {token}"}
+    with (
+        httpx.Client(base_url=server.base, headers=headers) as http,
+        psycopg.connect(libpq(url), autocommit=True) as sql,
+    ):
+        for n in range(samples + 10):
+            t0 = time.perf_counter()
+            response = http.post("/leases", json={"batch_size": 20})
+            elapsed = time.perf_counter() - t0
+            items = response.json()["items"]
+            assert len(items) == 20, response.text
+            if n >= 10:  # warm-up
+                latencies.append(elapsed)
+            sql.execute(
+                "UPDATE review_queue_item SET state = 'RESOLVED', resolution = 'OK',"
+                " resolved_by = leased_by, resolved_at = now() WHERE id = ANY(%s)",
+                ([i["id"] for i in items],),
+            )
     return latencies
 
 
 def raw_lease_p50(url: str, samples: int) -> float:
     """The service's own lease statement, run directly and rolled back (so the queue is unchanged)."""
-    compiled = queue._LEASE.compile(dialect=postgresql.psycopg.dialect())
+    compiled = queue._LEASE.compile(dialect=postgresql.psycopg.dialect())  # type: ignore[no-untyped-call]
     params = compiled.construct_params(
         {"actor": "raw-probe", "batch_size": 20, "cap": 10_000, "lease_duration": timedelta(seconds=30)}
     )
@@ -352,8 +413,7 @@ def dequeue_scaling(server_url: str, workers: int, port: int, samples: int) -> d
             ("a_empty_history", None),
             ("c_10k_assigned_at_head", (SEED_ASSIGNED_AT_HEAD, {"count": 10_000})),
             ("d_both", (SEED_RESOLVED_HISTORY, {"count": 1_000_000})),
-            ("b_1m_resolved", ("UPDATE review_queue_item SET state = 'RESOLVED', resolution = 'OK', "
-                               "resolved_by = leased_by, resolved_at = now() WHERE idempotency_key LIKE 'open-%%'", {})),
+            ("b_1m_resolved", (RESOLVE_OPEN, {})),
         ]  # fmt: skip
         for name, change in scenarios:
             if change:
@@ -387,14 +447,16 @@ def dequeue_scaling(server_url: str, workers: int, port: int, samples: int) -> d
 def report(results: dict[str, Any]) -> str:
     raw, api, dq = results["raw"], results["api"], results["dequeue"]
     lines = [
-        f"review-queue bench  {results['clients']} clients, {results['items']} items, batch {results['batch']}, "
-        f"{results['workers']} API worker(s), {results['machine']}",
+        f"review-queue bench  {results['clients']} clients, {results['items']} items, "
+        f"batch {results['batch']}, {results['workers']} API worker(s), {results['machine']}",
         "",
         f"{'':38}{'items/s':>10}{'p50 ms':>10}{'p99 ms':>10}",
-        f"{'1. raw SQL (seed loop, psycopg)':38}{raw['items_per_s']:>10}",
+        f"{'1. raw SQL (seed loop, psycopg)':38}{raw['items_per_s']:>10}"
+        f"   ({raw['cpu_ms_per_item']} ms CPU per item, machine busy {raw['machine_busy_cores']} cores)",
         f"{'2. HTTP API':38}{api['items_per_s']:>10}",
         f"{'     POST /leases':38}{'':>10}{api['lease_p50_ms']:>10}{api['lease_p99_ms']:>10}",
-        f"{'     POST /items/{id}/complete':38}{'':>10}{api['complete_p50_ms']:>10}{api['complete_p99_ms']:>10}",
+        f"{'     POST /items/{id}/complete':38}{'':>10}"
+        f"{api['complete_p50_ms']:>10}{api['complete_p99_ms']:>10}",
         f"     API items/s by quarter of the run: {api['items_per_s_by_quarter']}",
         f"3. API / raw ratio: {results['api_raw_ratio']}   (target >= 0.5)",
         "4. POST /leases (batch 20) as the table grows:",
@@ -406,11 +468,17 @@ def report(results: dict[str, Any]) -> str:
         ("d_both", "(d) both"),
     ]:
         ratio = dq[name].get("p50_ratio_to_a", 1.0)
-        lines.append(f"     {label:<33}{'':>10}{dq[name]['p50_ms']:>10}{dq[name]['p99_ms']:>10}   x{ratio} of (a)")
+        lines.append(
+            f"     {label:<33}{'':>10}{dq[name]['p50_ms']:>10}{dq[name]['p99_ms']:>10}   x{ratio} of (a)"
+        )
     lines += [
         f"     lease statement alone in (d): {dq['raw_statement_p50_ms_d']} ms with the split indexes, "
         f"{dq['raw_statement_p50_ms_d_seed_index']} ms with the seed's index",
         f"5. peak RSS per API process under load (MB): {api['peak_rss_mb_per_process']}   (target < 200)",
+        f"   CPU per item (ms): API {api['cpu_ms_per_item']['api']}, load generator "
+        f"{api['cpu_ms_per_item']['load_generator']}, PostgreSQL and the rest "
+        f"{api['cpu_ms_per_item']['postgres_and_rest']}; machine busy {api['machine_busy_cores']} of "
+        f"{os.cpu_count()} cores",
         f"   load generator CPU: {api['loadgen_cpu_cores']} cores"
         + ("  -- SATURATED, the API number is a lower bound" if api["loadgen_cpu_cores"] > 0.9 else ""),
     ]
@@ -422,13 +490,16 @@ def main(
     clients: Annotated[int, typer.Option(help="Concurrent clients (raw and API).")] = 8,
     items: Annotated[int, typer.Option(help="Items each throughput run drains.")] = 20_000,
     batch: Annotated[int, typer.Option(help="Lease batch size.")] = 20,
-    workers: Annotated[int, typer.Option(help="API worker processes (the README's recommendation).")] = 2,
+    workers: Annotated[
+        int | None, typer.Option(help="API worker processes; default one per core, as the README recommends.")
+    ] = None,
     lease_samples: Annotated[int, typer.Option(help="Timed leases per dequeue scenario.")] = 200,
     port: Annotated[int, typer.Option(help="Port for the API under test.")] = 8765,
     json_path: Annotated[Path | None, typer.Option("--json", help="Also write the results here.")] = None,
 ) -> None:
     settings = get_settings()
     server_url = resolved_url(settings)
+    workers = workers or os.cpu_count() or 1
     results: dict[str, Any] = {
         "clients": clients,
         "items": items,
@@ -458,4 +529,3 @@ def main(
     if json_path:
         json_path.write_text(json.dumps(results, indent=2))
         typer.echo(f"wrote {json_path}", err=True)
-
