@@ -29,7 +29,7 @@ fmt: install
 	$(RUN) ruff check --fix api db cli bench tests alembic
 
 bench: install
-	$(RUN) python -m bench
+	$(RUN) python -m bench $(ARGS)
 
 migrate: install
 	$(RUN) review-queue migrate

@@ -229,3 +229,37 @@ def test_a_lost_acknowledgement_is_retried_into_already_resolved(
     assert again.status_code == 200
     assert again.json()["outcome"] == "already_resolved"
     resolved_once(sql, 1)
+
+
+def test_slow_uploads_hold_no_database_connection(
+    db_url: str, make_token: Callable[[str, str], str], sql: psycopg.Connection
+) -> None:
+    """The body is read before the transaction starts, so clients trickling bodies in (slowloris)
+    tie up sockets, not the pool: with a pool of 2 and 10 stalled uploads, others are served."""
+    seed_items(sql, 1)
+    token = make_token("alice", "reviewer")
+    process, base = start_server(
+        {"DATABASE_URL": db_url, "REVIEW_QUEUE_POOL_SIZE": "2", "REVIEW_QUEUE_POOL_MAX_OVERFLOW": "0"}
+    )
+    host, port = httpx.URL(base).host, httpx.URL(base).port
+    stalled = []
+    try:
+        for _ in range(10):
+            sock = socket.create_connection((host, port))
+            sock.sendall(
+                b"POST /leases HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                b"Authorization: Bearer " + token.encode() + b"\r\nContent-Length: 1000\r\n\r\n{"
+            )
+            stalled.append(sock)
+        time.sleep(0.5)
+        started = time.monotonic()
+        with httpx.Client(base_url=base, headers={"Authorization": f"Bearer {token}"}) as http:
+            leased = http.post("/leases", json={"batch_size": 1})
+        elapsed = time.monotonic() - started
+        assert leased.status_code == 200, leased.text
+        assert len(leased.json()["items"]) == 1
+        assert elapsed < 2, f"took {elapsed:.2f} s"
+    finally:
+        for sock in stalled:
+            sock.close()
+        stop_server(process)
