@@ -93,10 +93,6 @@ def reclaim(
     once: Annotated[bool, typer.Option("--once", help="Run one drain and exit (the default).")] = True,
 ) -> None:
     """Return expired leases to the queue now, draining batch after batch; prints how many."""
-    # A stop signal before the loop installs its own handlers (while connecting, say) is still a
-    # clean stop, not a KeyboardInterrupt traceback and exit 130.
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: sys.exit(0))
     from cli import reclaimer
 
     settings = get_settings()
