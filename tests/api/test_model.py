@@ -185,6 +185,22 @@ class ReviewQueueMachine(RuleBasedStateMachine):
                     return other.tokens[max(other.tokens)], None, True, "foreign"
         return None, None, False, "none"
 
+    def holder_call(
+        self, action: str, item_id: str, caller: str, token: str, fields: dict[str, Any]
+    ) -> tuple[str, httpx.Response | None]:
+        """POST /items/{id}/<action> (renew, release) with the chosen lease_token; a caller who does
+        not hold the current lease must get 409 LEASE_NOT_HELD (then None), a holder 200."""
+        reviewer = self.caller(item_id, caller)
+        sent, epoch, foreign, kind = self.token_for(item_id, token)
+        body = {k: v for k, v in {"lease_token": sent, **fields}.items() if v is not None}
+        response = self.post(f"/items/{item_id}/{action}", reviewer, body or None)
+        tally(f"{action} by {caller}, token {kind}: {response.status_code}")
+        if not self.holds(item_id, reviewer, epoch, foreign):
+            assert_problem(response, 409, "LEASE_NOT_HELD")
+            return reviewer, None
+        assert response.status_code == 200, response.text
+        return reviewer, response
+
     def holds(self, item_id: str, reviewer: str, epoch: int | None, foreign: bool) -> bool:
         """Does this call pass the holder guard (and the fence, when it carries a token)?"""
         m = self.model[item_id]
@@ -332,14 +348,9 @@ class ReviewQueueMachine(RuleBasedStateMachine):
 
     @rule(item_id=leases, caller=st.sampled_from(CALLERS), token=st.sampled_from(TOKENS))
     def renew(self, item_id: str, caller: str, token: str) -> None:
-        reviewer = self.caller(item_id, caller)
-        sent, epoch, foreign, kind = self.token_for(item_id, token)
-        response = self.post(f"/items/{item_id}/renew", reviewer, {"lease_token": sent} if sent else None)
-        tally(f"renew by {caller}, token {kind}: {response.status_code}")
-        if not self.holds(item_id, reviewer, epoch, foreign):
-            assert_problem(response, 409, "LEASE_NOT_HELD")
+        reviewer, response = self.holder_call("renew", item_id, caller, token, {})
+        if response is None:
             return
-        assert response.status_code == 200, response.text
         m = self.model[item_id]
         m.expiry = "live"
         m.events["RENEWED"] += 1
@@ -352,15 +363,9 @@ class ReviewQueueMachine(RuleBasedStateMachine):
         reason=st.sampled_from([None, "needs the FX desk"]),
     )
     def release(self, item_id: str, caller: str, token: str, reason: str | None) -> None:
-        reviewer = self.caller(item_id, caller)
-        sent, epoch, foreign, kind = self.token_for(item_id, token)
-        body = {k: v for k, v in {"lease_token": sent, "reason": reason}.items() if v is not None}
-        response = self.post(f"/items/{item_id}/release", reviewer, body or None)
-        tally(f"release by {caller}, token {kind}: {response.status_code}")
-        if not self.holds(item_id, reviewer, epoch, foreign):
-            assert_problem(response, 409, "LEASE_NOT_HELD")
+        reviewer, response = self.holder_call("release", item_id, caller, token, {"reason": reason})
+        if response is None:
             return
-        assert response.status_code == 200, response.text
         m = self.model[item_id]
         m.state, m.leased_by = "PENDING", None
         m.events["RELEASED"] += 1
