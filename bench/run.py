@@ -31,6 +31,7 @@ from sqlalchemy.engine import make_url
 from api.settings import get_settings
 from cli.main import resolved_url
 from db import queue
+from db.engine import libpq_url as libpq
 from db.migrations import upgrade_head
 
 # The seed's statements, verbatim but for completion: this schema's CHECK constraint wants a
@@ -87,13 +88,6 @@ FROM generate_series(1, %(count)s) i
 """
 
 app = typer.Typer(add_completion=False)
-
-
-def libpq(url: str, database: str | None = None) -> str:
-    parsed = make_url(url).set(drivername="postgresql")
-    if database:
-        parsed = parsed.set(database=database)
-    return parsed.render_as_string(hide_password=False)
 
 
 def fresh_database(server: str, name: str) -> str:

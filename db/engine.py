@@ -18,6 +18,14 @@ def database_url(configured: str | None, data_dir: Path) -> str:
     return url.set(drivername="postgresql+psycopg").render_as_string(hide_password=False)
 
 
+def libpq_url(url: str, database: str | None = None) -> str:
+    """A SQLAlchemy URL as psycopg/libpq takes it directly (optionally for another database)."""
+    parsed = make_url(url).set(drivername="postgresql")
+    if database:
+        parsed = parsed.set(database=database)
+    return parsed.render_as_string(hide_password=False)
+
+
 def create_engine(
     url: str,
     *,

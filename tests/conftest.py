@@ -18,7 +18,7 @@ from sqlalchemy.engine import make_url
 from api.app import create_app
 from api.settings import Settings
 from db import tokens
-from db.engine import create_engine
+from db.engine import create_engine, libpq_url
 from db.migrations import upgrade_head
 
 LONG = bool(os.environ.get("REVIEW_QUEUE_TEST_LONG"))
@@ -26,7 +26,7 @@ LONG = bool(os.environ.get("REVIEW_QUEUE_TEST_LONG"))
 
 def libpq(url: str) -> str:
     """A SQLAlchemy URL as psycopg/libpq wants it."""
-    return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+    return libpq_url(url)
 
 
 def with_database(url: str, name: str) -> str:

@@ -11,7 +11,7 @@ from sqlalchemy.engine import make_url
 
 from api.app import create_app
 from tests.api.test_concurrency_http import drain_concurrently
-from tests.conftest import LONG, PgBouncer, make_settings, start_server, stop_server
+from tests.conftest import LONG, PgBouncer, libpq, make_settings, start_server, stop_server
 from tests.support import backdate_lease, seed_items
 
 
@@ -86,8 +86,7 @@ def test_no_session_state_leaks_through_pgbouncer(
         assert bounced_client.post("/leases", json={"batch_size": 2}, headers=ann).status_code == 200
     # Whatever server connection PgBouncer hands out next, the API's lock_timeout and
     # statement_timeout were transaction-local (SET LOCAL) and are gone.
-    with psycopg.connect(make_url(bounced_url).set(drivername="postgresql").render_as_string(False),
-                         prepare_threshold=None, autocommit=True) as conn:  # fmt: skip
+    with psycopg.connect(libpq(bounced_url), prepare_threshold=None, autocommit=True) as conn:
         for _ in range(20):
             assert conn.execute("SHOW lock_timeout").fetchone() == ("0",)
             assert conn.execute("SHOW statement_timeout").fetchone() == ("0",)
