@@ -37,37 +37,38 @@ async def lease(engine: AsyncEngine, reviewer: str, batch_size: int) -> list[que
         )
 
 
+# B's lock_timeout: a lease that waited for A's row locks instead of skipping them would fail
+# with LockNotAvailable after this long (A stays open far longer), so "B did not wait" needs no clock.
+NO_WAIT_MS = 1000
+
+
 async def test_two_workers_never_double_lease(engine: AsyncEngine, sql: psycopg.Connection) -> None:
-    """The seed's own test: two real connections lease 20 each from 40 rows."""
+    """The seed's test, overlapped for real: A leases 20 of 40 rows and keeps its transaction (and
+    its row locks) open while B leases. B must skip A's rows, not wait for them (its lock_timeout
+    would fire), and get exactly the other 20; only then does A commit."""
     seed_items(sql, 40)
     async with engine.connect() as conn_a, engine.connect() as conn_b:
-        async with conn_a.begin():
-            batch_a = await queue.lease_items(
-                conn_a, reviewer="worker-a", batch_size=20, lease_duration=LEASE, cap=CAP
-            )
-        async with conn_b.begin():
-            batch_b = await queue.lease_items(
-                conn_b, reviewer="worker-b", batch_size=20, lease_duration=LEASE, cap=CAP
-            )
-    ids_a, ids_b = {i.id for i in batch_a}, {i.id for i in batch_b}
-    assert ids_a.isdisjoint(ids_b), f"DOUBLE_LEASE: {ids_a & ids_b}"
-    assert len(ids_a) + len(ids_b) == 40
-
-
-async def test_open_lease_transactions_skip_each_other(engine: AsyncEngine, sql: psycopg.Connection) -> None:
-    """While one lease transaction still holds its row locks, a second one skips those rows."""
-    seed_items(sql, 10)
-    async with engine.connect() as conn_a, engine.connect() as conn_b:
         tx_a = await conn_a.begin()
-        batch_a = await queue.lease_items(conn_a, reviewer="a", batch_size=6, lease_duration=LEASE, cap=CAP)
+        batch_a = await queue.lease_items(
+            conn_a, reviewer="worker-a", batch_size=20, lease_duration=LEASE, cap=CAP
+        )
+        # A is still open: its 20 rows are locked and, to everybody else, still PENDING.
+        assert sql.execute("SELECT count(*) FROM review_queue_item WHERE state = 'PENDING'").fetchone() == (40,)
         async with conn_b.begin():
+            await conn_b.exec_driver_sql(f"SET LOCAL lock_timeout = {NO_WAIT_MS}")
             batch_b = await queue.lease_items(
-                conn_b, reviewer="b", batch_size=6, lease_duration=LEASE, cap=CAP
+                conn_b, reviewer="worker-b", batch_size=40, lease_duration=LEASE, cap=CAP
             )
+        assert tx_a.is_active, "A must still be open while B leases"
         await tx_a.commit()
-    assert len(batch_a) == 6
-    assert len(batch_b) == 4, "b must get exactly the rows a did not lock, without waiting"
-    assert {i.id for i in batch_a}.isdisjoint({i.id for i in batch_b})
+    ids_a, ids_b = {i.id for i in batch_a}, {i.id for i in batch_b}
+    assert len(ids_a) == 20
+    assert ids_a.isdisjoint(ids_b), f"DOUBLE_LEASE: {ids_a & ids_b}"
+    assert len(ids_b) == 20, f"B must get exactly the 20 rows A did not lock, got {len(ids_b)}"
+    holders = dict(
+        sql.execute("SELECT leased_by, count(*) FROM review_queue_item GROUP BY leased_by").fetchall()
+    )
+    assert holders == {"worker-a": 20, "worker-b": 20}, holders
 
 
 async def test_lease_is_oldest_first_and_stamps_the_holder(
@@ -198,6 +199,52 @@ async def test_reclaim_skips_a_row_locked_by_a_completion_in_flight(
         assert reclaimed == [], "reclaim must skip the locked row, not wait for it"
         await tx.commit()
     assert sql.execute("SELECT state FROM review_queue_item").fetchone() == ("RESOLVED",)
+
+
+async def waiting_on_a_row_lock(sql: psycopg.Connection) -> int:
+    """How many backends of this database wait for a lock right now (pg_stat_activity)."""
+    row = sql.execute(
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+        " AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()"
+    ).fetchone()
+    return int(row[0]) if row else 0
+
+
+async def test_a_completion_queued_behind_a_reclaim_in_flight_loses(
+    engine: AsyncEngine, sql: psycopg.Connection
+) -> None:
+    """The other order of test_reclaim_skips_a_row_locked_by_a_completion_in_flight: the reclaim has
+    taken the row and not committed yet when the holder's completion arrives. The completion must
+    wait for the row lock (seen in pg_stat_activity), then find the lease gone and change nothing. A
+    completion that checked the holder first and then updated by id would resolve the reclaimed item."""
+    seed_items(sql, 1)
+    (item,) = await lease(engine, "alice", 1)
+    backdate_lease(sql)
+
+    async def complete() -> tuple[str, queue.Item | None]:
+        async with engine.begin() as conn:
+            return await queue.complete_item(
+                conn, item_id=item.id, reviewer="alice", resolution="APPROVED", note=None
+            )
+
+    async with engine.connect() as reclaimer:
+        tx = await reclaimer.begin()
+        reclaimed = await queue.reclaim_expired(reclaimer, reclaim_batch=10, grace=GRACE, actor="reclaimer")
+        assert [r.id for r in reclaimed] == [item.id]
+        completion = asyncio.create_task(complete())
+        deadline = asyncio.get_running_loop().time() + 30
+        while not await waiting_on_a_row_lock(sql):
+            assert not completion.done(), f"the completion did not wait for the reclaim: {completion.result()}"
+            assert asyncio.get_running_loop().time() < deadline, "the completion never reached the row lock"
+            await asyncio.sleep(0.01)
+        await tx.commit()
+        outcome, current = await asyncio.wait_for(completion, 30)
+    assert outcome == "lease_not_held", f"both won: the reclaim and the completion ({outcome})"
+    assert current is not None and (current.state, current.leased_by) == ("PENDING", None)
+    events = dict(
+        sql.execute("SELECT event, count(*) FROM review_queue_event GROUP BY event").fetchall()
+    )
+    assert events == {"LEASED": 1, "RECLAIMED": 1}, events  # seed_items writes no ENQUEUED
 
 
 async def test_late_completion_after_reclaim_matches_nothing(

@@ -1,0 +1,214 @@
+"""Mutation check: each test the README's Reliability table names must fail when the property it
+proves is broken on purpose.
+
+For every mutant below, the source tree is copied to a temporary directory (the real tree is never
+touched), the bug is applied there by exact text replacement, and the named test runs in the copy
+in its own `python -m pytest` (same interpreter, same PostgreSQL server). The mutant must be killed:
+the test must fail. A replacement whose text is not found exactly once fails this check loudly
+("mutation no longer applies"), so a refactor that moves the code makes the mutant be rewritten,
+never silently skipped. The same named tests first run on an unmutated copy and must pass there,
+so a kill is the mutation's doing, not the copy's.
+"""
+
+import os
+import shutil
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from api.settings import REPO_ROOT
+
+
+@dataclass(frozen=True)
+class Edit:
+    path: str
+    old: str
+    new: str
+
+
+@dataclass(frozen=True)
+class Mutant:
+    name: str
+    test: str  # the pytest node id that must fail
+    edits: tuple[Edit, ...]
+
+
+QUEUE = "db/queue.py"
+MUTANTS = (
+    Mutant(
+        "no SKIP LOCKED in the lease",
+        "tests/db/test_queue.py::test_two_workers_never_double_lease",
+        (Edit(QUEUE, '    .with_for_update(skip_locked=True)\n    .cte("candidate")', '    .cte("candidate")'),),
+    ),
+    Mutant(
+        "check-then-act completion (read the holder, then update by id)",
+        "tests/db/test_queue.py::test_a_completion_queued_behind_a_reclaim_in_flight_loses",
+        (
+            Edit(
+                QUEUE,
+                "_resolved = (\n    item.update()\n    .where(*_held_by_caller())",
+                '_resolved = (\n    item.update()\n    .where(item.c.id == bindparam("item_id"))',
+            ),
+            Edit(
+                QUEUE,
+                "    outcome, current = await _holder_change(conn, _COMPLETE, params)\n",
+                "    seen = await get_item(conn, item_id=item_id)\n"
+                '    held = seen is not None and seen.state == "ASSIGNED" and seen.leased_by == reviewer\n'
+                "    if held and seen is not None and lease_epoch in (None, seen.lease_epoch):\n"
+                "        outcome, current = await _holder_change(conn, _COMPLETE, params)\n"
+                "    else:\n"
+                '        outcome, current = ("not_found" if seen is None else "lease_not_held"), seen\n',
+            ),
+        ),
+    ),
+    Mutant(
+        "no holder guard",
+        "tests/db/test_queue.py::test_late_completion_after_reclaim_matches_nothing",
+        (Edit(QUEUE, '        item.c.leased_by == bindparam("actor", type_=Text),\n', ""),),
+    ),
+    Mutant(
+        "no epoch guard",
+        "tests/api/test_lifecycle.py::TestFencing::test_same_reviewer_stale_token_is_refused",
+        (
+            Edit(
+                QUEUE,
+                "        item.c.lease_epoch == func.coalesce("
+                'bindparam("fence_epoch", type_=BigInteger), item.c.lease_epoch),\n',
+                "",
+            ),
+        ),
+    ),
+    Mutant(
+        "append-only trigger dropped",
+        "tests/api/test_events.py::test_the_database_refuses_to_edit_events",
+        (
+            Edit(
+                "alembic/versions/2026_12_02_1900_lease_lifecycle_and_audit.py",
+                "        CREATE TRIGGER review_queue_event_no_change\n"
+                "        BEFORE UPDATE OR DELETE ON review_queue_event\n"
+                "        FOR EACH ROW EXECUTE FUNCTION review_queue_event_append_only()\n",
+                "        SELECT 1\n",
+            ),
+        ),
+    ),
+)
+
+# What a copy needs to run the suite; caches, the virtualenv and local data stay behind.
+IGNORED = shutil.ignore_patterns(
+    ".git", ".venv", ".data", "__pycache__", ".mypy_cache", ".ruff_cache", ".pytest_cache", "*.pyc"
+)
+PARALLEL = 3  # pytest processes at once: most of a run is start-up and waiting on PostgreSQL
+RUN_TIMEOUT_S = 600
+
+
+def copy_tree(destination: Path) -> Path:
+    shutil.copytree(REPO_ROOT, destination, ignore=IGNORED)
+    return destination
+
+
+def apply(root: Path, mutant: Mutant) -> None:
+    for edit in mutant.edits:
+        path = root / edit.path
+        text = path.read_text() if path.exists() else ""
+        found = text.count(edit.old)
+        if found != 1:
+            pytest.fail(
+                f"mutation no longer applies: {mutant.name!r} expects this text exactly once in "
+                f"{edit.path}, found {found} times; rewrite the mutant for the current code:\n{edit.old}"
+            )
+        path.write_text(text.replace(edit.old, edit.new))
+
+
+@dataclass(frozen=True)
+class Run:
+    returncode: int
+    output: str
+
+    def summary(self) -> str:
+        lines = self.output.strip().splitlines()
+        return lines[-1] if lines else "(no output)"
+
+
+def run_pytest(root: Path, server_url: str, *node_ids: str) -> Run:
+    env = {**os.environ, "TEST_DATABASE_URL": server_url, "PYTHONDONTWRITEBYTECODE": "1"}
+    env.pop("PYTEST_ADDOPTS", None)
+    env.pop("PYTEST_XDIST_WORKER", None)
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--no-header", *node_ids],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT_S,
+    )
+    return Run(result.returncode, result.stdout + result.stderr)
+
+
+class Runs:
+    """Starts the control run and every mutant's run at once (PARALLEL at a time), on first use."""
+
+    def __init__(self, root: Path, server_url: str) -> None:
+        self.root, self.server_url = root, server_url
+        self.pool = ThreadPoolExecutor(PARALLEL, thread_name_prefix="mutant")
+        self.lock = threading.Lock()
+        self.futures: dict[str, Future[Run]] = {}
+
+    def _control(self) -> Run:
+        return run_pytest(copy_tree(self.root / "control"), self.server_url, *(m.test for m in MUTANTS))
+
+    def _mutant(self, mutant: Mutant, index: int) -> Run:
+        copy = copy_tree(self.root / f"mutant-{index}")
+        apply(copy, mutant)
+        return run_pytest(copy, self.server_url, mutant.test)
+
+    def start(self) -> None:
+        with self.lock:
+            if self.futures:
+                return
+            self.futures["control"] = self.pool.submit(self._control)
+            for index, mutant in enumerate(MUTANTS):
+                self.futures[mutant.name] = self.pool.submit(self._mutant, mutant, index)
+
+    def result(self, name: str) -> Run:
+        self.start()
+        return self.futures[name].result()
+
+
+@pytest.fixture(scope="module")
+def runs(server_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runs]:
+    runs = Runs(tmp_path_factory.mktemp("mutants"), server_url)
+    yield runs
+    runs.pool.shutdown(cancel_futures=True)
+
+
+def test_every_mutation_still_applies(tmp_path: Path) -> None:
+    """Cheap and first: the bugs still apply to today's code (each edit's text found exactly once)."""
+    for index, mutant in enumerate(MUTANTS):
+        copy = tmp_path / str(index)
+        for edit in mutant.edits:
+            (copy / edit.path).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(REPO_ROOT / edit.path, copy / edit.path)
+        apply(copy, mutant)
+
+
+def test_the_named_tests_pass_on_an_unmutated_copy(runs: Runs) -> None:
+    run = runs.result("control")
+    assert run.returncode == 0, f"the unmutated copy fails; no mutant result means anything:\n{run.output}"
+    assert "passed" in run.summary() and "skipped" not in run.summary(), run.output
+
+
+@pytest.mark.parametrize("mutant", MUTANTS, ids=[m.name for m in MUTANTS])
+def test_the_named_test_kills_the_mutant(runs: Runs, mutant: Mutant) -> None:
+    run = runs.result(mutant.name)
+    print(f"{mutant.name}: {mutant.test}: {run.summary()}")
+    # Exit code 1 with failures: the test ran and failed. 2-5 (interrupted, usage, nothing collected)
+    # or errors would be the copy breaking, not the test catching the bug.
+    assert run.returncode == 1 and "failed" in run.summary() and "error" not in run.summary(), (
+        f"mutant {mutant.name!r} survived {mutant.test} (exit {run.returncode}):\n{run.output[-4000:]}"
+    )
