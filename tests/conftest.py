@@ -22,6 +22,8 @@ from db.engine import create_engine, libpq_url
 from db.migrations import upgrade_head
 
 LONG = bool(os.environ.get("REVIEW_QUEUE_TEST_LONG"))
+# How long a process the tests start (the API, the reclaimer) may take to come up.
+STARTUP_S = 120
 
 
 def libpq(url: str) -> str:
@@ -169,7 +171,8 @@ def start_server(
         stdout=stdout,  # type: ignore[arg-type]
     )  # fmt: skip
     base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
+    # Generous: on a loaded CI machine start-up (imports, migrations, workers) can take a while.
+    deadline = time.monotonic() + STARTUP_S
     while time.monotonic() < deadline:
         if process.poll() is not None:
             raise RuntimeError(f"server exited with {process.returncode}")
@@ -181,7 +184,7 @@ def start_server(
             pass
         time.sleep(0.1)
     process.kill()
-    raise RuntimeError("server did not become ready in 30 s")
+    raise RuntimeError(f"server did not become ready in {STARTUP_S} s")
 
 
 def stop_server(process: subprocess.Popen[bytes]) -> int:

@@ -1,4 +1,7 @@
-"""Arranging database state for tests: seeded items, backdated leases."""
+"""Arranging database state for tests: seeded items, backdated leases; waiting for conditions."""
+
+import time
+from collections.abc import Callable
 
 import psycopg
 
@@ -24,3 +27,23 @@ def backdate_lease(sql: psycopg.Connection, item_id: object = None, *, seconds: 
         " WHERE state = 'ASSIGNED' AND (%s::uuid IS NULL OR id = %s::uuid)",
         (seconds, item_id, item_id),
     )
+
+
+def wait_for(predicate: Callable[[], object], timeout: float, step: float = 0.05) -> float:
+    """Seconds until predicate() held; fails the test after timeout (make it generous: it is only
+    reached when something is broken, and a loaded machine is slow)."""
+    started = time.monotonic()
+    while not predicate():
+        if time.monotonic() - started > timeout:
+            raise AssertionError(f"condition not met within {timeout} s")
+        time.sleep(step)
+    return time.monotonic() - started
+
+
+def lock_waiters(sql: psycopg.Connection) -> int:
+    """Backends of this database (other than `sql`'s) waiting for a lock right now."""
+    row = sql.execute(
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+        " AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()"
+    ).fetchone()
+    return int(row[0]) if row else 0

@@ -12,9 +12,13 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from tests.conftest import OwnPostgres, libpq
+from tests.conftest import STARTUP_S, OwnPostgres, libpq
+from tests.support import wait_for
 
-INTERVAL_S = 1
+INTERVAL_S = 1  # REVIEW_QUEUE_RECLAIM_INTERVAL_S for these tests; the default is 15
+# "On schedule" with headroom for a loaded machine: within this many intervals, still far below the
+# default interval a reclaimer that ignored its configuration would sleep.
+ON_SCHEDULE = 8
 
 
 def seed_expired(sql: psycopg.Connection, count: int, *, prefix: str = "x") -> None:
@@ -26,16 +30,6 @@ def seed_expired(sql: psycopg.Connection, count: int, *, prefix: str = "x") -> N
            FROM generate_series(1, %s) i""",
         (prefix, count),
     )
-
-
-def wait_for(predicate, timeout: float, step: float = 0.05) -> float:
-    """Seconds until predicate() held; fails the test after timeout."""
-    started = time.monotonic()
-    while not predicate():
-        if time.monotonic() - started > timeout:
-            raise AssertionError(f"condition not met within {timeout} s")
-        time.sleep(step)
-    return time.monotonic() - started
 
 
 def start_reclaimer(db_url: str, log: Path) -> subprocess.Popen[bytes]:
@@ -56,7 +50,7 @@ def start_reclaimer(db_url: str, log: Path) -> subprocess.Popen[bytes]:
 def reclaimer(db_url: str, tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], Path]]:
     log = tmp_path / "reclaimer.log"
     process = start_reclaimer(db_url, log)
-    wait_for(lambda: "reclaimer_started" in log.read_text(), 20)
+    wait_for(lambda: "reclaimer_started" in log.read_text(), STARTUP_S)
     yield process, log
     if process.poll() is None:
         process.kill()
@@ -67,19 +61,17 @@ def pending(sql: psycopg.Connection) -> int:
     return sql.execute("SELECT count(*) FROM review_queue_item WHERE state = 'PENDING'").fetchone()[0]
 
 
-def test_reclaims_backdated_leases_within_two_intervals_and_stops_on_sigterm(
+def test_reclaims_backdated_leases_on_schedule_and_stops_on_sigterm(
     reclaimer: tuple[subprocess.Popen[bytes], Path], sql: psycopg.Connection
 ) -> None:
     process, log = reclaimer
+    # Seeded after the reclaimer started, so only a later, scheduled drain can take these.
     seed_expired(sql, 250)
-    elapsed = wait_for(lambda: pending(sql) == 250, timeout=10)
-    assert elapsed < 2 * INTERVAL_S * 1.1 + 0.5, f"took {elapsed:.2f} s"
+    wait_for(lambda: pending(sql) == 250, timeout=ON_SCHEDULE * INTERVAL_S)
     assert "review_item_lease_reclaimed" in log.read_text()
 
     process.send_signal(signal.SIGTERM)
-    started = time.monotonic()
-    assert process.wait(timeout=10) == 0
-    assert time.monotonic() - started < 3
+    assert process.wait(timeout=60) == 0
     assert "reclaimer_stopped" in log.read_text()
 
 
@@ -89,13 +81,13 @@ def test_two_reclaimers_never_reclaim_one_item_twice(
     seed_expired(sql, 3000)
     processes = [start_reclaimer(db_url, tmp_path / f"r{n}.log") for n in range(2)]
     for n in range(2):
-        wait_for(lambda n=n: "reclaimer_started" in (tmp_path / f"r{n}.log").read_text(), 20)
+        wait_for(lambda n=n: "reclaimer_started" in (tmp_path / f"r{n}.log").read_text(), STARTUP_S)
     try:
-        wait_for(lambda: pending(sql) == 3000, timeout=60)
+        wait_for(lambda: pending(sql) == 3000, timeout=120)
     finally:
         for process in processes:
             process.send_signal(signal.SIGINT)
-        assert [p.wait(timeout=10) for p in processes] == [0, 0]
+        assert [p.wait(timeout=60) for p in processes] == [0, 0]
     reclaims = Counter(
         r[0]
         for r in sql.execute("SELECT item_id FROM review_queue_event WHERE event = 'RECLAIMED'").fetchall()
@@ -110,14 +102,14 @@ def test_survives_the_database_going_away(own_postgres: OwnPostgres, tmp_path: P
     log = tmp_path / "reclaimer.log"
     process = start_reclaimer(own_postgres.url, log)
     try:
-        wait_for(lambda: "reclaimer_started" in log.read_text(), 20)
+        wait_for(lambda: "reclaimer_started" in log.read_text(), STARTUP_S)
         own_postgres.stop()
-        wait_for(lambda: "reclaim_database_unavailable" in log.read_text(), 10)
+        wait_for(lambda: "reclaim_database_unavailable" in log.read_text(), 60)
         assert process.poll() is None, "the reclaimer died with the database"
         own_postgres.start()
         with psycopg.connect(libpq(own_postgres.url), autocommit=True) as sql:
             seed_expired(sql, 10)
-            wait_for(lambda: pending(sql) == 10, timeout=15)
+            wait_for(lambda: pending(sql) == 10, timeout=60)
     finally:
         process.send_signal(signal.SIGTERM)
-        assert process.wait(timeout=10) == 0
+        assert process.wait(timeout=60) == 0

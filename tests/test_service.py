@@ -12,7 +12,7 @@ import psycopg
 
 from tests.api.helpers import assert_problem, item_body
 from tests.conftest import OwnPostgres, libpq, start_server, stop_server
-from tests.support import backdate_lease
+from tests.support import backdate_lease, lock_waiters, wait_for
 
 
 def test_log_lines_are_json_with_the_seed_fields(
@@ -60,16 +60,27 @@ def test_database_down_is_a_fast_503_and_recovers_without_restart(
 ) -> None:
     token = make_token_on(own_postgres.url, "alice", "reviewer")
     headers = {"Authorization": f"Bearer {token}"}
-    process, base = start_server({"DATABASE_URL": own_postgres.url, "REVIEW_QUEUE_TOKEN_CACHE_S": "0"})
+    connect_timeout_s, pool_timeout_ms = 2, 1000
+    process, base = start_server(
+        {
+            "DATABASE_URL": own_postgres.url,
+            "REVIEW_QUEUE_TOKEN_CACHE_S": "0",
+            "REVIEW_QUEUE_CONNECT_TIMEOUT_S": str(connect_timeout_s),
+            "REVIEW_QUEUE_POOL_TIMEOUT_MS": str(pool_timeout_ms),
+        }
+    )
+    # "Fast" is a ratio of what the service is configured to wait, not a number tuned on an idle box;
+    # a request that hung on the dead database would run into the client's much longer timeout.
+    fast_s = 5 * (connect_timeout_s + pool_timeout_ms / 1000)
     try:
-        with httpx.Client(base_url=base, timeout=10) as http:
+        with httpx.Client(base_url=base, timeout=4 * fast_s) as http:
             assert http.post("/leases", headers=headers).status_code == 200
             own_postgres.stop()
             started = time.monotonic()
             down = http.post("/leases", headers=headers)
             elapsed = time.monotonic() - started
             assert_problem(down, 503, "DATABASE_UNAVAILABLE")
-            assert elapsed < 3, f"503 took {elapsed:.2f} s"
+            assert elapsed < fast_s, f"503 took {elapsed:.2f} s"
             assert down.headers["retry-after"]
             assert_problem(http.get("/readyz"), 503, "DATABASE_UNAVAILABLE")
             assert http.get("/healthz").status_code == 200
@@ -84,21 +95,32 @@ def test_database_down_is_a_fast_503_and_recovers_without_restart(
 def test_sigterm_finishes_in_flight_requests(
     db_url: str, make_token: Callable[[str, str], str], tmp_path: Path
 ) -> None:
-    process, base = start_server({"DATABASE_URL": db_url, "REVIEW_QUEUE_PG_LOCK_TIMEOUT_MS": "8000"})
+    # The lease below waits for a table lock for as long as the test holds it (up to a minute).
+    process, base = start_server({"DATABASE_URL": db_url, "REVIEW_QUEUE_PG_LOCK_TIMEOUT_MS": "60000"})
     headers = {"Authorization": f"Bearer {make_token('alice', 'reviewer')}"}
     result: dict = {}
-    with psycopg.connect(libpq(db_url)) as locker:
+
+    def refused() -> bool:
+        try:
+            httpx.get(f"{base}/healthz", timeout=5)
+        except httpx.TransportError:
+            return True
+        return False
+
+    with psycopg.connect(libpq(db_url)) as locker, psycopg.connect(libpq(db_url), autocommit=True) as sql:
         httpx.post(f"{base}/leases", headers=headers)  # warm the token cache and the pool
         locker.execute("LOCK TABLE review_queue_item IN ACCESS EXCLUSIVE MODE")
         request = threading.Thread(
-            target=lambda: result.update(r=httpx.post(f"{base}/leases", headers=headers, timeout=20))
+            target=lambda: result.update(r=httpx.post(f"{base}/leases", headers=headers, timeout=120))
         )
         request.start()
-        time.sleep(0.5)  # the lease is now waiting for the lock, in flight
+        wait_for(lambda: lock_waiters(sql) == 1, 60)  # the lease is in flight, waiting for the lock
         process.send_signal(signal.SIGTERM)
-        time.sleep(0.5)
+        # Shutting down: no new connections are taken, but the server stays up for the one in flight.
+        wait_for(refused, 60)
         assert process.poll() is None, "the server must wait for the request in flight"
+        assert request.is_alive()
         locker.rollback()
-        request.join(timeout=20)
+        request.join(timeout=60)
     assert result["r"].status_code == 200
-    assert process.wait(timeout=20) == 0
+    assert process.wait(timeout=60) == 0

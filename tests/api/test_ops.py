@@ -6,14 +6,16 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 import psycopg
+from psycopg import sql as pgsql
 import pytest
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
+from sqlalchemy.engine import make_url
 
 from api.app import create_app
 from tests.api.helpers import assert_problem, item_body
 from tests.conftest import libpq, make_settings
-from tests.support import backdate_lease
+from tests.support import backdate_lease, lock_waiters, wait_for
 
 Auth = Callable[[str, str], dict[str, str]]
 
@@ -98,9 +100,11 @@ def test_stats_match_sql(client: TestClient, auth: Auth, sql) -> None:
     assert_problem(client.get("/stats", headers=auth("m", "ingest")), 403, "FORBIDDEN")
 
 
-def test_lease_under_a_table_lock_is_a_fast_503_and_counted(
-    client: TestClient, auth: Auth, db_url: str
-) -> None:
+def test_lease_under_a_table_lock_is_a_fast_503_and_counted(auth: Auth, db_url: str) -> None:
+    # The lock is held until the request has answered, so any answer at all means a timeout fired;
+    # "fast" means it was the short lock_timeout, not the long statement_timeout.
+    settings = make_settings(db_url, pg_lock_timeout_ms=500, statement_timeout_ms=60_000)
+    client = TestClient(create_app(settings)).__enter__()
     admin, alice = auth("ops", "admin"), auth("alice", "reviewer")
     client.post("/items", json=item_body(), headers=admin)
     before = scrape(client, admin).get("review_queue_lock_timeouts_total{route=/leases}", 0)
@@ -112,42 +116,54 @@ def test_lease_under_a_table_lock_is_a_fast_503_and_counted(
         locker.rollback()
     assert_problem(response, 503, "DATABASE_UNAVAILABLE")
     assert response.headers["retry-after"] == "1"
-    assert elapsed < 1.5, f"took {elapsed:.2f} s"
+    assert elapsed < settings.statement_timeout_ms / 1000 / 2, f"took {elapsed:.2f} s"
     after = scrape(client, admin).get("review_queue_lock_timeouts_total{route=/leases}", 0)
     assert after - before == 1
     assert len(client.post("/leases", headers=alice).json()["items"]) == 1  # and it recovers at once
+    client.__exit__(None, None, None)
 
 
 def test_an_exhausted_pool_is_a_fast_503_not_a_hang(db_url: str, make_token, sql) -> None:
+    # The stuck request keeps the only connection until its lock wait ends (pg_lock_timeout_ms, long);
+    # "fast" is well under that, so the answer came from the pool timeout, not from waiting it out.
     settings = make_settings(
-        db_url, pool_size=1, pool_max_overflow=0, pool_timeout_ms=200, pg_lock_timeout_ms=4000
+        db_url, pool_size=1, pool_max_overflow=0, pool_timeout_ms=200, pg_lock_timeout_ms=60_000
     )
     headers = {"Authorization": f"Bearer {make_token('alice', 'reviewer')}"}
     with TestClient(create_app(settings)) as client, psycopg.connect(libpq(db_url)) as locker:
         client.get("/items", headers=headers)  # the token lookup works; the pool is warm
         locker.execute("LOCK TABLE review_queue_item IN ACCESS EXCLUSIVE MODE")
         with ThreadPoolExecutor(1) as pool:
-            stuck = pool.submit(client.post, "/leases", headers=headers)  # holds the only connection
-            time.sleep(0.5)
+            stuck = pool.submit(client.post, "/leases", headers=headers)
+            # It holds the only connection once it waits for the table lock.
+            wait_for(lambda: lock_waiters(sql) == 1, 60)
             started = time.monotonic()
             response = client.get("/items", headers=headers)
             elapsed = time.monotonic() - started
             locker.rollback()
-            assert stuck.result(timeout=10).status_code == 200
+            assert stuck.result(timeout=60).status_code == 200
     assert_problem(response, 503, "DATABASE_UNAVAILABLE")
     assert "pool" in response.json()["detail"]
-    assert elapsed < 1.5, f"took {elapsed:.2f} s"
+    assert elapsed < settings.pg_lock_timeout_ms / 1000 / 4, f"took {elapsed:.2f} s"
 
 
-def test_a_deadlock_is_retried_and_the_request_succeeds(auth: Auth, db_url: str, caplog) -> None:
+def test_a_deadlock_is_retried_and_the_request_succeeds(auth: Auth, db_url: str, sql, caplog) -> None:
     """Force a real deadlock between a batch enqueue and another session; the API retries it."""
     admin = auth("ops", "admin")
-    # lock_timeout above deadlock_timeout (1 s), so the deadlock is what fires.
-    client = TestClient(create_app(make_settings(db_url, pg_lock_timeout_ms=5000))).__enter__()
+    # The API's sessions look for a deadlock DEADLOCK_S after they start waiting: time enough for the
+    # other side to close the cycle on a loaded machine (a check that comes too early finds no cycle
+    # and is not repeated). lock_timeout is far above it, so the deadlock is what fires.
+    deadlock_s = 3
+    sql.execute(
+        pgsql.SQL("ALTER DATABASE {} SET deadlock_timeout = {}").format(
+            pgsql.Identifier(make_url(db_url).database or ""), pgsql.Literal(f"{deadlock_s}s")
+        )
+    )
+    client = TestClient(create_app(make_settings(db_url, pg_lock_timeout_ms=20_000 * deadlock_s))).__enter__()
     a, b = item_body(idempotency_key="dl-a"), item_body(idempotency_key="dl-b")
     with psycopg.connect(libpq(db_url)) as other:
         # Let the API's backend be the one that detects the deadlock and is rolled back.
-        other.execute("SET deadlock_timeout = '10s'")
+        other.execute("SET deadlock_timeout = '60s'")
         other.execute(
             "INSERT INTO review_queue_item (idempotency_key, ledger_entity, variance_amount, match_decision,"
             " source_hash) VALUES ('dl-b', 'OTHER', 1, 'PARTIAL', 'x')"
@@ -157,14 +173,15 @@ def test_a_deadlock_is_retried_and_the_request_succeeds(auth: Auth, db_url: str,
             target=lambda: result.update(r=client.post("/items/batch", json={"items": [a, b]}, headers=admin))
         )
         request.start()  # inserts dl-a, then waits for our uncommitted dl-b
-        time.sleep(0.5)
-        other.execute(  # waits for the API's dl-a: a cycle; the API's side fails after 1 s
+        wait_for(lambda: lock_waiters(sql) == 1, 60)
+        other.execute(  # waits for the API's dl-a: a cycle; the API's side fails after deadlock_s
             "INSERT INTO review_queue_item (idempotency_key, ledger_entity, variance_amount, match_decision,"
             " source_hash) VALUES ('dl-a', 'OTHER', 1, 'PARTIAL', 'x') ON CONFLICT DO NOTHING"
         )
         other.commit()
-        request.join(timeout=20)
+        request.join(timeout=60)
     client.__exit__(None, None, None)
+    assert not request.is_alive(), "the request never finished"
     response = result["r"]
     assert response.status_code == 200, response.text
     assert [r["outcome"] for r in response.json()["results"]] == ["conflict", "conflict"]
