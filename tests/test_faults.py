@@ -139,7 +139,8 @@ def test_reviewers_killed_mid_review_lose_nothing(
             ).fetchone()
             assert row == ("ASSIGNED", "successor"), row
             for item in taken:
-                assert successor.complete(item.id, "APPROVED", lease_token=item.lease_token).outcome == "resolved"
+                done = successor.complete(item.id, "APPROVED", lease_token=item.lease_token)
+                assert done.outcome == "resolved", done
 
         survivors = [
             subprocess.Popen(

@@ -44,7 +44,13 @@ MUTANTS = (
     Mutant(
         "no SKIP LOCKED in the lease",
         "tests/db/test_queue.py::test_two_workers_never_double_lease",
-        (Edit(QUEUE, '    .with_for_update(skip_locked=True)\n    .cte("candidate")', '    .cte("candidate")'),),
+        (
+            Edit(
+                QUEUE,
+                '    .with_for_update(skip_locked=True)\n    .cte("candidate")',
+                '    .cte("candidate")',
+            ),
+        ),
     ),
     Mutant(
         "check-then-act completion (read the holder, then update by id)",

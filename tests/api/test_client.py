@@ -25,7 +25,6 @@ from db.engine import create_engine
 from tests.conftest import start_server, stop_server
 from tests.support import seed_items, wait_for
 
-
 LEASE_S = 1  # REVIEW_QUEUE_LOCK_TIMEOUT_MS, the minimum: the client renews every LEASE_S / 3
 # The test reclaimer takes a lease back once it is expired for longer than this: a renewal may be up to
 # (LEASE_S + GRACE_S) / (LEASE_S / 3) = 10.5 cadences late before an item is lost, headroom enough for a
@@ -38,7 +37,8 @@ SLOW_S = 2 * (LEASE_S + GRACE_S)
 @pytest.fixture
 def short_lease_server(db_url: str) -> Iterator[str]:
     """A server whose leases last one second (the minimum), so renewals really matter."""
-    process, base = start_server({"DATABASE_URL": db_url, "REVIEW_QUEUE_LOCK_TIMEOUT_MS": str(LEASE_S * 1000)})
+    env = {"DATABASE_URL": db_url, "REVIEW_QUEUE_LOCK_TIMEOUT_MS": str(LEASE_S * 1000)}
+    process, base = start_server(env)
     yield base
     stop_server(process)
 
@@ -130,11 +130,8 @@ def test_work_loop_drains_with_renewals_and_no_double_resolution(
     for t in threads:
         t.start()
     try:
-        wait_for(
-            lambda: sql.execute("SELECT count(*) FROM review_queue_item WHERE state = 'RESOLVED'").fetchone()[0]
-            == total,
-            timeout=240,
-        )
+        resolved = "SELECT count(*) FROM review_queue_item WHERE state = 'RESOLVED'"
+        wait_for(lambda: sql.execute(resolved).fetchone()[0] == total, timeout=240)
     finally:
         for c in clients:
             c.stop()

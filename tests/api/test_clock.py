@@ -11,8 +11,9 @@ cut-off is `now() - grace`, both inside the statements (db/queue.py). Two tests 
   them), a fresh lease is not reclaimed, a lease backdated on the database clock past the grace
   is (over the API and by the standalone reclaimer), one inside the grace is not, the stats count
   them on the database clock, and the leased_at of a lease (and lease_expires_at - lease of a
-  renewal) lies between two reads of the database's now() taken just before and just after the call. A service that computed any of these from the
-  application's clock would be six hours off in one direction or the other and fail.
+  renewal) lies between two reads of the database's now() taken just before and just after the
+  call. A service that computed any of these from the application's clock would be six hours off
+  in one direction or the other and fail.
 """
 
 import ast

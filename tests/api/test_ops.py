@@ -6,10 +6,10 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 import psycopg
-from psycopg import sql as pgsql
 import pytest
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
+from psycopg import sql as pgsql
 from sqlalchemy.engine import make_url
 
 from api.app import create_app

@@ -14,7 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from db import queue
 from db.engine import create_engine
 from tests.conftest import LONG
-from tests.support import backdate_lease, seed_items
+from tests.support import backdate_lease, lock_waiters, seed_items
 
 pytestmark = pytest.mark.anyio
 
@@ -53,7 +53,8 @@ async def test_two_workers_never_double_lease(engine: AsyncEngine, sql: psycopg.
             conn_a, reviewer="worker-a", batch_size=20, lease_duration=LEASE, cap=CAP
         )
         # A is still open: its 20 rows are locked and, to everybody else, still PENDING.
-        assert sql.execute("SELECT count(*) FROM review_queue_item WHERE state = 'PENDING'").fetchone() == (40,)
+        pending = sql.execute("SELECT count(*) FROM review_queue_item WHERE state = 'PENDING'").fetchone()
+        assert pending == (40,), pending
         async with conn_b.begin():
             await conn_b.exec_driver_sql(f"SET LOCAL lock_timeout = {NO_WAIT_MS}")
             batch_b = await queue.lease_items(
@@ -201,15 +202,6 @@ async def test_reclaim_skips_a_row_locked_by_a_completion_in_flight(
     assert sql.execute("SELECT state FROM review_queue_item").fetchone() == ("RESOLVED",)
 
 
-async def waiting_on_a_row_lock(sql: psycopg.Connection) -> int:
-    """How many backends of this database wait for a lock right now (pg_stat_activity)."""
-    row = sql.execute(
-        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
-        " AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()"
-    ).fetchone()
-    return int(row[0]) if row else 0
-
-
 async def test_a_completion_queued_behind_a_reclaim_in_flight_loses(
     engine: AsyncEngine, sql: psycopg.Connection
 ) -> None:
@@ -233,17 +225,15 @@ async def test_a_completion_queued_behind_a_reclaim_in_flight_loses(
         assert [r.id for r in reclaimed] == [item.id]
         completion = asyncio.create_task(complete())
         deadline = asyncio.get_running_loop().time() + 30
-        while not await waiting_on_a_row_lock(sql):
-            assert not completion.done(), f"the completion did not wait for the reclaim: {completion.result()}"
+        while not lock_waiters(sql):
+            assert not completion.done(), f"the completion did not wait: {completion.result()}"
             assert asyncio.get_running_loop().time() < deadline, "the completion never reached the row lock"
             await asyncio.sleep(0.01)
         await tx.commit()
         outcome, current = await asyncio.wait_for(completion, 30)
     assert outcome == "lease_not_held", f"both won: the reclaim and the completion ({outcome})"
     assert current is not None and (current.state, current.leased_by) == ("PENDING", None)
-    events = dict(
-        sql.execute("SELECT event, count(*) FROM review_queue_event GROUP BY event").fetchall()
-    )
+    events = dict(sql.execute("SELECT event, count(*) FROM review_queue_event GROUP BY event").fetchall())
     assert events == {"LEASED": 1, "RECLAIMED": 1}, events  # seed_items writes no ENQUEUED
 
 
