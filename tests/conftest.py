@@ -192,7 +192,8 @@ def stop_server(process: subprocess.Popen[bytes]) -> int:
 
     process.send_signal(signal.SIGTERM)
     try:
-        return process.wait(timeout=20)
+        # The server itself gives requests in flight up to 20 s; a loaded machine needs headroom on top.
+        return process.wait(timeout=60)
     except subprocess.TimeoutExpired:
         process.kill()
         return process.wait()
@@ -280,7 +281,7 @@ class PgBouncer:
     def _wait_ready(self) -> None:
         import time
 
-        deadline = time.monotonic() + 15
+        deadline = time.monotonic() + STARTUP_S
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise RuntimeError(f"pgbouncer exited: {self.process.stderr.read().decode()}")  # type: ignore[union-attr]

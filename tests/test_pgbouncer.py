@@ -2,7 +2,9 @@
 connection, so nothing may depend on session state, and server-side prepared statements are off
 (REVIEW_QUEUE_PREPARE_THRESHOLD=0; PgBouncer 1.18, Debian 12's, cannot track them)."""
 
+import contextlib
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 
 import psycopg
 import pytest
@@ -74,6 +76,39 @@ def test_lease_complete_reclaim_through_pgbouncer(
     assert states == {"RESOLVED": 1, "ASSIGNED": 3}
 
 
+def server_connections(sql: psycopg.Connection) -> set[int]:
+    """The PgBouncer server connections to the test database (every backend but `sql`'s own)."""
+    rows = sql.execute(
+        "SELECT pid FROM pg_stat_activity WHERE datname = current_database()"
+        " AND backend_type = 'client backend' AND pid <> pg_backend_pid()"
+    ).fetchall()
+    return {int(pid) for (pid,) in rows}
+
+
+def settings_on_every_server_connection(
+    bounced_url: str, pids: set[int], *, statement: str | None = None, everywhere: bool = False
+) -> dict[int, tuple[str, str]]:
+    """lock_timeout and statement_timeout as each of `pids` (all idle PgBouncer server connections)
+    sees them. As many client transactions are held open at once as there are server connections,
+    so PgBouncer must hand each of them a different one: every server connection is looked at,
+    whichever PgBouncer would have handed back next. `statement` runs after the read, on the first
+    connection or on all of them."""
+    seen: dict[int, tuple[str, str]] = {}
+    with contextlib.ExitStack() as stack:
+        for n in range(len(pids)):
+            conn = stack.enter_context(psycopg.connect(libpq(bounced_url), prepare_threshold=None))
+            pid, lock, stmt = conn.execute(  # opens a transaction: the server connection stays ours
+                "SELECT pg_backend_pid(), current_setting('lock_timeout'),"
+                " current_setting('statement_timeout')"
+            ).fetchone()  # type: ignore[misc]
+            if statement and (everywhere or n == 0):
+                conn.execute(statement)
+            seen[pid] = (lock, stmt)
+    # Leaving the stack commits and closes them all, only now.
+    assert set(seen) >= pids, f"server connections not looked at: {pids - set(seen)}"
+    return seen
+
+
 def test_no_session_state_leaks_through_pgbouncer(
     bounced_client: TestClient,
     bounced_url: str,
@@ -82,11 +117,23 @@ def test_no_session_state_leaks_through_pgbouncer(
 ) -> None:
     seed_items(sql, 40)
     ann = auth("ann", "reviewer")
-    for _ in range(20):
-        assert bounced_client.post("/leases", json={"batch_size": 2}, headers=ann).status_code == 200
-    # Whatever server connection PgBouncer hands out next, the API's lock_timeout and
-    # statement_timeout were transaction-local (SET LOCAL) and are gone.
-    with psycopg.connect(libpq(bounced_url), prepare_threshold=None, autocommit=True) as conn:
-        for _ in range(20):
-            assert conn.execute("SHOW lock_timeout").fetchone() == ("0",)
-            assert conn.execute("SHOW statement_timeout").fetchone() == ("0",)
+    with ThreadPoolExecutor(4) as pool:  # concurrent requests, so PgBouncer opens several server connections
+        statuses = list(
+            pool.map(
+                lambda _: bounced_client.post("/leases", json={"batch_size": 2}, headers=ann).status_code,
+                range(20),
+            )
+        )
+    assert statuses == [200] * 20, statuses
+    pids = server_connections(sql)
+    assert pids, "no server connection to check"
+    # The API's lock_timeout and statement_timeout were transaction-local (SET LOCAL): gone from every
+    # server connection the API's transactions ran on, whichever PgBouncer hands out next.
+    clean = settings_on_every_server_connection(bounced_url, pids)
+    assert {pid: clean[pid] for pid in pids} == dict.fromkeys(pids, ("0", "0"))
+
+    # The check sees a leak: a session-level SET on one server connection is found there, and only there.
+    settings_on_every_server_connection(bounced_url, pids, statement="SET lock_timeout = 1234")
+    leaked = settings_on_every_server_connection(bounced_url, pids)
+    assert sorted(v for v in leaked.values() if v != ("0", "0")) == [("1234ms", "0")], leaked
+    settings_on_every_server_connection(bounced_url, pids, statement="RESET ALL", everywhere=True)

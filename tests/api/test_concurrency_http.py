@@ -43,11 +43,13 @@ def drain_concurrently(
                     statuses.append(done.status_code)
                     assert done.json()["outcome"] == "resolved", done.text
 
-    threads = [threading.Thread(target=reviewer, args=(n,)) for n in range(clients)]
+    threads = [threading.Thread(target=reviewer, args=(n,), name=f"reviewer-{n}") for n in range(clients)]
     for t in threads:
         t.start()
     for t in threads:
         t.join(timeout=240)
+    hung = [t.name for t in threads if t.is_alive()]
+    assert not hung, f"reviewers still running after the join timeout: {hung}"
 
     twice = [i for i, n in Counter(leased).items() if n > 1]
     assert not twice, f"DOUBLE_LEASE over HTTP: {twice[:5]}"

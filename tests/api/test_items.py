@@ -4,6 +4,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
+import psycopg
 import pytest
 from fastapi.testclient import TestClient
 
@@ -304,13 +305,27 @@ class TestComplete:
         assert client.get(f"/items/{leased['id']}", headers=alice).json()["state"] == "ASSIGNED"
 
     def test_longest_resolution_and_note_are_accepted(
-        self, client: TestClient, ingest: dict, alice: dict
+        self, client: TestClient, ingest: dict, alice: dict, sql: psycopg.Connection
     ) -> None:
         enqueue(client, ingest)
         leased = lease_one(client, alice)
         body = {"resolution": "A" + "_9" * 31 + "Z", "note": "n" * 4000}
         response = client.post(f"/items/{leased['id']}/complete", json=body, headers=alice)
         assert response.status_code == 200, response.text
+        stored = sql.execute(
+            "SELECT state, resolution, resolution_note, resolved_by FROM review_queue_item WHERE id = %s",
+            (leased["id"],),
+        ).fetchone()
+        assert stored == ("RESOLVED", body["resolution"], body["note"], "alice"), (
+            "stored cut short or changed"
+        )
+        (event,) = sql.execute(
+            "SELECT details FROM review_queue_event WHERE item_id = %s AND event = 'RESOLVED'",
+            (leased["id"],),
+        ).fetchall()
+        assert event[0] == {"resolution": body["resolution"], "note": body["note"]}
+        answer = response.json()["item"]
+        assert (answer["resolution"], answer["resolution_note"]) == (body["resolution"], body["note"])
 
     def test_malformed_id_is_422(self, client: TestClient, alice: dict) -> None:
         response = client.post("/items/nope/complete", json={"resolution": "OK"}, headers=alice)
