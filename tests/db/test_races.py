@@ -14,6 +14,10 @@ completion is POST /items/{id}/complete on a live server (uvicorn in its own pro
 either POST /admin/reclaim on that server or the standalone reclaimer's drain (cli.reclaimer.drain,
 what `review-queue reclaimer` runs) on its own engine in its own thread. Half of the completions
 carry the lease_token, half rely on the holder guard alone.
+
+Both sides winning is not enough (holding one side back by 50 ms guarantees that): the test also
+asserts that some rounds were truly contended, i.e. a third connection saw, in pg_stat_activity,
+one statement waiting for the other's row lock while the round ran.
 """
 
 import asyncio
@@ -30,19 +34,52 @@ import pytest
 
 from cli.reclaimer import drain
 from db.engine import create_engine
-from tests.conftest import LONG, make_settings, start_server, stop_server
-from tests.support import backdate_lease
+from tests.conftest import LONG, libpq, make_settings, start_server, stop_server
+from tests.support import backdate_lease, lock_waiters
 
 ROUNDS = 500 if LONG else 50
 GRACE_S = 10  # the shortest reclaim_after_s; leases are backdated an hour
-# Released together, the reclaim nearly always wins: the completion has a token lookup to do
-# first. So each round also holds one side back after the barrier, sweeping the offset over
-# OFFSETS (seconds; > 0 holds the reclaim back, < 0 the completion). Between -2 ms and +3 ms, in
-# steps of 0.25 ms, the two transactions meet at every point of each other's work (on an idle
-# machine the winner flips between 0 and +1.5 ms), including the window where both touch the row at
-# once and one waits for the other's lock. At +-50 ms they run one after the other, so each side
-# surely wins some rounds.
-OFFSETS = [-0.05, *(0.00025 * k for k in range(-8, 13)), 0.05]
+# Released together, one side nearly always wins: the completion has a token lookup to do first. So
+# each round holds one side back after the barrier by an offset (seconds; > 0 holds the reclaim back,
+# < 0 the completion). Every FORCED-th round uses +-50 ms, where the two run one after the other, so
+# each side surely wins some rounds. The other rounds follow a staircase: after a completion win the
+# offset moves STEP towards the completion, after a reclaim win towards the reclaim. It settles where
+# the winner flips, wherever that is on this machine and under this load: the point where both
+# statements reach the row together and one waits for the other's lock.
+FORCED, APART, STEP = 5, 0.05, 0.00025
+
+
+class LockWaitSampler:
+    """A third connection that, while a round runs, polls pg_stat_activity for a backend of the test
+    database waiting on a lock: the completion's UPDATE queued behind the reclaim's row lock. Such a
+    round was truly contended (the two statements overlapped on the server)."""
+
+    def __init__(self, db_url: str) -> None:
+        self.conn = psycopg.connect(libpq(db_url), autocommit=True)
+        self.active, self.done = threading.Event(), threading.Event()
+        self.seen = False
+        self.thread = threading.Thread(target=self._run, name="lock-wait-sampler", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while not self.done.is_set():
+            if not self.active.wait(0.1):
+                continue
+            if lock_waiters(self.conn):
+                self.seen = True
+
+    def start_round(self) -> None:
+        self.seen = False
+        self.active.set()
+
+    def end_round(self) -> bool:
+        self.active.clear()
+        return self.seen
+
+    def close(self) -> None:
+        self.done.set()
+        self.thread.join(timeout=30)
+        self.conn.close()
 
 
 @pytest.fixture
@@ -107,6 +144,9 @@ def test_reclaim_and_completion_of_one_expired_lease_never_both_win(
 
     wins: Counter[str] = Counter()
     by_offset: defaultdict[float, Counter[str]] = defaultdict(Counter)
+    contended: Counter[str] = Counter()  # rounds where one statement waited for the other's lock, by winner
+    staircase = 0.0
+    sampler = LockWaitSampler(db_url)
     try:
         # Warm up both sides (connections, pools, first-request costs) before the first round.
         assert admin.post("/admin/reclaim").json()["reclaimed"] == 0
@@ -121,10 +161,13 @@ def test_reclaim_and_completion_of_one_expired_lease_never_both_win(
             item_id, token = item["id"], item["lease_token"] if n % 2 else None
             backdate_lease(sql, item_id, seconds=3600)
 
-            offset = OFFSETS[n * 7 % len(OFFSETS)]
+            forced = n % FORCED == 0
+            offset = (APART if n % (2 * FORCED) else -APART) if forced else staircase
+            sampler.start_round()
             reclaimed_future = other.submit(reclaim, offset)
             completion = complete(item_id, token, offset)
-            reclaimed = reclaimed_future.result(timeout=30)
+            reclaimed = reclaimed_future.result(timeout=60)
+            waited = sampler.end_round()
 
             state, leased_by = sql.execute(
                 "SELECT state, leased_by FROM review_queue_item WHERE id = %s", (item_id,)
@@ -138,22 +181,27 @@ def test_reclaim_and_completion_of_one_expired_lease_never_both_win(
                 assert completion.json()["outcome"] == "resolved", seen
                 assert (state, reclaimed) == ("RESOLVED", 0), f"both won? {seen}"
                 assert events["RESOLVED"] == 1 and events["RECLAIMED"] == 0, seen
-                wins["completion"] += 1
-                by_offset[round(offset * 1000, 2)]["completion"] += 1
+                winner = "completion"
             else:
                 assert completion.status_code == 409, seen
                 assert completion.json()["code"] == "LEASE_NOT_HELD", seen
                 assert (state, leased_by, reclaimed) == ("PENDING", None, 1), f"neither won? {seen}"
                 assert events["RECLAIMED"] == 1 and events["RESOLVED"] == 0, seen
-                wins["reclaim"] += 1
-                by_offset[round(offset * 1000, 2)]["reclaim"] += 1
+                winner = "reclaim"
                 # Take the item out of the queue so the next round leases its own item.
                 sql.execute(
                     "UPDATE review_queue_item SET state = 'RESOLVED', resolution = 'RETIRED',"
                     " resolved_by = 'race-test' WHERE id = %s",
                     (item_id,),
                 )
+            wins[winner] += 1
+            by_offset[round(offset * 1000, 2)][winner] += 1
+            contended[winner] += waited
+            if not forced:
+                staircase += -STEP if winner == "completion" else STEP
+                staircase = max(-APART, min(APART, staircase))
     finally:
+        sampler.close()
         other.submit(runner.run, engine.dispose()).result()
         other.submit(runner.close).result()
         other.shutdown()
@@ -162,5 +210,10 @@ def test_reclaim_and_completion_of_one_expired_lease_never_both_win(
 
     print(f"reclaim via {reclaim_via}, {ROUNDS} rounds: {dict(wins)}")
     print("by offset (ms, > 0: reclaim later):", {k: dict(v) for k, v in sorted(by_offset.items())})
+    print(f"contended rounds (a lock wait seen), by winner: {dict(contended)}")
     assert sum(wins.values()) == ROUNDS
     assert wins["completion"] and wins["reclaim"], f"one side never won: {dict(wins)}"
+    assert sum(contended.values()) > 0, (
+        f"no round was contended (no lock wait seen): the two sides never met; wins {dict(wins)},"
+        f" by offset {dict(by_offset)}"
+    )
