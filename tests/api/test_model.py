@@ -19,6 +19,14 @@ item by its resolver, one RENEWED/RELEASED/RECLAIMED per change, nothing for ref
 no-ops).
 
 On failure Hypothesis shrinks the run and prints the steps as Python.
+
+Coverage is checked, not hoped for: the test counts the transitions it exists for (leases that hand
+out items, successful completions, stale-token refusals while the same reviewer holds the newer
+lease, reclaims that take leases back, retries answered already_resolved), prints the tally, and
+fails with it when any of them falls under its minimum per example (KEY_MINIMUMS). Some rules are
+composites of others (top up the queue before a lease, abandon then reclaim, release and re-lease
+then use the old token) because Hypothesis' swarm testing switches whole rules off per example, and
+those chains would otherwise be rare.
 """
 
 import itertools
@@ -56,10 +64,12 @@ IN_GRACE_S = 60  # backdated this far, a lease is expired but not reclaimable
 PAST_GRACE_S = 3600  # backdated this far, it is reclaimable
 RESOLUTIONS = ("APPROVED", "WRITE_OFF")
 NOTES = (None, "FX rounding", "another note")
-TOKENS = ("none", "current", "stale", "foreign")
+# Repeats weight a choice: the holder with a valid token is the common case (it is what lets items
+# get resolved and retried at all); every other kind of caller and token still comes up often.
+TOKENS = ("none", "current", "current", "stale", "foreign")
 # Who calls a holder-only action: whoever leased the item last (the holder, the resolver, or the
 # reviewer whose lease was reclaimed or released), or a given reviewer.
-CALLERS = ("last_holder", *REVIEWERS)
+CALLERS = ("last_holder", "last_holder", "last_holder", *REVIEWERS)
 EVENTS = ("ENQUEUED", "LEASED", "RENEWED", "RELEASED", "RECLAIMED", "RESOLVED")
 UNKNOWN = "00000000-0000-4000-8000-000000000000"
 # Calls that must be refused whatever the state: (path, caller or None for no token, status, code).
@@ -78,9 +88,24 @@ REFUSED = (
 
 MAX_EXAMPLES, STEPS = (400, 150) if LONG else (60, 80)
 
-# What the runs exercised, over all examples; printed at the end (pytest -s) and per label with
-# --hypothesis-show-statistics.
+# What the runs exercised, over all examples; printed at the end (pytest -s, and on failure) and per
+# label with --hypothesis-show-statistics.
 TALLY: Counter[str] = Counter()
+# The transitions the test exists for, counted over all examples; each must happen at least this many
+# times per example on average, or the test fails (its coverage was lost, say by a change to the rules).
+KEY_MINIMUMS = {
+    "lease handed out items": 1.0,
+    "completion resolved an item": 1.0,
+    "stale token refused, the same reviewer holding the newer lease": 0.2,
+    "reclaim took leases back": 0.2,
+    "retry answered already_resolved": 0.2,
+}
+KEY: Counter[str] = Counter()
+
+
+def key(label: str) -> None:
+    KEY[label] += 1
+    tally(f"KEY {label}")
 
 
 def tally(label: str) -> None:
@@ -195,11 +220,18 @@ class ReviewQueueMachine(RuleBasedStateMachine):
         body = {k: v for k, v in {"lease_token": sent, **fields}.items() if v is not None}
         response = self.post(f"/items/{item_id}/{action}", reviewer, body or None)
         tally(f"{action} by {caller}, token {kind}: {response.status_code}")
+        self.tally_stale(item_id, reviewer, kind)
         if not self.holds(item_id, reviewer, epoch, foreign):
             assert_problem(response, 409, "LEASE_NOT_HELD")
             return reviewer, None
         assert response.status_code == 200, response.text
         return reviewer, response
+
+    def tally_stale(self, item_id: str, reviewer: str, kind: str) -> None:
+        """The stale-tab case: an older lease's token from the reviewer who holds the newer lease."""
+        m = self.model[item_id]
+        if kind == "stale" and m.state == "ASSIGNED" and m.leased_by == reviewer:
+            key("stale token refused, the same reviewer holding the newer lease")
 
     def holds(self, item_id: str, reviewer: str, epoch: int | None, foreign: bool) -> bool:
         """Does this call pass the holder guard (and the fence, when it carries a token)?"""
@@ -246,6 +278,7 @@ class ReviewQueueMachine(RuleBasedStateMachine):
         )
         answer = response.json()
         tally(f"{rule} by {caller}, token {kind}: {answer.get('outcome') or answer.get('code')}")
+        self.tally_stale(item_id, reviewer, kind)
         retry = (
             not foreign
             and m.state == "RESOLVED"
@@ -255,6 +288,7 @@ class ReviewQueueMachine(RuleBasedStateMachine):
         if self.holds(item_id, reviewer, epoch, foreign):
             assert response.status_code == 200, response.text
             assert answer["outcome"] == "resolved", answer
+            key("completion resolved an item")
             # leased_by stays: it records who held the item when it was resolved.
             m.state, m.resolution, m.resolved_by, m.note = "RESOLVED", resolution, reviewer, note
             m.events["RESOLVED"] += 1
@@ -262,6 +296,7 @@ class ReviewQueueMachine(RuleBasedStateMachine):
             # A retry changes nothing, not even the note.
             assert response.status_code == 200, response.text
             assert answer["outcome"] == "already_resolved", answer
+            key("retry answered already_resolved")
         elif retry:
             assert_problem(response, 409, "RESOLUTION_CONFLICT")
             return False
@@ -321,8 +356,23 @@ class ReviewQueueMachine(RuleBasedStateMachine):
             else:
                 assert assert_problem(response, 409, "IDEMPOTENCY_CONFLICT")["item_id"] == item_id
 
-    @rule(target=leases, reviewer=st.sampled_from(REVIEWERS), batch_size=st.integers(1, 5))
-    def lease(self, reviewer: str, batch_size: int) -> Any:
+    @rule(
+        target=leases,
+        reviewer=st.sampled_from((*REVIEWERS, "least_busy", "least_busy")),
+        batch_size=st.integers(1, 5),
+        top_up=st.sampled_from([True, True, True, False]),
+    )
+    def lease(self, reviewer: str, batch_size: int, top_up: bool = False) -> Any:
+        """Lease; with top_up the feeder first enqueues what the queue lacks for this batch. Swarm
+        testing disables whole rules in an example (enqueue too), so without it most leases would
+        find the queue empty; leases of an empty queue still come up (top_up False). "least_busy"
+        is whoever holds fewest, so that leases at the cap are common but not the rule."""
+        if reviewer == "least_busy":
+            holding = Counter(m.leased_by for m in self.model.values() if m.state == "ASSIGNED")
+            reviewer = min(REVIEWERS, key=lambda r: holding[r])
+        pending_now = sum(1 for m in self.model.values() if m.state == "PENDING")
+        if top_up and pending_now < batch_size:
+            self.enqueue(count=batch_size - pending_now, batch=True)
         held = sum(1 for m in self.model.values() if m.state == "ASSIGNED" and m.leased_by == reviewer)
         pending = sorted((m.seq, i) for i, m in self.model.items() if m.state == "PENDING")
         expected = [i for _, i in pending[: max(0, min(batch_size, CAP - held))]]
@@ -330,6 +380,8 @@ class ReviewQueueMachine(RuleBasedStateMachine):
         assert response.status_code == 200, response.text
         got = response.json()["items"]
         tally(f"lease: {'some' if got else 'none'}{' (at the cap)' if held == CAP else ''}")
+        if got:
+            key("lease handed out items")
         assert [i["id"] for i in got] == expected, (
             f"{reviewer} holding {held} asked for {batch_size}: expected {expected} (oldest first, "
             f"cap {CAP}), got {[i['id'] for i in got]}"
@@ -384,6 +436,26 @@ class ReviewQueueMachine(RuleBasedStateMachine):
             return item_id
         return multiple()
 
+    @precondition(lambda self: bool(self.assigned()))
+    @rule(
+        target=resolved,
+        nth=st.integers(0, 3 * CAP),
+        token=st.sampled_from(("current", "none")),
+        resolution=st.sampled_from(RESOLUTIONS),
+        note=st.sampled_from(NOTES),
+        retry=st.booleans(),
+    )
+    def complete_held(self, nth: int, token: str, resolution: str, note: str | None, retry: bool) -> Any:
+        """The holder completes an open lease, the everyday case: the `complete` rule aims at any item
+        ever leased, by anybody, so most of its calls are refusals and few items would get resolved
+        (and retried) otherwise."""
+        assigned = self.assigned()
+        item_id = assigned[nth % len(assigned)]
+        assert self.complete_as(item_id, "last_holder", token, resolution, note, "complete held")
+        if retry:  # the answer was lost and the client sends the same call again
+            self.complete_as(item_id, "last_holder", token, resolution, note, "retry held")
+        return item_id
+
     @rule(
         item_id=resolved,
         caller=st.sampled_from(CALLERS),
@@ -434,9 +506,46 @@ class ReviewQueueMachine(RuleBasedStateMachine):
                 )  # one statement (one now()) each, so the expiry order is the model's
                 m.expiry, m.expired_seq = "past_grace", next(self.expired_seq)
 
+    def first_in_line_once_released(self) -> list[str]:
+        """Open leases older than every PENDING item: released, such an item is leased next."""
+        oldest_pending = min((m.seq for m in self.model.values() if m.state == "PENDING"), default=None)
+        return [i for i in self.assigned() if oldest_pending is None or self.model[i].seq < oldest_pending]
+
+    @precondition(lambda self: bool(self.first_in_line_once_released()))
+    @rule(
+        nth=st.integers(0, 3 * CAP),
+        action=st.sampled_from(("complete", "renew", "release")),
+        resolution=st.sampled_from(RESOLUTIONS),
+    )
+    def stale_tab(self, nth: int, action: str, resolution: str) -> None:
+        """A holder hands an item back and leases again at once. First in line, the item comes back to
+        them under a new lease, and their older token is now a stale tab's: the `action` sent with
+        it must be refused although the same reviewer holds the item."""
+        candidates = self.first_in_line_once_released()
+        item_id = candidates[nth % len(candidates)]
+        holder = self.model[item_id].leased_by
+        assert holder is not None
+        self.release(item_id, holder, "current", None)
+        self.lease(holder, 1, top_up=False)
+        m = self.model[item_id]
+        assert m.state == "ASSIGNED" and m.leased_by == holder, "the model's queue order is off"
+        if action == "complete":
+            assert not self.complete_as(item_id, holder, "stale", resolution, None, "stale tab")
+        else:
+            self.holder_call(action, item_id, holder, "stale", {})
+
     @precondition(lambda self: bool(self.assigned()))
-    @rule(reclaim_batch=st.one_of(st.none(), st.integers(1, 3)))
-    def reclaim(self, reclaim_batch: int | None) -> None:
+    @rule(
+        reclaim_batch=st.one_of(st.none(), st.integers(1, 3)),
+        abandon_first=st.sampled_from([True, True, False]),
+    )
+    def reclaim(self, reclaim_batch: int | None, abandon_first: bool = False) -> None:
+        """Reclaim as admin; usually after the holder of the oldest open lease vanished (see abandon),
+        so that there is something to take back even in examples that never backdate a lease."""
+        if abandon_first:
+            holder = self.model[self.assigned()[0]].leased_by
+            assert holder is not None
+            self.abandon(holder)
         due = sorted(
             (m.expired_seq, i)
             for i, m in self.model.items()
@@ -448,6 +557,8 @@ class ReviewQueueMachine(RuleBasedStateMachine):
         assert response.status_code == 200, response.text
         answer = response.json()
         tally(f"reclaim: {'some' if expected else 'none'}{' (limited batch)' if reclaim_batch else ''}")
+        if expected:
+            key("reclaim took leases back")
         assert answer == {
             "reclaimed": len(expected),
             "items": [
@@ -545,6 +656,7 @@ def test_api_behaves_like_the_model(db_url: str, make_token: Callable[[str, str]
         db_url, max_leases_per_reviewer=CAP, lock_timeout_ms=LEASE_S * 1000, reclaim_after_s=GRACE_S
     )
     TALLY.clear()
+    KEY.clear()
     with (
         TestClient(create_app(app_settings), raise_server_exceptions=False) as client,
         psycopg.connect(libpq(db_url), autocommit=True) as sql,
@@ -564,4 +676,12 @@ def test_api_behaves_like_the_model(db_url: str, make_token: Callable[[str, str]
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
             ),
         )
-    print("\n".join(f"{n:6} {label}" for label, n in sorted(TALLY.items())))
+    report = "\n".join(f"{n:6} {label}" for label, n in sorted(TALLY.items()))
+    print(report)
+    examples = TALLY["examples"]
+    short = {
+        label: f"{KEY[label]} < {minimum * examples:.0f}"
+        for label, minimum in KEY_MINIMUMS.items()
+        if KEY[label] < minimum * examples
+    }
+    assert not short, f"the model test lost coverage over {examples} examples: {short}\n{report}"
