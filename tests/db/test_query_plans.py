@@ -99,4 +99,5 @@ def test_stats_gauges_never_scan_the_table(busy_table: psycopg.Connection) -> No
         "ix_review_queue_item_pending",
         "ix_review_queue_item_lease_expiry",
         "ix_review_queue_item_assigned_by_reviewer",
+        "ix_review_queue_item_quarantined",
     }, found
