@@ -25,6 +25,7 @@ from sqlalchemy import (
     Numeric,
     Row,
     Text,
+    and_,
     bindparam,
     case,
     func,
@@ -100,6 +101,7 @@ def _logged(
     return (
         insert(event)
         .from_select(["item_id", "event", "actor", "lease_epoch", "trace_id", "details"], rows)
+        .returning(event.c.item_id)
         .cte(f"logged_{name.lower()}")
     )
 
@@ -109,14 +111,18 @@ def _changed_items(changed: CTE, name: str, *, details: ColumnElement[Any] | Non
     return select(*[changed.c[n] for n in _ITEM_FIELDS]).add_cte(_logged(changed, name, details=details))
 
 
-def _quarantined(changed: CTE) -> CTE:
-    """The QUARANTINED event of the rows of `changed` that a release or reclaim quarantined."""
-    return _logged(
+def _logged_then_quarantined(changed: CTE, name: str, *, details: ColumnElement[Any]) -> tuple[CTE, CTE]:
+    """The `name` event of every row of a release or reclaim, then a QUARANTINED event for the rows
+    it quarantined. The second insert reads the first one's RETURNING, so PostgreSQL runs the first
+    before it and the trail reads RELEASED (or RECLAIMED), then QUARANTINED."""
+    logged = _logged(changed, name, details=details)
+    quarantined = _logged(
         changed,
         "QUARANTINED",
         details=func.jsonb_build_object("attempts", changed.c.attempts),
-        where=changed.c.state == QUARANTINED,
+        where=and_(changed.c.state == QUARANTINED, changed.c.id.in_(select(logged.c.item_id))),
     )
+    return logged, quarantined
 
 
 DEFAULT_MAX_ATTEMPTS = 10  # REVIEW_QUEUE_MAX_ATTEMPTS
@@ -337,9 +343,11 @@ _released = (
     .returning(*_ITEM_COLUMNS)
     .cte("released")
 )
-_RELEASE = _changed_items(
-    _released, "RELEASED", details=func.jsonb_build_object("reason", bindparam("reason", type_=Text))
-).add_cte(_quarantined(_released))
+_RELEASE = select(*[_released.c[n] for n in _ITEM_FIELDS]).add_cte(
+    *_logged_then_quarantined(
+        _released, "RELEASED", details=func.jsonb_build_object("reason", bindparam("reason", type_=Text))
+    )
+)
 
 # Guarded by holder, state and epoch in the one UPDATE: a late completion from a worker whose
 # lease was reclaimed (and maybe re-leased) matches zero rows instead of resolving it.
@@ -539,23 +547,19 @@ _reclaimed = (
     )
     .cte("reclaimed")
 )
-_RECLAIM = (
-    select(_reclaimed)
-    .add_cte(
-        _logged(
-            _reclaimed,
-            "RECLAIMED",
-            details=func.jsonb_build_object(
-                "cause",
-                "lease_expired",
-                "previous_holder",
-                _reclaimed.c.previous_holder,
-                "lease_expired_at",
-                _reclaimed.c.expired_at,
-            ),
-        )
+_RECLAIM = select(_reclaimed).add_cte(
+    *_logged_then_quarantined(
+        _reclaimed,
+        "RECLAIMED",
+        details=func.jsonb_build_object(
+            "cause",
+            "lease_expired",
+            "previous_holder",
+            _reclaimed.c.previous_holder,
+            "lease_expired_at",
+            _reclaimed.c.expired_at,
+        ),
     )
-    .add_cte(_quarantined(_reclaimed))
 )
 
 

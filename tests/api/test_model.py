@@ -512,7 +512,8 @@ class ReviewQueueMachine(RuleBasedStateMachine):
         TALLY["steps"] += 1
         rows = self.sql.execute(
             """
-            SELECT id::text, state, leased_by, lease_epoch, attempts, resolution, resolved_by, resolution_note,
+            SELECT id::text, state, leased_by, lease_epoch, attempts, resolution, resolved_by,
+                   resolution_note,
                    CASE WHEN state <> 'ASSIGNED' THEN NULL
                         WHEN lease_expires_at > now() + make_interval(secs => %(lease)s)
                             THEN 'longer than the lease duration'
