@@ -66,7 +66,7 @@ MUTANTS = (
                 "    outcome, current = await _holder_change(conn, _COMPLETE, params)\n",
                 "    seen = await get_item(conn, item_id=item_id)\n"
                 '    held = seen is not None and seen.state == "ASSIGNED" and seen.leased_by == reviewer\n'
-                "    if held and seen is not None and lease_epoch in (None, seen.lease_epoch):\n"
+                "    if held and seen is not None and lease_nonce in (None, seen.lease_nonce):\n"
                 "        outcome, current = await _holder_change(conn, _COMPLETE, params)\n"
                 "    else:\n"
                 '        outcome, current = ("not_found" if seen is None else "lease_not_held"), seen\n',
@@ -79,13 +79,16 @@ MUTANTS = (
         (Edit(QUEUE, '        item.c.leased_by == bindparam("actor", type_=Text),\n', ""),),
     ),
     Mutant(
-        "no epoch guard",
+        # The fence: a lease_token names one lease (its nonce; the epoch before that). Without the
+        # check, a stale tab's token passes whenever the same reviewer holds a newer lease.
+        "no epoch guard (the lease-token fence)",
         "tests/api/test_lifecycle.py::TestFencing::test_same_reviewer_stale_token_is_refused",
         (
             Edit(
                 QUEUE,
-                "        item.c.lease_epoch == func.coalesce("
-                'bindparam("fence_epoch", type_=BigInteger), item.c.lease_epoch),\n',
+                "        item.c.lease_nonce\n"
+                '        == func.coalesce(bindparam("fence_nonce", type_=PG_UUID(as_uuid=True)), '
+                "item.c.lease_nonce),\n",
                 "",
             ),
         ),
