@@ -11,6 +11,7 @@ so a kill is the mutation's doing, not the copy's.
 """
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -221,3 +222,29 @@ def test_the_named_test_kills_the_mutant(runs: Runs, mutant: Mutant) -> None:
     assert run.returncode == 1 and "failed" in run.summary() and "error" not in run.summary(), (
         f"mutant {mutant.name!r} survived {mutant.test} (exit {run.returncode}):\n{run.output[-4000:]}"
     )
+
+
+def test_the_readme_names_only_tests_that_exist() -> None:
+    """Every test the README's Reliability section names exists, and every mutant's test is named
+    there: the table cannot drift from the suite."""
+    readme = (REPO_ROOT / "README.md").read_text()
+    section = readme[readme.index("## Reliability") :]
+    section = section[: section.index("\n## ", 1)]
+    named: list[str] = []
+    current = ""
+    for path, test in re.findall(r"`(tests/[\w/]+\.py)?((?:::\w+)+)?`", section):
+        current = path or current
+        if test:
+            named.append(f"{current}{test}")
+        elif path:
+            assert (REPO_ROOT / path).exists(), f"README names a missing file: {path}"
+    assert named, "no test named in the Reliability section"
+    missing = []
+    for node in named:
+        path, *parts = node.split("::")
+        source = (REPO_ROOT / path).read_text()
+        if not all(re.search(rf"^\s*(async def|def|class) {p}\b", source, re.M) for p in parts):
+            missing.append(node)
+    assert not missing, f"README names tests that do not exist: {missing}"
+    unnamed = [m.test for m in MUTANTS if m.test not in named]
+    assert not unnamed, f"mutation-checked tests missing from the README: {unnamed}"
