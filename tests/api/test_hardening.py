@@ -319,9 +319,10 @@ def test_a_json_number_goes_through_decimal_with_the_same_limits(
     ("path", "body"),
     [
         ("/leases", {"batch_size": "2"}),
-        ("/leases", {"batch_size": 2.0}),
+        ("/leases", {"batch_size": 2.5}),
+        ("/leases", {"batch_size": True}),
         ("/admin/reclaim", {"reclaim_batch": "2"}),
-        ("/admin/reclaim", {"reclaim_batch": 1.0}),
+        ("/admin/reclaim", {"reclaim_batch": 1.5}),
     ],
 )
 def test_integers_in_json_bodies_are_strict(
