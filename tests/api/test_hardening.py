@@ -399,3 +399,73 @@ def _admin_headers(db_url: str) -> Headers:
     from tests.conftest import _create_token
 
     return {"Authorization": f"Bearer {_create_token(db_url, 'metrics-reader', 'admin')}"}
+
+
+# --- 7: smaller items ----------------------------------------------------------------------
+
+
+def test_a_trailing_slash_is_not_found_never_a_redirect_to_the_callers_host(
+    client: TestClient, auth: Callable[[str, str], Headers]
+) -> None:
+    item = client.post("/items", json=item_body(), headers=auth("root", "admin")).json()
+    response = client.get(
+        f"/items/{item['id']}/",
+        headers={**auth("alice", "reviewer"), "Host": "evil.example"},
+        follow_redirects=False,
+    )
+    assert_problem(response, 404, "NOT_FOUND")
+    assert "location" not in response.headers
+
+
+@pytest.mark.parametrize("request_id", ["ünïcode-id", "id\u200bwith-zero-width", "tab\there"])
+def test_a_request_id_must_be_ascii(client: TestClient, request_id: str) -> None:
+    response = client.get("/healthz", headers={"X-Request-ID": request_id.encode()})  # raw UTF-8 bytes
+    generated = response.headers["x-request-id"]
+    assert generated.isascii() and len(generated) == 32, generated
+    accepted = client.get("/healthz", headers={"X-Request-ID": "abc-123.4:5_6"})
+    assert accepted.headers["x-request-id"] == "abc-123.4:5_6"
+
+
+def test_a_wait_on_the_per_reviewer_lock_says_what_was_waited_for(
+    db_url: str, sql: psycopg.Connection, auth: Callable[[str, str], Headers]
+) -> None:
+    seed_items(sql, 2)
+    alice = auth("alice", "reviewer")
+    with (
+        TestClient(
+            create_app(make_settings(db_url, pg_lock_timeout_ms=200)), raise_server_exceptions=False
+        ) as c,
+        psycopg.connect(sql.info.dsn, autocommit=True) as holder,
+    ):
+        # What a concurrent lease call of alice holds for its transaction.
+        holder.execute("SELECT pg_advisory_lock(hashtextextended('review_queue.lease:' || 'alice', 0))")
+        problem = assert_problem(c.post("/leases", json={}, headers=alice), 503, "DATABASE_UNAVAILABLE")
+        assert "per-reviewer lock" in problem["detail"] and "table" not in problem["detail"], problem
+        assert c.post("/leases", json={}, headers=auth("bob", "reviewer")).json()["items"], (
+            "bob is not blocked"
+        )
+        metrics = c.get("/metrics", headers=auth("root", "admin")).text
+    assert 'review_queue_lock_timeouts_total{route="/leases"}' in metrics
+
+
+# --- 8: bounded metric labels ----------------------------------------------------------------
+
+
+def test_free_text_resolutions_cannot_grow_the_metric_without_bound(
+    client: TestClient, sql: psycopg.Connection, auth: Callable[[str, str], Headers]
+) -> None:
+    from db.telemetry import MAX_RESOLUTION_LABELS
+
+    seed_items(sql, 120)
+    alice = auth("alice", "reviewer")
+    held = client.post("/leases", json={"batch_size": 120}, headers=alice).json()["items"]
+    for n, item in enumerate(held):
+        resolution = f"RANDOM_{n}_{uuid.uuid4().hex[:8].upper()}"
+        response = client.post(
+            f"/items/{item['id']}/complete", json={"resolution": resolution}, headers=alice
+        )
+        assert response.status_code == 200, response.text
+    metrics = client.get("/metrics", headers=auth("root", "admin")).text
+    series = [line for line in metrics.splitlines() if line.startswith("review_queue_items_resolved_total{")]
+    assert len(series) <= MAX_RESOLUTION_LABELS + 1, len(series)
+    assert any('resolution="other"' in line for line in series), series
