@@ -166,7 +166,7 @@ def serve(
     url = resolved_url(settings)
     upgrade_head(url)
     if settings.database_url is None:
-        devtokens.ensure_and_print(settings, host or settings.host, port or settings.port)
+        devtokens.ensure_and_print(url, settings.data_dir, host or settings.host, port or settings.port)
     # Workers and the reclaimer child must reach the same database without starting their own
     # embedded server, and write their counters where one /metrics scrape sums them all.
     os.environ["DATABASE_URL"] = url

@@ -1,11 +1,19 @@
 """The review-queue command line against a real database."""
 
+import asyncio
+import json
 import os
+import stat
 import subprocess
+from pathlib import Path
 
 import psycopg
+import pytest
 from fastapi.testclient import TestClient
 
+from cli import devtokens
+from db import tokens
+from db.engine import create_engine
 from tests.conftest import libpq
 
 
@@ -68,3 +76,49 @@ def test_reclaim_once_prints_the_count(db_url: str, sql: psycopg.Connection) -> 
     result = cli(db_url, "reclaim", "--once")
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip().splitlines()[-1] == "reclaimed 250"
+
+
+def _principal(db_url: str, token: str) -> tokens.Principal | None:
+    async def run() -> tokens.Principal | None:
+        engine = create_engine(db_url, pool_size=1, max_overflow=0)
+        try:
+            async with engine.connect() as conn:
+                return await tokens.find_principal(conn, token=token)
+        finally:
+            await engine.dispose()
+
+    return asyncio.run(run())
+
+
+def test_dev_tokens_printed_by_serve_always_work(
+    db_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    first = devtokens.ensure_and_print(db_url, tmp_path, "127.0.0.1", 8000)
+    path = tmp_path / "dev-tokens.json"
+    assert json.loads(path.read_text()) == first
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600, oct(path.stat().st_mode)
+    assert _principal(db_url, first["reviewer"]) == tokens.Principal("reviewer", "reviewer")
+    assert _principal(db_url, first["admin"]) == tokens.Principal("admin", "admin")
+
+    # Started again: the same tokens, nothing new.
+    capsys.readouterr()
+    assert devtokens.ensure_and_print(db_url, tmp_path, "127.0.0.1", 8000) == first
+
+    # The reviewer's token is revoked: the next start prints a new one that works, never the dead one.
+    assert cli(db_url, "token", "revoke", "--subject", "reviewer").returncode == 0
+    capsys.readouterr()
+    second = devtokens.ensure_and_print(db_url, tmp_path, "127.0.0.1", 8000)
+    printed = capsys.readouterr().out
+    assert second["admin"] == first["admin"]
+    assert second["reviewer"] != first["reviewer"]
+    assert first["reviewer"] not in printed and second["reviewer"] in printed
+    assert _principal(db_url, second["reviewer"]) == tokens.Principal("reviewer", "reviewer")
+    assert json.loads(path.read_text()) == second
+
+    # A file edited by hand (or from another database) is replaced the same way.
+    path.write_text(json.dumps({"admin": "rq_bogus", "reviewer": second["reviewer"]}))
+    third = devtokens.ensure_and_print(db_url, tmp_path, "127.0.0.1", 8000)
+    assert third["admin"] != "rq_bogus" and _principal(db_url, third["admin"]) == tokens.Principal(
+        "admin", "admin"
+    )
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
