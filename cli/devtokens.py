@@ -26,9 +26,9 @@ async def _valid_tokens(url: str, saved: dict[str, str]) -> dict[str, str]:
     engine = create_engine(url, pool_size=1, max_overflow=0)
     try:
         async with engine.begin() as conn:
-            valid = {}
+            valid: dict[str, str] = {}
             for role, subject in DEV_SUBJECTS.items():
-                token = saved.get(role)
+                token = saved.get(role, "")
                 principal = await tokens.find_principal(conn, token=token) if token else None
                 if principal != tokens.Principal(subject, role):
                     token = await tokens.create_token(conn, subject=subject, role=role)
