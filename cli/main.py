@@ -60,9 +60,23 @@ def migrate() -> None:
     typer.echo("schema is at head")
 
 
+def _subject(value: str) -> str:
+    try:
+        return tokens.check_subject(value)
+    except ValueError as error:
+        raise typer.BadParameter(str(error)) from None
+
+
 @token_app.command("create")
 def token_create(
-    subject: Annotated[str, typer.Option(help="Who the token speaks for; written to leased_by.")],
+    subject: Annotated[
+        str,
+        typer.Option(
+            callback=_subject,
+            help="Who the token speaks for; written to leased_by. 1-128 letters, digits, . _ @ + -;"
+            " not me, reclaimer or reclaimer@...",
+        ),
+    ],
     role: Annotated[Role, typer.Option(help="reviewer, ingest or admin.")],
 ) -> None:
     """Create a token. It is printed once, alone on the last line, and never stored."""

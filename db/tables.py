@@ -31,6 +31,15 @@ STATES = ("PENDING", "ASSIGNED", "RESOLVED")
 MATCH_DECISIONS = ("MATCHED", "PARTIAL", "UNMATCHED")
 ROLES = ("reviewer", "ingest", "admin")
 
+# Token subjects (see db.tokens.check_subject, which says the same in Python): 1-128 characters,
+# letters, digits and . _ @ + -, starting with a letter or digit; `me` (the caller, in
+# `leased_by=me`) and `reclaimer`, `reclaimer@...` (the reclaimer's actor) are reserved.
+SUBJECT_CHECK = (
+    "subject ~ '^[A-Za-z0-9][A-Za-z0-9._@+-]{0,127}$'"
+    " AND lower(subject) NOT IN ('me', 'reclaimer')"
+    " AND lower(subject) NOT LIKE 'reclaimer@%'"
+)
+
 review_queue_item = Table(
     "review_queue_item",
     metadata,
@@ -117,5 +126,6 @@ api_token = Table(
     Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     Column("revoked_at", DateTime(timezone=True)),
     CheckConstraint("role IN ('reviewer', 'ingest', 'admin')", name="valid_role"),
+    CheckConstraint(SUBJECT_CHECK, name="valid_subject"),
     Index("ix_api_token_subject", "subject"),
 )

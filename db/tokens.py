@@ -1,6 +1,7 @@
 """Bearer tokens: only their sha256 is stored; the subject is the reviewer identity."""
 
 import hashlib
+import re
 import secrets
 from dataclasses import dataclass
 from datetime import datetime
@@ -26,12 +27,33 @@ class TokenInfo:
     revoked_at: datetime | None
 
 
+SUBJECT_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@+-]{0,127}")
+RESERVED_SUBJECTS = ("me", "reclaimer")
+
+
+def check_subject(subject: str) -> str:
+    """The subject when it may name a token, else ValueError saying why (db.tables.SUBJECT_CHECK)."""
+    if not SUBJECT_PATTERN.fullmatch(subject):
+        raise ValueError(
+            f"subject {subject!r} must be 1-128 characters: letters, digits and . _ @ + -,"
+            " starting with a letter or digit"
+        )
+    lowered = subject.lower()
+    if lowered in RESERVED_SUBJECTS or lowered.startswith("reclaimer@"):
+        raise ValueError(
+            f"subject {subject!r} is reserved: `me` means the caller in leased_by=me, and"
+            " `reclaimer` / `reclaimer@<host>` is the reclaimer in the audit trail"
+        )
+    return subject
+
+
 def hash_token(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
 async def create_token(conn: AsyncConnection, *, subject: str, role: str) -> str:
     """Store a new token for subject and return it; this is the only time it exists in clear."""
+    check_subject(subject)
     token = "rq_" + secrets.token_urlsafe(32)
     await conn.execute(api_token.insert().values(subject=subject, role=role, token_hash=hash_token(token)))
     return token

@@ -122,3 +122,28 @@ def test_dev_tokens_printed_by_serve_always_work(
         "admin", "admin"
     )
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
+
+
+@pytest.mark.parametrize("subject", ["", "me", "ME", "reclaimer", "reclaimer@host-1", "a b", "-x", "x" * 129])
+def test_token_create_refuses_subjects_that_break_things(db_url: str, subject: str) -> None:
+    result = cli(db_url, "token", "create", "--subject", subject, "--role", "reviewer")
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "subject" in result.stderr and ("reserved" in result.stderr or "1-128" in result.stderr)
+    with psycopg.connect(libpq(db_url)) as conn:
+        assert conn.execute("SELECT count(*) FROM api_token").fetchone() == (0,)
+
+
+@pytest.mark.parametrize("subject", ["", "me", "Reclaimer", "reclaimer@host-1", "a b", "é"])
+def test_the_database_refuses_the_same_subjects(sql: psycopg.Connection, subject: str) -> None:
+    with pytest.raises(psycopg.errors.CheckViolation, match="ck_api_token_valid_subject"):
+        sql.execute(
+            "INSERT INTO api_token (subject, role, token_hash) VALUES (%s, 'reviewer', %s)",
+            (subject, f"hash-{subject}"),
+        )
+
+
+@pytest.mark.parametrize("subject", ["alice", "alice.smith@example.com", "svc-ingest_2", "x" * 128, "meg"])
+def test_ordinary_subjects_are_accepted(db_url: str, subject: str) -> None:
+    result = cli(db_url, "token", "create", "--subject", subject, "--role", "reviewer")
+    assert result.returncode == 0, result.stderr
+    assert _principal(db_url, result.stdout.strip().splitlines()[-1]) == tokens.Principal(subject, "reviewer")
