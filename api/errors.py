@@ -10,6 +10,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from fastapi.routing import iter_route_contexts
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from api.schemas import Problem
@@ -116,6 +117,17 @@ def _validation_errors(exc: RequestValidationError) -> list[dict[str, Any]]:
     ]
 
 
+def allowed_methods(request: Request) -> list[str]:
+    """Every method some route answers on this path. Starlette's 405 names the methods of the first
+    route whose path matched only (DELETE /items said `Allow: POST`, though GET /items exists)."""
+    methods: set[str] = set()
+    for context in iter_route_contexts(request.app.routes):
+        regex = getattr(context, "path_regex", None)
+        if regex is not None and regex.match(request.scope["path"]):
+            methods |= context.methods or set()
+    return sorted(methods)
+
+
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ProblemError)
     async def _problem(request: Request, exc: ProblemError) -> JSONResponse:
@@ -137,7 +149,12 @@ def install_error_handlers(app: FastAPI) -> None:
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         code = _HTTP_CODES.get(exc.status_code, "BAD_REQUEST" if exc.status_code < 500 else "INTERNAL_ERROR")
         detail = exc.detail if isinstance(exc.detail, str) else PROBLEMS[code][1]
-        return problem_response(request, code, detail, headers=getattr(exc, "headers", None))
+        headers = getattr(exc, "headers", None)
+        if exc.status_code == 405:
+            allow = ", ".join(allowed_methods(request))
+            headers = {**(headers or {}), "Allow": allow}
+            detail = f"{request.method} is not allowed on {request.url.path}; allowed: {allow}"
+        return problem_response(request, code, detail, headers=headers)
 
     @app.exception_handler(DatabaseUnavailable)
     async def _db_unavailable(request: Request, exc: DatabaseUnavailable) -> JSONResponse:

@@ -3,7 +3,10 @@
 from collections.abc import Callable
 
 import pytest
+from fastapi import FastAPI
+from fastapi.routing import APIRoute, iter_route_contexts
 from fastapi.testclient import TestClient
+from starlette.routing import Route
 
 from tests.api.helpers import assert_problem
 
@@ -75,3 +78,36 @@ def test_oversized_chunked_body_is_413_problem(client: TestClient, admin: dict) 
 
     response = client.post("/items", content=chunks(), headers={**admin, "content-type": "application/json"})
     assert_problem(response, 413, "PAYLOAD_TOO_LARGE")
+
+
+def _paths(app: FastAPI) -> set[str]:
+    return {
+        context.path
+        for context in iter_route_contexts(app.routes)
+        if isinstance(context.original_route, Route | APIRoute) and context.path
+    }
+
+
+METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE")
+
+
+def test_405_allow_names_every_method_of_the_path(client: TestClient) -> None:
+    """For every path: a method that answers 405 lists in Allow exactly the methods that do not
+    (found by trying each), not only those of the first route that matched the path."""
+    for path in _paths(client.app):  # type: ignore[arg-type]
+        url = path.replace("{item_id}", "00000000-0000-4000-8000-000000000000")
+        answers = {method: client.request(method, url) for method in METHODS}
+        allowed = sorted(m for m, r in answers.items() if r.status_code != 405)
+        refused = [m for m, r in answers.items() if r.status_code == 405]
+        assert refused, f"{path}: every method answered"
+        for method in refused:
+            assert answers[method].headers["allow"] == ", ".join(allowed), (method, path)
+            if method != "HEAD":  # a HEAD answer has no body
+                body = assert_problem(answers[method], 405, "METHOD_NOT_ALLOWED")
+                assert method in body["detail"]
+
+
+def test_delete_items_allows_get_and_post(client: TestClient) -> None:
+    response = client.delete("/items")
+    assert_problem(response, 405, "METHOD_NOT_ALLOWED")
+    assert response.headers["allow"] == "GET, POST"
