@@ -1,5 +1,6 @@
 """Every knob of the service, read from the environment once and validated at start-up."""
 
+import re
 from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Literal
@@ -8,6 +9,7 @@ from pydantic import AliasChoices, Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+POSTGRESQL_SCHEMES = ("postgresql", "postgres", "postgresql+psycopg")
 
 
 def _range(default: int, lo: int, hi: int, env: str) -> int:
@@ -64,12 +66,30 @@ class Settings(BaseSettings):
     )
     workers: int = _range(1, 1, 64, "REVIEW_QUEUE_WORKERS")
 
+    @field_validator("database_url")
+    @classmethod
+    def _postgresql_only(cls, value: str | None) -> str | None:
+        # Anything else would fail later, and misleadingly: as a connection error on port 5432.
+        if value is not None:
+            scheme = value.partition("://")[0].lower() if "://" in value else ""
+            if scheme not in POSTGRESQL_SCHEMES:
+                raise ValueError(
+                    f"must be a PostgreSQL URL (postgresql://user:password@host:port/database), not "
+                    f"{scheme + '://' if scheme else 'this'}; unset it to use the embedded PostgreSQL"
+                )
+        return value
+
     @field_validator("cors_origins", mode="before")
     @classmethod
     def _split_origins(cls, value: object) -> object:
         if isinstance(value, str):
             return [origin.strip() for origin in value.split(",") if origin.strip()]
         return value
+
+
+def hide_password(url: str) -> str:
+    """The URL with any password replaced by ***, for messages."""
+    return re.sub(r"(://[^/@:]*):[^/@]*@", r"\1:***@", url)
 
 
 def _explain(error: ValidationError) -> str:
@@ -87,7 +107,10 @@ def _explain(error: ValidationError) -> str:
             hi = next((m.le for m in field.metadata if hasattr(m, "le")), None)
             if lo is not None and hi is not None:
                 bounds = f" (allowed range {lo}-{hi})"
-        lines.append(f"invalid setting {env}={err.get('input')!r}: {err['msg']}{bounds}")
+        shown = err.get("input")
+        if isinstance(shown, str) and env == "DATABASE_URL":
+            shown = hide_password(shown)
+        lines.append(f"invalid setting {env}={shown!r}: {err['msg']}{bounds}")
     return "\n".join(lines)
 
 

@@ -8,13 +8,18 @@ from collections.abc import Awaitable, Callable
 from enum import StrEnum
 from typing import Annotated, TypeVar
 
+import psycopg
 import typer
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError, DBAPIError
+from sqlalchemy.exc import TimeoutError as SATimeoutError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from api.logs import configure_logging
-from api.settings import Settings, get_settings
+from api.settings import Settings, get_settings, hide_password
 from db import tokens
 from db.engine import create_engine, database_url, transaction
+from db.errors import DatabaseUnavailable
 from db.migrations import upgrade_head
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
@@ -212,5 +217,38 @@ def serve(
             shutil.rmtree(metrics_dir, ignore_errors=True)
 
 
+def _database_target(settings: Settings) -> str:
+    if settings.database_url is None:
+        return f"the embedded PostgreSQL in {settings.data_dir / 'pg'}"
+    try:
+        url = make_url(settings.database_url)
+    except ArgumentError:
+        return hide_password(settings.database_url)
+    socket_dir = url.query.get("host")
+    host = socket_dir if isinstance(socket_dir, str) else url.host or "localhost"
+    return f"PostgreSQL at {host}:{url.port or 5432} (database {url.database or url.username or '?'})"
+
+
+def database_failure(error: BaseException, settings: Settings) -> str | None:
+    """One line for an operator when `error` means the database could not be used, else None."""
+    driver = error.orig if isinstance(error, DBAPIError) and error.orig is not None else error
+    if not isinstance(driver, psycopg.OperationalError | DatabaseUnavailable | SATimeoutError):
+        return None
+    reason = next((line.strip() for line in str(driver).splitlines() if line.strip()), type(driver).__name__)
+    return (
+        f"review-queue: cannot use {_database_target(settings)}: {reason}. Check that the server is"
+        " running and reachable from here and that DATABASE_URL (host, port, user, password, database)"
+        " is right; REVIEW_QUEUE_LOG_LEVEL=DEBUG shows the traceback."
+    )
+
+
 def main() -> None:
-    app()
+    try:
+        app()
+    except Exception as error:
+        settings = get_settings()
+        message = database_failure(error, settings)
+        if message is None or settings.log_level == "DEBUG":
+            raise
+        typer.echo(message, err=True)
+        sys.exit(1)

@@ -147,3 +147,51 @@ def test_ordinary_subjects_are_accepted(db_url: str, subject: str) -> None:
     result = cli(db_url, "token", "create", "--subject", subject, "--role", "reviewer")
     assert result.returncode == 0, result.stderr
     assert _principal(db_url, result.stdout.strip().splitlines()[-1]) == tokens.Principal(subject, "reviewer")
+
+
+NOBODY_LISTENS = "postgresql://rq:secret@127.0.0.1:1/rq"  # port 1: refused at once, no timeout
+
+
+def run(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["review-queue", *args], env={**os.environ, **env}, capture_output=True, text=True, timeout=120
+    )
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("token", "list"),
+        ("token", "create", "--subject", "ann", "--role", "reviewer"),
+        ("token", "revoke", "--subject", "ann"),
+        ("migrate",),
+        ("stats",),
+        ("reclaim", "--once"),
+        ("serve", "--port", "1"),
+    ],
+    ids=" ".join,
+)
+def test_an_unreachable_database_is_one_clear_line(args: tuple[str, ...]) -> None:
+    result = run({"DATABASE_URL": NOBODY_LISTENS, "REVIEW_QUEUE_LOG_LEVEL": "INFO"}, *args)
+    assert result.returncode == 1, result
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    (line,) = lines
+    assert "PostgreSQL at 127.0.0.1:1" in line and "Connection refused" in line, line
+    assert "DATABASE_URL" in line and "secret" not in line
+    assert "rq_" not in result.stdout, "no token may be printed when nothing was stored"
+
+
+def test_debug_log_level_shows_the_traceback() -> None:
+    result = run({"DATABASE_URL": NOBODY_LISTENS, "REVIEW_QUEUE_LOG_LEVEL": "DEBUG"}, "token", "list")
+    assert result.returncode != 0
+    assert "Traceback" in result.stderr and "OperationalError" in result.stderr
+
+
+@pytest.mark.parametrize("url", ["mysql://rq:secret@db.example/rq", "sqlite:///rq.db", "db.example:5432"])
+def test_a_database_url_that_is_not_postgresql_is_refused_by_name(url: str) -> None:
+    result = run({"DATABASE_URL": url}, "token", "list")
+    assert result.returncode == 1
+    assert "DATABASE_URL" in result.stderr and "must be a PostgreSQL URL" in result.stderr, result.stderr
+    assert "secret" not in result.stderr
+    assert "Traceback" not in result.stderr and "5432" not in result.stderr.replace(url, "")
