@@ -163,6 +163,25 @@ def stats() -> None:
         typer.echo(f"{label:<26} {value}")
 
 
+def _check_port_free(host: str, port: int) -> None:
+    """Fail before anything is printed or started when the port is taken (a second `make run`)."""
+    import socket
+
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+        # As uvicorn binds: SO_REUSEADDR, so a port in TIME_WAIT after a restart still counts as free.
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as error:
+            typer.echo(
+                f"review-queue: cannot listen on {host}:{port}: {error.strerror or error}. Is another"
+                f" review-queue (make run) running? Stop it, or choose another port: PORT={port + 1}"
+                " make run (or serve --port).",
+                err=True,
+            )
+            raise SystemExit(1) from None
+
+
 @app.command()
 def serve(
     host: Annotated[str | None, typer.Option(help="Bind address (default HOST or 127.0.0.1).")] = None,
@@ -182,10 +201,12 @@ def serve(
     from cli import devtokens
 
     settings = get_settings()
+    host, port = host or settings.host, port or settings.port
+    _check_port_free(host, port)
     url = resolved_url(settings)
     upgrade_head(url)
     if settings.database_url is None:
-        devtokens.ensure_and_print(url, settings.data_dir, host or settings.host, port or settings.port)
+        devtokens.ensure_and_print(url, settings.data_dir, host, port)
     # Workers and the reclaimer child must reach the same database without starting their own
     # embedded server, and write their counters where one /metrics scrape sums them all.
     os.environ["DATABASE_URL"] = url
@@ -202,8 +223,8 @@ def serve(
         uvicorn.run(
             "api.app:create_app",
             factory=True,
-            host=host or settings.host,
-            port=port or settings.port,
+            host=host,
+            port=port,
             workers=workers or settings.workers,
             log_config=None,
             access_log=False,

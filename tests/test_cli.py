@@ -3,6 +3,7 @@
 import asyncio
 import json
 import os
+import socket
 import stat
 import subprocess
 from pathlib import Path
@@ -195,3 +196,21 @@ def test_a_database_url_that_is_not_postgresql_is_refused_by_name(url: str) -> N
     assert "DATABASE_URL" in result.stderr and "must be a PostgreSQL URL" in result.stderr, result.stderr
     assert "secret" not in result.stderr
     assert "Traceback" not in result.stderr and "5432" not in result.stderr.replace(url, "")
+
+
+@pytest.mark.parametrize("how", ["--port", "PORT"])
+def test_serve_on_a_busy_port_says_so_before_anything_else(db_url: str, how: str) -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = str(busy.getsockname()[1])
+        args = ("serve", "--no-reclaimer", *(("--port", port) if how == "--port" else ()))
+        env = {"DATABASE_URL": db_url, **({"PORT": port} if how == "PORT" else {})}
+        result = run(env, *args)
+    assert result.returncode == 1, result
+    assert result.stdout == "", "nothing may be printed or started before the port check"
+    (line,) = result.stderr.strip().splitlines()
+    assert f"127.0.0.1:{port}" in line and "PORT=" in line, line
+    with psycopg.connect(libpq(db_url)) as conn:
+        # Refused before anything ran: no token was made.
+        assert conn.execute("SELECT count(*) FROM api_token").fetchone() == (0,)
