@@ -112,9 +112,17 @@ def unavailable(request: Request | None, detail: str) -> JSONResponse:
 def _validation_errors(exc: RequestValidationError) -> list[dict[str, Any]]:
     # loc/msg/type only: echoing the input back could reflect a megabyte of garbage.
     return [
-        {"loc": list(err.get("loc", ())), "msg": str(err.get("msg", "")), "type": str(err.get("type", ""))}
+        {"loc": list(err.get("loc", ())), "msg": _message(err), "type": str(err.get("type", ""))}
         for err in exc.errors()
     ]
+
+
+def _message(err: Any) -> str:
+    if err.get("type") == "json_invalid":
+        # FastAPI's own msg is only "JSON decode error"; api.routing put the problem and its
+        # position in words into ctx.error.
+        return f"the body is not valid JSON: {err.get('ctx', {}).get('error', 'unreadable')}"
+    return str(err.get("msg", ""))
 
 
 def allowed_methods(request: Request) -> list[str]:
@@ -138,6 +146,8 @@ def install_error_handlers(app: FastAPI) -> None:
         errors = _validation_errors(exc)
         first = errors[0] if errors else {"loc": [], "msg": "invalid request"}
         where = ".".join(str(part) for part in first["loc"])
+        if first.get("type") == "json_invalid":
+            where = "body"
         return problem_response(
             request,
             "VALIDATION_ERROR",

@@ -111,3 +111,53 @@ def test_delete_items_allows_get_and_post(client: TestClient) -> None:
     response = client.delete("/items")
     assert_problem(response, 405, "METHOD_NOT_ALLOWED")
     assert response.headers["allow"] == "GET, POST"
+
+
+@pytest.mark.parametrize("content_type", [None, "application/x-www-form-urlencoded", "text/plain"])
+@pytest.mark.parametrize("path", ["/items", "/leases", "/items/batch", "/admin/reclaim"])
+def test_a_json_body_without_a_json_content_type_says_so(
+    client: TestClient, admin: dict, path: str, content_type: str | None
+) -> None:
+    headers = {**admin, **({"content-type": content_type} if content_type else {})}
+    request = client.build_request("POST", path, content=b'{"batch_size": 1}', headers=headers)
+    assert request.headers.get("content-type") == content_type
+    body = assert_problem(client.send(request), 422, "VALIDATION_ERROR")
+    assert "Content-Type: application/json is required" in body["detail"], body
+    assert body["errors"][0]["loc"] == ["header", "content-type"]
+
+
+def test_curl_d_without_content_type_is_told_what_to_add(client: TestClient, admin: dict) -> None:
+    # `curl -d '{...}'` sends application/x-www-form-urlencoded.
+    response = client.post(
+        "/leases",
+        content=b'{"batch_size": 1}',
+        headers={**admin, "content-type": "application/x-www-form-urlencoded"},
+    )
+    body = assert_problem(response, 422, "VALIDATION_ERROR")
+    assert body["detail"].startswith("Content-Type: application/json is required")
+    assert "application/x-www-form-urlencoded" in body["detail"]
+
+
+@pytest.mark.parametrize(
+    ("content", "words"),
+    [
+        (
+            '{"batch_size": 1,,}',
+            "Expecting property name enclosed in double quotes at line 1, column 18 (character 17)",
+        ),
+        ('{\n  "batch_size": 1\n  "x": 2}', "Expecting ',' delimiter at line 3, column 3 (character 22)"),
+        ('{"batch_size": 1', "Expecting ',' delimiter at line 1, column 17 (character 16)"),
+        ("[1, tru]", "Expecting value at line 1, column 5 (character 4)"),
+        ('{"batch_size": 1} x', "Extra data at line 1, column 19 (character 18)"),
+    ],
+)
+def test_malformed_json_names_the_position_and_the_problem(
+    client: TestClient, admin: dict, content: str, words: str
+) -> None:
+    response = client.post(
+        "/leases", content=content.encode(), headers={**admin, "content-type": "application/json"}
+    )
+    body = assert_problem(response, 422, "VALIDATION_ERROR")
+    assert body["detail"].startswith("body: the body is not valid JSON: "), body
+    assert words in body["detail"], body["detail"]
+    assert body["errors"][0]["type"] == "json_invalid"
