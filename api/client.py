@@ -20,6 +20,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
+from urllib.parse import urlencode
 from uuid import UUID
 
 import httpx
@@ -111,6 +112,12 @@ def _enqueue_body(fields: dict[str, Any]) -> dict[str, Any]:
     if isinstance(body.get("trace_id"), UUID):
         body["trace_id"] = str(body["trace_id"])
     return body
+
+
+def _events_path(item_id: UUID, cursor: str | None) -> str:
+    return f"/items/{item_id}/events" + (
+        f"?{urlencode({'cursor': cursor, 'limit': 500})}" if cursor else "?limit=500"
+    )
 
 
 def _resolution(result: HandlerResult) -> tuple[str, str | None]:
@@ -216,7 +223,13 @@ class ReviewQueueClient:
         return ItemOut.model_validate(self._call("GET", f"/items/{item_id}"))
 
     def events(self, item_id: UUID) -> list[EventOut]:
-        return [EventOut.model_validate(e) for e in self._call("GET", f"/items/{item_id}/events")["events"]]
+        """The whole audit trail of the item, oldest first (every page)."""
+        events, cursor = [], None
+        while True:
+            page = self._call("GET", _events_path(item_id, cursor))
+            events += [EventOut.model_validate(e) for e in page["events"]]
+            if (cursor := page["next_cursor"]) is None:
+                return events
 
     def stop(self) -> None:
         """Ask `work` to finish the item in hand, release the rest of its batch, and return."""
@@ -373,10 +386,13 @@ class AsyncReviewQueueClient:
         return ItemOut.model_validate(await self._call("GET", f"/items/{item_id}"))
 
     async def events(self, item_id: UUID) -> list[EventOut]:
-        return [
-            EventOut.model_validate(e)
-            for e in (await self._call("GET", f"/items/{item_id}/events"))["events"]
-        ]
+        """The whole audit trail of the item, oldest first (every page)."""
+        events, cursor = [], None
+        while True:
+            page = await self._call("GET", _events_path(item_id, cursor))
+            events += [EventOut.model_validate(e) for e in page["events"]]
+            if (cursor := page["next_cursor"]) is None:
+                return events
 
     def stop(self) -> None:
         self._stop.set()

@@ -131,6 +131,21 @@ def decode_cursor(cursor: str) -> tuple[datetime, UUID]:
     return position
 
 
+def encode_event_cursor(event_id: int) -> str:
+    return base64.urlsafe_b64encode(json.dumps(["event", event_id]).encode()).decode()
+
+
+def decode_event_cursor(cursor: str) -> int:
+    """Raises ValueError for anything next_cursor of an events page did not produce."""
+    try:
+        kind, event_id = json.loads(base64.urlsafe_b64decode(cursor.encode("ascii")))
+    except (ValueError, TypeError, UnicodeEncodeError, binascii.Error):
+        raise ValueError("malformed cursor") from None
+    if kind != "event" or type(event_id) is not int or not 0 < event_id < 2**63:
+        raise ValueError("malformed cursor")
+    return event_id
+
+
 MatchDecision = Literal["MATCHED", "PARTIAL", "UNMATCHED"]
 State = Literal["PENDING", "ASSIGNED", "RESOLVED"]
 Resolution = Annotated[str, StringConstraints(pattern=r"^[A-Z][A-Z0-9_]{0,63}$")]
@@ -265,8 +280,16 @@ class EventOut(BaseModel):
     model_config = ConfigDict(from_attributes=True)
 
 
+class EventQuery(Strict):
+    limit: int = Field(default=100, ge=1, le=500)
+    cursor: str | None = Field(
+        default=None, max_length=100, description="`next_cursor` of the previous page."
+    )
+
+
 class EventsOut(BaseModel):
     events: list[EventOut]
+    next_cursor: str | None = Field(description="Pass as `cursor` for the next page; null on the last page.")
 
 
 class CompleteOut(BaseModel):

@@ -532,8 +532,16 @@ class Event:
     details: dict[str, Any]
 
 
-_EVENTS = select(*event.c).where(event.c.item_id == bindparam("item_id")).order_by(event.c.id)
+# Keyset by the event id (an identity: it only grows), on ix_review_queue_event_item_id_id.
+_EVENTS = (
+    select(*event.c)
+    .where(event.c.item_id == bindparam("item_id"), event.c.id > bindparam("after"))
+    .order_by(event.c.id)
+    .limit(bindparam("limit"))
+)
 
 
-async def item_events(conn: AsyncConnection, *, item_id: UUID) -> list[Event]:
-    return [Event(*r) for r in await conn.execute(_EVENTS, {"item_id": item_id})]
+async def item_events(conn: AsyncConnection, *, item_id: UUID, after: int | None, limit: int) -> list[Event]:
+    """The item's events oldest first, strictly after the event id `after`."""
+    params = {"item_id": item_id, "after": after or 0, "limit": limit}
+    return [Event(*r) for r in await conn.execute(_EVENTS, params)]

@@ -16,6 +16,7 @@ from api.schemas import (
     CompleteIn,
     CompleteOut,
     EventOut,
+    EventQuery,
     EventsOut,
     ItemIn,
     ItemOut,
@@ -25,8 +26,10 @@ from api.schemas import (
     ReleaseIn,
     RenewIn,
     decode_cursor,
+    decode_event_cursor,
     decode_lease_token,
     encode_cursor,
+    encode_event_cursor,
 )
 from db import queue
 from db.tokens import Principal
@@ -112,11 +115,20 @@ async def get_item(item_id: ItemId, conn: Conn, principal: AnyRole) -> ItemOut:
 
 
 @router.get("/items/{item_id}/events", responses=problem_responses("NOT_FOUND"))
-async def get_events(item_id: ItemId, conn: Conn, _: AnyRole) -> EventsOut:
-    """The item's audit trail, oldest first."""
+async def get_events(
+    item_id: ItemId, query: Annotated[EventQuery, Query()], conn: Conn, _: AnyRole
+) -> EventsOut:
+    """The item's audit trail, oldest first, paginated by keyset like `GET /items`."""
+    try:
+        after = decode_event_cursor(query.cursor) if query.cursor else None
+    except ValueError:
+        raise ProblemError("VALIDATION_ERROR", "cursor: malformed; pass next_cursor back unchanged") from None
     await _existing(conn, item_id)
+    rows = await queue.item_events(conn, item_id=item_id, after=after, limit=query.limit + 1)
+    page = rows[: query.limit]
     return EventsOut(
-        events=[EventOut.model_validate(e) for e in await queue.item_events(conn, item_id=item_id)]
+        events=[EventOut.model_validate(e) for e in page],
+        next_cursor=encode_event_cursor(page[-1].id) if len(rows) > query.limit else None,
     )
 
 

@@ -217,3 +217,37 @@ def test_a_boolean_is_no_count(
     response = client.post(path, json=body, headers=admin)
     assert_problem(response, 422, "VALIDATION_ERROR")
     assert _rows(sql) == before
+
+
+def _b64(value: object) -> str:
+    import base64
+    import json
+
+    return base64.urlsafe_b64encode(json.dumps(value).encode()).decode()
+
+
+@pytest.mark.parametrize(
+    "cursor",
+    [
+        _b64(["event", 2**70]),  # beyond bigint: must not reach PostgreSQL as a 500
+        _b64(["event", True]),
+        _b64(["event", 1.5]),
+        _b64(["event", -1]),
+        _b64(["item", 1]),
+        _b64(["event"]),
+        "é",
+        "====",
+    ],
+)
+def test_a_forged_events_cursor_is_a_422(
+    client: TestClient, auth: Callable[[str, str], dict[str, str]], cursor: str
+) -> None:
+    admin = auth("root", "admin")
+    created = client.post(
+        "/items",
+        json={"idempotency_key": "k", "ledger_entity": "E", "variance_amount": "1.00",
+              "match_decision": "PARTIAL", "source_hash": "h"},
+        headers=admin,
+    )  # fmt: skip
+    response = client.get(f"/items/{created.json()['id']}/events", params={"cursor": cursor}, headers=admin)
+    assert_problem(response, 422, "VALIDATION_ERROR")
