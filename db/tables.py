@@ -125,6 +125,8 @@ api_token = Table(
     Column("token_hash", Text, nullable=False, unique=True),
     Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     Column("revoked_at", DateTime(timezone=True)),
+    # NULL: never expires. The lookup (db.tokens.find_principal) refuses a token past it.
+    Column("expires_at", DateTime(timezone=True)),
     CheckConstraint("role IN ('reviewer', 'ingest', 'admin')", name="valid_role"),
     CheckConstraint(SUBJECT_CHECK, name="valid_subject"),
     Index("ix_api_token_subject", "subject"),

