@@ -48,7 +48,7 @@ def test_subject_check_keeps_existing_rows_and_guards_new_ones(db_url: str) -> N
     """A database holding a subject the new CHECK forbids still upgrades; the constraint then holds
     for new rows (NOT VALID), and is validated where no old row breaks it."""
     config = alembic_config(db_url)
-    command.downgrade(config, "9b3c2f4d7e10")
+    command.downgrade(config, "7c2f4e1a9d03")
     with psycopg.connect(libpq(db_url), autocommit=True) as conn:
         conn.execute("INSERT INTO api_token (subject, role, token_hash) VALUES ('me', 'reviewer', 'h-me')")
     command.upgrade(config, "head")
@@ -61,7 +61,7 @@ def test_subject_check_keeps_existing_rows_and_guards_new_ones(db_url: str) -> N
         with pytest.raises(psycopg.errors.CheckViolation):
             conn.execute("INSERT INTO api_token (subject, role, token_hash) VALUES ('', 'reviewer', 'h-2')")
         conn.execute("DELETE FROM api_token")
-    command.downgrade(config, "9b3c2f4d7e10")
+    command.downgrade(config, "7c2f4e1a9d03")
     command.upgrade(config, "head")
     with psycopg.connect(libpq(db_url), autocommit=True) as conn:
         validated = conn.execute(

@@ -122,7 +122,7 @@ def _released(out: str, seen: dict[str, Any]) -> None:
 
 
 def _stats(out: str, seen: dict[str, Any]) -> None:
-    assert _json(out)["counts"] == {"PENDING": 1, "ASSIGNED": 0, "RESOLVED": 1}, out
+    assert _json(out)["counts"] == {"PENDING": 1, "ASSIGNED": 0, "QUARANTINED": 0, "RESOLVED": 1}, out
 
 
 def _reclaimed_nothing(out: str, seen: dict[str, Any]) -> None:
@@ -235,7 +235,7 @@ def test_the_reclaim_demo_reclaims(db_url: str, make_token: Callable[[str, str],
             time.sleep(1)
             reclaimed = httpx.post(f"{base}/admin/reclaim", headers=admin).json()
         assert reclaimed["reclaimed"] == 1 and reclaimed["items"][0]["id"] == item["id"], reclaimed
-        assert set(reclaimed["items"][0]) == {"id", "trace_id", "source_hash", "match_decision"}
+        assert set(reclaimed["items"][0]) == {"id", "trace_id", "source_hash", "match_decision", "state"}
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(server.pid, signal.SIGTERM)
