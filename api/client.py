@@ -67,6 +67,9 @@ class DatabaseUnavailable(ReviewQueueError): ...
 class NotQuarantined(ReviewQueueError): ...
 
 
+class NotResolved(ReviewQueueError): ...
+
+
 _BY_CODE: dict[str, type[ReviewQueueError]] = {
     "UNAUTHENTICATED": Unauthenticated,
     "FORBIDDEN": Forbidden,
@@ -75,6 +78,7 @@ _BY_CODE: dict[str, type[ReviewQueueError]] = {
     "IDEMPOTENCY_CONFLICT": IdempotencyConflict,
     "RESOLUTION_CONFLICT": ResolutionConflict,
     "NOT_QUARANTINED": NotQuarantined,
+    "NOT_RESOLVED": NotResolved,
     "VALIDATION_ERROR": ValidationFailed,
     "DATABASE_UNAVAILABLE": DatabaseUnavailable,
 }
@@ -187,6 +191,10 @@ class _Calls:
     def requeue(item_id: UUID, reason: str) -> tuple[str, str, dict[str, Any] | None]:
         return "POST", f"/items/{item_id}/requeue", {"reason": reason}
 
+    @staticmethod
+    def reopen(item_id: UUID, reason: str) -> tuple[str, str, dict[str, Any] | None]:
+        return "POST", f"/items/{item_id}/reopen", {"reason": reason}
+
 
 class ReviewQueueClient:
     """Synchronous client. Pass `http` to reuse an httpx.Client (it must carry no auth)."""
@@ -248,6 +256,10 @@ class ReviewQueueClient:
     def requeue(self, item_id: UUID, *, reason: str) -> ItemOut:
         """Put a QUARANTINED item back in the queue (admin)."""
         return ItemOut.model_validate(self._call(*_Calls.requeue(item_id, reason)))
+
+    def reopen(self, item_id: UUID, *, reason: str) -> ItemOut:
+        """Put a RESOLVED item back to PENDING; the trail keeps the old decision (admin)."""
+        return ItemOut.model_validate(self._call(*_Calls.reopen(item_id, reason)))
 
     def get(self, item_id: UUID) -> ItemOut:
         return ItemOut.model_validate(self._call("GET", f"/items/{item_id}"))
@@ -425,6 +437,9 @@ class AsyncReviewQueueClient:
 
     async def requeue(self, item_id: UUID, *, reason: str) -> ItemOut:
         return ItemOut.model_validate(await self._call(*_Calls.requeue(item_id, reason)))
+
+    async def reopen(self, item_id: UUID, *, reason: str) -> ItemOut:
+        return ItemOut.model_validate(await self._call(*_Calls.reopen(item_id, reason)))
 
     async def get(self, item_id: UUID) -> ItemOut:
         return ItemOut.model_validate(await self._call("GET", f"/items/{item_id}"))

@@ -284,6 +284,12 @@ class RequeueIn(Strict):
     reason: Annotated[Reason, StringConstraints(min_length=1)]
 
 
+class ReopenIn(Strict):
+    reason: Annotated[Reason, StringConstraints(min_length=1)] = Field(
+        description="Why the decision is reopened; kept in the REOPENED event with the old decision."
+    )
+
+
 class ReleaseIn(Strict):
     reason: Reason | None = None
     lease_token: LeaseToken | None = None
@@ -329,7 +335,15 @@ class EventOut(BaseModel):
     id: int
     item_id: UUID
     event: Literal[
-        "ENQUEUED", "LEASED", "RENEWED", "RELEASED", "RECLAIMED", "RESOLVED", "QUARANTINED", "REQUEUED"
+        "ENQUEUED",
+        "LEASED",
+        "RENEWED",
+        "RELEASED",
+        "RECLAIMED",
+        "RESOLVED",
+        "QUARANTINED",
+        "REQUEUED",
+        "REOPENED",
     ]
     actor: str
     at: Timestamp

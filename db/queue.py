@@ -460,6 +460,81 @@ async def requeue_item(
     return ("not_found" if current is None else "not_quarantined"), current
 
 
+# Reopen is one statement: the CTE locks the RESOLVED row and keeps its decision, the UPDATE
+# (guarded by state again) puts it back to PENDING, and the event it inserts carries the old
+# decision, so the trail still says who decided what, and when, before the reopen.
+_before_reopen = (
+    select(
+        item.c.id,
+        item.c.resolution.label("previous_resolution"),
+        item.c.resolution_note.label("previous_note"),
+        item.c.resolved_by.label("previous_resolved_by"),
+        item.c.resolved_at.label("previous_resolved_at"),
+    )
+    .where(item.c.id == bindparam("item_id"), item.c.state == RESOLVED)
+    .with_for_update()
+    .cte("before_reopen")
+)
+_reopened = (
+    item.update()
+    .where(item.c.id == _before_reopen.c.id, item.c.state == RESOLVED)
+    # created_at is kept: the item is back in its old place, with a fresh allowance of attempts.
+    .values(
+        state=PENDING,
+        resolution=None,
+        resolution_note=None,
+        resolved_by=None,
+        resolved_at=None,
+        leased_by=None,
+        leased_at=None,
+        lease_expires_at=None,
+        lease_nonce=None,
+        attempts=0,
+    )
+    .returning(
+        *_ITEM_COLUMNS,
+        _before_reopen.c.previous_resolution,
+        _before_reopen.c.previous_note,
+        _before_reopen.c.previous_resolved_by,
+        _before_reopen.c.previous_resolved_at,
+    )
+    .cte("reopened")
+)
+_REOPEN: Any = select(*[_reopened.c[n] for n in _ITEM_FIELDS], _reopened.c.previous_resolution).add_cte(
+    _logged(
+        _reopened,
+        "REOPENED",
+        details=func.jsonb_build_object(
+            "reason",
+            bindparam("reason", type_=Text),
+            "previous_resolution",
+            _reopened.c.previous_resolution,
+            "previous_note",
+            _reopened.c.previous_note,
+            "previous_resolved_by",
+            _reopened.c.previous_resolved_by,
+            "previous_resolved_at",
+            _reopened.c.previous_resolved_at,
+        ),
+    )
+)
+
+ReopenOutcome = Literal["done", "not_resolved", "not_found"]
+
+
+async def reopen_item(
+    conn: AsyncConnection, *, item_id: UUID, actor: str, reason: str
+) -> tuple[ReopenOutcome, Item | None]:
+    """Put a RESOLVED item back to PENDING (an admin decided the decision was wrong)."""
+    row = (await conn.execute(_REOPEN, {"item_id": item_id, "actor": actor, "reason": reason})).first()
+    if row is not None:
+        reopened = _item(row)
+        telemetry.reopened(reopened, actor, reason, row.previous_resolution)
+        return "done", reopened
+    current = await get_item(conn, item_id=item_id)
+    return ("not_found" if current is None else "not_resolved"), current
+
+
 CompleteOutcome = Literal[
     "resolved", "already_resolved", "resolution_conflict", "lease_not_held", "not_found"
 ]

@@ -111,6 +111,7 @@ EVENTS = (
     "RESOLVED",
     "QUARANTINED",
     "REQUEUED",
+    "REOPENED",
 )
 
 # Append-only: a trigger (see the migration) refuses UPDATE, DELETE and TRUNCATE. Each row
@@ -128,7 +129,7 @@ review_queue_event = Table(
     Column("details", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
     CheckConstraint(
         "event IN ('ENQUEUED', 'LEASED', 'RENEWED', 'RELEASED', 'RECLAIMED', 'RESOLVED',"
-        " 'QUARANTINED', 'REQUEUED')",
+        " 'QUARANTINED', 'REQUEUED', 'REOPENED')",
         name="valid_event",
     ),
     Index("ix_review_queue_event_item_id_id", "item_id", "id"),

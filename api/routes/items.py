@@ -25,6 +25,7 @@ from api.schemas import (
     Problem,
     ReleaseIn,
     RenewIn,
+    ReopenIn,
     RequeueIn,
     decode_cursor,
     decode_event_cursor,
@@ -203,6 +204,20 @@ async def requeue(item_id: ItemId, body: RequeueIn, principal: Admin, conn: Conn
         raise ProblemError("NOT_FOUND", f"no item {item_id}")
     if outcome == "not_quarantined":
         raise ProblemError("NOT_QUARANTINED", f"item {item_id} is {item.state}, not QUARANTINED")
+    return ItemOut.of(item, principal.subject)
+
+
+@router.post("/items/{item_id}/reopen", responses=problem_responses("NOT_FOUND", "NOT_RESOLVED"))
+async def reopen(item_id: ItemId, body: ReopenIn, principal: Admin, conn: Conn) -> ItemOut:
+    """Put a RESOLVED item back to PENDING, in its old place; the REOPENED event keeps the old
+    decision and the reason (admin)."""
+    outcome, item = await queue.reopen_item(
+        conn, item_id=item_id, actor=principal.subject, reason=body.reason
+    )
+    if outcome == "not_found" or item is None:
+        raise ProblemError("NOT_FOUND", f"no item {item_id}")
+    if outcome == "not_resolved":
+        raise ProblemError("NOT_RESOLVED", f"item {item_id} is {item.state}, not RESOLVED")
     return ItemOut.of(item, principal.subject)
 
 

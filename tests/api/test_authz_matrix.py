@@ -77,6 +77,11 @@ MATRIX: dict[tuple[str, str], Route] = {
     ("POST", "/items/{item_id}/requeue"): Route(
         ADMIN, item=True, conflict="NOT_QUARANTINED", body=lambda: {"reason": "authz matrix"}
     ),
+    # Every item of this world is ASSIGNED: an admin's reopen is refused and changes nothing
+    # (reopening a RESOLVED item is tests/api/test_reopen.py's and the model test's).
+    ("POST", "/items/{item_id}/reopen"): Route(
+        ADMIN, item=True, conflict="NOT_RESOLVED", body=lambda: {"reason": "authz matrix"}
+    ),
     # An allowed reclaim writes only when a lease is past its grace; none is in this world.
     ("POST", "/admin/reclaim"): Route(ADMIN, body=lambda: {}),
     ("GET", "/stats"): Route(REVIEWERS),

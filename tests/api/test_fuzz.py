@@ -253,3 +253,35 @@ def test_a_forged_events_cursor_is_a_422(
     )  # fmt: skip
     response = client.get(f"/items/{created.json()['id']}/events", params={"cursor": cursor}, headers=admin)
     assert_problem(response, 422, "VALIDATION_ERROR")
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "1.5",
+        "null",
+        "[]",
+        '{"reason": 5}',
+        '{"reason": null}',
+        '{"reason": "\\u0000"}',
+        '{"reason": "x", "x": 1}',
+    ],
+)
+def test_garbage_reopen_bodies_are_422_and_change_nothing(
+    client: TestClient, sql: psycopg.Connection, auth: Callable[[str, str], dict[str, str]], body: str
+) -> None:
+    seed_items(sql, 1)
+    admin = auth("root", "admin")
+    (held,) = client.post("/leases", json={"batch_size": 1}, headers=admin).json()["items"]
+    assert (
+        client.post(
+            f"/items/{held['id']}/complete", json={"resolution": "APPROVED"}, headers=admin
+        ).status_code
+        == 200
+    )
+    before = _rows(sql)
+    response = client.post(
+        f"/items/{held['id']}/reopen", content=body, headers={**admin, "content-type": "application/json"}
+    )
+    assert_problem(response, 422, "VALIDATION_ERROR")
+    assert _rows(sql) == before
