@@ -2,6 +2,7 @@
 
 import base64
 import binascii
+import json
 import re
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -218,6 +219,47 @@ class Strict(BaseModel):
         return data
 
 
+MAX_CONTEXT_BYTES = 16 * 1024
+
+
+def _plain_json(value: Any) -> Any:
+    """The context as plain JSON values: NUL-free text, numbers a double holds exactly."""
+    if isinstance(value, dict):
+        return {_storable(k): _plain_json(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain_json(v) for v in value]
+    if isinstance(value, str):
+        return _storable(value)
+    if isinstance(value, Decimal):
+        # api.routing parses JSON fractions as Decimal; a context is for reading, so a number is
+        # kept as a double when it is one exactly, and refused (send it as a string) otherwise.
+        as_float = float(value) if value.is_finite() else None
+        if as_float is None or Decimal(repr(as_float)) != value:
+            raise ValueError(f"the number {value} is not exactly a double; send it as a string")
+        return as_float
+    return value
+
+
+def _context(value: dict[str, Any]) -> dict[str, Any]:
+    plain: dict[str, Any] = _plain_json(value)
+    size = len(json.dumps(plain, separators=(",", ":"), ensure_ascii=False).encode())
+    if size > MAX_CONTEXT_BYTES:
+        raise ValueError(f"at most {MAX_CONTEXT_BYTES} bytes of compact JSON, got {size}")
+    return plain
+
+
+Context = Annotated[
+    dict[str, Any],
+    AfterValidator(_context),
+    Field(
+        description="Facts for the reviewer (account, counterparty, value dates, links): any JSON"
+        " object up to 16 KiB as compact JSON. Stored as given and returned with the item; part of"
+        " the idempotency comparison. Shown as text, never as HTML.",
+        examples=[{"account": "ACME-EUR-001", "counterparty": "Globex", "value_date": "2026-11-30"}],
+    ),
+]
+
+
 class ItemIn(Strict):
     idempotency_key: Text200
     ledger_entity: Text200
@@ -225,6 +267,7 @@ class ItemIn(Strict):
     match_decision: MatchDecision
     source_hash: Text200
     trace_id: UUID | None = None
+    context: Context | None = None
 
 
 class ItemOut(BaseModel):
@@ -250,6 +293,9 @@ class ItemOut(BaseModel):
     )
     lease_token: str | None = Field(
         description="Fencing token of the current lease; shown to the holder only, null otherwise."
+    )
+    context: dict[str, Any] | None = Field(
+        default=None, description="The context sent at enqueue, as sent; null when none was."
     )
 
     @classmethod

@@ -10,6 +10,7 @@ Functions take the connection first and never commit: the caller owns the transa
 """
 
 import dataclasses
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -28,12 +29,13 @@ from sqlalchemy import (
     and_,
     bindparam,
     case,
+    cast,
     func,
     literal_column,
     select,
     tuple_,
 )
-from sqlalchemy.dialects.postgresql import ARRAY, insert
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB, insert
 from sqlalchemy.dialects.postgresql import UUID as PG_UUID
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql.selectable import CTE
@@ -70,6 +72,7 @@ class Item:
     lease_epoch: int
     lease_nonce: UUID | None
     attempts: int
+    context: dict[str, Any] | None
 
 
 _ITEM_FIELDS = [f.name for f in dataclasses.fields(Item)]
@@ -145,15 +148,18 @@ class NewItem:
     match_decision: str
     source_hash: str
     trace_id: UUID | None = None
+    context: dict[str, Any] | None = None
 
     def matches(self, existing: Item) -> bool:
-        """Same payload as a stored item? A retry that omits trace_id matches any trace_id."""
+        """Same payload as a stored item? A retry that omits trace_id matches any trace_id; the
+        context is part of the payload (none and none match)."""
         return (
             self.ledger_entity == existing.ledger_entity
             and self.variance_amount == existing.variance_amount
             and self.match_decision == existing.match_decision
             and self.source_hash == existing.source_hash
             and (self.trace_id is None or self.trace_id == existing.trace_id)
+            and self.context == existing.context
         )
 
 
@@ -171,8 +177,10 @@ _batch = (
         bindparam("source_hashes", type_=ARRAY(Text)),
         bindparam("trace_ids", type_=ARRAY(PG_UUID(as_uuid=True))),
         bindparam("positions", type_=ARRAY(BigInteger)),
+        # JSON text, cast below: a text[] binds without a JSON serializer per element.
+        bindparam("contexts", type_=ARRAY(Text)),
     )
-    .table_valued("k", "e", "a", "d", "h", "t", "p")
+    .table_valued("k", "e", "a", "d", "h", "t", "p", "c")
     .render_derived()
 )
 _inserted = (
@@ -186,6 +194,7 @@ _inserted = (
             "source_hash",
             "trace_id",
             "created_at",
+            "context",
         ],
         select(
             _batch.c.k,
@@ -197,6 +206,7 @@ _inserted = (
             # One transaction shares one now(); a microsecond per position keeps a batch in
             # request order in the queue.
             func.now() + _batch.c.p * literal_column("interval '1 microsecond'"),
+            cast(_batch.c.c, JSONB),
         ).order_by(_batch.c.k),
     )
     .on_conflict_do_nothing(index_elements=[item.c.idempotency_key])
@@ -225,6 +235,7 @@ async def enqueue_items(
         "source_hashes": [n.source_hash for n in unique],
         "trace_ids": [n.trace_id for n in unique],
         "positions": list(first.values()),
+        "contexts": [None if n.context is None else json.dumps(n.context) for n in unique],
         "actor": actor,
     }
     created = {i.idempotency_key: i for i in map(_item, await conn.execute(_ENQUEUE, params))}

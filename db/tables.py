@@ -68,8 +68,15 @@ review_queue_item = Table(
     # Leases since enqueue or the last requeue; at REVIEW_QUEUE_MAX_ATTEMPTS a release or
     # reclaim quarantines the item instead of queueing it again.
     Column("attempts", Integer, nullable=False, server_default="0"),
+    # Free-form facts for the reviewer, set at enqueue; part of the idempotency comparison.
+    Column("context", JSONB),
     CheckConstraint("state IN ('PENDING', 'ASSIGNED', 'RESOLVED', 'QUARANTINED')", name="valid_state"),
     CheckConstraint("match_decision IN ('MATCHED', 'PARTIAL', 'UNMATCHED')", name="valid_match_decision"),
+    # At most 16 KiB of compact JSON (api.schemas); this is the database's looser backstop.
+    CheckConstraint(
+        "context IS NULL OR (jsonb_typeof(context) = 'object' AND octet_length(context::text) <= 32768)",
+        name="context_object",
+    ),
     # The lease columns are the guard once the lease transaction commits, so the database
     # itself refuses a row that claims to be leased without a holder and an expiry.
     CheckConstraint(
