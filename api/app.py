@@ -27,8 +27,9 @@ DOCS_ASSETS_URL = "/docs/assets"
 
 
 def _acceptable_request_id(value: str) -> bool:
-    # Take a caller's id when it is short and printable; otherwise generate one.
-    return 0 < len(value) <= 128 and all(c.isalnum() or c in "-_.:" for c in value)
+    # Take a caller's id when it is short and printable ASCII; otherwise generate one (a log
+    # pipeline must not receive homoglyphs or control characters from a client).
+    return 0 < len(value) <= 128 and value.isascii() and all(c.isalnum() or c in "-_.:" for c in value)
 
 
 def _serve_docs(app: FastAPI) -> None:
@@ -90,6 +91,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         lifespan=lifespan,
         docs_url=None,  # FastAPI's own pages load their scripts from a CDN: see _serve_docs
         redoc_url=None,
+        # A redirect to the slash-less path would be built from the client's Host header (an open
+        # redirect to any host); a path with a trailing slash is simply not found.
+        redirect_slashes=False,
     )
     _serve_docs(app)
     app.state.settings = settings

@@ -9,6 +9,7 @@ from pydantic import AliasChoices, Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from db.queue import DEFAULT_MAX_ATTEMPTS
+from db.roles import APP_ROLE
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 POSTGRESQL_SCHEMES = ("postgresql", "postgres", "postgresql+psycopg")
@@ -24,6 +25,14 @@ class Settings(BaseSettings):
 
     # None means: start (or join) the embedded PostgreSQL under data_dir.
     database_url: str | None = Field(default=None, validation_alias="DATABASE_URL")
+    # The schema owner, for migrations; unset means DATABASE_URL (or the embedded owner role).
+    migration_database_url: str | None = Field(
+        default=None, validation_alias="REVIEW_QUEUE_MIGRATION_DATABASE_URL"
+    )
+    # The role the migrations grant the service's rights to (DATABASE_URL's user in production).
+    app_role: str = Field(
+        default=APP_ROLE, pattern=r"^[a-z_][a-z0-9_]{0,62}$", validation_alias="REVIEW_QUEUE_APP_ROLE"
+    )
     data_dir: Path = Field(default=REPO_ROOT / ".data", validation_alias="REVIEW_QUEUE_DATA_DIR")
 
     # The seed's configuration table, with its defaults and ranges.
@@ -69,8 +78,11 @@ class Settings(BaseSettings):
         default=8000, ge=1, le=65_535, validation_alias=AliasChoices("PORT", "REVIEW_QUEUE_PORT")
     )
     workers: int = _range(1, 1, 64, "REVIEW_QUEUE_WORKERS")
+    # Proxies whose X-Forwarded-For/-Proto uvicorn believes (comma-separated IPs or CIDRs, or "*").
+    # Empty: none, so a client cannot choose the address it is logged under.
+    forwarded_allow_ips: str = Field(default="", validation_alias="REVIEW_QUEUE_FORWARDED_ALLOW_IPS")
 
-    @field_validator("database_url")
+    @field_validator("database_url", "migration_database_url")
     @classmethod
     def _postgresql_only(cls, value: str | None) -> str | None:
         # Anything else would fail later, and misleadingly: as a connection error on port 5432.
@@ -79,7 +91,7 @@ class Settings(BaseSettings):
             if scheme not in POSTGRESQL_SCHEMES:
                 raise ValueError(
                     f"must be a PostgreSQL URL (postgresql://user:password@host:port/database), not "
-                    f"{scheme + '://' if scheme else 'this'}; unset it to use the embedded PostgreSQL"
+                    f"{scheme + '://' if scheme else 'this'}"
                 )
         return value
 
@@ -112,7 +124,7 @@ def _explain(error: ValidationError) -> str:
             if lo is not None and hi is not None:
                 bounds = f" (allowed range {lo}-{hi})"
         shown = err.get("input")
-        if isinstance(shown, str) and env == "DATABASE_URL":
+        if isinstance(shown, str) and str(env).endswith("DATABASE_URL"):
             shown = hide_password(shown)
         lines.append(f"invalid setting {env}={shown!r}: {err['msg']}{bounds}")
     return "\n".join(lines)

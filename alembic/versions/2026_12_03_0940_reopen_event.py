@@ -2,7 +2,7 @@
 
 Revision ID: e63fa04c9b52
 Revises: d52e9f3b8a41
-Create Date: 2026-12-03 09:00:00+00:00
+Create Date: 2026-12-03 09:40:00+00:00
 """
 
 from collections.abc import Sequence

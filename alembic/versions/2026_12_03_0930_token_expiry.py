@@ -2,7 +2,7 @@
 
 Revision ID: d52e9f3b8a41
 Revises: c41d8e2a7f30
-Create Date: 2026-12-03 08:50:00+00:00
+Create Date: 2026-12-03 09:30:00+00:00
 """
 
 from collections.abc import Sequence

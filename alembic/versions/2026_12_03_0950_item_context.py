@@ -5,7 +5,7 @@ text form of jsonb adds a space after each separator, so it allows for that).
 
 Revision ID: f74a1b5d0c63
 Revises: e63fa04c9b52
-Create Date: 2026-12-03 09:10:00+00:00
+Create Date: 2026-12-03 09:50:00+00:00
 """
 
 from collections.abc import Sequence

@@ -6,8 +6,8 @@ permitting, the constraint is validated; otherwise it holds for new and updated 
 (NOT VALID) and the offending rows are named, so the upgrade never fails on old data.
 
 Revision ID: c41d8e2a7f30
-Revises: 7c2f4e1a9d03
-Create Date: 2026-12-03 08:40:00+00:00
+Revises: 3e8a1d5c7b42
+Create Date: 2026-12-03 09:20:00+00:00
 """
 
 import logging
@@ -18,7 +18,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "c41d8e2a7f30"
-down_revision: str | None = "7c2f4e1a9d03"
+down_revision: str | None = "3e8a1d5c7b42"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
