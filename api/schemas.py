@@ -21,6 +21,7 @@ from pydantic import (
     WithJsonSchema,
     model_validator,
 )
+from typing_extensions import TypeAliasType
 
 if TYPE_CHECKING:  # the HTTP client imports these models without pulling in the database layer
     from db.queue import Item
@@ -240,17 +241,29 @@ def _plain_json(value: Any) -> Any:
     return value
 
 
-def _context(value: dict[str, Any]) -> dict[str, Any]:
-    plain: dict[str, Any] = _plain_json(value)
-    size = len(json.dumps(plain, separators=(",", ":"), ensure_ascii=False).encode())
+def _context_size(value: dict[str, Any]) -> dict[str, Any]:
+    size = len(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode())
     if size > MAX_CONTEXT_BYTES:
         raise ValueError(f"at most {MAX_CONTEXT_BYTES} bytes of compact JSON, got {size}")
-    return plain
+    return value
 
+
+NulFree = Annotated[str, StringConstraints(pattern=NO_NUL)]
+# Recursive, so that the documented schema says what is accepted at every depth (no NUL in any
+# key or string): the API fuzzer's valid examples are then exactly the accepted ones.
+# A key that does not match the pattern is refused too (patternProperties alone would allow it).
+_NO_OTHER_KEYS = Field(json_schema_extra={"additionalProperties": False})
+ContextValue = TypeAliasType(
+    "ContextValue",
+    "NulFree | int | float | bool | list[ContextValue]"
+    " | Annotated[dict[NulFree, ContextValue], _NO_OTHER_KEYS] | None",
+)
 
 Context = Annotated[
-    dict[str, Any],
-    AfterValidator(_context),
+    dict[NulFree, ContextValue],
+    _NO_OTHER_KEYS,
+    BeforeValidator(_plain_json),
+    AfterValidator(_context_size),
     Field(
         description="Facts for the reviewer (account, counterparty, value dates, links): any JSON"
         " object up to 16 KiB as compact JSON. Stored as given and returned with the item; part of"

@@ -44,15 +44,15 @@ def test_migrations_start_from_an_empty_database(server_url: str) -> None:
         _admin_sql(server_url, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
 
-def test_subject_check_keeps_existing_rows_and_guards_new_ones(db_url: str) -> None:
+def test_subject_check_keeps_existing_rows_and_guards_new_ones(owner_url: str) -> None:
     """A database holding a subject the new CHECK forbids still upgrades; the constraint then holds
     for new rows (NOT VALID), and is validated where no old row breaks it."""
-    config = alembic_config(db_url)
+    config = alembic_config(owner_url)
     command.downgrade(config, "3e8a1d5c7b42")
-    with psycopg.connect(libpq(db_url), autocommit=True) as conn:
+    with psycopg.connect(libpq(owner_url), autocommit=True) as conn:
         conn.execute("INSERT INTO api_token (subject, role, token_hash) VALUES ('me', 'reviewer', 'h-me')")
     command.upgrade(config, "head")
-    with psycopg.connect(libpq(db_url), autocommit=True) as conn:
+    with psycopg.connect(libpq(owner_url), autocommit=True) as conn:
         validated = conn.execute(
             "SELECT convalidated FROM pg_constraint WHERE conname = 'ck_api_token_valid_subject'"
         ).fetchone()
@@ -63,7 +63,7 @@ def test_subject_check_keeps_existing_rows_and_guards_new_ones(db_url: str) -> N
         conn.execute("DELETE FROM api_token")
     command.downgrade(config, "3e8a1d5c7b42")
     command.upgrade(config, "head")
-    with psycopg.connect(libpq(db_url), autocommit=True) as conn:
+    with psycopg.connect(libpq(owner_url), autocommit=True) as conn:
         validated = conn.execute(
             "SELECT convalidated FROM pg_constraint WHERE conname = 'ck_api_token_valid_subject'"
         ).fetchone()
