@@ -34,7 +34,8 @@ def run_migrations_offline() -> None:
 
 
 def run_migrations_online() -> None:
-    engine = create_engine(_url(), poolclass=pool.NullPool)
+    # A bounded connect: an unreachable host fails in seconds with a message, not after minutes.
+    engine = create_engine(_url(), poolclass=pool.NullPool, connect_args={"connect_timeout": 10})
     with engine.connect() as connection:
         context.configure(connection=connection, target_metadata=metadata, compare_type=True)
         with context.begin_transaction():

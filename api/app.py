@@ -2,11 +2,16 @@
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 
+import fastapi_offline
 from asgi_correlation_id import CorrelationIdMiddleware
 from cachetools import TTLCache
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
 from fastapi.middleware.cors import CORSMiddleware
+from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
+from fastapi.responses import HTMLResponse
+from fastapi.staticfiles import StaticFiles
 
 from api.errors import COMMON_PROBLEMS, install_error_handlers
 from api.logs import configure_logging
@@ -17,12 +22,46 @@ from api.settings import Settings, get_settings
 from db.engine import create_engine, database_url
 
 MAX_BODY_BYTES = 1024 * 1024
+DOCS_ASSETS = Path(fastapi_offline.__file__).parent / "static"
+DOCS_ASSETS_URL = "/docs/assets"
 
 
 def _acceptable_request_id(value: str) -> bool:
     # Take a caller's id when it is short and printable ASCII; otherwise generate one (a log
     # pipeline must not receive homoglyphs or control characters from a client).
     return 0 < len(value) <= 128 and value.isascii() and all(c.isalnum() or c in "-_.:" for c in value)
+
+
+def _serve_docs(app: FastAPI) -> None:
+    """/docs (Swagger UI) and /redoc with every asset served by the service itself, from the
+    fastapi-offline wheel: the pages work offline and under a Content-Security-Policy of 'self'."""
+    app.mount(DOCS_ASSETS_URL, StaticFiles(directory=DOCS_ASSETS), name="docs-assets")
+
+    async def swagger_ui(request: Request) -> HTMLResponse:
+        root = request.scope.get("root_path", "")
+        return get_swagger_ui_html(
+            openapi_url=f"{root}{app.openapi_url}",
+            title=f"{app.title} - Swagger UI",
+            swagger_js_url=f"{root}{DOCS_ASSETS_URL}/swagger-ui-bundle.js",
+            swagger_css_url=f"{root}{DOCS_ASSETS_URL}/swagger-ui.css",
+            swagger_favicon_url=f"{root}{DOCS_ASSETS_URL}/favicon.png",
+            # No badge image from validator.swagger.io either: nothing leaves the origin.
+            swagger_ui_parameters={**(app.swagger_ui_parameters or {}), "validatorUrl": None},
+        )
+
+    async def redoc(request: Request) -> HTMLResponse:
+        root = request.scope.get("root_path", "")
+        return get_redoc_html(
+            openapi_url=f"{root}{app.openapi_url}",
+            title=f"{app.title} - ReDoc",
+            redoc_js_url=f"{root}{DOCS_ASSETS_URL}/redoc.standalone.js",
+            redoc_favicon_url=f"{root}{DOCS_ASSETS_URL}/favicon.png",
+            with_google_fonts=False,
+        )
+
+    # Plain Starlette routes, like FastAPI's own docs routes: public, and not in the schema.
+    app.add_route("/docs", swagger_ui, include_in_schema=False)
+    app.add_route("/redoc", redoc, include_in_schema=False)
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -50,10 +89,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         summary="Lease-based review queue for reconciliation exceptions.",
         version="0.1.0",
         lifespan=lifespan,
+        docs_url=None,  # FastAPI's own pages load their scripts from a CDN: see _serve_docs
+        redoc_url=None,
         # A redirect to the slash-less path would be built from the client's Host header (an open
         # redirect to any host); a path with a trailing slash is simply not found.
         redirect_slashes=False,
     )
+    _serve_docs(app)
     app.state.settings = settings
     app.state.token_cache = (
         TTLCache(maxsize=10_000, ttl=settings.token_cache_s) if settings.token_cache_s else None

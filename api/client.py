@@ -20,6 +20,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
+from urllib.parse import urlencode
 from uuid import UUID
 
 import httpx
@@ -66,6 +67,9 @@ class DatabaseUnavailable(ReviewQueueError): ...
 class NotQuarantined(ReviewQueueError): ...
 
 
+class NotResolved(ReviewQueueError): ...
+
+
 _BY_CODE: dict[str, type[ReviewQueueError]] = {
     "UNAUTHENTICATED": Unauthenticated,
     "FORBIDDEN": Forbidden,
@@ -74,6 +78,7 @@ _BY_CODE: dict[str, type[ReviewQueueError]] = {
     "IDEMPOTENCY_CONFLICT": IdempotencyConflict,
     "RESOLUTION_CONFLICT": ResolutionConflict,
     "NOT_QUARANTINED": NotQuarantined,
+    "NOT_RESOLVED": NotResolved,
     "VALIDATION_ERROR": ValidationFailed,
     "DATABASE_UNAVAILABLE": DatabaseUnavailable,
 }
@@ -135,6 +140,12 @@ def _enqueue_body(fields: dict[str, Any]) -> dict[str, Any]:
     return body
 
 
+def _events_path(item_id: UUID, cursor: str | None) -> str:
+    return f"/items/{item_id}/events" + (
+        f"?{urlencode({'cursor': cursor, 'limit': 500})}" if cursor else "?limit=500"
+    )
+
+
 def _resolution(result: HandlerResult) -> tuple[str, str | None]:
     return (result, None) if isinstance(result, str) else result
 
@@ -179,6 +190,10 @@ class _Calls:
     @staticmethod
     def requeue(item_id: UUID, reason: str) -> tuple[str, str, dict[str, Any] | None]:
         return "POST", f"/items/{item_id}/requeue", {"reason": reason}
+
+    @staticmethod
+    def reopen(item_id: UUID, reason: str) -> tuple[str, str, dict[str, Any] | None]:
+        return "POST", f"/items/{item_id}/reopen", {"reason": reason}
 
 
 class ReviewQueueClient:
@@ -242,11 +257,21 @@ class ReviewQueueClient:
         """Put a QUARANTINED item back in the queue (admin)."""
         return ItemOut.model_validate(self._call(*_Calls.requeue(item_id, reason)))
 
+    def reopen(self, item_id: UUID, *, reason: str) -> ItemOut:
+        """Put a RESOLVED item back to PENDING; the trail keeps the old decision (admin)."""
+        return ItemOut.model_validate(self._call(*_Calls.reopen(item_id, reason)))
+
     def get(self, item_id: UUID) -> ItemOut:
         return ItemOut.model_validate(self._call("GET", f"/items/{item_id}"))
 
     def events(self, item_id: UUID) -> list[EventOut]:
-        return [EventOut.model_validate(e) for e in self._call("GET", f"/items/{item_id}/events")["events"]]
+        """The whole audit trail of the item, oldest first (every page)."""
+        events, cursor = [], None
+        while True:
+            page = self._call("GET", _events_path(item_id, cursor))
+            events += [EventOut.model_validate(e) for e in page["events"]]
+            if (cursor := page["next_cursor"]) is None:
+                return events
 
     def stop(self) -> None:
         """Ask `work` to finish the item in hand, release the rest of its batch, and return."""
@@ -413,14 +438,20 @@ class AsyncReviewQueueClient:
     async def requeue(self, item_id: UUID, *, reason: str) -> ItemOut:
         return ItemOut.model_validate(await self._call(*_Calls.requeue(item_id, reason)))
 
+    async def reopen(self, item_id: UUID, *, reason: str) -> ItemOut:
+        return ItemOut.model_validate(await self._call(*_Calls.reopen(item_id, reason)))
+
     async def get(self, item_id: UUID) -> ItemOut:
         return ItemOut.model_validate(await self._call("GET", f"/items/{item_id}"))
 
     async def events(self, item_id: UUID) -> list[EventOut]:
-        return [
-            EventOut.model_validate(e)
-            for e in (await self._call("GET", f"/items/{item_id}/events"))["events"]
-        ]
+        """The whole audit trail of the item, oldest first (every page)."""
+        events, cursor = [], None
+        while True:
+            page = await self._call("GET", _events_path(item_id, cursor))
+            events += [EventOut.model_validate(e) for e in page["events"]]
+            if (cursor := page["next_cursor"]) is None:
+                return events
 
     def stop(self) -> None:
         self._stop.set()

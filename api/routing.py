@@ -1,6 +1,7 @@
 """The route class every router uses: exact decimals from JSON, bounded retries, 503 on database trouble."""
 
 import asyncio
+import email.message
 import json
 import logging
 import random
@@ -11,6 +12,7 @@ from typing import Any
 from fastapi import Request, Response
 from fastapi.routing import APIRoute
 
+from api.errors import ProblemError
 from api.metrics import DB_UNAVAILABLE, LOCK_TIMEOUTS
 from db.errors import DatabaseUnavailable, classify, is_lock_timeout, is_retryable
 
@@ -27,20 +29,55 @@ class DecimalJSONRequest(Request):
             body = await self.body()
             try:
                 self._json = json.loads(body, parse_float=Decimal, parse_constant=Decimal)
+            except json.JSONDecodeError as error:
+                # FastAPI reports only error.msg: put the position into it, in words.
+                where = f"at line {error.lineno}, column {error.colno} (character {error.pos})"
+                raise json.JSONDecodeError(f"{error.msg} {where}", error.doc, error.pos) from None
             except (ValueError, RecursionError) as error:
-                if isinstance(error, json.JSONDecodeError):
-                    raise
-                # A 5000-digit integer or 5000-deep nesting: still just invalid JSON (422).
+                # Invalid UTF-8, a 5000-digit integer or 5000-deep nesting: still just invalid JSON (422).
                 raise json.JSONDecodeError(str(error) or type(error).__name__, "", 0) from None
         return self._json
+
+
+def _is_json(content_type: str | None) -> bool:
+    # As FastAPI decides whether to parse a body as JSON: application/json or application/*+json.
+    if not content_type:
+        return False
+    message = email.message.Message()
+    message["content-type"] = content_type
+    subtype = message.get_content_subtype()
+    return message.get_content_maintype() == "application" and (
+        subtype == "json" or subtype.endswith("+json")
+    )
 
 
 class QueueRoute(APIRoute):
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         handler = super().get_route_handler()
 
+        takes_body = self.body_field is not None
+
         async def route(request: Request) -> Response:
             request = DecimalJSONRequest(request.scope, request.receive)
+            if takes_body and not _is_json(request.headers.get("content-type")) and await request.body():
+                # FastAPI would hand the raw bytes to the model, which then says "must be a JSON
+                # object": true, but it hides what is wrong (curl -d sends a form content type).
+                raise ProblemError(
+                    "VALIDATION_ERROR",
+                    "Content-Type: application/json is required for this body, got "
+                    + (
+                        repr(request.headers["content-type"]) if "content-type" in request.headers else "none"
+                    ),
+                    extra={
+                        "errors": [
+                            {
+                                "loc": ["header", "content-type"],
+                                "msg": "must be application/json",
+                                "type": "content_type",
+                            }
+                        ]
+                    },
+                )
             for attempt in range(1, MAX_ATTEMPTS + 1):
                 try:
                     return await handler(request)

@@ -2,6 +2,7 @@
 
 import base64
 import binascii
+import json
 import re
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -20,6 +21,7 @@ from pydantic import (
     WithJsonSchema,
     model_validator,
 )
+from typing_extensions import TypeAliasType
 
 if TYPE_CHECKING:  # the HTTP client imports these models without pulling in the database layer
     from db.queue import Item
@@ -185,6 +187,19 @@ def decode_cursor(cursor: str) -> tuple[datetime, UUID]:
     return _EPOCH + int(micros) * _MICROSECOND, UUID(hex=item_id)
 
 
+# An events cursor is the id of the last event of the page (an identity column: it only grows).
+EVENT_CURSOR_PATTERN = r"^[1-9][0-9]{0,17}$"
+
+
+def encode_event_cursor(event_id: int) -> str:
+    return str(event_id)
+
+
+def decode_event_cursor(cursor: str) -> int:
+    """The position of a cursor that matches EVENT_CURSOR_PATTERN (the request model checks it)."""
+    return int(cursor)
+
+
 MatchDecision = Literal["MATCHED", "PARTIAL", "UNMATCHED"]
 State = Literal["PENDING", "ASSIGNED", "RESOLVED", "QUARANTINED"]
 Resolution = Annotated[str, StringConstraints(pattern=r"^[A-Z][A-Z0-9_]{0,63}$")]
@@ -205,6 +220,59 @@ class Strict(BaseModel):
         return data
 
 
+MAX_CONTEXT_BYTES = 16 * 1024
+
+
+def _plain_json(value: Any) -> Any:
+    """The context as plain JSON values: NUL-free text, numbers a double holds exactly."""
+    if isinstance(value, dict):
+        return {_storable(k): _plain_json(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain_json(v) for v in value]
+    if isinstance(value, str):
+        return _storable(value)
+    if isinstance(value, Decimal):
+        # api.routing parses JSON fractions as Decimal; a context is for reading, so a number is
+        # kept as a double when it is one exactly, and refused (send it as a string) otherwise.
+        as_float = float(value) if value.is_finite() else None
+        if as_float is None or Decimal(repr(as_float)) != value:
+            raise ValueError(f"the number {value} is not exactly a double; send it as a string")
+        return as_float
+    return value
+
+
+def _context_size(value: dict[str, Any]) -> dict[str, Any]:
+    size = len(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode())
+    if size > MAX_CONTEXT_BYTES:
+        raise ValueError(f"at most {MAX_CONTEXT_BYTES} bytes of compact JSON, got {size}")
+    return value
+
+
+NulFree = Annotated[str, StringConstraints(pattern=NO_NUL)]
+# Recursive, so that the documented schema says what is accepted at every depth (no NUL in any
+# key or string): the API fuzzer's valid examples are then exactly the accepted ones.
+# A key that does not match the pattern is refused too (patternProperties alone would allow it).
+_NO_OTHER_KEYS = Field(json_schema_extra={"additionalProperties": False})
+ContextValue = TypeAliasType(
+    "ContextValue",
+    "NulFree | int | float | bool | list[ContextValue]"
+    " | Annotated[dict[NulFree, ContextValue], _NO_OTHER_KEYS] | None",
+)
+
+Context = Annotated[
+    dict[NulFree, ContextValue],
+    _NO_OTHER_KEYS,
+    BeforeValidator(_plain_json),
+    AfterValidator(_context_size),
+    Field(
+        description="Facts for the reviewer (account, counterparty, value dates, links): any JSON"
+        " object up to 16 KiB as compact JSON. Stored as given and returned with the item; part of"
+        " the idempotency comparison. Shown as text, never as HTML.",
+        examples=[{"account": "ACME-EUR-001", "counterparty": "Globex", "value_date": "2026-11-30"}],
+    ),
+]
+
+
 class ItemIn(Strict):
     idempotency_key: Text200
     ledger_entity: Text200
@@ -212,6 +280,7 @@ class ItemIn(Strict):
     match_decision: MatchDecision
     source_hash: Text200
     trace_id: UUID | None = None
+    context: Context | None = None
 
 
 class ItemOut(BaseModel):
@@ -237,6 +306,9 @@ class ItemOut(BaseModel):
     )
     lease_token: str | None = Field(
         description="Fencing token of the current lease; shown to the holder only, null otherwise."
+    )
+    context: dict[str, Any] | None = Field(
+        default=None, description="The context sent at enqueue, as sent; null when none was."
     )
 
     @classmethod
@@ -269,6 +341,12 @@ class RenewIn(Strict):
 
 class RequeueIn(Strict):
     reason: Annotated[Reason, StringConstraints(min_length=1)]
+
+
+class ReopenIn(Strict):
+    reason: Annotated[Reason, StringConstraints(min_length=1)] = Field(
+        description="Why the decision is reopened; kept in the REOPENED event with the old decision."
+    )
 
 
 class ReleaseIn(Strict):
@@ -316,7 +394,15 @@ class EventOut(BaseModel):
     id: int
     item_id: UUID
     event: Literal[
-        "ENQUEUED", "LEASED", "RENEWED", "RELEASED", "RECLAIMED", "RESOLVED", "QUARANTINED", "REQUEUED"
+        "ENQUEUED",
+        "LEASED",
+        "RENEWED",
+        "RELEASED",
+        "RECLAIMED",
+        "RESOLVED",
+        "QUARANTINED",
+        "REQUEUED",
+        "REOPENED",
     ]
     actor: str
     at: Timestamp
@@ -327,8 +413,16 @@ class EventOut(BaseModel):
     model_config = ConfigDict(from_attributes=True)
 
 
+class EventQuery(Strict):
+    limit: int = Field(default=100, ge=1, le=500)
+    cursor: str | None = Field(
+        default=None, pattern=EVENT_CURSOR_PATTERN, description="`next_cursor` of the previous page."
+    )
+
+
 class EventsOut(BaseModel):
     events: list[EventOut]
+    next_cursor: str | None = Field(description="Pass as `cursor` for the next page; null on the last page.")
 
 
 class CompleteOut(BaseModel):

@@ -1,5 +1,6 @@
 """Every knob of the service, read from the environment once and validated at start-up."""
 
+import re
 from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Literal
@@ -11,6 +12,7 @@ from db.queue import DEFAULT_MAX_ATTEMPTS
 from db.roles import APP_ROLE
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+POSTGRESQL_SCHEMES = ("postgresql", "postgres", "postgresql+psycopg")
 
 
 def _range(default: int, lo: int, hi: int, env: str) -> int:
@@ -80,12 +82,30 @@ class Settings(BaseSettings):
     # Empty: none, so a client cannot choose the address it is logged under.
     forwarded_allow_ips: str = Field(default="", validation_alias="REVIEW_QUEUE_FORWARDED_ALLOW_IPS")
 
+    @field_validator("database_url", "migration_database_url")
+    @classmethod
+    def _postgresql_only(cls, value: str | None) -> str | None:
+        # Anything else would fail later, and misleadingly: as a connection error on port 5432.
+        if value is not None:
+            scheme = value.partition("://")[0].lower() if "://" in value else ""
+            if scheme not in POSTGRESQL_SCHEMES:
+                raise ValueError(
+                    f"must be a PostgreSQL URL (postgresql://user:password@host:port/database), not "
+                    f"{scheme + '://' if scheme else 'this'}"
+                )
+        return value
+
     @field_validator("cors_origins", mode="before")
     @classmethod
     def _split_origins(cls, value: object) -> object:
         if isinstance(value, str):
             return [origin.strip() for origin in value.split(",") if origin.strip()]
         return value
+
+
+def hide_password(url: str) -> str:
+    """The URL with any password replaced by ***, for messages."""
+    return re.sub(r"(://[^/@:]*):[^/@]*@", r"\1:***@", url)
 
 
 def _explain(error: ValidationError) -> str:
@@ -103,7 +123,10 @@ def _explain(error: ValidationError) -> str:
             hi = next((m.le for m in field.metadata if hasattr(m, "le")), None)
             if lo is not None and hi is not None:
                 bounds = f" (allowed range {lo}-{hi})"
-        lines.append(f"invalid setting {env}={err.get('input')!r}: {err['msg']}{bounds}")
+        shown = err.get("input")
+        if isinstance(shown, str) and str(env).endswith("DATABASE_URL"):
+            shown = hide_password(shown)
+        lines.append(f"invalid setting {env}={shown!r}: {err['msg']}{bounds}")
     return "\n".join(lines)
 
 

@@ -2,45 +2,61 @@
 
 import asyncio
 import json
+from pathlib import Path
 
 import typer
 
-from api.settings import Settings
 from db import tokens
-from db.engine import create_engine, database_url
+from db.engine import create_engine
 
 DEV_SUBJECTS = {"admin": "admin", "reviewer": "reviewer"}
 
 
-async def _create_if_empty(url: str) -> dict[str, str] | None:
+def _saved(path: Path) -> dict[str, str]:
+    try:
+        saved = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return {k: v for k, v in saved.items() if isinstance(k, str) and isinstance(v, str)}
+
+
+async def _valid_tokens(url: str, saved: dict[str, str]) -> dict[str, str]:
+    """The saved tokens the database still accepts; a new one for each role that was revoked,
+    expired or never stored, so that what `make run` prints always works."""
     engine = create_engine(url, pool_size=1, max_overflow=0)
     try:
         async with engine.begin() as conn:
-            if await tokens.any_token_exists(conn):
-                return None
-            return {
-                role: await tokens.create_token(conn, subject=subject, role=role)
-                for role, subject in DEV_SUBJECTS.items()
-            }
+            valid: dict[str, str] = {}
+            for role, subject in DEV_SUBJECTS.items():
+                token = saved.get(role, "")
+                principal = await tokens.find_principal(conn, token=token) if token else None
+                if principal != tokens.Principal(subject, role):
+                    token = await tokens.create_token(conn, subject=subject, role=role)
+                valid[role] = token
+            return valid
     finally:
         await engine.dispose()
 
 
-def ensure_and_print(settings: Settings, host: str, port: int) -> None:
-    # Only hashes live in the database, so the clear tokens are kept beside the embedded
-    # data (git-ignored, this machine only) to print them again on every start.
-    path = settings.data_dir / "dev-tokens.json"
-    created = asyncio.run(_create_if_empty(database_url(None, settings.data_dir)))
-    if created is not None:
-        path.write_text(json.dumps(created))
+def ensure_and_print(url: str, data_dir: Path, host: str, port: int) -> dict[str, str]:
+    # Only hashes live in the database, so the clear tokens are kept beside the embedded data
+    # (git-ignored, this machine only, mode 0600) to print them again on every start.
+    path = data_dir / "dev-tokens.json"
+    saved = _saved(path)
+    valid = asyncio.run(_valid_tokens(url, saved))
+    if valid != saved or not path.exists():
+        data_dir.mkdir(parents=True, exist_ok=True)
+        path.touch(mode=0o600)
         path.chmod(0o600)
-    if not path.exists():
-        return
-    saved: dict[str, str] = json.loads(path.read_text())
+        path.write_text(json.dumps(valid))
+        if saved:
+            typer.echo("A development token was revoked, expired or missing: created a new one.")
+    path.chmod(0o600)
     base = f"http://{host}:{port}"
-    typer.echo("Development tokens (embedded database only):")
-    for role, token in saved.items():
+    typer.echo(f"Development tokens (embedded database only; kept in plain text in {path}):")
+    for role, token in valid.items():
         typer.echo(f"  {role:<9} {token}")
     typer.echo("Try:")
-    typer.echo(f"  export RQ_ADMIN={saved['admin']} RQ_REVIEWER={saved['reviewer']}")
+    typer.echo(f"  export RQ_ADMIN={valid['admin']} RQ_REVIEWER={valid['reviewer']}")
     typer.echo(f'  curl -s -X POST {base}/leases -H "Authorization: Bearer $RQ_REVIEWER"')
+    return valid

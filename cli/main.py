@@ -3,23 +3,33 @@
 import asyncio
 import contextlib
 import os
+import re
 import signal
 import sys
 from collections.abc import Awaitable, Callable
+from datetime import timedelta
 from enum import StrEnum
 from typing import Annotated, TypeVar
 
+import psycopg
 import typer
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError, DBAPIError
+from sqlalchemy.exc import TimeoutError as SATimeoutError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from api.logs import configure_logging
-from api.settings import Settings, get_settings
+from api.settings import Settings, get_settings, hide_password
 from db import tokens
 from db.engine import create_engine, database_url, libpq_url, migration_url, transaction
+from db.errors import DatabaseUnavailable
 from db.migrations import upgrade_head
 
-app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
-token_app = typer.Typer(no_args_is_help=True, help="Create, revoke and list API tokens.")
+# Plain help (rich_markup_mode=None): the rich panels of this Typer print `<bool>` after every flag.
+app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__, rich_markup_mode=None)
+token_app = typer.Typer(
+    no_args_is_help=True, help="Create, revoke and list API tokens.", rich_markup_mode=None
+)
 app.add_typer(token_app, name="token")
 
 T = TypeVar("T")
@@ -69,37 +79,108 @@ def migrate() -> None:
     typer.echo("schema is at head")
 
 
+_DURATION = re.compile(r"([1-9][0-9]{0,5})([mhdw])")
+_UNIT = {"m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
+
+
+def parse_duration(value: str) -> timedelta:
+    """`90m`, `12h`, `30d`, `8w`: 1 minute to 10 years."""
+    match = _DURATION.fullmatch(value.strip())
+    duration = timedelta(**{_UNIT[match[2]]: int(match[1])}) if match else None
+    if duration is None or not timedelta(minutes=1) <= duration <= timedelta(days=3653):
+        raise typer.BadParameter(
+            f"{value!r}: a number and m, h, d or w (90m, 12h, 30d, 8w), 1 minute to 10 years"
+        )
+    return duration
+
+
+def _human(duration: timedelta) -> str:
+    minutes = int(duration.total_seconds()) // 60
+    for size, unit in ((7 * 24 * 60, "week"), (24 * 60, "day"), (60, "hour"), (1, "minute")):
+        if minutes % size == 0:
+            count = minutes // size
+            return f"{count} {unit}{'s' if count != 1 else ''}"
+    raise AssertionError("unreachable: a whole number of minutes")
+
+
+def _subject(value: str) -> str:
+    try:
+        return tokens.check_subject(value)
+    except ValueError as error:
+        raise typer.BadParameter(str(error)) from None
+
+
 @token_app.command("create")
 def token_create(
-    subject: Annotated[str, typer.Option(help="Who the token speaks for; written to leased_by.")],
+    subject: Annotated[
+        str,
+        typer.Option(
+            callback=_subject,
+            help="Who the token speaks for; written to leased_by. 1-128 letters, digits, . _ @ + -;"
+            " not me, reclaimer or reclaimer@...",
+        ),
+    ],
     role: Annotated[Role, typer.Option(help="reviewer, ingest or admin.")],
+    expires_in: Annotated[
+        timedelta | None,
+        typer.Option(
+            parser=parse_duration,
+            metavar="DURATION",
+            help="Expire this long from now: 90m, 12h, 30d, 8w (1 minute to 10 years). Default: never.",
+        ),
+    ] = None,
 ) -> None:
     """Create a token. It is printed once, alone on the last line, and never stored."""
-    token = in_transaction(lambda conn: tokens.create_token(conn, subject=subject, role=role.value))
-    typer.echo(f"created a {role.value} token for {subject}:")
+    token = in_transaction(
+        lambda conn: tokens.create_token(conn, subject=subject, role=role.value, expires_in=expires_in)
+    )
+    until = f", expiring in {_human(expires_in)}" if expires_in else ""
+    article = "an" if role.value[0] in "aeiou" else "a"
+    typer.echo(f"created {article} {role.value} token for {subject}{until}:")
     typer.echo(token)
 
 
 @token_app.command("revoke")
-def token_revoke(subject: Annotated[str, typer.Option(help="Revoke every token of this subject.")]) -> None:
-    """Revoke all of a subject's tokens."""
-    count = in_transaction(lambda conn: tokens.revoke_tokens(conn, subject=subject))
-    typer.echo(f"revoked {count} token(s) of {subject}")
+def token_revoke(
+    subject: Annotated[str | None, typer.Option(help="Revoke every active token of this subject.")] = None,
+    token_id: Annotated[
+        int | None, typer.Option("--id", help="Revoke the token with this id (token list).")
+    ] = None,
+) -> None:
+    """Revoke all of a subject's tokens, or one token by its id. Revoking nothing is an error."""
+    if (subject is None) == (token_id is None):
+        raise typer.BadParameter("give either --subject or --id")
+    count = in_transaction(lambda conn: tokens.revoke_tokens(conn, subject=subject, token_id=token_id))
+    which = f"of {subject}" if subject is not None else f"with id {token_id}"
+    if count == 0:
+        # A typo must not pass for a revocation.
+        typer.echo(
+            f"review-queue: no active token {which}; nothing revoked (see: review-queue token list)", err=True
+        )
+        raise typer.Exit(1)
+    typer.echo(f"revoked {count} token(s) {which}")
 
 
 @token_app.command("list")
 def token_list() -> None:
-    """List tokens (never the secrets)."""
-    for info in in_transaction(tokens.list_tokens):
-        state = f"revoked {info.revoked_at:%Y-%m-%d %H:%M}" if info.revoked_at else "active"
-        typer.echo(
-            f"{info.id:>5}  {info.subject:<24} {info.role:<9} {info.created_at:%Y-%m-%d %H:%M}  {state}"
-        )
+    """List tokens (never the secrets), oldest first."""
+    listed = in_transaction(tokens.list_tokens)
+    typer.echo(f"{'ID':>5}  {'SUBJECT':<24} {'ROLE':<9} {'CREATED':<16}  {'EXPIRES':<16}  STATE")
+    for info in listed:
+        if info.revoked_at:
+            state = f"revoked {info.revoked_at:%Y-%m-%d %H:%M}"
+        else:
+            state = "expired" if info.expired else "active"
+        expires = f"{info.expires_at:%Y-%m-%d %H:%M}" if info.expires_at else "never"
+        created = f"{info.created_at:%Y-%m-%d %H:%M}"
+        typer.echo(f"{info.id:>5}  {info.subject:<24} {info.role:<9} {created:<16}  {expires:<16}  {state}")
 
 
 @app.command()
 def reclaim(
-    once: Annotated[bool, typer.Option("--once", help="Run one drain and exit (the default).")] = True,
+    once: Annotated[
+        bool, typer.Option("--once", help="Run one drain and exit (the default).", show_default=False)
+    ] = True,
 ) -> None:
     """Return expired leases to the queue now, draining batch after batch; prints how many."""
     from cli import reclaimer
@@ -154,6 +235,25 @@ def stats() -> None:
         typer.echo(f"{label:<26} {value}")
 
 
+def _check_port_free(host: str, port: int) -> None:
+    """Fail before anything is printed or started when the port is taken (a second `make run`)."""
+    import socket
+
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+        # As uvicorn binds: SO_REUSEADDR, so a port in TIME_WAIT after a restart still counts as free.
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as error:
+            typer.echo(
+                f"review-queue: cannot listen on {host}:{port}: {error.strerror or error}. Is another"
+                f" review-queue (make run) running? Stop it, or choose another port: PORT={port + 1}"
+                " make run (or serve --port).",
+                err=True,
+            )
+            raise SystemExit(1) from None
+
+
 @app.command()
 def serve(
     host: Annotated[str | None, typer.Option(help="Bind address (default HOST or 127.0.0.1).")] = None,
@@ -173,11 +273,13 @@ def serve(
     from cli import devtokens
 
     settings = get_settings()
+    host, port = host or settings.host, port or settings.port
+    _check_port_free(host, port)
     migrate_to_head(settings)
     url = resolved_url(settings)
     _warn_if_privileged(url)
     if settings.database_url is None:
-        devtokens.ensure_and_print(settings, host or settings.host, port or settings.port)
+        devtokens.ensure_and_print(url, settings.data_dir, host, port)
     # Workers and the reclaimer child must reach the same database without starting their own
     # embedded server, and write their counters where one /metrics scrape sums them all.
     os.environ["DATABASE_URL"] = url
@@ -195,8 +297,8 @@ def serve(
         uvicorn.run(
             "api.app:create_app",
             factory=True,
-            host=host or settings.host,
-            port=port or settings.port,
+            host=host,
+            port=port,
             workers=workers or settings.workers,
             log_config=None,
             access_log=False,
@@ -210,6 +312,36 @@ def serve(
             child.wait(timeout=20)
         if metrics_dir is not None:
             shutil.rmtree(metrics_dir, ignore_errors=True)
+
+
+def _database_target(settings: Settings) -> str:
+    if settings.database_url is None:
+        return f"the embedded PostgreSQL in {settings.data_dir / 'pg'}"
+    try:
+        url = make_url(settings.database_url)
+    except ArgumentError:
+        return hide_password(settings.database_url)
+    socket_dir = url.query.get("host")
+    host = socket_dir if isinstance(socket_dir, str) else url.host or "localhost"
+    return f"PostgreSQL at {host}:{url.port or 5432} (database {url.database or url.username or '?'})"
+
+
+def database_failure(error: BaseException, settings: Settings) -> str | None:
+    """One line for an operator when `error` means the database could not be used, else None."""
+    driver = error.orig if isinstance(error, DBAPIError) and error.orig is not None else error
+    if isinstance(driver, psycopg.errors.UndefinedTable):
+        return (
+            f"review-queue: {_database_target(settings)} has no review-queue schema ({driver}); run"
+            " `review-queue migrate` (or make migrate) first, or check DATABASE_URL."
+        )
+    if not isinstance(driver, psycopg.OperationalError | DatabaseUnavailable | SATimeoutError):
+        return None
+    reason = next((line.strip() for line in str(driver).splitlines() if line.strip()), type(driver).__name__)
+    return (
+        f"review-queue: cannot use {_database_target(settings)}: {reason}. Check that the server is"
+        " running and reachable from here and that DATABASE_URL (host, port, user, password, database)"
+        " is right; REVIEW_QUEUE_LOG_LEVEL=DEBUG shows the traceback."
+    )
 
 
 def _warn_if_privileged(url: str) -> None:
@@ -244,4 +376,12 @@ def _raise_open_file_limit() -> None:
 
 
 def main() -> None:
-    app()
+    try:
+        app()
+    except Exception as error:
+        settings = get_settings()
+        message = database_failure(error, settings)
+        if message is None or settings.log_level == "DEBUG":
+            raise
+        typer.echo(message, err=True)
+        sys.exit(1)

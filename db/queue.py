@@ -10,6 +10,7 @@ Functions take the connection first and never commit: the caller owns the transa
 """
 
 import dataclasses
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -28,12 +29,13 @@ from sqlalchemy import (
     and_,
     bindparam,
     case,
+    cast,
     func,
     literal_column,
     select,
     tuple_,
 )
-from sqlalchemy.dialects.postgresql import ARRAY, insert
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB, insert
 from sqlalchemy.dialects.postgresql import UUID as PG_UUID
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -72,6 +74,7 @@ class Item:
     lease_epoch: int
     lease_nonce: UUID | None
     attempts: int
+    context: dict[str, Any] | None
 
 
 _ITEM_FIELDS = [f.name for f in dataclasses.fields(Item)]
@@ -147,15 +150,18 @@ class NewItem:
     match_decision: str
     source_hash: str
     trace_id: UUID | None = None
+    context: dict[str, Any] | None = None
 
     def matches(self, existing: Item) -> bool:
-        """Same payload as a stored item? A retry that omits trace_id matches any trace_id."""
+        """Same payload as a stored item? A retry that omits trace_id matches any trace_id; the
+        context is part of the payload (none and none match)."""
         return (
             self.ledger_entity == existing.ledger_entity
             and self.variance_amount == existing.variance_amount
             and self.match_decision == existing.match_decision
             and self.source_hash == existing.source_hash
             and (self.trace_id is None or self.trace_id == existing.trace_id)
+            and self.context == existing.context
         )
 
 
@@ -173,8 +179,10 @@ _batch = (
         bindparam("source_hashes", type_=ARRAY(Text)),
         bindparam("trace_ids", type_=ARRAY(PG_UUID(as_uuid=True))),
         bindparam("positions", type_=ARRAY(BigInteger)),
+        # JSON text, cast below: a text[] binds without a JSON serializer per element.
+        bindparam("contexts", type_=ARRAY(Text)),
     )
-    .table_valued("k", "e", "a", "d", "h", "t", "p")
+    .table_valued("k", "e", "a", "d", "h", "t", "p", "c")
     .render_derived()
 )
 _inserted = (
@@ -188,6 +196,7 @@ _inserted = (
             "source_hash",
             "trace_id",
             "created_at",
+            "context",
         ],
         select(
             _batch.c.k,
@@ -199,6 +208,7 @@ _inserted = (
             # One transaction shares one now(); a microsecond per position keeps a batch in
             # request order in the queue.
             func.now() + _batch.c.p * literal_column("interval '1 microsecond'"),
+            cast(_batch.c.c, JSONB),
         ).order_by(_batch.c.k),
     )
     .on_conflict_do_nothing(index_elements=[item.c.idempotency_key])
@@ -227,6 +237,7 @@ async def enqueue_items(
         "source_hashes": [n.source_hash for n in unique],
         "trace_ids": [n.trace_id for n in unique],
         "positions": list(first.values()),
+        "contexts": [None if n.context is None else json.dumps(n.context) for n in unique],
         "actor": actor,
     }
     created = {i.idempotency_key: i for i in map(_item, await conn.execute(_ENQUEUE, params))}
@@ -469,6 +480,81 @@ async def requeue_item(
     return ("not_found" if current is None else "not_quarantined"), current
 
 
+# Reopen is one statement: the CTE locks the RESOLVED row and keeps its decision, the UPDATE
+# (guarded by state again) puts it back to PENDING, and the event it inserts carries the old
+# decision, so the trail still says who decided what, and when, before the reopen.
+_before_reopen = (
+    select(
+        item.c.id,
+        item.c.resolution.label("previous_resolution"),
+        item.c.resolution_note.label("previous_note"),
+        item.c.resolved_by.label("previous_resolved_by"),
+        item.c.resolved_at.label("previous_resolved_at"),
+    )
+    .where(item.c.id == bindparam("item_id"), item.c.state == RESOLVED)
+    .with_for_update()
+    .cte("before_reopen")
+)
+_reopened = (
+    item.update()
+    .where(item.c.id == _before_reopen.c.id, item.c.state == RESOLVED)
+    # created_at is kept: the item is back in its old place, with a fresh allowance of attempts.
+    .values(
+        state=PENDING,
+        resolution=None,
+        resolution_note=None,
+        resolved_by=None,
+        resolved_at=None,
+        leased_by=None,
+        leased_at=None,
+        lease_expires_at=None,
+        lease_nonce=None,
+        attempts=0,
+    )
+    .returning(
+        *_ITEM_COLUMNS,
+        _before_reopen.c.previous_resolution,
+        _before_reopen.c.previous_note,
+        _before_reopen.c.previous_resolved_by,
+        _before_reopen.c.previous_resolved_at,
+    )
+    .cte("reopened")
+)
+_REOPEN: Any = select(*[_reopened.c[n] for n in _ITEM_FIELDS], _reopened.c.previous_resolution).add_cte(
+    _logged(
+        _reopened,
+        "REOPENED",
+        details=func.jsonb_build_object(
+            "reason",
+            bindparam("reason", type_=Text),
+            "previous_resolution",
+            _reopened.c.previous_resolution,
+            "previous_note",
+            _reopened.c.previous_note,
+            "previous_resolved_by",
+            _reopened.c.previous_resolved_by,
+            "previous_resolved_at",
+            _reopened.c.previous_resolved_at,
+        ),
+    )
+)
+
+ReopenOutcome = Literal["done", "not_resolved", "not_found"]
+
+
+async def reopen_item(
+    conn: AsyncConnection, *, item_id: UUID, actor: str, reason: str
+) -> tuple[ReopenOutcome, Item | None]:
+    """Put a RESOLVED item back to PENDING (an admin decided the decision was wrong)."""
+    row = (await conn.execute(_REOPEN, {"item_id": item_id, "actor": actor, "reason": reason})).first()
+    if row is not None:
+        reopened = _item(row)
+        telemetry.reopened(reopened, actor, reason, row.previous_resolution)
+        return "done", reopened
+    current = await get_item(conn, item_id=item_id)
+    return ("not_found" if current is None else "not_resolved"), current
+
+
 CompleteOutcome = Literal[
     "resolved", "already_resolved", "resolution_conflict", "lease_not_held", "not_found"
 ]
@@ -651,8 +737,16 @@ class Event:
     details: dict[str, Any]
 
 
-_EVENTS = select(*event.c).where(event.c.item_id == bindparam("item_id")).order_by(event.c.id)
+# Keyset by the event id (an identity: it only grows), on ix_review_queue_event_item_id_id.
+_EVENTS = (
+    select(*event.c)
+    .where(event.c.item_id == bindparam("item_id"), event.c.id > bindparam("after"))
+    .order_by(event.c.id)
+    .limit(bindparam("limit"))
+)
 
 
-async def item_events(conn: AsyncConnection, *, item_id: UUID) -> list[Event]:
-    return [Event(*r) for r in await conn.execute(_EVENTS, {"item_id": item_id})]
+async def item_events(conn: AsyncConnection, *, item_id: UUID, after: int | None, limit: int) -> list[Event]:
+    """The item's events oldest first, strictly after the event id `after`."""
+    params = {"item_id": item_id, "after": after or 0, "limit": limit}
+    return [Event(*r) for r in await conn.execute(_EVENTS, params)]

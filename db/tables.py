@@ -32,6 +32,15 @@ STATES = ("PENDING", "ASSIGNED", "RESOLVED", "QUARANTINED")
 MATCH_DECISIONS = ("MATCHED", "PARTIAL", "UNMATCHED")
 ROLES = ("reviewer", "ingest", "admin")
 
+# Token subjects (see db.tokens.check_subject, which says the same in Python): 1-128 characters,
+# letters, digits and . _ @ + -, starting with a letter or digit; `me` (the caller, in
+# `leased_by=me`) and `reclaimer`, `reclaimer@...` (the reclaimer's actor) are reserved.
+SUBJECT_CHECK = (
+    "subject ~ '^[A-Za-z0-9][A-Za-z0-9._@+-]{0,127}$'"
+    " AND lower(subject) NOT IN ('me', 'reclaimer')"
+    " AND lower(subject) NOT LIKE 'reclaimer@%'"
+)
+
 review_queue_item = Table(
     "review_queue_item",
     metadata,
@@ -59,8 +68,15 @@ review_queue_item = Table(
     # Leases since enqueue or the last requeue; at REVIEW_QUEUE_MAX_ATTEMPTS a release or
     # reclaim quarantines the item instead of queueing it again.
     Column("attempts", Integer, nullable=False, server_default="0"),
+    # Free-form facts for the reviewer, set at enqueue; part of the idempotency comparison.
+    Column("context", JSONB),
     CheckConstraint("state IN ('PENDING', 'ASSIGNED', 'RESOLVED', 'QUARANTINED')", name="valid_state"),
     CheckConstraint("match_decision IN ('MATCHED', 'PARTIAL', 'UNMATCHED')", name="valid_match_decision"),
+    # At most 16 KiB of compact JSON (api.schemas); this is the database's looser backstop.
+    CheckConstraint(
+        "context IS NULL OR (jsonb_typeof(context) = 'object' AND octet_length(context::text) <= 32768)",
+        name="context_object",
+    ),
     # The lease columns are the guard once the lease transaction commits, so the database
     # itself refuses a row that claims to be leased without a holder and an expiry.
     CheckConstraint(
@@ -102,6 +118,7 @@ EVENTS = (
     "RESOLVED",
     "QUARANTINED",
     "REQUEUED",
+    "REOPENED",
 )
 
 # Append-only: a trigger (see the migration) refuses UPDATE, DELETE and TRUNCATE. Each row
@@ -119,7 +136,7 @@ review_queue_event = Table(
     Column("details", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
     CheckConstraint(
         "event IN ('ENQUEUED', 'LEASED', 'RENEWED', 'RELEASED', 'RECLAIMED', 'RESOLVED',"
-        " 'QUARANTINED', 'REQUEUED')",
+        " 'QUARANTINED', 'REQUEUED', 'REOPENED')",
         name="valid_event",
     ),
     Index("ix_review_queue_event_item_id_id", "item_id", "id"),
@@ -135,6 +152,9 @@ api_token = Table(
     Column("token_hash", Text, nullable=False, unique=True),
     Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     Column("revoked_at", DateTime(timezone=True)),
+    # NULL: never expires. The lookup (db.tokens.find_principal) refuses a token past it.
+    Column("expires_at", DateTime(timezone=True)),
     CheckConstraint("role IN ('reviewer', 'ingest', 'admin')", name="valid_role"),
+    CheckConstraint(SUBJECT_CHECK, name="valid_subject"),
     Index("ix_api_token_subject", "subject"),
 )

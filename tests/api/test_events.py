@@ -118,3 +118,66 @@ def test_an_item_with_history_cannot_be_deleted(client: TestClient, auth: Auth, 
 def test_events_of_unknown_item_is_404(client: TestClient, auth: Auth) -> None:
     response = client.get("/items/00000000-0000-0000-0000-000000000000/events", headers=auth("a", "reviewer"))
     assert_problem(response, 404, "NOT_FOUND")
+
+
+def _many_events(sql: psycopg.Connection, item_id: str, count: int) -> None:
+    """count RENEWED events for item_id, straight into the trail (appending is what it allows)."""
+    sql.execute(
+        "INSERT INTO review_queue_event (item_id, event, actor, lease_epoch, trace_id)"
+        " SELECT id, 'RENEWED', 'alice', 0, trace_id FROM review_queue_item, generate_series(1, %s)"
+        " WHERE id = %s",
+        (count, item_id),
+    )
+
+
+def test_events_are_paginated_by_keyset(client: TestClient, auth: Auth, sql: psycopg.Connection) -> None:
+    admin = auth("ops", "admin")
+    item_id = client.post("/items", json=item_body(), headers=admin).json()["id"]
+    other_id = client.post("/items", json=item_body(), headers=admin).json()["id"]
+    _many_events(sql, item_id, 6)
+    _many_events(sql, other_id, 3)  # interleaved ids of another item never show up
+    _many_events(sql, item_id, 2)
+    full = client.get(f"/items/{item_id}/events", headers=admin).json()
+    assert len(full["events"]) == 9 and full["next_cursor"] is None
+    assert {e["item_id"] for e in full["events"]} == {item_id}
+
+    pages, cursor = [], None
+    for _ in range(10):  # bounded: 9 events in pages of 2 is 5 pages
+        params = {"limit": 2, **({"cursor": cursor} if cursor else {})}
+        page = client.get(f"/items/{item_id}/events", params=params, headers=admin)
+        assert page.status_code == 200, page.text
+        pages.append(page.json()["events"])
+        cursor = page.json()["next_cursor"]
+        if cursor is None:
+            break
+    assert [len(p) for p in pages] == [2, 2, 2, 2, 1]
+    assert [e for p in pages for e in p] == full["events"]
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        {"cursor": "not-a-cursor"},
+        {"cursor": "WzEsMl0="},  # base64 of [1,2]: valid base64, not one of ours
+        {"limit": 0},
+        {"limit": 501},
+        {"page": 2},  # unknown, like on GET /items
+        {"leased_by": "me"},
+    ],
+)
+def test_events_refuse_bad_and_unknown_query_parameters(client: TestClient, auth: Auth, params: dict) -> None:
+    admin = auth("ops", "admin")
+    item_id = client.post("/items", json=item_body(), headers=admin).json()["id"]
+    assert_problem(
+        client.get(f"/items/{item_id}/events", params=params, headers=admin), 422, "VALIDATION_ERROR"
+    )
+
+
+def test_an_items_cursor_is_no_events_cursor(client: TestClient, auth: Auth) -> None:
+    admin = auth("ops", "admin")
+    for _ in range(2):
+        item_id = client.post("/items", json=item_body(), headers=admin).json()["id"]
+    items_cursor = client.get("/items", params={"limit": 1}, headers=admin).json()["next_cursor"]
+    assert items_cursor
+    response = client.get(f"/items/{item_id}/events", params={"cursor": items_cursor}, headers=admin)
+    assert_problem(response, 422, "VALIDATION_ERROR")

@@ -225,3 +225,63 @@ def test_a_boolean_is_no_count(
     response = client.post(path, json=body, headers=admin)
     assert_problem(response, 422, "VALIDATION_ERROR")
     assert _rows(sql) == before
+
+
+@pytest.mark.parametrize(
+    "cursor",
+    [
+        "9" * 19,  # beyond bigint: must not reach PostgreSQL as a 500
+        "0",
+        "01",
+        "-1",
+        "1.5",
+        "1e3",
+        "1700000000000000-" + "0" * 32,  # an items cursor
+        "é",
+        "",
+    ],
+)
+def test_a_forged_events_cursor_is_a_422(
+    client: TestClient, auth: Callable[[str, str], dict[str, str]], cursor: str
+) -> None:
+    admin = auth("root", "admin")
+    created = client.post(
+        "/items",
+        json={"idempotency_key": "k", "ledger_entity": "E", "variance_amount": "1.00",
+              "match_decision": "PARTIAL", "source_hash": "h"},
+        headers=admin,
+    )  # fmt: skip
+    response = client.get(f"/items/{created.json()['id']}/events", params={"cursor": cursor}, headers=admin)
+    assert_problem(response, 422, "VALIDATION_ERROR")
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "1.5",
+        "null",
+        "[]",
+        '{"reason": 5}',
+        '{"reason": null}',
+        '{"reason": "\\u0000"}',
+        '{"reason": "x", "x": 1}',
+    ],
+)
+def test_garbage_reopen_bodies_are_422_and_change_nothing(
+    client: TestClient, sql: psycopg.Connection, auth: Callable[[str, str], dict[str, str]], body: str
+) -> None:
+    seed_items(sql, 1)
+    admin = auth("root", "admin")
+    (held,) = client.post("/leases", json={"batch_size": 1}, headers=admin).json()["items"]
+    assert (
+        client.post(
+            f"/items/{held['id']}/complete", json={"resolution": "APPROVED"}, headers=admin
+        ).status_code
+        == 200
+    )
+    before = _rows(sql)
+    response = client.post(
+        f"/items/{held['id']}/reopen", content=body, headers={**admin, "content-type": "application/json"}
+    )
+    assert_problem(response, 422, "VALIDATION_ERROR")
+    assert _rows(sql) == before

@@ -71,7 +71,10 @@ TOKENS = ("none", "current", "current", "stale", "foreign")
 # Who calls a holder-only action: whoever leased the item last (the holder, the resolver, or the
 # reviewer whose lease was reclaimed or released), or a given reviewer.
 CALLERS = ("last_holder", "last_holder", "last_holder", *REVIEWERS)
-EVENTS = ("ENQUEUED", "LEASED", "RENEWED", "RELEASED", "RECLAIMED", "RESOLVED", "QUARANTINED", "REQUEUED")
+EVENTS = (
+    "ENQUEUED", "LEASED", "RENEWED", "RELEASED", "RECLAIMED", "RESOLVED",
+    "QUARANTINED", "REQUEUED", "REOPENED",
+)  # fmt: skip
 UNKNOWN = "00000000-0000-4000-8000-000000000000"
 # Calls that must be refused whatever the state: (path, caller or None for no token, status, code).
 REFUSED = (
@@ -135,6 +138,7 @@ class Model:
     resolution: str | None = None
     resolved_by: str | None = None
     note: str | None = None
+    resolvers: list[str] = field(default_factory=list)  # every resolution, reopened ones too
     events: Counter[str] = field(default_factory=Counter)
 
 
@@ -293,6 +297,7 @@ class ReviewQueueMachine(RuleBasedStateMachine):
             key("completion resolved an item")
             # leased_by stays: it records who held the item when it was resolved.
             m.state, m.resolution, m.resolved_by, m.note = "RESOLVED", resolution, reviewer, note
+            m.resolvers.append(reviewer)
             m.events["RESOLVED"] += 1
         elif retry and resolution == m.resolution:
             # A retry changes nothing, not even the note.
@@ -446,6 +451,22 @@ class ReviewQueueMachine(RuleBasedStateMachine):
         assert response.status_code == 200, response.text
         m.state, m.attempts = "PENDING", 0
         m.events["REQUEUED"] += 1
+        self.check_item(response.json(), item_id, "root")
+
+    @rule(item_id=resolved, reason=st.sampled_from(["wrong resolution", "auditor asked"]))
+    def reopen(self, item_id: str, reason: str) -> None:
+        """An admin reopens an item: a resolved one is PENDING again, in its place, with fresh
+        attempts; the old decision stays in the trail (checked in test_reopen)."""
+        m = self.model[item_id]
+        response = self.post(f"/items/{item_id}/reopen", "root", {"reason": reason})
+        tally(f"reopen of {m.state}: {response.status_code}")
+        if m.state != "RESOLVED":
+            assert_problem(response, 409, "NOT_RESOLVED")
+            return
+        assert response.status_code == 200, response.text
+        m.state, m.attempts, m.leased_by = "PENDING", 0, None
+        m.resolution = m.resolved_by = m.note = None
+        m.events["REOPENED"] += 1
         self.check_item(response.json(), item_id, "root")
 
     @rule(
@@ -680,7 +701,7 @@ class ReviewQueueMachine(RuleBasedStateMachine):
             if events.get(k, 0) != wanted.get(k, 0)
         }
         resolvers = {i: actors for i, e, _, actors in trail if e == "RESOLVED"}
-        assert resolvers == {i: [m.resolved_by] for i, m in self.model.items() if m.state == "RESOLVED"}
+        assert resolvers == {i: m.resolvers for i, m in self.model.items() if m.resolvers}
 
 
 # Hypothesis gives up shrinking after 5 minutes; the timeout must not cut its report short.
