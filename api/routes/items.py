@@ -42,6 +42,8 @@ def _conflict_detail(key: str) -> str:
 
 @router.post(
     "/items",
+    operation_id="enqueueItem",
+    summary="Enqueue an item",
     status_code=status.HTTP_201_CREATED,
     responses={
         200: {"model": ItemOut, "description": "The same key and payload arrived before."},
@@ -62,7 +64,7 @@ async def enqueue(body: ItemIn, conn: Conn, principal: Ingest, response: Respons
     return ItemOut.of(item)
 
 
-@router.post("/items/batch")
+@router.post("/items/batch", operation_id="enqueueItems", summary="Enqueue items in one transaction")
 async def enqueue_batch(body: BatchIn, conn: Conn, principal: Ingest) -> BatchOut:
     """Enqueue up to 1000 items in one transaction; one result per item, in request order."""
     results = await queue.enqueue_items(
@@ -80,7 +82,7 @@ async def enqueue_batch(body: BatchIn, conn: Conn, principal: Ingest) -> BatchOu
     return BatchOut(results=out)
 
 
-@router.get("/items")
+@router.get("/items", operation_id="listItems", summary="List items")
 async def list_items(query: Annotated[ItemQuery, Query()], conn: Conn, principal: AnyRole) -> ItemPage:
     """Items oldest first, filtered, paginated by keyset; `leased_by=me` is the caller's own work."""
     try:
@@ -106,12 +108,22 @@ async def list_items(query: Annotated[ItemQuery, Query()], conn: Conn, principal
     )
 
 
-@router.get("/items/{item_id}", responses=problem_responses("NOT_FOUND"))
+@router.get(
+    "/items/{item_id}",
+    operation_id="getItem",
+    summary="Get an item",
+    responses=problem_responses("NOT_FOUND"),
+)
 async def get_item(item_id: ItemId, conn: Conn, principal: AnyRole) -> ItemOut:
     return ItemOut.of(await _existing(conn, item_id), principal.subject)
 
 
-@router.get("/items/{item_id}/events", responses=problem_responses("NOT_FOUND"))
+@router.get(
+    "/items/{item_id}/events",
+    operation_id="getItemEvents",
+    summary="Get an item's audit trail",
+    responses=problem_responses("NOT_FOUND"),
+)
 async def get_events(item_id: ItemId, conn: Conn, _: AnyRole) -> EventsOut:
     """The item's audit trail, oldest first."""
     await _existing(conn, item_id)
@@ -149,7 +161,9 @@ def _held(
 _NOT_HELD = problem_responses("NOT_FOUND", "LEASE_NOT_HELD")
 
 
-@router.post("/items/{item_id}/renew", responses=_NOT_HELD)
+@router.post(
+    "/items/{item_id}/renew", operation_id="renewItem", summary="Renew your lease", responses=_NOT_HELD
+)
 async def renew(
     item_id: ItemId,
     conn: Conn,
@@ -168,7 +182,9 @@ async def renew(
     return _held(outcome, item, item_id, principal)
 
 
-@router.post("/items/{item_id}/release", responses=_NOT_HELD)
+@router.post(
+    "/items/{item_id}/release", operation_id="releaseItem", summary="Release your lease", responses=_NOT_HELD
+)
 async def release(
     item_id: ItemId, conn: Conn, principal: Reviewer, body: Annotated[ReleaseIn | None, Body()] = None
 ) -> ItemOut:
@@ -186,6 +202,8 @@ async def release(
 
 @router.post(
     "/items/{item_id}/complete",
+    operation_id="completeItem",
+    summary="Resolve an item you hold",
     responses=problem_responses("NOT_FOUND", "LEASE_NOT_HELD", "RESOLUTION_CONFLICT"),
 )
 async def complete(item_id: ItemId, body: CompleteIn, conn: Conn, principal: Reviewer) -> CompleteOut:

@@ -4,7 +4,6 @@ promtool and against a real scrape of /metrics from `review-queue serve`."""
 import json
 import re
 import subprocess
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,7 +14,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.api.helpers import assert_problem, item_body
-from tests.conftest import _admin_sql, _create_token, libpq, start_server, stop_server, with_database
+from tests.conftest import _create_token, fresh_database, libpq, start_server, stop_server
 from tests.deploy.conftest import DEPLOY
 from tests.support import backdate_lease
 
@@ -107,34 +106,35 @@ def test_dashboard_has_the_operators_panels() -> None:
 def scrape(server_url: str, template_db: str) -> Iterator[str]:
     """/metrics of a live `review-queue serve` after every kind of transition, a lock timeout and
     a 503, so labelled counters have samples."""
-    name = f"rq_test_{uuid.uuid4().hex[:12]}"
-    _admin_sql(server_url, f"CREATE DATABASE {name} TEMPLATE {template_db}")
-    url = with_database(server_url, name)
-    process, base = start_server({"DATABASE_URL": url, "REVIEW_QUEUE_METRICS_TOKEN": "scrape-secret"})
-    try:
-        admin = {"Authorization": f"Bearer {_create_token(url, 'ops', 'admin')}"}
-        ann = {"Authorization": f"Bearer {_create_token(url, 'ann', 'reviewer')}"}
-        with httpx.Client(base_url=base, timeout=30) as http, psycopg.connect(libpq(url)) as sql:
-            for _ in range(4):
-                assert http.post("/items", json=item_body(), headers=admin).status_code == 201
-            held = http.post("/leases", json={"batch_size": 4}, headers=ann).json()["items"]
-            assert len(held) == 4
-            done = http.post(f"/items/{held[0]['id']}/complete", json={"resolution": "OK"}, headers=ann)
-            assert done.status_code == 200
-            assert http.post(f"/items/{held[1]['id']}/renew", headers=ann).status_code == 200
-            assert http.post(f"/items/{held[2]['id']}/release", headers=ann).status_code == 200
-            backdate_lease(sql, held[3]["id"])
-            sql.commit()
-            assert http.post("/admin/reclaim", headers=admin).json()["reclaimed"] == 1
-            sql.execute("LOCK TABLE review_queue_item IN ACCESS EXCLUSIVE MODE")
-            assert_problem(http.post("/leases", headers=ann), 503, "DATABASE_UNAVAILABLE")
-            sql.rollback()
-            response = http.get("/metrics", headers={"Authorization": "Bearer scrape-secret"})
-        assert response.status_code == 200, response.text
-        yield response.text
-    finally:
-        stop_server(process)
-        _admin_sql(server_url, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+    with fresh_database(server_url, template_db) as url:
+        process, base = start_server({"DATABASE_URL": url, "REVIEW_QUEUE_METRICS_TOKEN": "scrape-secret"})
+        try:
+            yield _exercise_and_scrape(base, url)
+        finally:
+            stop_server(process)
+
+
+def _exercise_and_scrape(base: str, url: str) -> str:
+    admin = {"Authorization": f"Bearer {_create_token(url, 'ops', 'admin')}"}
+    ann = {"Authorization": f"Bearer {_create_token(url, 'ann', 'reviewer')}"}
+    with httpx.Client(base_url=base, timeout=30) as http, psycopg.connect(libpq(url)) as sql:
+        for _ in range(4):
+            assert http.post("/items", json=item_body(), headers=admin).status_code == 201
+        held = http.post("/leases", json={"batch_size": 4}, headers=ann).json()["items"]
+        assert len(held) == 4
+        done = http.post(f"/items/{held[0]['id']}/complete", json={"resolution": "OK"}, headers=ann)
+        assert done.status_code == 200
+        assert http.post(f"/items/{held[1]['id']}/renew", headers=ann).status_code == 200
+        assert http.post(f"/items/{held[2]['id']}/release", headers=ann).status_code == 200
+        backdate_lease(sql, held[3]["id"])
+        sql.commit()
+        assert http.post("/admin/reclaim", headers=admin).json()["reclaimed"] == 1
+        sql.execute("LOCK TABLE review_queue_item IN ACCESS EXCLUSIVE MODE")
+        assert_problem(http.post("/leases", headers=ann), 503, "DATABASE_UNAVAILABLE")
+        sql.rollback()
+        response = http.get("/metrics", headers={"Authorization": "Bearer scrape-secret"})
+    assert response.status_code == 200, response.text
+    return response.text
 
 
 def test_a_real_scrape_passes_promtool_check_metrics(promtool: str, scrape: str) -> None:
