@@ -26,3 +26,10 @@ def promtool() -> str:
     return required_tool(
         "promtool", "REVIEW_QUEUE_REQUIRE_PROMTOOL", "apt-get install prometheus provides it"
     )
+
+
+@pytest.fixture(scope="session")
+def systemd_analyze() -> str:
+    return required_tool(
+        "systemd-analyze", "REVIEW_QUEUE_REQUIRE_SYSTEMD_ANALYZE", "apt-get install systemd provides it"
+    )
