@@ -353,6 +353,35 @@ def api_throughput(server: Server, tokens: list[str], items: int, batch: int) ->
     }
 
 
+# --- 6. bytes on disk ---------------------------------------------------------------------------
+
+_SIZES = """
+SELECT pg_total_relation_size('review_queue_item'), pg_total_relation_size('review_queue_event'),
+       (SELECT count(*) FROM review_queue_item), (SELECT count(*) FROM review_queue_event)
+"""
+
+
+def storage(url: str) -> dict[str, Any]:
+    """Bytes per item and per audit event (heap, TOAST and indexes: pg_total_relation_size), as the
+    run left them (dead row versions of the churn included, as autovacuum would keep them) and
+    compacted by VACUUM FULL (the live rows alone)."""
+    with psycopg.connect(libpq(url), autocommit=True) as conn:
+        conn.execute("VACUUM ANALYZE review_queue_item")
+        conn.execute("VACUUM ANALYZE review_queue_event")
+        item_b, event_b, items, events = conn.execute(_SIZES).fetchone() or (0, 0, 0, 0)
+        conn.execute("VACUUM FULL review_queue_item")
+        conn.execute("VACUUM FULL review_queue_event")
+        item_full, event_full, _, _ = conn.execute(_SIZES).fetchone() or (0, 0, 0, 0)
+    return {
+        "items": items,
+        "events": events,
+        "item_bytes": round(item_b / items),
+        "item_bytes_compacted": round(item_full / items),
+        "event_bytes": round(event_b / events),
+        "event_bytes_compacted": round(event_full / events),
+    }
+
+
 # --- 4. dequeue scaling -----------------------------------------------------------------------
 
 
@@ -439,7 +468,7 @@ def dequeue_scaling(server_url: str, workers: int, port: int, samples: int) -> d
 
 
 def report(results: dict[str, Any]) -> str:
-    raw, api, dq = results["raw"], results["api"], results["dequeue"]
+    raw, api, dq, st = results["raw"], results["api"], results["dequeue"], results["storage"]
     lines = [
         f"review-queue bench  {results['clients']} clients, {results['items']} items, "
         f"batch {results['batch']}, {results['workers']} API worker(s), {results['machine']}",
@@ -475,6 +504,10 @@ def report(results: dict[str, Any]) -> str:
         f"{os.cpu_count()} cores",
         f"   load generator CPU: {api['loadgen_cpu_cores']} cores"
         + ("  -- SATURATED, the API number is a lower bound" if api["loadgen_cpu_cores"] > 0.9 else ""),
+        f"6. on disk after {st['items']} items resolved through the API ({st['events']} events), "
+        "pg_total_relation_size (compacted: after VACUUM FULL):",
+        f"     per item  {st['item_bytes']:>6} B as run, {st['item_bytes_compacted']:>6} B compacted",
+        f"     per event {st['event_bytes']:>6} B as run, {st['event_bytes_compacted']:>6} B compacted",
     ]
     return "\n".join(lines)
 
@@ -512,6 +545,7 @@ def main(
         results["api"] = api_throughput(server, tokens, items, batch)
     finally:
         stop_server(server)
+    results["storage"] = storage(api_url)
     results["api_raw_ratio"] = round(results["api"]["items_per_s"] / results["raw"]["items_per_s"], 2)
     typer.echo("3/4 dequeue scaling (seeds 1,000,000 rows) ...", err=True)
     results["dequeue"] = dequeue_scaling(server_url, workers, port, lease_samples)

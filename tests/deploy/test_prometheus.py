@@ -149,3 +149,19 @@ def test_every_metric_the_alerts_and_dashboard_query_is_in_a_real_scrape(scrape:
     assert not stale, f"{stale} are exposed now: drop them from PENDING_METRICS"
     missing = queried - scraped - PENDING_METRICS
     assert not missing, f"queried but not in a real scrape: {sorted(missing)}"
+
+
+def test_the_scrape_config_in_the_production_checklist_passes_promtool(promtool: str, tmp_path: Path) -> None:
+    text = (DEPLOY.parent / "docs" / "production.md").read_text()
+    (snippet,) = re.findall(r"```yaml\n(.*?)```", text, re.S)
+    config = yaml.safe_load(snippet)
+    # The paths the checklist names, pointed at this checkout's files.
+    token = tmp_path / "review-queue-metrics-token"
+    token.write_text("scrape-secret\n")
+    config["scrape_configs"][0]["authorization"]["credentials_file"] = str(token)
+    assert config["rule_files"] == ["/etc/prometheus/rules/review-queue-alerts.yml"]
+    config["rule_files"] = [str(ALERTS)]
+    path = tmp_path / "prometheus.yml"
+    path.write_text(yaml.safe_dump(config))
+    out = _promtool(promtool, "check", "config", str(path))
+    assert f"SUCCESS: {len(EXPECTED_ALERTS)} rules found" in out, out
