@@ -18,7 +18,11 @@ from pydantic import (
     Field,
     PlainSerializer,
     StringConstraints,
+    WithJsonSchema,
     model_validator,
+)
+from pydantic import (
+    Strict as StrictMode,
 )
 
 if TYPE_CHECKING:  # the HTTP client imports these models without pulling in the database layer
@@ -37,6 +41,24 @@ def _storable(value: str) -> str:
     return value
 
 
+# A decimal string exactly as finance writes it: no exponent, no sign but '-', no spaces, no
+# digit separators, ASCII digits only (Python's Decimal would take "1_000.50", " 12.50 ", "+5",
+# "1e5" and Arabic-Indic digits).
+MONEY_PATTERN = r"^-?[0-9]{1,16}(\.[0-9]{1,2})?$"
+_MONEY_STRING = re.compile(MONEY_PATTERN)
+
+
+def _money_input(value: object) -> object:
+    if isinstance(value, bool):
+        raise ValueError('must be a decimal string such as "12.50" or a JSON number, not a boolean')
+    if isinstance(value, str) and not _MONEY_STRING.fullmatch(value):
+        raise ValueError(
+            'must be a decimal string of up to 16 integer and 2 fraction digits, e.g. "-12.50"'
+            " (no exponent, spaces, '+' or separators)"
+        )
+    return value
+
+
 def _money(value: Decimal) -> Decimal:
     if not value.is_finite():
         raise ValueError("must be a finite number")
@@ -52,12 +74,28 @@ def _money(value: Decimal) -> Decimal:
 Text200 = Annotated[str, StringConstraints(min_length=1, max_length=200), AfterValidator(_storable)]
 
 # Decimal in (a string like "12.50" or a JSON number parsed straight to Decimal, see
-# api.routing), a string with exactly two decimals out.
+# api.routing), a string with exactly two decimals out. The documented input schema is exactly
+# what is accepted: the string pattern, or a number of cents within the limits.
 Money = Annotated[
     Decimal,
     Field(allow_inf_nan=False, examples=["12.50"]),
+    BeforeValidator(_money_input),
     AfterValidator(_money),
     PlainSerializer(lambda d: f"{d:.2f}", return_type=str, when_used="json"),
+    WithJsonSchema(
+        {
+            "anyOf": [
+                {"type": "string", "pattern": MONEY_PATTERN},
+                {"type": "number", "multipleOf": 0.01, "exclusiveMinimum": -1e16, "exclusiveMaximum": 1e16},
+            ],
+            "examples": ["12.50"],
+        },
+        mode="validation",
+    ),
+    WithJsonSchema(
+        {"type": "string", "pattern": r"^-?[0-9]{1,16}\.[0-9]{2}$", "examples": ["12.50"]},
+        mode="serialization",
+    ),
 ]
 
 _RFC3339 = re.compile(r"\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:[Zz]|[+-]\d{2}:\d{2})")
@@ -80,38 +118,43 @@ def _not_a_boolean(value: object) -> object:
     return value
 
 
-Count = Annotated[int, BeforeValidator(_not_a_boolean)]
+# A JSON integer and nothing else: not `true`, not "2", not 2.0.
+Count = Annotated[int, BeforeValidator(_not_a_boolean), StrictMode()]
 
 Timestamp = Annotated[
     datetime, PlainSerializer(lambda d: d.astimezone(UTC).isoformat(), return_type=str, when_used="json")
 ]
 
 
-def encode_lease_token(item_id: UUID, lease_epoch: int) -> str:
-    """The fencing token of one lease of one item; opaque to clients."""
-    return base64.urlsafe_b64encode(item_id.bytes + lease_epoch.to_bytes(8, "big")).decode().rstrip("=")
+def encode_lease_token(item_id: UUID, lease_nonce: UUID) -> str:
+    """The fencing token of one lease of one item: its id and the lease's random nonce.
+
+    Unforgeable without reading the database: the nonce is 122 random bits drawn by the lease
+    statement (gen_random_uuid), stored with the lease and never shown to anyone but the holder.
+    """
+    return base64.urlsafe_b64encode(item_id.bytes + lease_nonce.bytes).decode().rstrip("=")
 
 
-def decode_lease_token(token: str) -> tuple[UUID, int]:
+# Matches no lease: gen_random_uuid() is version 4, never all zeros.
+NO_LEASE = UUID(int=0)
+
+
+def lease_nonce_for(item_id: UUID, token: str) -> UUID:
+    """The nonce a token claims for item_id; NO_LEASE for a token that cannot be one of its leases
+    (malformed, another item's, or the old epoch form), so the guard refuses it with 409."""
     try:
         raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
     except (binascii.Error, ValueError):
-        raise ValueError("not a lease token") from None
-    if len(raw) != 24:
-        raise ValueError("not a lease token")
-    return UUID(bytes=raw[:16]), int.from_bytes(raw[16:], "big")
-
-
-def _lease_token(value: str) -> str:
-    decode_lease_token(value)
-    return value
+        return NO_LEASE
+    if len(raw) != 32 or raw[:16] != item_id.bytes:
+        return NO_LEASE
+    return UUID(bytes=raw[16:])
 
 
 LeaseToken = Annotated[
     str,
-    StringConstraints(min_length=32, max_length=32, pattern=r"^[A-Za-z0-9_-]{32}$"),
-    AfterValidator(_lease_token),
-    Field(description="The `lease_token` of your lease; refused once the item has been leased again."),
+    StringConstraints(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]{1,64}$"),
+    Field(description="The `lease_token` of your lease; refused (409) once the item has been leased again."),
 ]
 
 
@@ -132,7 +175,7 @@ def decode_cursor(cursor: str) -> tuple[datetime, UUID]:
 
 
 MatchDecision = Literal["MATCHED", "PARTIAL", "UNMATCHED"]
-State = Literal["PENDING", "ASSIGNED", "RESOLVED"]
+State = Literal["PENDING", "ASSIGNED", "RESOLVED", "QUARANTINED"]
 Resolution = Annotated[str, StringConstraints(pattern=r"^[A-Z][A-Z0-9_]{0,63}$")]
 
 
@@ -177,7 +220,10 @@ class ItemOut(BaseModel):
     resolution_note: str | None
     resolved_by: str | None
     resolved_at: Timestamp | None
-    attempts: int = Field(description="How many times the item has been leased.")
+    attempts: int = Field(
+        description="Leases since enqueue or the last requeue; at REVIEW_QUEUE_MAX_ATTEMPTS a release"
+        " or reclaim quarantines the item."
+    )
     lease_token: str | None = Field(
         description="Fencing token of the current lease; shown to the holder only, null otherwise."
     )
@@ -188,8 +234,7 @@ class ItemOut(BaseModel):
         held = item.state == "ASSIGNED" and viewer is not None and item.leased_by == viewer
         return cls(
             **fields,
-            attempts=item.lease_epoch,
-            lease_token=encode_lease_token(item.id, item.lease_epoch) if held else None,
+            lease_token=encode_lease_token(item.id, item.lease_nonce) if held and item.lease_nonce else None,
         )
 
 
@@ -209,6 +254,10 @@ class CompleteIn(Strict):
 
 class RenewIn(Strict):
     lease_token: LeaseToken | None = None
+
+
+class RequeueIn(Strict):
+    reason: Annotated[str, StringConstraints(min_length=1, max_length=500), AfterValidator(_storable)]
 
 
 class ReleaseIn(Strict):
@@ -255,7 +304,9 @@ class BatchOut(BaseModel):
 class EventOut(BaseModel):
     id: int
     item_id: UUID
-    event: Literal["ENQUEUED", "LEASED", "RENEWED", "RELEASED", "RECLAIMED", "RESOLVED"]
+    event: Literal[
+        "ENQUEUED", "LEASED", "RENEWED", "RELEASED", "RECLAIMED", "RESOLVED", "QUARANTINED", "REQUEUED"
+    ]
     actor: str
     at: Timestamp
     lease_epoch: int
@@ -283,6 +334,9 @@ class ReclaimedOut(BaseModel):
     trace_id: UUID
     source_hash: str
     match_decision: MatchDecision
+    state: Literal["PENDING", "QUARANTINED"] = Field(
+        description="PENDING, or QUARANTINED when the item had used up its attempts."
+    )
 
     model_config = ConfigDict(from_attributes=True)
 
