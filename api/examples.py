@@ -9,7 +9,7 @@ from typing import Any
 
 ITEM_ID = "0b8e6a52-3f0e-4c61-9d6e-5d0f2b7a9c11"
 TRACE_ID = "5f1c2d3e-4b5a-4c6d-8e7f-90a1b2c3d4e5"
-LEASE_TOKEN = "C45qUj8OTGGdbl0PK3qcEQAAAAAAAAAB"  # noqa: S105 - an example, not a secret
+LEASE_TOKEN = "C45qUj8OTGGdbl0PK3qcEZo-H2wrfU6KscRdbn-Kmww"  # noqa: S105 - an example, not a secret
 
 ITEM_IN: dict[str, Any] = {
     "idempotency_key": "ACME-2026-11-30-0042",
@@ -87,10 +87,17 @@ EVENTS_OUT = {
     ]
 }
 RECLAIM_IN = {"reclaim_batch": 100}
+REQUEUE_IN = {"reason": "the FX rates feed is fixed; try again"}
 RECLAIM_OUT = {
     "reclaimed": 1,
     "items": [
-        {"id": ITEM_ID, "trace_id": TRACE_ID, "source_hash": "sha256:9f2c", "match_decision": "PARTIAL"}
+        {
+            "id": ITEM_ID,
+            "trace_id": TRACE_ID,
+            "source_hash": "sha256:9f2c",
+            "match_decision": "PARTIAL",
+            "state": "PENDING",
+        }
     ],
 }
 STATS_OUT = {
@@ -124,6 +131,7 @@ BY_SCHEMA: dict[str, list[dict[str, Any]]] = {
     "CompleteOut": [COMPLETE_OUT],
     "RenewIn": [RENEW_IN],
     "ReleaseIn": [RELEASE_IN],
+    "RequeueIn": [REQUEUE_IN],
     "BatchIn": [BATCH_IN],
     "BatchOut": [BATCH_OUT],
     "ItemPage": [ITEM_PAGE],

@@ -68,3 +68,18 @@ def test_reclaim_once_prints_the_count(db_url: str, sql: psycopg.Connection) -> 
     result = cli(db_url, "reclaim", "--once")
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip().splitlines()[-1] == "reclaimed 250"
+
+
+def test_the_cli_creates_no_prometheus_metric_before_serve_picks_multiprocess_mode() -> None:
+    """`serve` sets PROMETHEUS_MULTIPROC_DIR after `cli.main` is imported; a counter created at
+    import would keep its value in process memory, and with one worker (the default) /metrics
+    would show no counters at all (tests/deploy/test_prometheus.py sees it end to end)."""
+    import sys
+
+    from api.settings import Settings
+    from db.queue import DEFAULT_MAX_ATTEMPTS
+
+    probe = "import sys, cli.main; print('prometheus_client' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "False", "importing cli.main imports prometheus_client"
+    assert Settings.model_fields["max_attempts"].default == DEFAULT_MAX_ATTEMPTS

@@ -203,7 +203,12 @@ async def release(
     return _held(outcome, item, item_id, principal)
 
 
-@router.post("/items/{item_id}/requeue", responses=problem_responses("NOT_FOUND", "NOT_QUARANTINED"))
+@router.post(
+    "/items/{item_id}/requeue",
+    operation_id="requeueItem",
+    summary="Requeue a quarantined item",
+    responses=problem_responses("NOT_FOUND", "NOT_QUARANTINED"),
+)
 async def requeue(item_id: ItemId, body: RequeueIn, principal: Admin, conn: Conn) -> ItemOut:
     """Put a QUARANTINED item back in the queue, in its old place, with its attempts reset (admin)."""
     outcome, item = await queue.requeue_item(

@@ -66,6 +66,7 @@ def test_generated_functions_are_named_by_operation_id(generated: ModuleType) ->
         ("items", "complete_item"),
         ("items", "renew_item"),
         ("items", "release_item"),
+        ("items", "requeue_item"),
         ("items", "list_items"),
         ("items", "get_item"),
         ("items", "get_item_events"),

@@ -19,6 +19,7 @@ OPERATION_IDS = {
     ("post", "/items/{item_id}/complete"): "completeItem",
     ("post", "/items/{item_id}/renew"): "renewItem",
     ("post", "/items/{item_id}/release"): "releaseItem",
+    ("post", "/items/{item_id}/requeue"): "requeueItem",
     ("post", "/leases"): "leaseItems",
     ("post", "/admin/reclaim"): "reclaimExpired",
     ("get", "/stats"): "getStats",
