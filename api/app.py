@@ -35,8 +35,9 @@ TAGS = [
 
 
 def _acceptable_request_id(value: str) -> bool:
-    # Take a caller's id when it is short and printable; otherwise generate one.
-    return 0 < len(value) <= 128 and all(c.isalnum() or c in "-_.:" for c in value)
+    # Take a caller's id when it is short and printable ASCII; otherwise generate one (a log
+    # pipeline must not receive homoglyphs or control characters from a client).
+    return 0 < len(value) <= 128 and value.isascii() and all(c.isalnum() or c in "-_.:" for c in value)
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -65,6 +66,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         version=API_VERSION,
         openapi_tags=TAGS,
         lifespan=lifespan,
+        # A redirect to the slash-less path would be built from the client's Host header (an open
+        # redirect to any host); a path with a trailing slash is simply not found.
+        redirect_slashes=False,
     )
 
     def openapi() -> dict[str, Any]:

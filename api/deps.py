@@ -1,5 +1,6 @@
 """Dependencies: the one transaction per request, and who is calling."""
 
+import re
 import secrets
 from collections.abc import AsyncIterator
 from typing import Annotated
@@ -10,6 +11,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from api.errors import ProblemError
+from api.metrics import AUTH_FAILURES
 from api.settings import Settings
 from db.engine import transaction
 from db.tokens import Principal, find_principal, hash_token
@@ -23,7 +25,58 @@ async def get_settings_dep(request: Request) -> Settings:
 SettingsDep = Annotated[Settings, Depends(get_settings_dep)]
 
 
-async def _transaction(request: Request) -> AsyncIterator[AsyncConnection]:
+_bearer = HTTPBearer(auto_error=False, description="A token from `review-queue token create`.")
+
+# `review-queue token create` mints "rq_" + 43 URL-safe characters; anything else is refused
+# without a database lookup.
+_TOKEN_SHAPE = re.compile(r"rq_[A-Za-z0-9_-]{43}")
+SCRAPER = "scraper"  # the role of REVIEW_QUEUE_METRICS_TOKEN, which can read /metrics and nothing else
+
+
+def _unauthenticated(reason: str, detail: str) -> ProblemError:
+    AUTH_FAILURES.labels(reason).inc()
+    return ProblemError("UNAUTHENTICATED", detail, headers={"WWW-Authenticate": "Bearer"})
+
+
+async def _authenticate(
+    request: Request, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
+) -> Principal:
+    """Who is calling, decided before the request takes a database connection: a missing or
+    malformed token never reaches the pool, and lookups (found or not) are cached briefly."""
+    if credentials is None or credentials.scheme.lower() != "bearer":
+        raise _unauthenticated("missing", "an Authorization: Bearer <token> header is required")
+    token = credentials.credentials
+    settings: Settings = request.app.state.settings
+    scraper_token = settings.metrics_token
+    if scraper_token is not None and secrets.compare_digest(token.encode(), scraper_token.encode()):
+        return Principal(SCRAPER, SCRAPER)
+    if not _TOKEN_SHAPE.fullmatch(token):
+        raise _unauthenticated("malformed", "the token is not a review-queue token")
+    cache: TTLCache[str, Principal | None] | None = request.app.state.token_cache
+    key = hash_token(token)
+    if cache is not None and key in cache:
+        principal = cache[key]
+    else:
+        engine: AsyncEngine = request.app.state.engine
+        async with transaction(
+            engine,
+            lock_timeout_ms=settings.pg_lock_timeout_ms,
+            statement_timeout_ms=settings.statement_timeout_ms,
+        ) as conn:
+            principal = await find_principal(conn, token=token)
+        if cache is not None:
+            cache[key] = principal
+    if principal is None:
+        raise _unauthenticated("unknown", "the token is unknown or revoked")
+    return principal
+
+
+Caller = Annotated[Principal, Depends(_authenticate)]
+
+
+async def _transaction(request: Request, _: Caller) -> AsyncIterator[AsyncConnection]:
+    # Depends on the caller, so FastAPI authenticates before it opens the transaction, whatever
+    # the order of a route's parameters.
     engine: AsyncEngine = request.app.state.engine
     settings: Settings = request.app.state.settings
     async with transaction(
@@ -38,35 +91,9 @@ async def _transaction(request: Request) -> AsyncIterator[AsyncConnection]:
 # sees a 200 for a change that then fails to commit. Routes and db/ never commit themselves.
 Conn = Annotated[AsyncConnection, Depends(_transaction, scope="function")]
 
-_bearer = HTTPBearer(auto_error=False, description="A token from `review-queue token create`.")
-
-
-def _unauthenticated(detail: str) -> ProblemError:
-    return ProblemError("UNAUTHENTICATED", detail, headers={"WWW-Authenticate": "Bearer"})
-
-
-async def _principal(
-    request: Request,
-    conn: Conn,
-    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
-) -> Principal:
-    if credentials is None or credentials.scheme.lower() != "bearer":
-        raise _unauthenticated("an Authorization: Bearer <token> header is required")
-    token = credentials.credentials
-    cache: TTLCache[str, Principal] | None = request.app.state.token_cache
-    key = hash_token(token)
-    principal = cache.get(key) if cache is not None else None
-    if principal is None:
-        principal = await find_principal(conn, token=token)
-        if principal is None:
-            raise _unauthenticated("the token is unknown or revoked")
-        if cache is not None:
-            cache[key] = principal
-    return principal
-
 
 def _require(*roles: str) -> object:
-    async def check(principal: Annotated[Principal, Depends(_principal)]) -> Principal:
+    async def check(principal: Caller) -> Principal:
         if principal.role not in roles:
             raise ProblemError(
                 "FORBIDDEN", f"role {principal.role!r} may not do this; needs one of {', '.join(roles)}"
@@ -76,21 +103,16 @@ def _require(*roles: str) -> object:
     return Depends(check)
 
 
-async def _metrics_scraper(
-    request: Request,
-    conn: Conn,
-    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
-) -> None:
+async def _metrics_scraper(request: Request, principal: Caller) -> None:
     # A scraper gets its own token (REVIEW_QUEUE_METRICS_TOKEN) so Prometheus never needs an
     # API token; without one configured, an admin token is required.
-    expected: str | None = request.app.state.settings.metrics_token
-    if expected is None:
-        principal = await _principal(request, conn, credentials)
-        if principal.role != "admin":
-            raise ProblemError("FORBIDDEN", "metrics need an admin token, or set REVIEW_QUEUE_METRICS_TOKEN")
-        return
-    if credentials is None or not secrets.compare_digest(credentials.credentials.encode(), expected.encode()):
-        raise _unauthenticated("/metrics needs Authorization: Bearer <REVIEW_QUEUE_METRICS_TOKEN>")
+    if request.app.state.settings.metrics_token is not None:
+        if principal.role != SCRAPER:
+            raise _unauthenticated(
+                "unknown", "/metrics needs Authorization: Bearer <REVIEW_QUEUE_METRICS_TOKEN>"
+            )
+    elif principal.role != "admin":
+        raise ProblemError("FORBIDDEN", "metrics need an admin token, or set REVIEW_QUEUE_METRICS_TOKEN")
 
 
 MetricsScraper = Depends(_metrics_scraper)

@@ -2,9 +2,8 @@
 
 import base64
 import binascii
-import json
 import re
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 from uuid import UUID
@@ -20,9 +19,6 @@ from pydantic import (
     StringConstraints,
     WithJsonSchema,
     model_validator,
-)
-from pydantic import (
-    Strict as StrictMode,
 )
 
 if TYPE_CHECKING:  # the HTTP client imports these models without pulling in the database layer
@@ -71,7 +67,16 @@ def _money(value: Decimal) -> Decimal:
     return value
 
 
-Text200 = Annotated[str, StringConstraints(min_length=1, max_length=200), AfterValidator(_storable)]
+# PostgreSQL text cannot hold NUL: the documented pattern says so, and _storable also refuses lone
+# surrogates (which JSON can carry as escapes, and which no schema generator produces).
+NO_NUL = r"^[^\u0000]*$"
+
+
+Text200 = Annotated[
+    str, StringConstraints(min_length=1, max_length=200, pattern=NO_NUL), AfterValidator(_storable)
+]
+Note = Annotated[str, StringConstraints(max_length=4000, pattern=NO_NUL), AfterValidator(_storable)]
+Reason = Annotated[str, StringConstraints(max_length=500, pattern=NO_NUL), AfterValidator(_storable)]
 
 # Decimal in (a string like "12.50" or a JSON number parsed straight to Decimal, see
 # api.routing), a string with exactly two decimals out. The documented input schema is exactly
@@ -111,15 +116,20 @@ def _rfc3339(value: object) -> object:
 Rfc3339 = Annotated[AwareDatetime, BeforeValidator(_rfc3339)]
 
 
-def _not_a_boolean(value: object) -> object:
-    # pydantic's lax mode would take `true` for 1.
-    if isinstance(value, bool):
-        raise ValueError("must be an integer, not a boolean")
+def _json_integer(value: object) -> object:
+    # What JSON Schema calls an integer: a number with no fraction (2 or 2.0, which api.routing
+    # parses to a Decimal). Not `true`, which lax mode takes for 1, and not the string "2".
+    if isinstance(value, bool | str):
+        raise ValueError("must be a JSON integer")
+    if isinstance(value, Decimal) and value.is_finite() and value == value.to_integral_value():
+        return int(value)
     return value
 
 
-# A JSON integer and nothing else: not `true`, not "2", not 2.0.
-Count = Annotated[int, BeforeValidator(_not_a_boolean), StrictMode()]
+# JSON integers in a range. (The bounds go before the validator, or pydantic documents them as
+# `ge`/`le` instead of JSON Schema's minimum/maximum.)
+BatchSize = Annotated[int, Field(ge=1, le=200), BeforeValidator(_json_integer)]
+ReclaimBatch = Annotated[int, Field(ge=1, le=1000), BeforeValidator(_json_integer)]
 
 Timestamp = Annotated[
     datetime, PlainSerializer(lambda d: d.astimezone(UTC).isoformat(), return_type=str, when_used="json")
@@ -158,20 +168,21 @@ LeaseToken = Annotated[
 ]
 
 
+# A keyset position: microseconds since the Unix epoch of created_at, and the id. Every string
+# of this form is a valid position (the items after it), so the pattern is the whole contract.
+CURSOR_PATTERN = r"^[0-9]{1,16}-[0-9a-f]{32}$"
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND = timedelta(microseconds=1)
+
+
 def encode_cursor(created_at: datetime, item_id: UUID) -> str:
-    return base64.urlsafe_b64encode(json.dumps([created_at.isoformat(), str(item_id)]).encode()).decode()
+    return f"{(created_at - _EPOCH) // _MICROSECOND}-{item_id.hex}"
 
 
 def decode_cursor(cursor: str) -> tuple[datetime, UUID]:
-    """Raises ValueError for anything next_cursor did not produce."""
-    try:
-        created_at, item_id = json.loads(base64.urlsafe_b64decode(cursor.encode("ascii")))
-        position = (datetime.fromisoformat(created_at), UUID(item_id))
-    except (ValueError, TypeError, UnicodeEncodeError, binascii.Error):
-        raise ValueError("malformed cursor") from None
-    if position[0].tzinfo is None:
-        raise ValueError("malformed cursor")
-    return position
+    """The position of a cursor that matches CURSOR_PATTERN (the request model checks it)."""
+    micros, item_id = cursor.split("-")
+    return _EPOCH + int(micros) * _MICROSECOND, UUID(hex=item_id)
 
 
 MatchDecision = Literal["MATCHED", "PARTIAL", "UNMATCHED"]
@@ -239,7 +250,7 @@ class ItemOut(BaseModel):
 
 
 class LeaseIn(Strict):
-    batch_size: Count | None = Field(default=None, ge=1, le=200)
+    batch_size: BatchSize | None = None
 
 
 class LeaseOut(BaseModel):
@@ -248,7 +259,7 @@ class LeaseOut(BaseModel):
 
 class CompleteIn(Strict):
     resolution: Resolution
-    note: Annotated[str, StringConstraints(max_length=4000), AfterValidator(_storable)] | None = None
+    note: Note | None = None
     lease_token: LeaseToken | None = None
 
 
@@ -257,11 +268,11 @@ class RenewIn(Strict):
 
 
 class RequeueIn(Strict):
-    reason: Annotated[str, StringConstraints(min_length=1, max_length=500), AfterValidator(_storable)]
+    reason: Annotated[Reason, StringConstraints(min_length=1)]
 
 
 class ReleaseIn(Strict):
-    reason: Annotated[str, StringConstraints(max_length=500), AfterValidator(_storable)] | None = None
+    reason: Reason | None = None
     lease_token: LeaseToken | None = None
 
 
@@ -275,7 +286,7 @@ class ItemQuery(Strict):
     created_before: Rfc3339 | None = Field(default=None, description="Exclusive; RFC 3339 with offset.")
     limit: int = Field(default=50, ge=1, le=200)
     cursor: str | None = Field(
-        default=None, max_length=200, description="`next_cursor` of the previous page."
+        default=None, pattern=CURSOR_PATTERN, description="`next_cursor` of the previous page."
     )
 
 
@@ -326,7 +337,7 @@ class CompleteOut(BaseModel):
 
 
 class ReclaimIn(Strict):
-    reclaim_batch: Count = Field(default=100, ge=1, le=1000)
+    reclaim_batch: ReclaimBatch = 100
 
 
 class ReclaimedOut(BaseModel):

@@ -67,6 +67,9 @@ class Settings(BaseSettings):
         default=8000, ge=1, le=65_535, validation_alias=AliasChoices("PORT", "REVIEW_QUEUE_PORT")
     )
     workers: int = _range(1, 1, 64, "REVIEW_QUEUE_WORKERS")
+    # Proxies whose X-Forwarded-For/-Proto uvicorn believes (comma-separated IPs or CIDRs, or "*").
+    # Empty: none, so a client cannot choose the address it is logged under.
+    forwarded_allow_ips: str = Field(default="", validation_alias="REVIEW_QUEUE_FORWARDED_ALLOW_IPS")
 
     @field_validator("cors_origins", mode="before")
     @classmethod

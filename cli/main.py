@@ -1,6 +1,7 @@
 """The `review-queue` command: serve, migrate, tokens, reclaim."""
 
 import asyncio
+import contextlib
 import os
 import signal
 import sys
@@ -176,6 +177,7 @@ def serve(
         metrics_dir = tempfile.mkdtemp(prefix="review-queue-metrics-")
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = metrics_dir
     get_settings.cache_clear()
+    _raise_open_file_limit()
     child = subprocess.Popen([sys.executable, "-m", "cli", "reclaimer"]) if with_reclaimer else None
     # uvicorn re-raises SIGTERM after its graceful shutdown; exiting through SystemExit
     # instead runs the cleanup below and lets atexit stop the embedded server.
@@ -190,6 +192,8 @@ def serve(
             log_config=None,
             access_log=False,
             timeout_graceful_shutdown=20,
+            proxy_headers=bool(settings.forwarded_allow_ips),
+            forwarded_allow_ips=settings.forwarded_allow_ips or None,
         )
     finally:
         if child is not None:
@@ -197,6 +201,20 @@ def serve(
             child.wait(timeout=20)
         if metrics_dir is not None:
             shutil.rmtree(metrics_dir, ignore_errors=True)
+
+
+def _raise_open_file_limit() -> None:
+    # uvicorn never closes a connection that has not sent a complete request head, so idle or
+    # half-open sockets last until the client goes; the open-file limit is the ceiling. Take the
+    # hard limit (production runs behind a proxy with header timeouts: docs/security.md).
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or soft < hard:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(
+                resource.RLIMIT_NOFILE, (hard if hard != resource.RLIM_INFINITY else 1 << 20, hard)
+            )
 
 
 def main() -> None:
