@@ -7,6 +7,8 @@ from typing import Annotated, Literal
 from pydantic import AliasChoices, Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from db.roles import APP_ROLE
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -20,6 +22,14 @@ class Settings(BaseSettings):
 
     # None means: start (or join) the embedded PostgreSQL under data_dir.
     database_url: str | None = Field(default=None, validation_alias="DATABASE_URL")
+    # The schema owner, for migrations; unset means DATABASE_URL (or the embedded owner role).
+    migration_database_url: str | None = Field(
+        default=None, validation_alias="REVIEW_QUEUE_MIGRATION_DATABASE_URL"
+    )
+    # The role the migrations grant the service's rights to (DATABASE_URL's user in production).
+    app_role: str = Field(
+        default=APP_ROLE, pattern=r"^[a-z_][a-z0-9_]{0,62}$", validation_alias="REVIEW_QUEUE_APP_ROLE"
+    )
     data_dir: Path = Field(default=REPO_ROOT / ".data", validation_alias="REVIEW_QUEUE_DATA_DIR")
 
     # The seed's configuration table, with its defaults and ranges.

@@ -29,7 +29,7 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import make_url
 
 from api.settings import get_settings
-from cli.main import resolved_url
+from cli.main import owner_url
 from db import queue
 from db.engine import libpq_url as libpq
 from db.migrations import upgrade_head
@@ -568,7 +568,8 @@ def main(
     json_path: Annotated[Path | None, typer.Option("--json", help="Also write the results here.")] = None,
 ) -> None:
     settings = get_settings()
-    server_url = resolved_url(settings)
+    # The owner creates the bench's databases (the application role cannot) and the API runs as it.
+    server_url = owner_url(settings)
     workers = workers or os.cpu_count() or 1
     results: dict[str, Any] = {
         "clients": clients,

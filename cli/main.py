@@ -15,7 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from api.logs import configure_logging
 from api.settings import Settings, get_settings
 from db import tokens
-from db.engine import create_engine, database_url, transaction
+from db.engine import create_engine, database_url, libpq_url, migration_url, transaction
 from db.migrations import upgrade_head
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
@@ -33,6 +33,14 @@ class Role(StrEnum):
 
 def resolved_url(settings: Settings) -> str:
     return database_url(settings.database_url, settings.data_dir)
+
+
+def owner_url(settings: Settings) -> str:
+    return migration_url(settings.migration_database_url, settings.database_url, settings.data_dir)
+
+
+def migrate_to_head(settings: Settings) -> None:
+    upgrade_head(owner_url(settings), app_role=settings.app_role)
 
 
 def in_transaction(fn: Callable[[AsyncConnection], Awaitable[T]]) -> T:
@@ -57,7 +65,7 @@ def in_transaction(fn: Callable[[AsyncConnection], Awaitable[T]]) -> T:
 @app.command()
 def migrate() -> None:
     """Bring the schema to the newest migration (alembic upgrade head)."""
-    upgrade_head(resolved_url(get_settings()))
+    migrate_to_head(get_settings())
     typer.echo("schema is at head")
 
 
@@ -165,8 +173,9 @@ def serve(
     from cli import devtokens
 
     settings = get_settings()
+    migrate_to_head(settings)
     url = resolved_url(settings)
-    upgrade_head(url)
+    _warn_if_privileged(url)
     if settings.database_url is None:
         devtokens.ensure_and_print(settings, host or settings.host, port or settings.port)
     # Workers and the reclaimer child must reach the same database without starting their own
@@ -201,6 +210,23 @@ def serve(
             child.wait(timeout=20)
         if metrics_dir is not None:
             shutil.rmtree(metrics_dir, ignore_errors=True)
+
+
+def _warn_if_privileged(url: str) -> None:
+    """The audit trail's append-only promise holds against the application role only."""
+    import psycopg
+
+    with psycopg.connect(libpq_url(url)) as conn:
+        superuser, owner = conn.execute(
+            "SELECT rolsuper, pg_has_role(current_user, (SELECT tableowner FROM pg_tables"
+            " WHERE tablename = 'review_queue_event'), 'MEMBER') FROM pg_roles WHERE rolname = current_user"
+        ).fetchone() or (False, False)
+    if superuser or owner:
+        typer.echo(
+            "warning: DATABASE_URL's role owns the tables or is a superuser, so it could edit the audit"
+            " trail; serve as an application role (docs/security.md)",
+            err=True,
+        )
 
 
 def _raise_open_file_limit() -> None:

@@ -13,7 +13,8 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import _create_token, fresh_database, start_server, stop_server
+from db import roles
+from tests.conftest import _create_token, fresh_database, start_server, stop_server, with_database
 
 PACKAGE = "rq_generated"
 
@@ -21,7 +22,8 @@ PACKAGE = "rq_generated"
 @pytest.fixture(scope="module")
 def live(server_url: str, template_db: str) -> Iterator[tuple[str, str]]:
     """(base URL, database URL) of one `review-queue serve` for the module."""
-    with fresh_database(server_url, template_db) as url:
+    with fresh_database(server_url, template_db) as name:
+        url = with_database(server_url, name, role=roles.APP_ROLE)
         process, base = start_server({"DATABASE_URL": url})
         try:
             yield base, url

@@ -13,8 +13,9 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
+from db import roles
 from tests.api.helpers import assert_problem, item_body
-from tests.conftest import _create_token, fresh_database, libpq, start_server, stop_server
+from tests.conftest import _create_token, fresh_database, libpq, start_server, stop_server, with_database
 from tests.deploy.conftest import DEPLOY
 from tests.support import backdate_lease
 
@@ -106,18 +107,19 @@ def test_dashboard_has_the_operators_panels() -> None:
 def scrape(server_url: str, template_db: str) -> Iterator[str]:
     """/metrics of a live `review-queue serve` after every kind of transition, a lock timeout and
     a 503, so labelled counters have samples."""
-    with fresh_database(server_url, template_db) as url:
+    with fresh_database(server_url, template_db) as name:
+        url = with_database(server_url, name, role=roles.APP_ROLE)
         process, base = start_server({"DATABASE_URL": url, "REVIEW_QUEUE_METRICS_TOKEN": "scrape-secret"})
         try:
-            yield _exercise_and_scrape(base, url)
+            yield _exercise_and_scrape(base, url, with_database(server_url, name))
         finally:
             stop_server(process)
 
 
-def _exercise_and_scrape(base: str, url: str) -> str:
+def _exercise_and_scrape(base: str, url: str, arrange_url: str) -> str:
     admin = {"Authorization": f"Bearer {_create_token(url, 'ops', 'admin')}"}
     ann = {"Authorization": f"Bearer {_create_token(url, 'ann', 'reviewer')}"}
-    with httpx.Client(base_url=base, timeout=30) as http, psycopg.connect(libpq(url)) as sql:
+    with httpx.Client(base_url=base, timeout=30) as http, psycopg.connect(libpq(arrange_url)) as sql:
         for _ in range(4):
             assert http.post("/items", json=item_body(), headers=admin).status_code == 201
         held = http.post("/leases", json={"batch_size": 4}, headers=ann).json()["items"]
