@@ -3,6 +3,7 @@
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import fastapi_offline
 from asgi_correlation_id import CorrelationIdMiddleware
@@ -14,6 +15,7 @@ from fastapi.responses import HTMLResponse
 from fastapi.staticfiles import StaticFiles
 
 from api.errors import COMMON_PROBLEMS, install_error_handlers
+from api.examples import with_examples
 from api.logs import configure_logging
 from api.metrics import AccessLog
 from api.middleware import BodyLimit
@@ -24,6 +26,19 @@ from db.engine import create_engine, database_url
 MAX_BODY_BYTES = 1024 * 1024
 DOCS_ASSETS = Path(fastapi_offline.__file__).parent / "static"
 DOCS_ASSETS_URL = "/docs/assets"
+
+# The version of the HTTP contract (OpenAPI info.version), not of the package: semantic versioning,
+# the major bumped only for a breaking change (see the README, "Versioning").
+API_VERSION = "1.0.0"
+
+# One tag per resource; generated clients group their functions by these.
+TAGS = [
+    {"name": "items", "description": "Enqueue, read and list items; the holder's complete, renew, release."},
+    {"name": "leases", "description": "Lease the oldest pending items."},
+    {"name": "admin", "description": "Operators' actions (admin role)."},
+    {"name": "operations", "description": "Queue statistics and Prometheus metrics."},
+    {"name": "health", "description": "Liveness and readiness; no token needed."},
+]
 
 
 def _acceptable_request_id(value: str) -> bool:
@@ -87,7 +102,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app = FastAPI(
         title="review-queue",
         summary="Lease-based review queue for reconciliation exceptions.",
-        version="0.1.0",
+        version=API_VERSION,
+        openapi_tags=TAGS,
         lifespan=lifespan,
         docs_url=None,  # FastAPI's own pages load their scripts from a CDN: see _serve_docs
         redoc_url=None,
@@ -96,6 +112,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         redirect_slashes=False,
     )
     _serve_docs(app)
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            app.openapi_schema = with_examples(FastAPI.openapi(app))
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
     app.state.settings = settings
     app.state.token_cache = (
         TTLCache(maxsize=10_000, ttl=settings.token_cache_s) if settings.token_cache_s else None

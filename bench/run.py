@@ -113,6 +113,38 @@ def percentile(samples: list[float], p: float) -> float:
     return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
 
 
+class PostgresCpu:
+    """CPU seconds of the PostgreSQL server, measured on its own processes when it runs on this
+    machine: the postmaster, its live children, and, through the postmaster's children_* times,
+    every backend that has already exited. Other load on a shared machine does not count."""
+
+    def __init__(self, url: str) -> None:
+        self.postmaster: psutil.Process | None = None
+        try:
+            with psycopg.connect(libpq(url)) as conn:
+                row = conn.execute("SELECT pg_backend_pid()").fetchone()
+                parent = psutil.Process(row[0] if row else -1).parent()
+            # A server on another host has a pid that means nothing here.
+            if parent is not None and "postgres" in parent.name():
+                self.postmaster = parent
+        except (psutil.Error, psycopg.Error, ValueError):
+            pass
+
+    def seconds(self) -> float | None:
+        if self.postmaster is None:
+            return None
+        try:
+            own = self.postmaster.cpu_times()
+            children = self.postmaster.children(recursive=True)
+        except psutil.Error:
+            return None
+        return float(own.user + own.system + own.children_user + own.children_system) + _cpu_seconds(children)
+
+
+def _per_item_ms(seconds: float | None, items: int) -> float | None:
+    return None if seconds is None else round(seconds / items * 1000, 3)
+
+
 # --- 1. the raw-SQL ceiling -------------------------------------------------------------------
 
 
@@ -144,14 +176,17 @@ def raw_ceiling(url: str, clients: int, items: int, batch: int) -> dict[str, Any
     ]
     for w in workers:
         w.start()
+    postgres = PostgresCpu(url)
     barrier.wait()
-    machine0, started = _machine_busy_seconds(), time.perf_counter()
+    pg0, machine0, started = postgres.seconds(), _machine_busy_seconds(), time.perf_counter()
     for w in workers:
         w.join()
         if w.exitcode != 0:
             raise SystemExit(f"a raw client failed (exit {w.exitcode})")
     elapsed = time.perf_counter() - started
     machine_s = _machine_busy_seconds() - machine0
+    time.sleep(1)  # the clients' backends have exited; let the postmaster reap them into its times
+    pg1 = postgres.seconds()
     done = sum(out.get() for _ in workers)
     assert done == items, f"raw loop resolved {done} of {items}"
     return {
@@ -159,6 +194,7 @@ def raw_ceiling(url: str, clients: int, items: int, batch: int) -> dict[str, Any
         "seconds": round(elapsed, 2),
         "items_per_s": round(done / elapsed, 1),
         "cpu_ms_per_item": round(machine_s / done * 1000, 3),
+        "postgres_cpu_ms_per_item": _per_item_ms(None if pg0 is None or pg1 is None else pg1 - pg0, done),
         "machine_busy_cores": round(machine_s / elapsed, 2),
     }
 
@@ -295,13 +331,14 @@ def _machine_busy_seconds() -> float:
     return float(sum(times) - times.idle - getattr(times, "iowait", 0.0))
 
 
-def api_throughput(server: Server, tokens: list[str], items: int, batch: int) -> dict[str, Any]:
+def api_throughput(server: Server, tokens: list[str], items: int, batch: int, url: str) -> dict[str, Any]:
     run = ApiRun()
+    postgres = PostgresCpu(url)
     sampler = MemorySampler(server.process.pid)
     sampler.start()
     root = psutil.Process(server.process.pid)
     api_processes = [root, *root.children(recursive=True)]
-    api0, machine0 = _cpu_seconds(api_processes), _machine_busy_seconds()
+    api0, machine0, pg0 = _cpu_seconds(api_processes), _machine_busy_seconds(), postgres.seconds()
     cpu0, started = time.process_time(), time.perf_counter()
 
     async def main() -> None:
@@ -320,6 +357,8 @@ def api_throughput(server: Server, tokens: list[str], items: int, batch: int) ->
     loadgen_s = time.process_time() - cpu0
     loadgen_cpu = loadgen_s / elapsed
     api_s, machine_s = _cpu_seconds(api_processes) - api0, _machine_busy_seconds() - machine0
+    pg1 = postgres.seconds()
+    pg_s = None if pg0 is None or pg1 is None else pg1 - pg0
     sampler.stop.set()
     sampler.join()
     assert len(run.complete_s) == items and run.errors == 0, (
@@ -347,9 +386,40 @@ def api_throughput(server: Server, tokens: list[str], items: int, batch: int) ->
             "api": round(api_s / items * 1000, 3),
             "load_generator": round(loadgen_s / items * 1000, 3),
             "postgres_and_rest": round((machine_s - api_s - loadgen_s) / items * 1000, 3),
+            # Measured on PostgreSQL's own processes (None when it runs elsewhere).
+            "postgres": _per_item_ms(pg_s, items),
         },
         "machine_busy_cores": round(machine_s / elapsed, 2),
         "peak_rss_mb_per_process": sorted(round(v / 2**20, 1) for v in sampler.peaks.values()),
+    }
+
+
+# --- 6. bytes on disk ---------------------------------------------------------------------------
+
+_SIZES = """
+SELECT pg_total_relation_size('review_queue_item'), pg_total_relation_size('review_queue_event'),
+       (SELECT count(*) FROM review_queue_item), (SELECT count(*) FROM review_queue_event)
+"""
+
+
+def storage(url: str) -> dict[str, Any]:
+    """Bytes per item and per audit event (heap, TOAST and indexes: pg_total_relation_size), as the
+    run left them (dead row versions of the churn included, as autovacuum would keep them) and
+    compacted by VACUUM FULL (the live rows alone)."""
+    with psycopg.connect(libpq(url), autocommit=True) as conn:
+        conn.execute("VACUUM ANALYZE review_queue_item")
+        conn.execute("VACUUM ANALYZE review_queue_event")
+        item_b, event_b, items, events = conn.execute(_SIZES).fetchone() or (0, 0, 0, 0)
+        conn.execute("VACUUM FULL review_queue_item")
+        conn.execute("VACUUM FULL review_queue_event")
+        item_full, event_full, _, _ = conn.execute(_SIZES).fetchone() or (0, 0, 0, 0)
+    return {
+        "items": items,
+        "events": events,
+        "item_bytes": round(item_b / items),
+        "item_bytes_compacted": round(item_full / items),
+        "event_bytes": round(event_b / events),
+        "event_bytes_compacted": round(event_full / events),
     }
 
 
@@ -439,14 +509,15 @@ def dequeue_scaling(server_url: str, workers: int, port: int, samples: int) -> d
 
 
 def report(results: dict[str, Any]) -> str:
-    raw, api, dq = results["raw"], results["api"], results["dequeue"]
+    raw, api, dq, st = results["raw"], results["api"], results["dequeue"], results["storage"]
     lines = [
         f"review-queue bench  {results['clients']} clients, {results['items']} items, "
         f"batch {results['batch']}, {results['workers']} API worker(s), {results['machine']}",
         "",
         f"{'':38}{'items/s':>10}{'p50 ms':>10}{'p99 ms':>10}",
         f"{'1. raw SQL (seed loop, psycopg)':38}{raw['items_per_s']:>10}"
-        f"   ({raw['cpu_ms_per_item']} ms CPU per item, machine busy {raw['machine_busy_cores']} cores)",
+        f"   ({raw['cpu_ms_per_item']} ms CPU per item, {raw['postgres_cpu_ms_per_item']} of it PostgreSQL;"
+        f" machine busy {raw['machine_busy_cores']} cores)",
         f"{'2. HTTP API':38}{api['items_per_s']:>10}",
         f"{'     POST /leases':38}{'':>10}{api['lease_p50_ms']:>10}{api['lease_p99_ms']:>10}",
         f"{'     POST /items/{id}/complete':38}{'':>10}"
@@ -471,10 +542,15 @@ def report(results: dict[str, Any]) -> str:
         f"5. peak RSS per API process under load (MB): {api['peak_rss_mb_per_process']}   (target < 200)",
         f"   CPU per item (ms): API {api['cpu_ms_per_item']['api']}, load generator "
         f"{api['cpu_ms_per_item']['load_generator']}, PostgreSQL and the rest "
-        f"{api['cpu_ms_per_item']['postgres_and_rest']}; machine busy {api['machine_busy_cores']} of "
+        f"{api['cpu_ms_per_item']['postgres_and_rest']} (PostgreSQL alone, measured on its processes: "
+        f"{api['cpu_ms_per_item']['postgres']}); machine busy {api['machine_busy_cores']} of "
         f"{os.cpu_count()} cores",
         f"   load generator CPU: {api['loadgen_cpu_cores']} cores"
         + ("  -- SATURATED, the API number is a lower bound" if api["loadgen_cpu_cores"] > 0.9 else ""),
+        f"6. on disk after {st['items']} items resolved through the API ({st['events']} events), "
+        "pg_total_relation_size (compacted: after VACUUM FULL):",
+        f"     per item  {st['item_bytes']:>6} B as run, {st['item_bytes_compacted']:>6} B compacted",
+        f"     per event {st['event_bytes']:>6} B as run, {st['event_bytes_compacted']:>6} B compacted",
     ]
     return "\n".join(lines)
 
@@ -510,9 +586,10 @@ def main(
     tokens = create_tokens(api_url, clients)
     server = start_server(api_url, workers, port)
     try:
-        results["api"] = api_throughput(server, tokens, items, batch)
+        results["api"] = api_throughput(server, tokens, items, batch, api_url)
     finally:
         stop_server(server)
+    results["storage"] = storage(api_url)
     results["api_raw_ratio"] = round(results["api"]["items_per_s"] / results["raw"]["items_per_s"], 2)
     typer.echo("3/4 dequeue scaling (seeds 1,000,000 rows) ...", err=True)
     results["dequeue"] = dequeue_scaling(server_url, workers, port, lease_samples)

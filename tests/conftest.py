@@ -8,6 +8,7 @@ import tempfile
 import uuid
 import warnings
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import psycopg
@@ -80,13 +81,22 @@ def template_db(server_url: str, worker_id: str) -> Iterator[str]:
     _admin_sql(server_url, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
 
-@pytest.fixture
-def db_name(server_url: str, template_db: str) -> Iterator[str]:
-    """A fresh database for this test, cloned from the migrated template (about 30 ms)."""
+@contextmanager
+def fresh_database(server_url: str, template_db: str) -> Iterator[str]:
+    """A new database cloned from the migrated template (about 30 ms), dropped afterwards: its name."""
     name = f"rq_test_{uuid.uuid4().hex[:12]}"
     _admin_sql(server_url, f"CREATE DATABASE {name} TEMPLATE {template_db} OWNER {roles.OWNER_ROLE}")
-    yield name
-    _admin_sql(server_url, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+    try:
+        yield name
+    finally:
+        _admin_sql(server_url, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+@pytest.fixture
+def db_name(server_url: str, template_db: str) -> Iterator[str]:
+    """A fresh database for this test."""
+    with fresh_database(server_url, template_db) as name:
+        yield name
 
 
 @pytest.fixture

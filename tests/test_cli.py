@@ -300,3 +300,18 @@ def test_revoking_nothing_is_an_error_and_revoke_by_id(db_url: str, sql: psycopg
     assert cli(db_url, "token", "revoke").returncode == 2
     assert cli(db_url, "token", "revoke", "--id", str(second), "--subject", "max").returncode == 2
     assert sql.execute("SELECT count(*) FROM api_token WHERE revoked_at IS NULL").fetchone() == (1,)
+
+
+def test_the_cli_creates_no_prometheus_metric_before_serve_picks_multiprocess_mode() -> None:
+    """`serve` sets PROMETHEUS_MULTIPROC_DIR after `cli.main` is imported; a counter created at
+    import would keep its value in process memory, and with one worker (the default) /metrics
+    would show no counters at all (tests/deploy/test_prometheus.py sees it end to end)."""
+    import sys
+
+    from api.settings import Settings
+    from db.queue import DEFAULT_MAX_ATTEMPTS
+
+    probe = "import sys, cli.main; print('prometheus_client' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "False", "importing cli.main imports prometheus_client"
+    assert Settings.model_fields["max_attempts"].default == DEFAULT_MAX_ATTEMPTS

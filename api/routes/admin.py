@@ -13,7 +13,7 @@ from db import queue
 router = APIRouter(route_class=QueueRoute, tags=["admin"])
 
 
-@router.post("/admin/reclaim")
+@router.post("/admin/reclaim", operation_id="reclaimExpired", summary="Reclaim expired leases")
 async def reclaim(
     conn: Conn,
     principal: Admin,

@@ -14,13 +14,19 @@ from db.migrations import current_revision, head_revision
 router = APIRouter(tags=["health"])
 
 
-@router.get("/healthz")
+@router.get("/healthz", operation_id="healthz", summary="Liveness")
 async def healthz() -> Health:
     """The process is up. Never touches the database."""
     return Health(status="ok")
 
 
-@router.get("/readyz", response_model=Health, responses=problem_responses("DATABASE_UNAVAILABLE"))
+@router.get(
+    "/readyz",
+    operation_id="readyz",
+    summary="Readiness",
+    response_model=Health,
+    responses=problem_responses("DATABASE_UNAVAILABLE"),
+)
 async def readyz(request: Request) -> Health | JSONResponse:
     """The database answers and its schema is at the Alembic head."""
     engine: AsyncEngine = request.app.state.engine

@@ -47,6 +47,8 @@ def _conflict_detail(key: str) -> str:
 
 @router.post(
     "/items",
+    operation_id="enqueueItem",
+    summary="Enqueue an item",
     status_code=status.HTTP_201_CREATED,
     responses={
         200: {"model": ItemOut, "description": "The same key and payload arrived before."},
@@ -67,7 +69,7 @@ async def enqueue(body: ItemIn, conn: Conn, principal: Ingest, response: Respons
     return ItemOut.of(item)
 
 
-@router.post("/items/batch")
+@router.post("/items/batch", operation_id="enqueueItems", summary="Enqueue items in one transaction")
 async def enqueue_batch(body: BatchIn, conn: Conn, principal: Ingest) -> BatchOut:
     """Enqueue up to 1000 items in one transaction; one result per item, in request order."""
     results = await queue.enqueue_items(
@@ -85,7 +87,7 @@ async def enqueue_batch(body: BatchIn, conn: Conn, principal: Ingest) -> BatchOu
     return BatchOut(results=out)
 
 
-@router.get("/items")
+@router.get("/items", operation_id="listItems", summary="List items")
 async def list_items(query: Annotated[ItemQuery, Query()], conn: Conn, principal: AnyRole) -> ItemPage:
     """Items oldest first, filtered, paginated by keyset; `leased_by=me` is the caller's own work."""
     after = decode_cursor(query.cursor) if query.cursor else None
@@ -108,12 +110,22 @@ async def list_items(query: Annotated[ItemQuery, Query()], conn: Conn, principal
     )
 
 
-@router.get("/items/{item_id}", responses=problem_responses("NOT_FOUND"))
+@router.get(
+    "/items/{item_id}",
+    operation_id="getItem",
+    summary="Get an item",
+    responses=problem_responses("NOT_FOUND"),
+)
 async def get_item(item_id: ItemId, conn: Conn, principal: AnyRole) -> ItemOut:
     return ItemOut.of(await _existing(conn, item_id), principal.subject)
 
 
-@router.get("/items/{item_id}/events", responses=problem_responses("NOT_FOUND"))
+@router.get(
+    "/items/{item_id}/events",
+    operation_id="getItemEvents",
+    summary="Get an item's audit trail",
+    responses=problem_responses("NOT_FOUND"),
+)
 async def get_events(
     item_id: ItemId, query: Annotated[EventQuery, Query()], conn: Conn, _: AnyRole
 ) -> EventsOut:
@@ -154,7 +166,9 @@ def _held(
 _NOT_HELD = problem_responses("NOT_FOUND", "LEASE_NOT_HELD")
 
 
-@router.post("/items/{item_id}/renew", responses=_NOT_HELD)
+@router.post(
+    "/items/{item_id}/renew", operation_id="renewItem", summary="Renew your lease", responses=_NOT_HELD
+)
 async def renew(
     item_id: ItemId,
     conn: Conn,
@@ -173,7 +187,9 @@ async def renew(
     return _held(outcome, item, item_id, principal)
 
 
-@router.post("/items/{item_id}/release", responses=_NOT_HELD)
+@router.post(
+    "/items/{item_id}/release", operation_id="releaseItem", summary="Release your lease", responses=_NOT_HELD
+)
 async def release(
     item_id: ItemId,
     principal: Reviewer,
@@ -194,7 +210,12 @@ async def release(
     return _held(outcome, item, item_id, principal)
 
 
-@router.post("/items/{item_id}/requeue", responses=problem_responses("NOT_FOUND", "NOT_QUARANTINED"))
+@router.post(
+    "/items/{item_id}/requeue",
+    operation_id="requeueItem",
+    summary="Requeue a quarantined item",
+    responses=problem_responses("NOT_FOUND", "NOT_QUARANTINED"),
+)
 async def requeue(item_id: ItemId, body: RequeueIn, principal: Admin, conn: Conn) -> ItemOut:
     """Put a QUARANTINED item back in the queue, in its old place, with its attempts reset (admin)."""
     outcome, item = await queue.requeue_item(
@@ -207,7 +228,12 @@ async def requeue(item_id: ItemId, body: RequeueIn, principal: Admin, conn: Conn
     return ItemOut.of(item, principal.subject)
 
 
-@router.post("/items/{item_id}/reopen", responses=problem_responses("NOT_FOUND", "NOT_RESOLVED"))
+@router.post(
+    "/items/{item_id}/reopen",
+    operation_id="reopenItem",
+    summary="Reopen a resolved item (admin)",
+    responses=problem_responses("NOT_FOUND", "NOT_RESOLVED"),
+)
 async def reopen(item_id: ItemId, body: ReopenIn, principal: Admin, conn: Conn) -> ItemOut:
     """Put a RESOLVED item back to PENDING, in its old place; the REOPENED event keeps the old
     decision and the reason (admin)."""
@@ -223,6 +249,8 @@ async def reopen(item_id: ItemId, body: ReopenIn, principal: Admin, conn: Conn) 
 
 @router.post(
     "/items/{item_id}/complete",
+    operation_id="completeItem",
+    summary="Resolve an item you hold",
     responses=problem_responses("NOT_FOUND", "LEASE_NOT_HELD", "RESOLUTION_CONFLICT"),
 )
 async def complete(item_id: ItemId, body: CompleteIn, conn: Conn, principal: Reviewer) -> CompleteOut:

@@ -13,7 +13,7 @@ from db import queue
 router = APIRouter(route_class=QueueRoute, tags=["leases"])
 
 
-@router.post("/leases")
+@router.post("/leases", operation_id="leaseItems", summary="Lease pending items")
 async def lease(
     conn: Conn,
     principal: Reviewer,

@@ -26,7 +26,7 @@ class StatsOut(BaseModel):
     open_leases_by_reviewer: dict[str, int]
 
 
-@router.get("/stats")
+@router.get("/stats", operation_id="getStats", summary="Queue statistics")
 async def get_stats(conn: Conn, _: Reviewer, settings: SettingsDep) -> StatsOut:
     """Queue depth, age, leases in flight and per reviewer (roles reviewer, admin)."""
     gauges = await stats.queue_gauges(conn, grace=timedelta(seconds=settings.reclaim_after_s))
@@ -49,6 +49,8 @@ async def get_stats(conn: Conn, _: Reviewer, settings: SettingsDep) -> StatsOut:
 
 @router.get(
     "/metrics",
+    operation_id="getMetrics",
+    summary="Prometheus metrics",
     dependencies=[MetricsScraper],
     response_class=Response,
     responses={

@@ -1,0 +1,152 @@
+"""Example bodies for the OpenAPI document: one per request and response model, shown in /docs and
+by generated clients. tests/api/test_openapi.py validates each against its own schema.
+
+They are added to the generated document (`with_examples`) rather than to the models'
+`json_schema_extra`, because FastAPI drops every null from the document it renders, and an item
+without its null fields would not match its own schema."""
+
+from typing import Any
+
+ITEM_ID = "0b8e6a52-3f0e-4c61-9d6e-5d0f2b7a9c11"
+TRACE_ID = "5f1c2d3e-4b5a-4c6d-8e7f-90a1b2c3d4e5"
+LEASE_TOKEN = "C45qUj8OTGGdbl0PK3qcEZo-H2wrfU6KscRdbn-Kmww"  # noqa: S105 - an example, not a secret
+
+ITEM_IN: dict[str, Any] = {
+    "idempotency_key": "ACME-2026-11-30-0042",
+    "ledger_entity": "ACME-CORP",
+    "variance_amount": "12.50",
+    "match_decision": "PARTIAL",
+    "source_hash": "sha256:9f2c",
+}
+ITEM_PENDING: dict[str, Any] = {
+    "id": ITEM_ID,
+    **ITEM_IN,
+    "state": "PENDING",
+    "leased_by": None,
+    "leased_at": None,
+    "lease_expires_at": None,
+    "trace_id": TRACE_ID,
+    "created_at": "2026-12-03T09:00:00+00:00",
+    "resolution": None,
+    "resolution_note": None,
+    "resolved_by": None,
+    "resolved_at": None,
+    "attempts": 0,
+    "lease_token": None,
+}
+ITEM_ASSIGNED: dict[str, Any] = {
+    **ITEM_PENDING,
+    "state": "ASSIGNED",
+    "leased_by": "alice",
+    "leased_at": "2026-12-03T09:05:00+00:00",
+    "lease_expires_at": "2026-12-03T09:05:30+00:00",
+    "attempts": 1,
+    "lease_token": LEASE_TOKEN,
+}
+ITEM_RESOLVED: dict[str, Any] = {
+    **ITEM_ASSIGNED,
+    "state": "RESOLVED",
+    "resolution": "APPROVED",
+    "resolution_note": "FX rounding",
+    "resolved_by": "alice",
+    "resolved_at": "2026-12-03T09:05:12+00:00",
+    "lease_token": None,
+}
+
+LEASE_IN = {"batch_size": 5}
+LEASE_OUT = {"items": [ITEM_ASSIGNED]}
+COMPLETE_IN = {"resolution": "APPROVED", "note": "FX rounding", "lease_token": LEASE_TOKEN}
+COMPLETE_OUT = {"outcome": "resolved", "item": ITEM_RESOLVED}
+RENEW_IN = {"lease_token": LEASE_TOKEN}
+RELEASE_IN = {"reason": "needs the FX desk", "lease_token": LEASE_TOKEN}
+BATCH_IN = {"items": [ITEM_IN]}
+BATCH_OUT = {"results": [{"outcome": "created", "item": ITEM_PENDING, "problem": None}]}
+ITEM_PAGE = {"items": [ITEM_ASSIGNED], "next_cursor": None}
+EVENTS_OUT = {
+    "events": [
+        {
+            "id": 1,
+            "item_id": ITEM_ID,
+            "event": "ENQUEUED",
+            "actor": "ingest-bot",
+            "at": "2026-12-03T09:00:00+00:00",
+            "lease_epoch": 0,
+            "trace_id": TRACE_ID,
+            "details": {},
+        },
+        {
+            "id": 2,
+            "item_id": ITEM_ID,
+            "event": "LEASED",
+            "actor": "alice",
+            "at": "2026-12-03T09:05:00+00:00",
+            "lease_epoch": 1,
+            "trace_id": TRACE_ID,
+            "details": {"lease_expires_at": "2026-12-03T09:05:30+00:00"},
+        },
+    ]
+}
+RECLAIM_IN = {"reclaim_batch": 100}
+REQUEUE_IN = {"reason": "the FX rates feed is fixed; try again"}
+RECLAIM_OUT = {
+    "reclaimed": 1,
+    "items": [
+        {
+            "id": ITEM_ID,
+            "trace_id": TRACE_ID,
+            "source_hash": "sha256:9f2c",
+            "match_decision": "PARTIAL",
+            "state": "PENDING",
+        }
+    ],
+}
+STATS_OUT = {
+    "counts": {"PENDING": 120, "ASSIGNED": 14, "RESOLVED": 90210},
+    "oldest_pending_age_s": 42.5,
+    "assigned": 14,
+    "max_inflight": 1000,
+    "inflight_ratio": 0.014,
+    "expired_unreclaimed": 0,
+    "reclaimable": 0,
+    "open_leases_by_reviewer": {"alice": 5, "bob": 9},
+}
+HEALTH = {"status": "ok"}
+PROBLEM = {
+    "type": "/problems/resolution-conflict",
+    "title": "Already resolved with a different resolution",
+    "status": 409,
+    "detail": "you already resolved this item as APPROVED, not REJECTED",
+    "code": "RESOLUTION_CONFLICT",
+    "instance": f"/items/{ITEM_ID}/complete",
+}
+
+
+# Component schema name -> its examples.
+BY_SCHEMA: dict[str, list[dict[str, Any]]] = {
+    "ItemIn": [ITEM_IN],
+    "ItemOut": [ITEM_ASSIGNED, ITEM_PENDING],
+    "LeaseIn": [LEASE_IN],
+    "LeaseOut": [LEASE_OUT],
+    "CompleteIn": [COMPLETE_IN],
+    "CompleteOut": [COMPLETE_OUT],
+    "RenewIn": [RENEW_IN],
+    "ReleaseIn": [RELEASE_IN],
+    "RequeueIn": [REQUEUE_IN],
+    "BatchIn": [BATCH_IN],
+    "BatchOut": [BATCH_OUT],
+    "ItemPage": [ITEM_PAGE],
+    "EventsOut": [EVENTS_OUT],
+    "ReclaimIn": [RECLAIM_IN],
+    "ReclaimOut": [RECLAIM_OUT],
+    "StatsOut": [STATS_OUT],
+    "Health": [HEALTH],
+    "Problem": [PROBLEM],
+}
+
+
+def with_examples(document: dict[str, Any]) -> dict[str, Any]:
+    """The OpenAPI document with each known component schema's examples, in place."""
+    for name, schema in document.get("components", {}).get("schemas", {}).items():
+        if name in BY_SCHEMA:
+            schema["examples"] = BY_SCHEMA[name]
+    return document

@@ -1,0 +1,169 @@
+"""deploy/prometheus/alerts.yml and deploy/grafana/review-queue.json, checked with Prometheus's own
+promtool and against a real scrape of /metrics from `review-queue serve`."""
+
+import json
+import re
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import psycopg
+import pytest
+import yaml
+from prometheus_client.parser import text_string_to_metric_families
+
+from db import roles
+from tests.api.helpers import assert_problem, item_body
+from tests.conftest import _create_token, fresh_database, libpq, start_server, stop_server, with_database
+from tests.deploy.conftest import DEPLOY
+from tests.support import backdate_lease
+
+ALERTS = DEPLOY / "prometheus" / "alerts.yml"
+ALERT_TESTS = DEPLOY / "prometheus" / "alerts.test.yml"
+DASHBOARD = DEPLOY / "grafana" / "review-queue.json"
+
+# One rule per row of the README's alert table, plus the quarantine of issue 10.
+EXPECTED_ALERTS = {
+    "ReviewQueueLeaseLeak",
+    "ReviewQueueExpiredLeasesNotReclaimed",
+    "ReviewQueueLockTimeouts",
+    "ReviewQueueOldestPendingTooOld",
+    "ReviewQueueUnavailable",
+    "ReviewQueueItemsQuarantined",
+}
+# Metrics a rule or panel may use before the service exposes them (none now). Listed only while
+# absent: the test fails once one appears, so the list cannot go stale.
+PENDING_METRICS: set[str] = set()
+
+METRIC = re.compile(r"\breview_queue_[a-z0-9_]+")
+
+
+def _rules() -> list[dict[str, object]]:
+    return [rule for group in yaml.safe_load(ALERTS.read_text())["groups"] for rule in group["rules"]]
+
+
+def _dashboard_exprs() -> list[str]:
+    return [t["expr"] for p in json.loads(DASHBOARD.read_text())["panels"] for t in p["targets"]]
+
+
+def _promtool(promtool: str, *args: str, stdin: str | None = None) -> str:
+    done = subprocess.run(
+        [promtool, *args], input=stdin, capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, f"promtool {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}"
+    return done.stdout
+
+
+def test_alert_rules_pass_promtool_check(promtool: str) -> None:
+    out = _promtool(promtool, "check", "rules", str(ALERTS))
+    assert f"SUCCESS: {len(EXPECTED_ALERTS)} rules found" in out, out
+
+
+def test_alert_rules_fire_and_stay_quiet_in_promtool_unit_tests(promtool: str) -> None:
+    _promtool(promtool, "test", "rules", str(ALERT_TESTS))
+
+
+def test_every_alert_has_a_severity_a_runbook_and_a_firing_and_a_quiet_case() -> None:
+    rules = _rules()
+    assert {r["alert"] for r in rules} == EXPECTED_ALERTS
+    for rule in rules:
+        assert rule["labels"]["severity"] in {"warning", "critical"}, rule  # type: ignore[index]
+        assert len(rule["annotations"]["runbook"]) > 40, rule  # type: ignore[index]
+        assert rule["annotations"]["summary"], rule  # type: ignore[index]
+    cases = [
+        case for test in yaml.safe_load(ALERT_TESTS.read_text())["tests"] for case in test["alert_rule_test"]
+    ]
+    for name in EXPECTED_ALERTS:
+        outcomes = {bool(c["exp_alerts"]) for c in cases if c["alertname"] == name}
+        assert outcomes == {True, False}, f"{name}: needs a firing and a not-firing case, has {outcomes}"
+
+
+def test_dashboard_queries_are_valid_promql(promtool: str, tmp_path: Path) -> None:
+    # promtool has no expression checker of its own; as recording rules, it parses every query.
+    exprs = _dashboard_exprs()
+    rules = [
+        {"record": f"dashboard:query_{i}", "expr": e.replace("$__rate_interval", "5m")}
+        for i, e in enumerate(exprs)
+    ]
+    path = tmp_path / "dashboard-queries.yml"
+    path.write_text(yaml.safe_dump({"groups": [{"name": "dashboard", "rules": rules}]}))
+    _promtool(promtool, "check", "rules", str(path))
+
+
+def test_dashboard_has_the_operators_panels() -> None:
+    text = " ".join(_dashboard_exprs())
+    for metric in (
+        "review_queue_pending_items",  # queue depth
+        "review_queue_assigned_items",  # leases in flight
+        "review_queue_oldest_pending_age_seconds",
+        "review_queue_http_request_duration_seconds_bucket",  # latency
+        "review_queue_database_unavailable_total",  # 503s
+    ):
+        assert metric in text, f"no panel queries {metric}"
+
+
+@pytest.fixture(scope="module")
+def scrape(server_url: str, template_db: str) -> Iterator[str]:
+    """/metrics of a live `review-queue serve` after every kind of transition, a lock timeout and
+    a 503, so labelled counters have samples."""
+    with fresh_database(server_url, template_db) as name:
+        url = with_database(server_url, name, role=roles.APP_ROLE)
+        process, base = start_server({"DATABASE_URL": url, "REVIEW_QUEUE_METRICS_TOKEN": "scrape-secret"})
+        try:
+            yield _exercise_and_scrape(base, url, with_database(server_url, name))
+        finally:
+            stop_server(process)
+
+
+def _exercise_and_scrape(base: str, url: str, arrange_url: str) -> str:
+    admin = {"Authorization": f"Bearer {_create_token(url, 'ops', 'admin')}"}
+    ann = {"Authorization": f"Bearer {_create_token(url, 'ann', 'reviewer')}"}
+    with httpx.Client(base_url=base, timeout=30) as http, psycopg.connect(libpq(arrange_url)) as sql:
+        for _ in range(4):
+            assert http.post("/items", json=item_body(), headers=admin).status_code == 201
+        held = http.post("/leases", json={"batch_size": 4}, headers=ann).json()["items"]
+        assert len(held) == 4
+        done = http.post(f"/items/{held[0]['id']}/complete", json={"resolution": "OK"}, headers=ann)
+        assert done.status_code == 200
+        assert http.post(f"/items/{held[1]['id']}/renew", headers=ann).status_code == 200
+        assert http.post(f"/items/{held[2]['id']}/release", headers=ann).status_code == 200
+        backdate_lease(sql, held[3]["id"])
+        sql.commit()
+        assert http.post("/admin/reclaim", headers=admin).json()["reclaimed"] == 1
+        sql.execute("LOCK TABLE review_queue_item IN ACCESS EXCLUSIVE MODE")
+        assert_problem(http.post("/leases", headers=ann), 503, "DATABASE_UNAVAILABLE")
+        sql.rollback()
+        response = http.get("/metrics", headers={"Authorization": "Bearer scrape-secret"})
+    assert response.status_code == 200, response.text
+    return response.text
+
+
+def test_a_real_scrape_passes_promtool_check_metrics(promtool: str, scrape: str) -> None:
+    _promtool(promtool, "check", "metrics", stdin=scrape)
+
+
+def test_every_metric_the_alerts_and_dashboard_query_is_in_a_real_scrape(scrape: str) -> None:
+    scraped = {s.name for f in text_string_to_metric_families(scrape) for s in f.samples}
+    queried = set(METRIC.findall(" ".join([*(str(r["expr"]) for r in _rules()), *_dashboard_exprs()])))
+    assert queried, "no review_queue_ metric found in the queries"
+    stale = PENDING_METRICS & scraped
+    assert not stale, f"{stale} are exposed now: drop them from PENDING_METRICS"
+    missing = queried - scraped - PENDING_METRICS
+    assert not missing, f"queried but not in a real scrape: {sorted(missing)}"
+
+
+def test_the_scrape_config_in_the_production_checklist_passes_promtool(promtool: str, tmp_path: Path) -> None:
+    text = (DEPLOY.parent / "docs" / "production.md").read_text()
+    (snippet,) = re.findall(r"```yaml\n(.*?)```", text, re.S)
+    config = yaml.safe_load(snippet)
+    # The paths the checklist names, pointed at this checkout's files.
+    token = tmp_path / "review-queue-metrics-token"
+    token.write_text("scrape-secret\n")
+    config["scrape_configs"][0]["authorization"]["credentials_file"] = str(token)
+    assert config["rule_files"] == ["/etc/prometheus/rules/review-queue-alerts.yml"]
+    config["rule_files"] = [str(ALERTS)]
+    path = tmp_path / "prometheus.yml"
+    path.write_text(yaml.safe_dump(config))
+    out = _promtool(promtool, "check", "config", str(path))
+    assert f"SUCCESS: {len(EXPECTED_ALERTS)} rules found" in out, out
