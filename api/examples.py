@@ -85,6 +85,7 @@ EVENTS_OUT = {
             "details": {"lease_expires_at": "2026-12-03T09:05:30+00:00"},
         },
     ]
+    "next_cursor": None,
 }
 RECLAIM_IN = {"reclaim_batch": 100}
 REQUEUE_IN = {"reason": "the FX rates feed is fixed; try again"}
@@ -132,6 +133,7 @@ BY_SCHEMA: dict[str, list[dict[str, Any]]] = {
     "RenewIn": [RENEW_IN],
     "ReleaseIn": [RELEASE_IN],
     "RequeueIn": [REQUEUE_IN],
+    "ReopenIn": [{"reason": "the bank statement was re-issued; the write-off no longer holds"}],
     "BatchIn": [BATCH_IN],
     "BatchOut": [BATCH_OUT],
     "ItemPage": [ITEM_PAGE],

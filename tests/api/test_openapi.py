@@ -20,6 +20,7 @@ OPERATION_IDS = {
     ("post", "/items/{item_id}/renew"): "renewItem",
     ("post", "/items/{item_id}/release"): "releaseItem",
     ("post", "/items/{item_id}/requeue"): "requeueItem",
+    ("post", "/items/{item_id}/reopen"): "reopenItem",
     ("post", "/leases"): "leaseItems",
     ("post", "/admin/reclaim"): "reclaimExpired",
     ("get", "/stats"): "getStats",
