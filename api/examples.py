@@ -84,7 +84,7 @@ EVENTS_OUT = {
             "trace_id": TRACE_ID,
             "details": {"lease_expires_at": "2026-12-03T09:05:30+00:00"},
         },
-    ]
+    ],
     "next_cursor": None,
 }
 RECLAIM_IN = {"reclaim_batch": 100}
