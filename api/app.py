@@ -14,7 +14,8 @@ from api.metrics import AccessLog
 from api.middleware import BodyLimit
 from api.routes import admin, health, items, leases, ops
 from api.settings import Settings, get_settings
-from db.engine import create_engine, database_url
+from db.engine import create_engine, database_url, libpq_url
+from db.notify import WorkSignal
 
 MAX_BODY_BYTES = 1024 * 1024
 
@@ -30,8 +31,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        url = database_url(settings.database_url, settings.data_dir)
         engine = create_engine(
-            database_url(settings.database_url, settings.data_dir),
+            url,
             pool_size=settings.pool_size,
             max_overflow=settings.pool_max_overflow,
             pool_timeout_s=settings.pool_timeout_ms / 1000,
@@ -39,9 +41,18 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             prepare_threshold=settings.prepare_threshold or None,
         )
         app.state.engine = engine
+        # One LISTEN connection per process, outside the pool, for POST /leases with wait_s.
+        work_signal = WorkSignal(
+            libpq_url(url),
+            poll_interval_s=settings.poll_interval_ms / 1000,
+            connect_timeout_s=settings.connect_timeout_s,
+        )
+        work_signal.start()
+        app.state.work_signal = work_signal
         try:
             yield
         finally:
+            await work_signal.stop()
             await engine.dispose()
 
     app = FastAPI(

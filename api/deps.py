@@ -31,7 +31,11 @@ async def _transaction(request: Request) -> AsyncIterator[AsyncConnection]:
         lock_timeout_ms=settings.pg_lock_timeout_ms,
         statement_timeout_ms=settings.statement_timeout_ms,
     ) as conn:
-        yield conn
+        request.state.conn = conn  # for the token lookup, see _find_principal
+        try:
+            yield conn
+        finally:
+            request.state.conn = None
 
 
 # scope="function": the transaction commits before the response is sent, so a client never
@@ -45,9 +49,24 @@ def _unauthenticated(detail: str) -> ProblemError:
     return ProblemError("UNAUTHENTICATED", detail, headers={"WWW-Authenticate": "Bearer"})
 
 
+async def _find_principal(request: Request, token: str) -> Principal | None:
+    # The request's transaction when the route has already opened one (Conn); otherwise a short
+    # transaction of its own: POST /leases holds no connection while it waits for work, and
+    # must not hold one for its authentication either.
+    opened: AsyncConnection | None = getattr(request.state, "conn", None)
+    if opened is not None:
+        return await find_principal(opened, token=token)
+    settings: Settings = request.app.state.settings
+    async with transaction(
+        request.app.state.engine,
+        lock_timeout_ms=settings.pg_lock_timeout_ms,
+        statement_timeout_ms=settings.statement_timeout_ms,
+    ) as conn:
+        return await find_principal(conn, token=token)
+
+
 async def _principal(
     request: Request,
-    conn: Conn,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> Principal:
     if credentials is None or credentials.scheme.lower() != "bearer":
@@ -57,7 +76,7 @@ async def _principal(
     key = hash_token(token)
     principal = cache.get(key) if cache is not None else None
     if principal is None:
-        principal = await find_principal(conn, token=token)
+        principal = await _find_principal(request, token)
         if principal is None:
             raise _unauthenticated("the token is unknown or revoked")
         if cache is not None:
@@ -78,14 +97,13 @@ def _require(*roles: str) -> object:
 
 async def _metrics_scraper(
     request: Request,
-    conn: Conn,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> None:
     # A scraper gets its own token (REVIEW_QUEUE_METRICS_TOKEN) so Prometheus never needs an
     # API token; without one configured, an admin token is required.
     expected: str | None = request.app.state.settings.metrics_token
     if expected is None:
-        principal = await _principal(request, conn, credentials)
+        principal = await _principal(request, credentials)
         if principal.role != "admin":
             raise ProblemError("FORBIDDEN", "metrics need an admin token, or set REVIEW_QUEUE_METRICS_TOKEN")
         return

@@ -17,6 +17,7 @@ from pydantic import (
     ConfigDict,
     Field,
     PlainSerializer,
+    StrictInt,
     StringConstraints,
     model_validator,
 )
@@ -193,8 +194,17 @@ class ItemOut(BaseModel):
         )
 
 
+MAX_WAIT_S = 20
+
+
 class LeaseIn(Strict):
     batch_size: Count | None = Field(default=None, ge=1, le=200)
+    wait_s: StrictInt = Field(
+        default=0,
+        ge=0,
+        le=MAX_WAIT_S,
+        description="When nothing can be leased, wait up to this many seconds for work (long poll).",
+    )
 
 
 class LeaseOut(BaseModel):

@@ -36,6 +36,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql.selectable import CTE
 
 from db import telemetry
+from db.notify import notify_work
 from db.tables import review_queue_event as event
 from db.tables import review_queue_item as item
 
@@ -191,6 +192,8 @@ async def enqueue_items(
         "actor": actor,
     }
     created = {i.idempotency_key: i for i in map(_item, await conn.execute(_ENQUEUE, params))}
+    if created:
+        await notify_work(conn)  # once for the whole batch, delivered at commit
     telemetry.enqueued(len(created))
     missing = [k for k in first if k not in created]
     stored = dict(created)
@@ -366,6 +369,7 @@ async def release_lease(
     params = {"item_id": item_id, "actor": reviewer, "fence_epoch": lease_epoch, "reason": reason}
     outcome, current = await _holder_change(conn, _RELEASE, params)
     if outcome == "done" and current is not None:
+        await notify_work(conn)
         telemetry.released(current, reviewer, reason)
     return outcome, current
 
@@ -474,6 +478,8 @@ async def reclaim_expired(
 ) -> list[Reclaimed]:
     params = {"reclaim_batch": reclaim_batch, "grace": grace, "actor": actor}
     rows = sorted(await conn.execute(_RECLAIM, params), key=lambda r: r.expired_at)  # oldest expiry first
+    if rows:
+        await notify_work(conn)  # once per reclaim statement, however many rows it returned
     reclaimed = [
         Reclaimed(r.id, r.trace_id, r.source_hash, r.match_decision, r.previous_holder, r.lease_epoch)
         for r in rows
