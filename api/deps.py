@@ -1,14 +1,15 @@
 """Dependencies: the one transaction per request, and who is calling."""
 
 import secrets
-from collections.abc import AsyncIterator
-from typing import Annotated
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Annotated, TypeVar
 
 from cachetools import TTLCache
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from api import session
 from api.errors import ProblemError
 from api.settings import Settings
 from db.engine import transaction
@@ -49,26 +50,39 @@ def _unauthenticated(detail: str) -> ProblemError:
     return ProblemError("UNAUTHENTICATED", detail, headers={"WWW-Authenticate": "Bearer"})
 
 
-async def _find_principal(request: Request, token: str) -> Principal | None:
+T = TypeVar("T")
+
+
+async def _lookup(request: Request, read: Callable[[AsyncConnection], Awaitable[T]]) -> T:
     # The request's transaction when the route has already opened one (Conn); otherwise a short
     # transaction of its own: POST /leases holds no connection while it waits for work, and
     # must not hold one for its authentication either.
     opened: AsyncConnection | None = getattr(request.state, "conn", None)
     if opened is not None:
-        return await find_principal(opened, token=token)
+        return await read(opened)
     settings: Settings = request.app.state.settings
     async with transaction(
         request.app.state.engine,
         lock_timeout_ms=settings.pg_lock_timeout_ms,
         statement_timeout_ms=settings.statement_timeout_ms,
     ) as conn:
-        return await find_principal(conn, token=token)
+        return await read(conn)
+
+
+async def _find_principal(request: Request, token: str) -> Principal | None:
+    return await _lookup(request, lambda conn: find_principal(conn, token=token))
 
 
 async def _principal(
     request: Request,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> Principal:
+    if credentials is None and session.COOKIE in request.cookies:
+        # The reviewer desk: a session cookie instead of a bearer token (CSRF-checked there).
+        from_cookie = await session.principal_from_cookie(request, _lookup)
+        if from_cookie is None:
+            raise _unauthenticated("the desk session has ended; sign in again")
+        return from_cookie
     if credentials is None or credentials.scheme.lower() != "bearer":
         raise _unauthenticated("an Authorization: Bearer <token> header is required")
     token = credentials.credentials
@@ -88,7 +102,9 @@ def _require(*roles: str) -> object:
     async def check(principal: Annotated[Principal, Depends(_principal)]) -> Principal:
         if principal.role not in roles:
             raise ProblemError(
-                "FORBIDDEN", f"role {principal.role!r} may not do this; needs one of {', '.join(roles)}"
+                "FORBIDDEN",
+                f"role {principal.role!r} may not do this; needs one of {', '.join(roles)}",
+                extra={"required_roles": list(roles)},
             )
         return principal
 

@@ -119,3 +119,18 @@ api_token = Table(
     CheckConstraint("role IN ('reviewer', 'ingest', 'admin')", name="valid_role"),
     Index("ix_api_token_subject", "subject"),
 )
+
+# Reviewer-desk sign-ins: the browser holds a random session id in an HttpOnly cookie, the
+# database only its sha256. A session lives no longer than its token: revoking the token (or
+# signing out, which deletes the row) ends it.
+desk_session = Table(
+    "desk_session",
+    metadata,
+    Column("id_hash", Text, primary_key=True),
+    Column("token_id", BigInteger, ForeignKey("api_token.id", ondelete="CASCADE"), nullable=False),
+    # Sent back by the page in X-CSRF-Token on every write; a cross-site form cannot know it.
+    Column("csrf_token", Text, nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Column("expires_at", DateTime(timezone=True), nullable=False),
+    Index("ix_desk_session_expires_at", "expires_at"),
+)

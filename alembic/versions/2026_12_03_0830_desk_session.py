@@ -1,0 +1,41 @@
+"""Reviewer desk sessions: a cookie's sha256, its token, its CSRF token and expiry.
+
+Revision ID: c4d7e2a91f35
+Revises: 9b3c2f4d7e10
+Create Date: 2026-12-03 08:30:00+00:00
+"""
+
+from collections.abc import Sequence
+
+import sqlalchemy as sa
+
+from alembic import op
+
+revision: str = "c4d7e2a91f35"
+down_revision: str | None = "9b3c2f4d7e10"
+branch_labels: str | Sequence[str] | None = None
+depends_on: str | Sequence[str] | None = None
+
+
+def upgrade() -> None:
+    op.create_table(
+        "desk_session",
+        sa.Column("id_hash", sa.Text(), nullable=False),
+        sa.Column("token_id", sa.BigInteger(), nullable=False),
+        sa.Column("csrf_token", sa.Text(), nullable=False),
+        sa.Column("created_at", sa.DateTime(timezone=True), server_default=sa.text("now()"), nullable=False),
+        sa.Column("expires_at", sa.DateTime(timezone=True), nullable=False),
+        sa.ForeignKeyConstraint(
+            ["token_id"],
+            ["api_token.id"],
+            name=op.f("fk_desk_session_token_id_api_token"),
+            ondelete="CASCADE",
+        ),
+        sa.PrimaryKeyConstraint("id_hash", name=op.f("pk_desk_session")),
+    )
+    op.create_index("ix_desk_session_expires_at", "desk_session", ["expires_at"], unique=False)
+
+
+def downgrade() -> None:
+    op.drop_index("ix_desk_session_expires_at", table_name="desk_session")
+    op.drop_table("desk_session")
