@@ -8,11 +8,12 @@ from cachetools import TTLCache
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 
+from api import desk
 from api.errors import COMMON_PROBLEMS, install_error_handlers
 from api.logs import configure_logging
 from api.metrics import AccessLog
 from api.middleware import BodyLimit
-from api.routes import admin, health, items, leases, ops
+from api.routes import admin, health, items, leases, ops, session
 from api.settings import Settings, get_settings
 from db.engine import create_engine, database_url, libpq_url
 from db.notify import WorkSignal
@@ -72,13 +73,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.add_middleware(
             CORSMiddleware,
             allow_origins=settings.cors_origins,
-            allow_methods=["GET", "POST"],
+            allow_methods=["GET", "POST", "DELETE"],
             allow_headers=["Authorization", "Content-Type", "X-Request-ID"],
             expose_headers=["X-Request-ID", "Retry-After"],
         )
     app.add_middleware(AccessLog)
     app.add_middleware(CorrelationIdMiddleware, header_name="X-Request-ID", validator=_acceptable_request_id)
     app.include_router(health.router)
-    for router in (items.router, leases.router, admin.router, ops.router):
+    for router in (items.router, leases.router, admin.router, ops.router, session.router):
         app.include_router(router, responses=COMMON_PROBLEMS)
+    desk.install(app)
     return app

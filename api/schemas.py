@@ -232,6 +232,7 @@ class ItemQuery(Strict):
     resolved_by: Text200 | None = Field(default=None, description="A reviewer, or `me` for the caller.")
     ledger_entity: Text200 | None = None
     match_decision: MatchDecision | None = None
+    idempotency_key: Text200 | None = Field(default=None, description="The item enqueued with this key.")
     created_after: Rfc3339 | None = Field(default=None, description="Inclusive; RFC 3339 with offset.")
     created_before: Rfc3339 | None = Field(default=None, description="Exclusive; RFC 3339 with offset.")
     limit: int = Field(default=50, ge=1, le=200)
@@ -318,3 +319,21 @@ class Problem(BaseModel):
     code: str
     instance: str | None = None
     errors: list[dict[str, object]] | None = None
+
+
+class SessionIn(Strict):
+    token: Annotated[str, StringConstraints(min_length=1, max_length=200)] = Field(
+        description="A bearer token (from `review-queue token create`), exchanged for a session cookie."
+    )
+
+
+class SessionOut(BaseModel):
+    subject: str
+    role: Literal["reviewer", "ingest", "admin"]
+    csrf_token: str | None = Field(
+        description="Send it as X-CSRF-Token with every write made with the session cookie; "
+        "null when the caller used a bearer token."
+    )
+    lease_s: float = Field(description="Lease duration (REVIEW_QUEUE_LOCK_TIMEOUT_MS) in seconds.")
+    idle_release_s: int = Field(description="REVIEW_QUEUE_UI_IDLE_RELEASE_S: the desk releases idle work.")
+    max_wait_s: int = Field(description="The largest wait_s of POST /leases.")

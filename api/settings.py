@@ -58,11 +58,24 @@ class Settings(BaseSettings):
     )
     metrics_token: str | None = Field(default=None, validation_alias="REVIEW_QUEUE_METRICS_TOKEN")
 
+    # The reviewer desk stops renewing and releases the item (reason "idle") after this long
+    # without a key press, click or scroll: a tab left open over a weekend holds no work.
+    ui_idle_release_s: int = _range(600, 60, 3600, "REVIEW_QUEUE_UI_IDLE_RELEASE_S")
+    # Tests only: a shorter idle release (1-59 s) than the range above allows, so the browser
+    # tests can watch it happen; takes precedence when set. Never set it in production.
+    ui_idle_release_test_s: int | None = Field(
+        default=None, ge=1, le=59, validation_alias="REVIEW_QUEUE_UI_IDLE_RELEASE_TEST_S"
+    )
+
     host: str = Field(default="127.0.0.1", validation_alias=AliasChoices("HOST", "REVIEW_QUEUE_HOST"))
     port: int = Field(
         default=8000, ge=1, le=65_535, validation_alias=AliasChoices("PORT", "REVIEW_QUEUE_PORT")
     )
     workers: int = _range(1, 1, 64, "REVIEW_QUEUE_WORKERS")
+
+    @property
+    def idle_release_s(self) -> int:
+        return self.ui_idle_release_test_s or self.ui_idle_release_s
 
     @field_validator("cors_origins", mode="before")
     @classmethod

@@ -504,6 +504,7 @@ class ItemFilter:
     resolved_by: str | None = None
     ledger_entity: str | None = None
     match_decision: str | None = None
+    idempotency_key: str | None = None
     created_after: datetime | None = None  # inclusive
     created_before: datetime | None = None  # exclusive
 
@@ -513,7 +514,7 @@ async def list_items(
 ) -> list[Item]:
     """Items in (created_at, id) order, strictly after the keyset position `after`."""
     query = select(*_ITEM_COLUMNS).order_by(item.c.created_at, item.c.id).limit(limit)
-    for column in ("state", "leased_by", "resolved_by", "ledger_entity", "match_decision"):
+    for column in ("state", "leased_by", "resolved_by", "ledger_entity", "match_decision", "idempotency_key"):
         value = getattr(where, column)
         if value is not None:
             query = query.where(item.c[column] == value)
