@@ -9,8 +9,10 @@ import os
 import re
 import secrets
 import shutil
+import tempfile
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -19,6 +21,7 @@ import httpx
 import psycopg
 import pytest
 
+from db.migrations import upgrade_head
 from db.tokens import hash_token
 from tests.api.helpers import item_body
 from tests.conftest import OwnPostgres, libpq, start_server, stop_server
@@ -411,13 +414,28 @@ def test_script_and_markup_from_ingest_stay_inert_under_a_strict_csp(
         shot(page, "desk-xss-inert")
 
 
+@pytest.fixture
+def own_pg() -> Iterator[OwnPostgres]:
+    """conftest's own_postgres, made on a worker thread: its migration runs asyncio.run, which
+    cannot run on this thread while Playwright's event loop does."""
+    with ThreadPoolExecutor(1) as worker:
+        own = worker.submit(_own_postgres).result()
+        yield own
+        worker.submit(own.start).result()
+        worker.submit(own.server.cleanup).result()
+
+
+def _own_postgres() -> OwnPostgres:
+    own = OwnPostgres(Path(tempfile.mkdtemp(prefix="rq-own-")))
+    upgrade_head(own.url)
+    return own
+
+
 def test_a_database_outage_shows_a_banner_and_the_desk_recovers(
-    own_postgres: OwnPostgres,
-    make_token_on: Callable[[str, str, str], str],
-    contexts: Callable[[], BrowserContext],
+    own_pg: OwnPostgres, contexts: Callable[[], BrowserContext]
 ) -> None:
-    url = own_postgres.url
-    token, admin = make_token_on(url, "alice", "reviewer"), make_token_on(url, "ada", "admin")
+    own_postgres, url = own_pg, own_pg.url
+    token, admin = _token_on(url, "alice", "reviewer"), _token_on(url, "ada", "admin")
     with desk(url) as base:
         page = contexts().new_page()
         sign_in(page, base, token)
