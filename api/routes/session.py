@@ -36,7 +36,9 @@ async def sign_in(
     session.check_origin(request)
     created = await sessions.create_session(conn, token=body.token, ttl=session.TTL)
     if created is None:
-        raise ProblemError("UNAUTHENTICATED", "the token is unknown or revoked")
+        raise ProblemError(
+            "UNAUTHENTICATED", "the token is unknown or revoked", headers={"WWW-Authenticate": "Bearer"}
+        )
     session_id, desk = created
     session.set_cookie(response, request, session_id)
     return _out(desk.subject, desk.role, desk.csrf_token, settings)

@@ -92,9 +92,11 @@ def test_release_and_reclaim_wake_waiters_too(
     (held,) = client.post("/leases", json={"batch_size": 1}, headers=alice).json()["items"]
     for hand_back in ("release", "reclaim"):
         answer: dict[str, Any] = {}
-        waiter = threading.Thread(
-            target=lambda: answer.update(r=client.post("/leases", json={"wait_s": WAIT_S}, headers=bob))
-        )
+
+        def wait_for_work(answer: dict[str, Any] = answer, bob: dict[str, str] = bob) -> None:
+            answer["r"] = client.post("/leases", json={"wait_s": WAIT_S}, headers=bob)
+
+        waiter = threading.Thread(target=wait_for_work)
         started = time.monotonic()
         waiter.start()
         until(lambda: client.app.state.work_signal.waiters == 1, what="bob waiting")  # type: ignore[attr-defined]
@@ -166,8 +168,7 @@ def test_a_lost_listener_falls_back_to_polling_and_reconnects(
         real_url = signal.url
         signal.url = "postgresql://nobody@127.0.0.1:1/nothing"  # it cannot come back for now
         (terminated,) = sql.execute(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = %s"
-            " AND pid = %s",
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = %s AND pid = %s",
             (LISTENER_NAME, first_pid),
         ).fetchone()
         assert terminated
