@@ -37,10 +37,17 @@ def ensure_and_print(settings: Settings, host: str, port: int) -> None:
     if not path.exists():
         return
     saved: dict[str, str] = json.loads(path.read_text())
-    base = f"http://{host}:{port}"
-    typer.echo("Development tokens (embedded database only):")
-    for role, token in saved.items():
-        typer.echo(f"  {role:<9} {token}")
-    typer.echo("Try:")
-    typer.echo(f"  export RQ_ADMIN={saved['admin']} RQ_REVIEWER={saved['reviewer']}")
-    typer.echo(f'  curl -s -X POST {base}/leases -H "Authorization: Bearer $RQ_REVIEWER"')
+    typer.echo(instructions(saved, f"http://{host}:{port}"))
+
+
+def instructions(saved: dict[str, str], base: str) -> str:
+    """What `make run` prints: the tokens, a first curl, and where the reviewer desk is."""
+    lines = ["Development tokens (embedded database only):"]
+    lines += [f"  {role:<9} {token}" for role, token in saved.items()]
+    lines += [
+        "Try:",
+        f"  export RQ_ADMIN={saved['admin']} RQ_REVIEWER={saved['reviewer']}",
+        f'  curl -s -X POST {base}/leases -H "Authorization: Bearer $RQ_REVIEWER"',
+        f"Reviewer desk: {base}/desk/  (sign in with the reviewer or admin token above)",
+    ]
+    return "\n".join(lines)

@@ -68,3 +68,14 @@ def test_reclaim_once_prints_the_count(db_url: str, sql: psycopg.Connection) -> 
     result = cli(db_url, "reclaim", "--once")
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip().splitlines()[-1] == "reclaimed 250"
+
+
+def test_make_run_prints_the_desk_url_next_to_the_tokens(client: TestClient) -> None:
+    from cli.devtokens import instructions
+
+    text = instructions({"admin": "rq_a", "reviewer": "rq_r"}, "http://127.0.0.1:8000")
+    assert "reviewer  rq_r" in text and "admin     rq_a" in text
+    desk_url = next(w for w in text.split() if w.endswith("/desk/"))
+    assert desk_url == "http://127.0.0.1:8000/desk/"
+    # ... and it is the page the service serves.
+    assert "Reviewer desk" in client.get("/desk/").text
