@@ -44,6 +44,11 @@ function h(tag, attrs = {}, ...children) {
 
 const $ = (id) => document.getElementById(id);
 
+// replaceChildren would turn a null into the text "null": leave the gaps out.
+function fill(el, ...children) {
+  el.replaceChildren(...children.flat().filter((c) => c !== null && c !== undefined && c !== false));
+}
+
 function duration(seconds) {
   const s = Math.max(0, Math.round(seconds));
   if (s < 60) return `${s} s`;
@@ -114,7 +119,7 @@ function onKey(ev) {
 
 function renderWho() {
   const who = $("who");
-  who.replaceChildren();
+  fill(who);
   if (!state.me) return;
   who.append(
     h("span", {}, `Signed in as ${state.me.subject} (${state.me.role})`),
@@ -153,7 +158,7 @@ function renderSignIn() {
     state.signInError ? h("p", { class: "error", role: "alert" }, state.signInError) : null,
     h("p", { class: "muted" }, "Paste the token you were given (make run prints one). It is exchanged for a session and not kept by this page."),
   );
-  main.replaceChildren(h("section", { "aria-label": "Sign in" }, h("h2", {}, "Sign in"), form));
+  fill(main, h("section", { "aria-label": "Sign in" }, h("h2", {}, "Sign in"), form));
   token.focus();
 }
 
@@ -230,10 +235,11 @@ function renderCurrent() {
   for (const id of ["resolve", "release", "resolution", "note", "release-reason"]) $(id).disabled = !item;
   $("next").disabled = Boolean(item) || state.waiting;
   if (!item) {
-    box.replaceChildren(h("p", { class: "muted" }, state.paused || "No item open. Press Next item (n) to lease one."));
+    fill(box, h("p", { class: "muted" }, state.paused || "No item open. Press Next item (n) to lease one."));
     return;
   }
-  box.replaceChildren(
+  fill(
+    box,
     itemFields(item),
     h("p", {}, "Lease: ", h("span", { id: "countdown", class: "countdown", role: "timer" }, "")),
     state.held.length > 1 ? h("p", { class: "muted" }, `You hold ${state.held.length} items; this is the oldest.`) : null,
@@ -271,7 +277,7 @@ function renderQueue() {
     lines.push(h("p", {}, text));
   }
   if (state.waiting) lines.push(h("p", {}, "Waiting for work… it will appear here as soon as it arrives."));
-  box.replaceChildren(h("h2", {}, "Queue"), ...lines);
+  fill(box, h("h2", {}, "Queue"), ...lines);
 }
 
 function renderAdmin() {
@@ -334,12 +340,13 @@ function renderAdmin() {
       ),
     );
   }
-  box.replaceChildren(...parts);
+  fill(box, ...parts);
 }
 
 function renderHelp() {
   const dialog = $("help");
-  dialog.replaceChildren(
+  fill(
+    dialog,
     h("h2", {}, "Keyboard shortcuts"),
     h(
       "table",
