@@ -63,6 +63,9 @@ class ValidationFailed(ReviewQueueError): ...
 class DatabaseUnavailable(ReviewQueueError): ...
 
 
+class NotQuarantined(ReviewQueueError): ...
+
+
 _BY_CODE: dict[str, type[ReviewQueueError]] = {
     "UNAUTHENTICATED": Unauthenticated,
     "FORBIDDEN": Forbidden,
@@ -70,6 +73,7 @@ _BY_CODE: dict[str, type[ReviewQueueError]] = {
     "LEASE_NOT_HELD": LeaseNotHeld,
     "IDEMPOTENCY_CONFLICT": IdempotencyConflict,
     "RESOLUTION_CONFLICT": ResolutionConflict,
+    "NOT_QUARANTINED": NotQuarantined,
     "VALIDATION_ERROR": ValidationFailed,
     "DATABASE_UNAVAILABLE": DatabaseUnavailable,
 }
@@ -113,6 +117,24 @@ def _timeout(http: httpx.Client | httpx.AsyncClient, wait_s: int) -> httpx.Timeo
 
 def _backoff(attempt: int) -> float:
     return min(2.0, 0.1 * 2.0**attempt) * random.uniform(0.5, 1.5)  # noqa: S311 - jitter
+
+
+FAILURE_BACKOFF_CEILING_S = 30.0
+
+
+def _failure_backoff(failures: int) -> float:
+    """Pause after the handler failed `failures` batches in a row: 0.5 s doubling to 30 s, jittered,
+    so a poison item (or a broken handler) cannot spin the queue."""
+    return min(FAILURE_BACKOFF_CEILING_S, 0.5 * 2.0 ** (failures - 1)) * random.uniform(0.5, 1.0)  # noqa: S311
+
+
+@dataclass
+class _Failed:
+    """An item the handler failed on: kept leased until the next lease has been taken, so that
+    lease hands out other items first, then released with the error as its reason."""
+
+    item: ItemOut
+    reason: str
 
 
 def _enqueue_body(fields: dict[str, Any]) -> dict[str, Any]:
@@ -165,6 +187,10 @@ class _Calls:
     ) -> tuple[str, str, dict[str, Any] | None]:
         body = {"reason": reason, "lease_token": lease_token}
         return "POST", f"/items/{item_id}/release", {k: v for k, v in body.items() if v is not None}
+
+    @staticmethod
+    def requeue(item_id: UUID, reason: str) -> tuple[str, str, dict[str, Any] | None]:
+        return "POST", f"/items/{item_id}/requeue", {"reason": reason}
 
 
 class ReviewQueueClient:
@@ -228,6 +254,10 @@ class ReviewQueueClient:
     def release(self, item_id: UUID, *, reason: str | None = None, lease_token: str | None = None) -> ItemOut:
         return ItemOut.model_validate(self._call(*_Calls.release(item_id, reason, lease_token)))
 
+    def requeue(self, item_id: UUID, *, reason: str) -> ItemOut:
+        """Put a QUARANTINED item back in the queue (admin)."""
+        return ItemOut.model_validate(self._call(*_Calls.requeue(item_id, reason)))
+
     def get(self, item_id: UUID) -> ItemOut:
         return ItemOut.model_validate(self._call("GET", f"/items/{item_id}"))
 
@@ -263,26 +293,27 @@ class ReviewQueueClient:
             done.set()
             thread.join()
 
-    def _process(self, item: ItemOut, handler: Callable[[ItemOut], HandlerResult], stats: WorkStats) -> None:
+    def _process(
+        self, item: ItemOut, handler: Callable[[ItemOut], HandlerResult], stats: WorkStats
+    ) -> _Failed | None:
         try:
             resolution, note = _resolution(handler(item))
         except Exception as error:
             log.exception("handler_failed", extra={"item_id": str(item.id)})
-            with contextlib.suppress(LeaseNotHeld):
-                self.release(item.id, reason=f"handler error: {error!r}"[:500], lease_token=item.lease_token)
-                stats.released += 1
-            return
+            return _Failed(item, f"handler error: {error!r}"[:500])
         try:
             self.complete(item.id, resolution, note=note, lease_token=item.lease_token)
             stats.resolved += 1
         except LeaseNotHeld:
             stats.lost += 1
+        return None
 
-    def _release_rest(self, rest: list[ItemOut], stats: WorkStats) -> None:
-        for item in rest:
+    def _release_all(self, items: list[_Failed], stats: WorkStats) -> None:
+        for failed in items:
             with contextlib.suppress(LeaseNotHeld):
-                self.release(item.id, reason="worker stopping", lease_token=item.lease_token)
+                self.release(failed.item.id, reason=failed.reason, lease_token=failed.item.lease_token)
                 stats.released += 1
+        items.clear()
 
     def work(
         self,
@@ -300,24 +331,34 @@ class ReviewQueueClient:
         stats = WorkStats()
         self._stop.clear()
         restore = self._install_signals() if handle_signals else {}
+        failed: list[_Failed] = []  # still leased; released once the next lease is taken
+        failures = 0  # batches in a row in which the handler failed
         try:
             while not self._stop.is_set():
                 batch = self.lease(batch_size, wait_s=wait_s)
                 stats.leased += len(batch)
+                self._release_all(failed, stats)
                 if not batch:
                     continue
                 held, lost = {i.id: i for i in batch}, set[UUID]()
                 with self._heartbeat(held, lost, _renew_interval(batch[0], renew_every_s)):
                     for position, item in enumerate(batch):
                         if self._stop.is_set():
-                            self._release_rest(batch[position:], stats)
+                            self._release_all(
+                                [_Failed(i, "worker stopping") for i in batch[position:]], stats
+                            )
                             break
                         if item.id in lost:
                             stats.lost += 1
                             continue
-                        self._process(item, handler, stats)
+                        if (failure := self._process(item, handler, stats)) is not None:
+                            failed.append(failure)
                         held.pop(item.id, None)
+                failures = failures + 1 if failed else 0
+                if failed:
+                    self._stop.wait(_failure_backoff(failures))
         finally:
+            self._release_all(failed, stats)
             for signum, previous in restore.items():
                 signal.signal(signum, previous)
         return stats
@@ -392,6 +433,9 @@ class AsyncReviewQueueClient:
     ) -> ItemOut:
         return ItemOut.model_validate(await self._call(*_Calls.release(item_id, reason, lease_token)))
 
+    async def requeue(self, item_id: UUID, *, reason: str) -> ItemOut:
+        return ItemOut.model_validate(await self._call(*_Calls.requeue(item_id, reason)))
+
     async def get(self, item_id: UUID) -> ItemOut:
         return ItemOut.model_validate(await self._call("GET", f"/items/{item_id}"))
 
@@ -419,22 +463,29 @@ class AsyncReviewQueueClient:
 
     async def _process(
         self, item: ItemOut, handler: Callable[[ItemOut], Awaitable[HandlerResult]], stats: WorkStats
-    ) -> None:
+    ) -> _Failed | None:
         try:
             resolution, note = _resolution(await handler(item))
         except Exception as error:
             log.exception("handler_failed", extra={"item_id": str(item.id)})
-            with contextlib.suppress(LeaseNotHeld):
-                await self.release(
-                    item.id, reason=f"handler error: {error!r}"[:500], lease_token=item.lease_token
-                )
-                stats.released += 1
-            return
+            return _Failed(item, f"handler error: {error!r}"[:500])
         try:
             await self.complete(item.id, resolution, note=note, lease_token=item.lease_token)
             stats.resolved += 1
         except LeaseNotHeld:
             stats.lost += 1
+        return None
+
+    async def _release_all(self, items: list[_Failed], stats: WorkStats) -> None:
+        for failed in items:
+            with contextlib.suppress(LeaseNotHeld):
+                await self.release(failed.item.id, reason=failed.reason, lease_token=failed.item.lease_token)
+                stats.released += 1
+        items.clear()
+
+    async def _pause(self, seconds: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._stop.wait(), seconds)
 
     async def work(
         self,
@@ -453,6 +504,8 @@ class AsyncReviewQueueClient:
         signals = (signal.SIGINT, signal.SIGTERM) if handle_signals else ()
         for sig in signals:
             loop.add_signal_handler(sig, self.stop)
+        failed: list[_Failed] = []  # still leased; released once the next lease is taken
+        failures = 0  # batches in a row in which the handler failed
         try:
             while not self._stop.is_set():
                 leasing = asyncio.ensure_future(self.lease(batch_size, wait_s=wait_s))
@@ -465,6 +518,7 @@ class AsyncReviewQueueClient:
                     break
                 batch = leasing.result()
                 stats.leased += len(batch)
+                await self._release_all(failed, stats)
                 if not batch:
                     continue
                 held, lost = {i.id: i for i in batch}, set[UUID]()
@@ -474,21 +528,22 @@ class AsyncReviewQueueClient:
                 try:
                     for position, item in enumerate(batch):
                         if self._stop.is_set():
-                            for rest in batch[position:]:
-                                with contextlib.suppress(LeaseNotHeld):
-                                    await self.release(
-                                        rest.id, reason="worker stopping", lease_token=rest.lease_token
-                                    )
-                                    stats.released += 1
+                            stopping = [_Failed(i, "worker stopping") for i in batch[position:]]
+                            await self._release_all(stopping, stats)
                             break
                         if item.id in lost:
                             stats.lost += 1
                             continue
-                        await self._process(item, handler, stats)
+                        if (failure := await self._process(item, handler, stats)) is not None:
+                            failed.append(failure)
                         held.pop(item.id, None)
                 finally:
                     heartbeat.cancel()
+                failures = failures + 1 if failed else 0
+                if failed:
+                    await self._pause(_failure_backoff(failures))
         finally:
+            await self._release_all(failed, stats)
             for sig in signals:
                 loop.remove_signal_handler(sig)
         return stats

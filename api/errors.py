@@ -30,6 +30,7 @@ PROBLEMS: dict[str, tuple[int, str]] = {
     "LEASE_NOT_HELD": (409, "Lease not held"),
     "IDEMPOTENCY_CONFLICT": (409, "Idempotency key reused with a different payload"),
     "RESOLUTION_CONFLICT": (409, "Already resolved with a different resolution"),
+    "NOT_QUARANTINED": (409, "Item is not quarantined"),
     "PAYLOAD_TOO_LARGE": (413, "Request body too large"),
     "UNSUPPORTED_MEDIA_TYPE": (415, "Unsupported media type"),
     "VALIDATION_ERROR": (422, "Request validation failed"),

@@ -85,6 +85,11 @@ class _QueueCollector(Collector):
         )
         yield GaugeMetricFamily("review_queue_assigned_items", "Items leased right now.", value=g.assigned)
         yield GaugeMetricFamily(
+            "review_queue_quarantined_items",
+            "Items quarantined after REVIEW_QUEUE_MAX_ATTEMPTS leases, waiting for an admin's requeue.",
+            value=g.quarantined,
+        )
+        yield GaugeMetricFamily(
             "review_queue_expired_unreclaimed_items",
             "Leases past lease_expires_at still ASSIGNED (seed: LEASE_LEAK, STARVATION).",
             value=g.expired_unreclaimed,

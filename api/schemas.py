@@ -2,9 +2,8 @@
 
 import base64
 import binascii
-import json
 import re
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 from uuid import UUID
@@ -17,8 +16,8 @@ from pydantic import (
     ConfigDict,
     Field,
     PlainSerializer,
-    StrictInt,
     StringConstraints,
+    WithJsonSchema,
     model_validator,
 )
 
@@ -38,6 +37,24 @@ def _storable(value: str) -> str:
     return value
 
 
+# A decimal string exactly as finance writes it: no exponent, no sign but '-', no spaces, no
+# digit separators, ASCII digits only (Python's Decimal would take "1_000.50", " 12.50 ", "+5",
+# "1e5" and Arabic-Indic digits).
+MONEY_PATTERN = r"^-?[0-9]{1,16}(\.[0-9]{1,2})?$"
+_MONEY_STRING = re.compile(MONEY_PATTERN)
+
+
+def _money_input(value: object) -> object:
+    if isinstance(value, bool):
+        raise ValueError('must be a decimal string such as "12.50" or a JSON number, not a boolean')
+    if isinstance(value, str) and not _MONEY_STRING.fullmatch(value):
+        raise ValueError(
+            'must be a decimal string of up to 16 integer and 2 fraction digits, e.g. "-12.50"'
+            " (no exponent, spaces, '+' or separators)"
+        )
+    return value
+
+
 def _money(value: Decimal) -> Decimal:
     if not value.is_finite():
         raise ValueError("must be a finite number")
@@ -50,15 +67,40 @@ def _money(value: Decimal) -> Decimal:
     return value
 
 
-Text200 = Annotated[str, StringConstraints(min_length=1, max_length=200), AfterValidator(_storable)]
+# PostgreSQL text cannot hold NUL: the documented pattern says so, and _storable also refuses lone
+# surrogates (which JSON can carry as escapes, and which no schema generator produces).
+NO_NUL = r"^[^\u0000]*$"
+
+
+Text200 = Annotated[
+    str, StringConstraints(min_length=1, max_length=200, pattern=NO_NUL), AfterValidator(_storable)
+]
+Note = Annotated[str, StringConstraints(max_length=4000, pattern=NO_NUL), AfterValidator(_storable)]
+Reason = Annotated[str, StringConstraints(max_length=500, pattern=NO_NUL), AfterValidator(_storable)]
 
 # Decimal in (a string like "12.50" or a JSON number parsed straight to Decimal, see
-# api.routing), a string with exactly two decimals out.
+# api.routing), a string with exactly two decimals out. The documented input schema is exactly
+# what is accepted: the string pattern, or a number of cents within the limits.
 Money = Annotated[
     Decimal,
     Field(allow_inf_nan=False, examples=["12.50"]),
+    BeforeValidator(_money_input),
     AfterValidator(_money),
     PlainSerializer(lambda d: f"{d:.2f}", return_type=str, when_used="json"),
+    WithJsonSchema(
+        {
+            "anyOf": [
+                {"type": "string", "pattern": MONEY_PATTERN},
+                {"type": "number", "multipleOf": 0.01, "exclusiveMinimum": -1e16, "exclusiveMaximum": 1e16},
+            ],
+            "examples": ["12.50"],
+        },
+        mode="validation",
+    ),
+    WithJsonSchema(
+        {"type": "string", "pattern": r"^-?[0-9]{1,16}\.[0-9]{2}$", "examples": ["12.50"]},
+        mode="serialization",
+    ),
 ]
 
 _RFC3339 = re.compile(r"\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:[Zz]|[+-]\d{2}:\d{2})")
@@ -74,66 +116,79 @@ def _rfc3339(value: object) -> object:
 Rfc3339 = Annotated[AwareDatetime, BeforeValidator(_rfc3339)]
 
 
-def _not_a_boolean(value: object) -> object:
-    # pydantic's lax mode would take `true` for 1.
-    if isinstance(value, bool):
-        raise ValueError("must be an integer, not a boolean")
+def _json_integer(value: object) -> object:
+    # What JSON Schema calls an integer: a number with no fraction (2 or 2.0, which api.routing
+    # parses to a Decimal). Not `true`, which lax mode takes for 1, and not the string "2".
+    if isinstance(value, bool | str):
+        raise ValueError("must be a JSON integer")
+    if isinstance(value, Decimal) and value.is_finite() and value == value.to_integral_value():
+        return int(value)
     return value
 
 
-Count = Annotated[int, BeforeValidator(_not_a_boolean)]
+# JSON integers in a range. (The bounds go before the validator, or pydantic documents them as
+# `ge`/`le` instead of JSON Schema's minimum/maximum.)
+BatchSize = Annotated[int, Field(ge=1, le=200), BeforeValidator(_json_integer)]
+ReclaimBatch = Annotated[int, Field(ge=1, le=1000), BeforeValidator(_json_integer)]
+MAX_WAIT_S = 20  # the longest long poll of POST /leases
+WaitSeconds = Annotated[int, Field(ge=0, le=MAX_WAIT_S), BeforeValidator(_json_integer)]
 
 Timestamp = Annotated[
     datetime, PlainSerializer(lambda d: d.astimezone(UTC).isoformat(), return_type=str, when_used="json")
 ]
 
 
-def encode_lease_token(item_id: UUID, lease_epoch: int) -> str:
-    """The fencing token of one lease of one item; opaque to clients."""
-    return base64.urlsafe_b64encode(item_id.bytes + lease_epoch.to_bytes(8, "big")).decode().rstrip("=")
+def encode_lease_token(item_id: UUID, lease_nonce: UUID) -> str:
+    """The fencing token of one lease of one item: its id and the lease's random nonce.
+
+    Unforgeable without reading the database: the nonce is 122 random bits drawn by the lease
+    statement (gen_random_uuid), stored with the lease and never shown to anyone but the holder.
+    """
+    return base64.urlsafe_b64encode(item_id.bytes + lease_nonce.bytes).decode().rstrip("=")
 
 
-def decode_lease_token(token: str) -> tuple[UUID, int]:
+# Matches no lease: gen_random_uuid() is version 4, never all zeros.
+NO_LEASE = UUID(int=0)
+
+
+def lease_nonce_for(item_id: UUID, token: str) -> UUID:
+    """The nonce a token claims for item_id; NO_LEASE for a token that cannot be one of its leases
+    (malformed, another item's, or the old epoch form), so the guard refuses it with 409."""
     try:
         raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
     except (binascii.Error, ValueError):
-        raise ValueError("not a lease token") from None
-    if len(raw) != 24:
-        raise ValueError("not a lease token")
-    return UUID(bytes=raw[:16]), int.from_bytes(raw[16:], "big")
-
-
-def _lease_token(value: str) -> str:
-    decode_lease_token(value)
-    return value
+        return NO_LEASE
+    if len(raw) != 32 or raw[:16] != item_id.bytes:
+        return NO_LEASE
+    return UUID(bytes=raw[16:])
 
 
 LeaseToken = Annotated[
     str,
-    StringConstraints(min_length=32, max_length=32, pattern=r"^[A-Za-z0-9_-]{32}$"),
-    AfterValidator(_lease_token),
-    Field(description="The `lease_token` of your lease; refused once the item has been leased again."),
+    StringConstraints(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]{1,64}$"),
+    Field(description="The `lease_token` of your lease; refused (409) once the item has been leased again."),
 ]
 
 
+# A keyset position: microseconds since the Unix epoch of created_at, and the id. Every string
+# of this form is a valid position (the items after it), so the pattern is the whole contract.
+CURSOR_PATTERN = r"^[0-9]{1,16}-[0-9a-f]{32}$"
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND = timedelta(microseconds=1)
+
+
 def encode_cursor(created_at: datetime, item_id: UUID) -> str:
-    return base64.urlsafe_b64encode(json.dumps([created_at.isoformat(), str(item_id)]).encode()).decode()
+    return f"{(created_at - _EPOCH) // _MICROSECOND}-{item_id.hex}"
 
 
 def decode_cursor(cursor: str) -> tuple[datetime, UUID]:
-    """Raises ValueError for anything next_cursor did not produce."""
-    try:
-        created_at, item_id = json.loads(base64.urlsafe_b64decode(cursor.encode("ascii")))
-        position = (datetime.fromisoformat(created_at), UUID(item_id))
-    except (ValueError, TypeError, UnicodeEncodeError, binascii.Error):
-        raise ValueError("malformed cursor") from None
-    if position[0].tzinfo is None:
-        raise ValueError("malformed cursor")
-    return position
+    """The position of a cursor that matches CURSOR_PATTERN (the request model checks it)."""
+    micros, item_id = cursor.split("-")
+    return _EPOCH + int(micros) * _MICROSECOND, UUID(hex=item_id)
 
 
 MatchDecision = Literal["MATCHED", "PARTIAL", "UNMATCHED"]
-State = Literal["PENDING", "ASSIGNED", "RESOLVED"]
+State = Literal["PENDING", "ASSIGNED", "RESOLVED", "QUARANTINED"]
 Resolution = Annotated[str, StringConstraints(pattern=r"^[A-Z][A-Z0-9_]{0,63}$")]
 
 
@@ -178,7 +233,10 @@ class ItemOut(BaseModel):
     resolution_note: str | None
     resolved_by: str | None
     resolved_at: Timestamp | None
-    attempts: int = Field(description="How many times the item has been leased.")
+    attempts: int = Field(
+        description="Leases since enqueue or the last requeue; at REVIEW_QUEUE_MAX_ATTEMPTS a release"
+        " or reclaim quarantines the item."
+    )
     lease_token: str | None = Field(
         description="Fencing token of the current lease; shown to the holder only, null otherwise."
     )
@@ -189,20 +247,14 @@ class ItemOut(BaseModel):
         held = item.state == "ASSIGNED" and viewer is not None and item.leased_by == viewer
         return cls(
             **fields,
-            attempts=item.lease_epoch,
-            lease_token=encode_lease_token(item.id, item.lease_epoch) if held else None,
+            lease_token=encode_lease_token(item.id, item.lease_nonce) if held and item.lease_nonce else None,
         )
 
 
-MAX_WAIT_S = 20
-
-
 class LeaseIn(Strict):
-    batch_size: Count | None = Field(default=None, ge=1, le=200)
-    wait_s: StrictInt = Field(
+    batch_size: BatchSize | None = None
+    wait_s: WaitSeconds = Field(
         default=0,
-        ge=0,
-        le=MAX_WAIT_S,
         description="When nothing can be leased, wait up to this many seconds for work (long poll).",
     )
 
@@ -213,7 +265,7 @@ class LeaseOut(BaseModel):
 
 class CompleteIn(Strict):
     resolution: Resolution
-    note: Annotated[str, StringConstraints(max_length=4000), AfterValidator(_storable)] | None = None
+    note: Note | None = None
     lease_token: LeaseToken | None = None
 
 
@@ -221,8 +273,12 @@ class RenewIn(Strict):
     lease_token: LeaseToken | None = None
 
 
+class RequeueIn(Strict):
+    reason: Annotated[Reason, StringConstraints(min_length=1)]
+
+
 class ReleaseIn(Strict):
-    reason: Annotated[str, StringConstraints(max_length=500), AfterValidator(_storable)] | None = None
+    reason: Reason | None = None
     lease_token: LeaseToken | None = None
 
 
@@ -237,7 +293,7 @@ class ItemQuery(Strict):
     created_before: Rfc3339 | None = Field(default=None, description="Exclusive; RFC 3339 with offset.")
     limit: int = Field(default=50, ge=1, le=200)
     cursor: str | None = Field(
-        default=None, max_length=200, description="`next_cursor` of the previous page."
+        default=None, pattern=CURSOR_PATTERN, description="`next_cursor` of the previous page."
     )
 
 
@@ -266,7 +322,9 @@ class BatchOut(BaseModel):
 class EventOut(BaseModel):
     id: int
     item_id: UUID
-    event: Literal["ENQUEUED", "LEASED", "RENEWED", "RELEASED", "RECLAIMED", "RESOLVED"]
+    event: Literal[
+        "ENQUEUED", "LEASED", "RENEWED", "RELEASED", "RECLAIMED", "RESOLVED", "QUARANTINED", "REQUEUED"
+    ]
     actor: str
     at: Timestamp
     lease_epoch: int
@@ -286,7 +344,7 @@ class CompleteOut(BaseModel):
 
 
 class ReclaimIn(Strict):
-    reclaim_batch: Count = Field(default=100, ge=1, le=1000)
+    reclaim_batch: ReclaimBatch = 100
 
 
 class ReclaimedOut(BaseModel):
@@ -294,6 +352,9 @@ class ReclaimedOut(BaseModel):
     trace_id: UUID
     source_hash: str
     match_decision: MatchDecision
+    state: Literal["PENDING", "QUARANTINED"] = Field(
+        description="PENDING, or QUARANTINED when the item had used up its attempts."
+    )
 
     model_config = ConfigDict(from_attributes=True)
 

@@ -7,6 +7,8 @@ from typing import Annotated, Literal
 from pydantic import AliasChoices, Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from db.queue import DEFAULT_MAX_ATTEMPTS
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -35,6 +37,8 @@ class Settings(BaseSettings):
     statement_timeout_ms: int = _range(5_000, 100, 600_000, "REVIEW_QUEUE_STATEMENT_TIMEOUT_MS")
     max_leases_per_reviewer: int = _range(200, 1, 10_000, "REVIEW_QUEUE_MAX_LEASES_PER_REVIEWER")
     reclaim_interval_s: int = _range(15, 1, 600, "REVIEW_QUEUE_RECLAIM_INTERVAL_S")
+    # Leases an item gets before a release or reclaim quarantines it (a poison item).
+    max_attempts: int = _range(DEFAULT_MAX_ATTEMPTS, 1, 1_000, "REVIEW_QUEUE_MAX_ATTEMPTS")
 
     pool_size: int = _range(10, 1, 200, "REVIEW_QUEUE_POOL_SIZE")
     pool_max_overflow: int = _range(5, 0, 200, "REVIEW_QUEUE_POOL_MAX_OVERFLOW")

@@ -135,6 +135,7 @@ def stats() -> None:
         ("pending", str(gauges.pending)),
         ("assigned", f"{gauges.assigned} of max_inflight {settings.max_inflight}"),
         ("resolved", str(resolved)),
+        ("quarantined", str(gauges.quarantined)),
         ("oldest pending age", age),
         ("expired, not reclaimed", str(gauges.expired_unreclaimed)),
         ("past the reclaim grace", str(gauges.reclaimable)),

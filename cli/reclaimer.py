@@ -47,6 +47,7 @@ async def drain(engine: AsyncEngine, settings: Settings, *, actor: str) -> int:
                 reclaim_batch=RECLAIM_BATCH,
                 grace=timedelta(seconds=settings.reclaim_after_s),
                 actor=actor,
+                max_attempts=settings.max_attempts,
             )
         total += len(batch)
         if len(batch) < RECLAIM_BATCH:

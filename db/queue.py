@@ -20,11 +20,14 @@ from uuid import UUID
 from sqlalchemy import (
     BigInteger,
     ColumnElement,
+    Integer,
     Interval,
     Numeric,
     Row,
     Text,
+    and_,
     bindparam,
+    case,
     func,
     literal_column,
     select,
@@ -42,7 +45,9 @@ from db.tables import review_queue_item as item
 
 # Inline constants, not bind parameters: the planner can only match the partial indexes
 # (WHERE state = 'PENDING' ...) against a literal it can see in every plan.
-PENDING, ASSIGNED, RESOLVED = (literal_column(f"'{s}'", Text) for s in ("PENDING", "ASSIGNED", "RESOLVED"))
+PENDING, ASSIGNED, RESOLVED, QUARANTINED = (
+    literal_column(f"'{s}'", Text) for s in ("PENDING", "ASSIGNED", "RESOLVED", "QUARANTINED")
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +69,8 @@ class Item:
     resolved_by: str | None
     resolved_at: datetime | None
     lease_epoch: int
+    lease_nonce: UUID | None
+    attempts: int
 
 
 _ITEM_FIELDS = [f.name for f in dataclasses.fields(Item)]
@@ -74,21 +81,28 @@ def _item(row: Row[Any]) -> Item:
     return Item(**{name: row._mapping[name] for name in _ITEM_FIELDS})
 
 
-def _logged(changed: CTE, name: str, *, details: ColumnElement[Any] | None = None) -> CTE:
-    """A CTE inserting one `name` event per row of `changed`, by the :actor parameter."""
+def _logged(
+    changed: CTE,
+    name: str,
+    *,
+    details: ColumnElement[Any] | None = None,
+    where: ColumnElement[bool] | None = None,
+) -> CTE:
+    """A CTE inserting one `name` event per row of `changed` (matching `where`), by :actor."""
+    rows = select(
+        changed.c.id,
+        literal_column(f"'{name}'", Text),
+        bindparam("actor", type_=Text),
+        changed.c.lease_epoch,
+        changed.c.trace_id,
+        details if details is not None else func.jsonb_build_object(),
+    )
+    if where is not None:
+        rows = rows.where(where)
     return (
         insert(event)
-        .from_select(
-            ["item_id", "event", "actor", "lease_epoch", "trace_id", "details"],
-            select(
-                changed.c.id,
-                literal_column(f"'{name}'", Text),
-                bindparam("actor", type_=Text),
-                changed.c.lease_epoch,
-                changed.c.trace_id,
-                details if details is not None else func.jsonb_build_object(),
-            ),
-        )
+        .from_select(["item_id", "event", "actor", "lease_epoch", "trace_id", "details"], rows)
+        .returning(event.c.item_id)
         .cte(f"logged_{name.lower()}")
     )
 
@@ -96,6 +110,29 @@ def _logged(changed: CTE, name: str, *, details: ColumnElement[Any] | None = Non
 def _changed_items(changed: CTE, name: str, *, details: ColumnElement[Any] | None = None) -> Any:
     """SELECT the changed rows, with the event insert attached to the same statement."""
     return select(*[changed.c[n] for n in _ITEM_FIELDS]).add_cte(_logged(changed, name, details=details))
+
+
+def _logged_then_quarantined(changed: CTE, name: str, *, details: ColumnElement[Any]) -> tuple[CTE, CTE]:
+    """The `name` event of every row of a release or reclaim, then a QUARANTINED event for the rows
+    it quarantined. The second insert reads the first one's RETURNING, so PostgreSQL runs the first
+    before it and the trail reads RELEASED (or RECLAIMED), then QUARANTINED."""
+    logged = _logged(changed, name, details=details)
+    quarantined = _logged(
+        changed,
+        "QUARANTINED",
+        details=func.jsonb_build_object("attempts", changed.c.attempts),
+        where=and_(changed.c.state == QUARANTINED, changed.c.id.in_(select(logged.c.item_id))),
+    )
+    return logged, quarantined
+
+
+DEFAULT_MAX_ATTEMPTS = 10  # REVIEW_QUEUE_MAX_ATTEMPTS
+
+# A release or reclaim of an item that has used up its attempts quarantines it: a poison item
+# that crashes every handler stops circulating instead of being leased again in a tight loop.
+_BACK_TO_QUEUE = case(
+    (item.c.attempts >= bindparam("max_attempts", type_=Integer), QUARANTINED), else_=PENDING
+)
 
 
 # --- enqueue ----------------------------------------------------------------------------
@@ -248,6 +285,8 @@ _leased = (
         leased_at=func.now(),
         lease_expires_at=func.now() + bindparam("lease_duration", type_=Interval),
         lease_epoch=item.c.lease_epoch + 1,
+        lease_nonce=func.gen_random_uuid(),
+        attempts=item.c.attempts + 1,
     )
     .returning(*_ITEM_COLUMNS)
     .cte("leased")
@@ -277,13 +316,14 @@ async def lease_items(
 def _held_by_caller() -> list[ColumnElement[bool]]:
     # The lease guard of every holder-only statement. (Bind names must not equal column names:
     # SQLAlchemy would add such a name to the UPDATE's SET clause.) An expired lease not yet reclaimed still
-    # counts as held. With a lease_token, the epoch must match too: that is what tells a stale
-    # tab apart from the same reviewer's newer lease of the same item.
+    # counts as held. With a lease_token, its nonce must match the current lease's: that is what
+    # tells a stale tab apart from the same reviewer's newer lease of the same item.
     return [
         item.c.id == bindparam("item_id"),
         item.c.state == ASSIGNED,
         item.c.leased_by == bindparam("actor", type_=Text),
-        item.c.lease_epoch == func.coalesce(bindparam("fence_epoch", type_=BigInteger), item.c.lease_epoch),
+        item.c.lease_nonce
+        == func.coalesce(bindparam("fence_nonce", type_=PG_UUID(as_uuid=True)), item.c.lease_nonce),
     ]
 
 
@@ -302,12 +342,14 @@ _released = (
     item.update()
     .where(*_held_by_caller())
     # created_at is kept, so a released item is first in line again.
-    .values(state=PENDING, leased_by=None, leased_at=None, lease_expires_at=None)
+    .values(state=_BACK_TO_QUEUE, leased_by=None, leased_at=None, lease_expires_at=None)
     .returning(*_ITEM_COLUMNS)
     .cte("released")
 )
-_RELEASE = _changed_items(
-    _released, "RELEASED", details=func.jsonb_build_object("reason", bindparam("reason", type_=Text))
+_RELEASE = select(*[_released.c[n] for n in _ITEM_FIELDS]).add_cte(
+    *_logged_then_quarantined(
+        _released, "RELEASED", details=func.jsonb_build_object("reason", bindparam("reason", type_=Text))
+    )
 )
 
 # Guarded by holder, state and epoch in the one UPDATE: a late completion from a worker whose
@@ -349,12 +391,17 @@ async def _holder_change(
 
 
 async def renew_lease(
-    conn: AsyncConnection, *, item_id: UUID, reviewer: str, lease_epoch: int | None, lease_duration: timedelta
+    conn: AsyncConnection,
+    *,
+    item_id: UUID,
+    reviewer: str,
+    lease_nonce: UUID | None,
+    lease_duration: timedelta,
 ) -> tuple[HolderOutcome, Item | None]:
     params = {
         "item_id": item_id,
         "actor": reviewer,
-        "fence_epoch": lease_epoch,
+        "fence_nonce": lease_nonce,
         "lease_duration": lease_duration,
     }
     outcome, current = await _holder_change(conn, _RENEW, params)
@@ -364,14 +411,58 @@ async def renew_lease(
 
 
 async def release_lease(
-    conn: AsyncConnection, *, item_id: UUID, reviewer: str, lease_epoch: int | None, reason: str | None
+    conn: AsyncConnection,
+    *,
+    item_id: UUID,
+    reviewer: str,
+    lease_nonce: UUID | None,
+    reason: str | None,
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS,
 ) -> tuple[HolderOutcome, Item | None]:
-    params = {"item_id": item_id, "actor": reviewer, "fence_epoch": lease_epoch, "reason": reason}
+    """Hand the item back: PENDING and first in line, or QUARANTINED once its attempts are used up."""
+    params = {
+        "item_id": item_id,
+        "actor": reviewer,
+        "fence_nonce": lease_nonce,
+        "reason": reason,
+        "max_attempts": max_attempts,
+    }
     outcome, current = await _holder_change(conn, _RELEASE, params)
-    if outcome == "done" and current is not None:
+    if outcome == "done" and current is not None and current.state == "PENDING":  # not quarantined
         await notify_work(conn)
         telemetry.released(current, reviewer, reason)
+        if current.state == "QUARANTINED":
+            telemetry.quarantined(current, reviewer)
     return outcome, current
+
+
+_requeued = (
+    item.update()
+    .where(item.c.id == bindparam("item_id"), item.c.state == QUARANTINED)
+    # In its old place (created_at is kept), with a fresh allowance of attempts.
+    .values(state=PENDING, attempts=0)
+    .returning(*_ITEM_COLUMNS)
+    .cte("requeued")
+)
+_REQUEUE = _changed_items(
+    _requeued, "REQUEUED", details=func.jsonb_build_object("reason", bindparam("reason", type_=Text))
+)
+
+RequeueOutcome = Literal["done", "not_quarantined", "not_found"]
+
+
+async def requeue_item(
+    conn: AsyncConnection, *, item_id: UUID, actor: str, reason: str
+) -> tuple[RequeueOutcome, Item | None]:
+    """Put a QUARANTINED item back in the queue (an admin decided it deserves more attempts)."""
+    row = (await conn.execute(_REQUEUE, {"item_id": item_id, "actor": actor, "reason": reason})).first()
+    if row is not None:
+        requeued = _item(row)
+        await notify_work(conn)  # leasable again
+        telemetry.requeued(requeued, actor, reason)
+        return "done", requeued
+    current = await get_item(conn, item_id=item_id)
+    return ("not_found" if current is None else "not_quarantined"), current
 
 
 CompleteOutcome = Literal[
@@ -386,14 +477,14 @@ async def complete_item(
     reviewer: str,
     resolution: str,
     note: str | None,
-    lease_epoch: int | None = None,
+    lease_nonce: UUID | None = None,
 ) -> tuple[CompleteOutcome, Item | None]:
     params = {
         "item_id": item_id,
         "actor": reviewer,
         "resolution": resolution,
         "note": note,
-        "fence_epoch": lease_epoch,
+        "fence_nonce": lease_nonce,
     }
     outcome, current = await _holder_change(conn, _COMPLETE, params)
     if outcome == "done" and current is not None:
@@ -410,7 +501,7 @@ async def complete_item(
     # Nothing changed; the row only tells the caller why.
     result: CompleteOutcome = "lease_not_held"
     retry = current.state == "RESOLVED" and current.resolved_by == reviewer
-    if retry and lease_epoch in (None, current.lease_epoch):
+    if retry and lease_nonce in (None, current.lease_nonce):
         result = "already_resolved" if current.resolution == resolution else "resolution_conflict"
     telemetry.completion_noop(current, reviewer, result)
     return result, current
@@ -427,6 +518,8 @@ class Reclaimed:
     match_decision: str
     previous_holder: str
     lease_epoch: int
+    state: str  # PENDING, or QUARANTINED when its attempts are used up
+    attempts: int
 
 
 # Same shape and discipline as the lease: a row some transaction holds (a completion or a
@@ -445,20 +538,22 @@ _expired = (
 _reclaimed = (
     item.update()
     .where(item.c.id == _expired.c.id)
-    .values(state=PENDING, leased_by=None, leased_at=None, lease_expires_at=None)
+    .values(state=_BACK_TO_QUEUE, leased_by=None, leased_at=None, lease_expires_at=None)
     .returning(
         item.c.id,
         item.c.trace_id,
         item.c.source_hash,
         item.c.match_decision,
         item.c.lease_epoch,
+        item.c.state,
+        item.c.attempts,
         _expired.c.leased_by.label("previous_holder"),
         _expired.c.lease_expires_at.label("expired_at"),
     )
     .cte("reclaimed")
 )
 _RECLAIM = select(_reclaimed).add_cte(
-    _logged(
+    *_logged_then_quarantined(
         _reclaimed,
         "RECLAIMED",
         details=func.jsonb_build_object(
@@ -474,18 +569,34 @@ _RECLAIM = select(_reclaimed).add_cte(
 
 
 async def reclaim_expired(
-    conn: AsyncConnection, *, reclaim_batch: int, grace: timedelta, actor: str
+    conn: AsyncConnection,
+    *,
+    reclaim_batch: int,
+    grace: timedelta,
+    actor: str,
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS,
 ) -> list[Reclaimed]:
-    params = {"reclaim_batch": reclaim_batch, "grace": grace, "actor": actor}
+    params = {"reclaim_batch": reclaim_batch, "grace": grace, "actor": actor, "max_attempts": max_attempts}
     rows = sorted(await conn.execute(_RECLAIM, params), key=lambda r: r.expired_at)  # oldest expiry first
     if rows:
         await notify_work(conn)  # once per reclaim statement, however many rows it returned
     reclaimed = [
-        Reclaimed(r.id, r.trace_id, r.source_hash, r.match_decision, r.previous_holder, r.lease_epoch)
+        Reclaimed(
+            r.id,
+            r.trace_id,
+            r.source_hash,
+            r.match_decision,
+            r.previous_holder,
+            r.lease_epoch,
+            r.state,
+            r.attempts,
+        )
         for r in rows
     ]
     for row in reclaimed:
         telemetry.reclaimed(row, previous_holder=row.previous_holder, reclaimed_by=actor)
+        if row.state == "QUARANTINED":
+            telemetry.quarantined(row, actor)
     return reclaimed
 
 

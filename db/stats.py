@@ -6,7 +6,7 @@ from datetime import timedelta
 from sqlalchemy import ColumnElement, Interval, ScalarSelect, bindparam, extract, func, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from db.queue import ASSIGNED, PENDING, RESOLVED
+from db.queue import ASSIGNED, PENDING, QUARANTINED, RESOLVED
 from db.tables import review_queue_item as item
 
 
@@ -16,6 +16,7 @@ class QueueGauges:
     assigned: int
     expired_unreclaimed: int  # lease_expires_at has passed, the row is still ASSIGNED
     reclaimable: int  # ... and the reclaim grace has passed too
+    quarantined: int  # used up their attempts; wait for an admin's requeue
     oldest_pending_age_s: float | None
 
 
@@ -28,6 +29,7 @@ def _count(*where: ColumnElement[bool]) -> ScalarSelect[int]:
 _GAUGES = select(
     _count(item.c.state == PENDING).label("pending"),
     _count(item.c.state == ASSIGNED).label("assigned"),
+    _count(item.c.state == QUARANTINED).label("quarantined"),
     _count(item.c.state == ASSIGNED, item.c.lease_expires_at < func.now()).label("expired"),
     _count(
         item.c.state == ASSIGNED,
@@ -48,6 +50,7 @@ async def queue_gauges(conn: AsyncConnection, *, grace: timedelta) -> QueueGauge
         assigned=row.assigned,
         expired_unreclaimed=row.expired,
         reclaimable=row.reclaimable,
+        quarantined=row.quarantined,
         oldest_pending_age_s=float(age) if age is not None else None,
     )
 

@@ -8,6 +8,7 @@ from sqlalchemy import (
     ForeignKey,
     Identity,
     Index,
+    Integer,
     MetaData,
     Numeric,
     Table,
@@ -27,7 +28,7 @@ metadata = MetaData(
     }
 )
 
-STATES = ("PENDING", "ASSIGNED", "RESOLVED")
+STATES = ("PENDING", "ASSIGNED", "RESOLVED", "QUARANTINED")
 MATCH_DECISIONS = ("MATCHED", "PARTIAL", "UNMATCHED")
 ROLES = ("reviewer", "ingest", "admin")
 
@@ -52,7 +53,13 @@ review_queue_item = Table(
     Column("resolved_at", DateTime(timezone=True)),
     # Fencing: +1 on every lease, in the lease statement; never decreases.
     Column("lease_epoch", BigInteger, nullable=False, server_default="0"),
-    CheckConstraint("state IN ('PENDING', 'ASSIGNED', 'RESOLVED')", name="valid_state"),
+    # Random per lease, set by the lease statement: the lease_token carries it, so a token
+    # cannot be computed from the public id and attempts.
+    Column("lease_nonce", UUID(as_uuid=True)),
+    # Leases since enqueue or the last requeue; at REVIEW_QUEUE_MAX_ATTEMPTS a release or
+    # reclaim quarantines the item instead of queueing it again.
+    Column("attempts", Integer, nullable=False, server_default="0"),
+    CheckConstraint("state IN ('PENDING', 'ASSIGNED', 'RESOLVED', 'QUARANTINED')", name="valid_state"),
     CheckConstraint("match_decision IN ('MATCHED', 'PARTIAL', 'UNMATCHED')", name="valid_match_decision"),
     # The lease columns are the guard once the lease transaction commits, so the database
     # itself refuses a row that claims to be leased without a holder and an expiry.
@@ -80,11 +87,22 @@ review_queue_item = Table(
         "id",
         postgresql_where=text("state = 'ASSIGNED'"),
     ),
+    # Quarantined items are few and counted on every scrape.
+    Index("ix_review_queue_item_quarantined", "created_at", postgresql_where=text("state = 'QUARANTINED'")),
     # Keyset pagination of GET /items.
     Index("ix_review_queue_item_created_at_id", "created_at", "id"),
 )
 
-EVENTS = ("ENQUEUED", "LEASED", "RENEWED", "RELEASED", "RECLAIMED", "RESOLVED")
+EVENTS = (
+    "ENQUEUED",
+    "LEASED",
+    "RENEWED",
+    "RELEASED",
+    "RECLAIMED",
+    "RESOLVED",
+    "QUARANTINED",
+    "REQUEUED",
+)
 
 # Append-only: a trigger (see the migration) refuses UPDATE, DELETE and TRUNCATE. Each row
 # is written by the same statement as the state change it records.
@@ -100,7 +118,8 @@ review_queue_event = Table(
     Column("trace_id", UUID(as_uuid=True), nullable=False),
     Column("details", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
     CheckConstraint(
-        "event IN ('ENQUEUED', 'LEASED', 'RENEWED', 'RELEASED', 'RECLAIMED', 'RESOLVED')",
+        "event IN ('ENQUEUED', 'LEASED', 'RENEWED', 'RELEASED', 'RECLAIMED', 'RESOLVED',"
+        " 'QUARANTINED', 'REQUEUED')",
         name="valid_event",
     ),
     Index("ix_review_queue_event_item_id_id", "item_id", "id"),

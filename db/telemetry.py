@@ -22,6 +22,15 @@ RENEWED = Counter("review_queue_items_renewed_total", "Lease renewals (heartbeat
 RELEASED = Counter("review_queue_items_released_total", "Items handed back by their holder.")
 RECLAIMED = Counter("review_queue_items_reclaimed_total", "Expired leases returned to the queue.")
 RESOLVED = Counter("review_queue_items_resolved_total", "Items resolved, by resolution.", ["resolution"])
+QUARANTINED = Counter(
+    "review_queue_items_quarantined_total", "Items quarantined after REVIEW_QUEUE_MAX_ATTEMPTS leases."
+)
+REQUEUED = Counter("review_queue_items_requeued_total", "Quarantined items put back in the queue.")
+
+# Resolutions are free text, so their label is bounded: the first MAX_RESOLUTION_LABELS values a
+# process sees get a series of their own, every later one is counted as "other".
+MAX_RESOLUTION_LABELS = 50
+_resolution_labels: set[str] = set()
 
 
 class _Row(Protocol):
@@ -66,8 +75,15 @@ def released(item: _Row, reviewer: str, reason: str | None) -> None:
     log.info("review_item_released", extra=fields(item, worker_id=reviewer, reason=reason))
 
 
+def resolution_label(resolution: str) -> str:
+    if resolution not in _resolution_labels and len(_resolution_labels) >= MAX_RESOLUTION_LABELS:
+        return "other"
+    _resolution_labels.add(resolution)
+    return resolution
+
+
 def resolved(item: _Row, reviewer: str, **extra: Any) -> None:
-    RESOLVED.labels(resolution=extra.get("resolution", "")).inc()
+    RESOLVED.labels(resolution=resolution_label(extra.get("resolution", ""))).inc()
     log.info("review_item_resolved", extra=fields(item, worker_id=reviewer, **extra))
 
 
@@ -78,3 +94,13 @@ def completion_noop(item: _Row, reviewer: str, reason: str) -> None:
 def reclaimed(item: _Row, **extra: Any) -> None:
     RECLAIMED.inc()
     log.warning("review_item_lease_reclaimed", extra=fields(item, **extra))
+
+
+def quarantined(item: _Row, actor: str) -> None:
+    QUARANTINED.inc()
+    log.warning("review_item_quarantined", extra=fields(item, worker_id=actor))
+
+
+def requeued(item: _Row, actor: str, reason: str) -> None:
+    REQUEUED.inc()
+    log.info("review_item_requeued", extra=fields(item, worker_id=actor, reason=reason))

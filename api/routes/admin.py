@@ -26,5 +26,6 @@ async def reclaim(
         reclaim_batch=(body or ReclaimIn()).reclaim_batch,
         grace=timedelta(seconds=settings.reclaim_after_s),
         actor=principal.subject,
+        max_attempts=settings.max_attempts,
     )
     return ReclaimOut(reclaimed=len(reclaimed), items=[ReclaimedOut.model_validate(r) for r in reclaimed])

@@ -6,7 +6,7 @@ from uuid import UUID
 
 from fastapi import APIRouter, Body, Path, Query, Response, status
 
-from api.deps import AnyRole, Conn, Ingest, Reviewer, SettingsDep
+from api.deps import Admin, AnyRole, Conn, Ingest, Reviewer, SettingsDep
 from api.errors import ProblemError, problem_body, problem_responses
 from api.routing import QueueRoute
 from api.schemas import (
@@ -24,9 +24,10 @@ from api.schemas import (
     Problem,
     ReleaseIn,
     RenewIn,
+    RequeueIn,
     decode_cursor,
-    decode_lease_token,
     encode_cursor,
+    lease_nonce_for,
 )
 from db import queue
 from db.tokens import Principal
@@ -83,10 +84,7 @@ async def enqueue_batch(body: BatchIn, conn: Conn, principal: Ingest) -> BatchOu
 @router.get("/items")
 async def list_items(query: Annotated[ItemQuery, Query()], conn: Conn, principal: AnyRole) -> ItemPage:
     """Items oldest first, filtered, paginated by keyset; `leased_by=me` is the caller's own work."""
-    try:
-        after = decode_cursor(query.cursor) if query.cursor else None
-    except ValueError:
-        raise ProblemError("VALIDATION_ERROR", "cursor: malformed; pass next_cursor back unchanged") from None
+    after = decode_cursor(query.cursor) if query.cursor else None
     where = queue.ItemFilter(
         state=query.state,
         leased_by=principal.subject if query.leased_by == "me" else query.leased_by,
@@ -128,13 +126,10 @@ async def _existing(conn: Conn, item_id: UUID) -> queue.Item:
     return item
 
 
-def _epoch(item_id: UUID, token: str | None) -> int | None:
-    if token is None:
-        return None
-    token_item, epoch = decode_lease_token(token)
-    if token_item != item_id:
-        raise ProblemError("LEASE_NOT_HELD", f"that lease_token belongs to item {token_item}, not {item_id}")
-    return epoch
+def _nonce(item_id: UUID, token: str | None) -> UUID | None:
+    # A token that is not one of this item's leases (another item's, the old epoch form, random)
+    # goes to the guard as a nonce no lease has: 409, or 404 for an unknown item, like any other.
+    return None if token is None else lease_nonce_for(item_id, token)
 
 
 def _held(
@@ -163,7 +158,7 @@ async def renew(
         conn,
         item_id=item_id,
         reviewer=principal.subject,
-        lease_epoch=_epoch(item_id, body.lease_token if body else None),
+        lease_nonce=_nonce(item_id, body.lease_token if body else None),
         lease_duration=timedelta(milliseconds=settings.lock_timeout_ms),
     )
     return _held(outcome, item, item_id, principal)
@@ -171,18 +166,36 @@ async def renew(
 
 @router.post("/items/{item_id}/release", responses=_NOT_HELD)
 async def release(
-    item_id: ItemId, conn: Conn, principal: Reviewer, body: Annotated[ReleaseIn | None, Body()] = None
+    item_id: ItemId,
+    principal: Reviewer,
+    conn: Conn,
+    settings: SettingsDep,
+    body: Annotated[ReleaseIn | None, Body()] = None,
 ) -> ItemOut:
-    """Hand an item you hold back; it is first in line again."""
+    """Hand an item you hold back; it is first in line again (QUARANTINED if its attempts are used up)."""
     body = body or ReleaseIn()
     outcome, item = await queue.release_lease(
         conn,
         item_id=item_id,
         reviewer=principal.subject,
-        lease_epoch=_epoch(item_id, body.lease_token),
+        lease_nonce=_nonce(item_id, body.lease_token),
         reason=body.reason,
+        max_attempts=settings.max_attempts,
     )
     return _held(outcome, item, item_id, principal)
+
+
+@router.post("/items/{item_id}/requeue", responses=problem_responses("NOT_FOUND", "NOT_QUARANTINED"))
+async def requeue(item_id: ItemId, body: RequeueIn, principal: Admin, conn: Conn) -> ItemOut:
+    """Put a QUARANTINED item back in the queue, in its old place, with its attempts reset (admin)."""
+    outcome, item = await queue.requeue_item(
+        conn, item_id=item_id, actor=principal.subject, reason=body.reason
+    )
+    if outcome == "not_found" or item is None:
+        raise ProblemError("NOT_FOUND", f"no item {item_id}")
+    if outcome == "not_quarantined":
+        raise ProblemError("NOT_QUARANTINED", f"item {item_id} is {item.state}, not QUARANTINED")
+    return ItemOut.of(item, principal.subject)
 
 
 @router.post(
@@ -197,7 +210,7 @@ async def complete(item_id: ItemId, body: CompleteIn, conn: Conn, principal: Rev
         reviewer=principal.subject,
         resolution=body.resolution,
         note=body.note,
-        lease_epoch=_epoch(item_id, body.lease_token),
+        lease_nonce=_nonce(item_id, body.lease_token),
     )
     if outcome == "not_found" or item is None:
         raise ProblemError("NOT_FOUND", f"no item {item_id}")

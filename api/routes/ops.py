@@ -16,7 +16,7 @@ router = APIRouter(route_class=QueueRoute, tags=["operations"])
 
 
 class StatsOut(BaseModel):
-    counts: dict[str, int] = Field(description="Items by state: PENDING, ASSIGNED, RESOLVED.")
+    counts: dict[str, int] = Field(description="Items by state: PENDING, ASSIGNED, RESOLVED, QUARANTINED.")
     oldest_pending_age_s: float | None = Field(description="Seconds the oldest PENDING item has waited.")
     assigned: int
     max_inflight: int
@@ -37,6 +37,7 @@ async def get_stats(conn: Conn, _: Reviewer, settings: SettingsDep) -> StatsOut:
         counts={
             "PENDING": gauges.pending,
             "ASSIGNED": gauges.assigned,
+            "QUARANTINED": gauges.quarantined,
             "RESOLVED": await stats.resolved_count(conn),
         },
         oldest_pending_age_s=gauges.oldest_pending_age_s,

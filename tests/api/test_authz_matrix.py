@@ -50,6 +50,9 @@ class Route:
     item: bool = False  # has {item_id}
     holder_only: bool = False  # only the lease holder may call it: anyone else is 409 LEASE_NOT_HELD
     writes: bool = False  # an allowed call changes the queue
+    # Allowed callers get this 409 code on every existing item of the world (none is in the state
+    # the route needs); the route's success path is tested on its own.
+    conflict: str | None = None
     body: Callable[[], Any] | None = None
     code: str | None = None  # the problem code of a public route whose answer is a refusal
 
@@ -71,6 +74,9 @@ MATRIX: dict[tuple[str, str], Route] = {
     ),
     ("POST", "/items/{item_id}/release"): Route(
         REVIEWERS, item=True, holder_only=True, writes=True, body=lambda: {"reason": "authz matrix"}
+    ),
+    ("POST", "/items/{item_id}/requeue"): Route(
+        ADMIN, item=True, conflict="NOT_QUARANTINED", body=lambda: {"reason": "authz matrix"}
     ),
     # An allowed reclaim writes only when a lease is past its grace; none is in this world.
     ("POST", "/admin/reclaim"): Route(ADMIN, body=lambda: {}),
@@ -110,6 +116,8 @@ def expected(route: Route, caller: str, target: str | None) -> tuple[int, str | 
         return 404, "NOT_FOUND"
     if route.holder_only and target == "other":
         return 409, "LEASE_NOT_HELD"
+    if route.conflict is not None:
+        return 409, route.conflict
     return route.ok, None
 
 

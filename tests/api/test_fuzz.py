@@ -20,6 +20,7 @@ from schemathesis.checks import (
     content_type_conformance,
     negative_data_rejection,
     not_a_server_error,
+    positive_data_acceptance,
     response_headers_conformance,
     response_schema_conformance,
     status_code_conformance,
@@ -41,6 +42,10 @@ CHECKS = [
     response_headers_conformance,
     response_schema_conformance,
     negative_data_rejection,
+    # The input schema admits exactly what the API accepts (money as the pattern or a number of
+    # cents, strict integers, lease tokens by their alphabet): schema-valid data is never a 422.
+    # 409 is the domain's answer to a valid request (not your lease, key reused, not quarantined).
+    positive_data_acceptance,
 ]
 
 
@@ -74,6 +79,9 @@ schema = schemathesis.openapi.from_dict(
                 # broken) Authorization header replaced by a valid token would turn a negative
                 # case into a valid one. No token, bad tokens and roles are test_authz_matrix's.
                 "with-security-parameters": False,
+            },
+            "checks": {
+                "positive_data_acceptance": {"expected-statuses": ["2xx", "401", "403", "404", "409"]}
             },
         }
     ),

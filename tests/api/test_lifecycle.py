@@ -89,9 +89,15 @@ class TestFencing:
             f"/items/{one['id']}/renew", json={"lease_token": two["lease_token"]}, headers=alice
         )
         assert_problem(wrong, 409, "LEASE_NOT_HELD")
-        for garbage in ("x", "!" * 32, "", "A" * 31):
+        for garbage in ("!" * 32, "", "A" * 65, "a b"):
             response = client.post(f"/items/{one['id']}/renew", json={"lease_token": garbage}, headers=alice)
             assert_problem(response, 422, "VALIDATION_ERROR")
+        # Well-formed but no lease's: refused by the guard like a stale token.
+        for impossible in ("x", "A" * 31, "A" * 43, "_" * 64):
+            response = client.post(
+                f"/items/{one['id']}/renew", json={"lease_token": impossible}, headers=alice
+            )
+            assert_problem(response, 409, "LEASE_NOT_HELD")
 
 
 class TestRenew:
@@ -223,6 +229,8 @@ class TestListing:
         [
             {"cursor": "not-a-cursor"},
             {"cursor": "WyJ4IiwgInkiXQ=="},
+            {"cursor": "12345678901234567-" + "0" * 32},
+            {"cursor": "1-" + "0" * 31},
             {"limit": 0},
             {"limit": 201},
             {"state": "DONE"},

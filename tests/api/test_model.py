@@ -50,6 +50,7 @@ from tests.conftest import LONG, libpq, make_settings
 
 REVIEWERS = ("alice", "bob", "carol")
 CAP = 3  # REVIEW_QUEUE_MAX_LEASES_PER_REVIEWER: small, so the cap is reached often
+MAX_ATTEMPTS = 3  # REVIEW_QUEUE_MAX_ATTEMPTS: small, so items are quarantined and requeued
 LEASE_S = 120  # the longest lease (lock_timeout_ms): nothing expires by itself during an example
 GRACE_S = 600  # the longest grace: a lease backdated "within the grace" stays unreclaimable
 IN_GRACE_S = 60  # backdated this far, a lease is expired but not reclaimable
@@ -60,7 +61,7 @@ TOKENS = ("none", "current", "stale", "foreign")
 # Who calls a holder-only action: whoever leased the item last (the holder, the resolver, or the
 # reviewer whose lease was reclaimed or released), or a given reviewer.
 CALLERS = ("last_holder", *REVIEWERS)
-EVENTS = ("ENQUEUED", "LEASED", "RENEWED", "RELEASED", "RECLAIMED", "RESOLVED")
+EVENTS = ("ENQUEUED", "LEASED", "RENEWED", "RELEASED", "RECLAIMED", "RESOLVED", "QUARANTINED", "REQUEUED")
 UNKNOWN = "00000000-0000-4000-8000-000000000000"
 # Calls that must be refused whatever the state: (path, caller or None for no token, status, code).
 REFUSED = (
@@ -101,7 +102,8 @@ class Model:
     state: str = "PENDING"
     leased_by: str | None = None  # the holder while ASSIGNED; kept once RESOLVED; None when PENDING
     last_holder: str | None = None  # whoever leased it last
-    epoch: int = 0  # lease_epoch == attempts == number of leases so far
+    epoch: int = 0  # lease_epoch == number of leases so far
+    attempts: int = 0  # leases since enqueue or the last requeue
     tokens: dict[int, str] = field(default_factory=dict)  # epoch -> lease_token of that lease
     expiry: str = "live"  # live | in_grace | past_grace (while ASSIGNED)
     expired_seq: int = 0  # order of backdating: reclaim returns the oldest expiry first
@@ -219,7 +221,7 @@ class ReviewQueueMachine(RuleBasedStateMachine):
         expected = {
             "state": m.state,
             "leased_by": m.leased_by,
-            "attempts": m.epoch,
+            "attempts": m.attempts,
             "resolution": m.resolution,
             "resolved_by": m.resolved_by,
             "resolution_note": m.note,
@@ -228,7 +230,7 @@ class ReviewQueueMachine(RuleBasedStateMachine):
             **m.payload,
         }
         assert {k: body[k] for k in expected} == expected, (body, expected)
-        leased = m.state != "PENDING"
+        leased = m.state in ("ASSIGNED", "RESOLVED")
         assert (body["leased_at"] is not None) == leased, body
         assert (body["lease_expires_at"] is not None) == leased, body
         assert (body["resolved_at"] is not None) == (m.state == "RESOLVED"), body
@@ -340,6 +342,7 @@ class ReviewQueueMachine(RuleBasedStateMachine):
             assert token and token not in self.all_tokens, f"lease_token missing or reused: {token!r}"
             self.all_tokens.add(token)
             m.state, m.leased_by, m.last_holder, m.epoch = "ASSIGNED", reviewer, reviewer, m.epoch + 1
+            m.attempts += 1
             m.expiry = "live"
             m.tokens[m.epoch] = token
             m.events["LEASED"] += 1
@@ -367,9 +370,31 @@ class ReviewQueueMachine(RuleBasedStateMachine):
         if response is None:
             return
         m = self.model[item_id]
-        m.state, m.leased_by = "PENDING", None
+        m.leased_by = None
         m.events["RELEASED"] += 1
+        self.back_to_queue(m)
         self.check_item(response.json(), item_id, reviewer)
+
+    def back_to_queue(self, m: Model) -> None:
+        """A release or reclaim: PENDING again, or QUARANTINED once the attempts are used up."""
+        m.state = "QUARANTINED" if m.attempts >= MAX_ATTEMPTS else "PENDING"
+        if m.state == "QUARANTINED":
+            m.events["QUARANTINED"] += 1
+            tally("quarantined")
+
+    @rule(item_id=items, reason=st.sampled_from(["poison fixed", "retry after the FX feed"]))
+    def requeue(self, item_id: str, reason: str) -> None:
+        """An admin requeues an item: a quarantined one goes back to its place with fresh attempts."""
+        m = self.model[item_id]
+        response = self.post(f"/items/{item_id}/requeue", "root", {"reason": reason})
+        tally(f"requeue of {m.state}: {response.status_code}")
+        if m.state != "QUARANTINED":
+            assert_problem(response, 409, "NOT_QUARANTINED")
+            return
+        assert response.status_code == 200, response.text
+        m.state, m.attempts = "PENDING", 0
+        m.events["REQUEUED"] += 1
+        self.check_item(response.json(), item_id, "root")
 
     @rule(
         target=resolved,
@@ -456,14 +481,16 @@ class ReviewQueueMachine(RuleBasedStateMachine):
                     "trace_id": self.model[i].trace_id,
                     "source_hash": self.model[i].payload["source_hash"],
                     "match_decision": self.model[i].payload["match_decision"],
+                    "state": "QUARANTINED" if self.model[i].attempts >= MAX_ATTEMPTS else "PENDING",
                 }
                 for i in expected
             ],
         }, (answer, expected)
         for i in expected:
             m = self.model[i]
-            m.state, m.leased_by, m.expiry = "PENDING", None, "live"
+            m.leased_by, m.expiry = None, "live"
             m.events["RECLAIMED"] += 1
+            self.back_to_queue(m)
 
     @rule(case=st.sampled_from(REFUSED))
     def refused(self, case: tuple[str, str | None, int, str]) -> None:
@@ -485,7 +512,8 @@ class ReviewQueueMachine(RuleBasedStateMachine):
         TALLY["steps"] += 1
         rows = self.sql.execute(
             """
-            SELECT id::text, state, leased_by, lease_epoch, resolution, resolved_by, resolution_note,
+            SELECT id::text, state, leased_by, lease_epoch, attempts, resolution, resolved_by,
+                   resolution_note,
                    CASE WHEN state <> 'ASSIGNED' THEN NULL
                         WHEN lease_expires_at > now() + make_interval(secs => %(lease)s)
                             THEN 'longer than the lease duration'
@@ -503,19 +531,22 @@ class ReviewQueueMachine(RuleBasedStateMachine):
                 m.state,
                 m.leased_by,
                 m.epoch,
+                m.attempts,
                 m.resolution,
                 m.resolved_by,
                 m.note,
                 m.expiry if m.state == "ASSIGNED" else None,
-                m.state != "PENDING",
-                m.state != "PENDING",
+                m.state in ("ASSIGNED", "RESOLVED"),
+                m.state in ("ASSIGNED", "RESOLVED"),
                 m.state == "RESOLVED",
             )
             for i, m in self.model.items()
         }
         assert actual.keys() == expected.keys(), set(actual) ^ set(expected)
         diff = {i: {"db": actual[i], "model": expected[i]} for i in expected if actual[i] != expected[i]}
-        assert not diff, f"(state, leased_by, epoch, resolution, resolved_by, note, expiry, ...): {diff}"
+        assert not diff, (
+            f"(state, leased_by, epoch, attempts, resolution, resolved_by, note, expiry, ...): {diff}"
+        )
         held = Counter(m.leased_by for m in self.model.values() if m.state == "ASSIGNED")
         assert all(n <= CAP for n in held.values()), held
 
@@ -542,7 +573,11 @@ def test_api_behaves_like_the_model(db_url: str, make_token: Callable[[str, str]
     tokens["root"] = make_token("root", "admin")
     tokens["feeder"] = make_token("feeder", "ingest")
     app_settings = make_settings(
-        db_url, max_leases_per_reviewer=CAP, lock_timeout_ms=LEASE_S * 1000, reclaim_after_s=GRACE_S
+        db_url,
+        max_leases_per_reviewer=CAP,
+        max_attempts=MAX_ATTEMPTS,
+        lock_timeout_ms=LEASE_S * 1000,
+        reclaim_after_s=GRACE_S,
     )
     TALLY.clear()
     with (

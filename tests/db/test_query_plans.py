@@ -73,7 +73,11 @@ def test_lease_reads_the_pending_index(busy_table: psycopg.Connection) -> None:
 
 def test_reclaim_reads_the_expiry_index(busy_table: psycopg.Connection) -> None:
     found = scans(
-        plan(busy_table, queue._RECLAIM, {"reclaim_batch": 100, "grace": timedelta(seconds=45), "actor": "x"})
+        plan(
+            busy_table,
+            queue._RECLAIM,
+            {"reclaim_batch": 100, "grace": timedelta(seconds=45), "actor": "x", "max_attempts": 10},
+        )
     )
     assert any(name == "ix_review_queue_item_lease_expiry" for _, name in found), found
     assert_no_table_scan(found)
@@ -83,7 +87,7 @@ def test_holder_statements_read_by_primary_key(busy_table: psycopg.Connection) -
     item_id = busy_table.execute(
         "SELECT id FROM review_queue_item WHERE state = 'ASSIGNED' LIMIT 1"
     ).fetchone()[0]
-    params = {"item_id": item_id, "actor": "r1", "fence_epoch": None, "resolution": "OK", "note": None}
+    params = {"item_id": item_id, "actor": "r1", "fence_nonce": None, "resolution": "OK", "note": None}
     found = scans(plan(busy_table, queue._COMPLETE, params))
     assert found - {("CTE Scan", "")} == {("Index Scan", "pk_review_queue_item")}, found
 
@@ -95,4 +99,5 @@ def test_stats_gauges_never_scan_the_table(busy_table: psycopg.Connection) -> No
         "ix_review_queue_item_pending",
         "ix_review_queue_item_lease_expiry",
         "ix_review_queue_item_assigned_by_reviewer",
+        "ix_review_queue_item_quarantined",
     }, found

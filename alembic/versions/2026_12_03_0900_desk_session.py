@@ -1,8 +1,8 @@
 """Reviewer desk sessions: a cookie's sha256, its token, its CSRF token and expiry.
 
 Revision ID: c4d7e2a91f35
-Revises: 9b3c2f4d7e10
-Create Date: 2026-12-03 08:30:00+00:00
+Revises: 7c2f4e1a9d03
+Create Date: 2026-12-03 09:00:00+00:00
 """
 
 from collections.abc import Sequence
@@ -12,7 +12,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "c4d7e2a91f35"
-down_revision: str | None = "9b3c2f4d7e10"
+down_revision: str | None = "7c2f4e1a9d03"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
