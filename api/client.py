@@ -509,9 +509,9 @@ class AsyncReviewQueueClient:
         try:
             while not self._stop.is_set():
                 leasing = asyncio.ensure_future(self.lease(batch_size, wait_s=wait_s))
-                stopping = asyncio.ensure_future(self._stop.wait())
-                await asyncio.wait({leasing, stopping}, return_when=asyncio.FIRST_COMPLETED)
-                stopping.cancel()
+                stop_wait = asyncio.ensure_future(self._stop.wait())
+                await asyncio.wait({leasing, stop_wait}, return_when=asyncio.FIRST_COMPLETED)
+                stop_wait.cancel()
                 if not leasing.done():
                     leasing.cancel()
                     await asyncio.gather(leasing, return_exceptions=True)
