@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 from pydantic import AliasChoices, Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from db.queue import DEFAULT_MAX_ATTEMPTS
+from db.tables import DEFAULT_MAX_ATTEMPTS
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 

@@ -40,6 +40,7 @@ from sqlalchemy.sql.selectable import CTE
 
 from db import telemetry
 from db.notify import notify_work
+from db.tables import DEFAULT_MAX_ATTEMPTS
 from db.tables import review_queue_event as event
 from db.tables import review_queue_item as item
 
@@ -125,8 +126,6 @@ def _logged_then_quarantined(changed: CTE, name: str, *, details: ColumnElement[
     )
     return logged, quarantined
 
-
-DEFAULT_MAX_ATTEMPTS = 10  # REVIEW_QUEUE_MAX_ATTEMPTS
 
 # A release or reclaim of an item that has used up its attempts quarantines it: a poison item
 # that crashes every handler stops circulating instead of being leased again in a tight loop.

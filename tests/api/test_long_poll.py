@@ -1,6 +1,7 @@
 """POST /leases with wait_s: woken by LISTEN/NOTIFY, holding no pooled connection while it waits,
 ended by a client that goes away, and polling while the listening connection is lost."""
 
+import asyncio
 import socket
 import threading
 import time
@@ -217,3 +218,63 @@ def test_wait_s_0_answers_at_once_and_a_short_wait_times_out_empty(
     started = time.monotonic()
     assert client.post("/leases", json={"wait_s": 1}, headers=alice).json() == {"items": []}
     assert time.monotonic() - started >= 1.0  # it did wait, for the whole second
+
+
+@pytest.fixture
+def two_tokens(make_token: Callable[[str, str], str]) -> dict[str, str]:
+    # Made here, outside the event loop the async test runs on (make_token runs one of its own).
+    return {"admin": make_token("ada", "admin"), "reviewer": make_token("alice", "reviewer")}
+
+
+@pytest.mark.anyio
+async def test_the_async_work_loop_waits_with_wait_s_and_stop_ends_the_wait(
+    live_server: str, two_tokens: dict[str, str]
+) -> None:
+    from api.client import AsyncReviewQueueClient
+
+    admin = {"Authorization": f"Bearer {two_tokens['admin']}"}
+    seen: list[str] = []
+
+    async def handler(item: Any) -> str:
+        seen.append(item.ledger_entity)
+        return "APPROVED"
+
+    async def waiters() -> float:
+        async with httpx.AsyncClient() as http:
+            text = (await http.get(f"{live_server}/metrics", headers=admin)).text
+        return sum(
+            float(x.split()[-1]) for x in text.splitlines() if x.startswith("review_queue_lease_waiters ")
+        )
+
+    async def until_async(condition: Callable[[], Any], what: str) -> None:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            if await condition():
+                return
+            await asyncio.sleep(0.05)
+        raise AssertionError(f"{what} not reached within 10 s")
+
+    async with AsyncReviewQueueClient(live_server, two_tokens["reviewer"]) as client:
+        worker = asyncio.create_task(client.work(handler, wait_s=WAIT_S, handle_signals=False))
+        await until_async(lambda: _eq(waiters(), 1), "the loop waiting on the server")
+        async with httpx.AsyncClient() as http:
+            created = await http.post(
+                f"{live_server}/items", json=item_body(ledger_entity="ARRIVED"), headers=admin
+            )
+        assert created.status_code == 201
+        await until_async(lambda: _true(seen == ["ARRIVED"]), "the item handled")
+        await until_async(lambda: _eq(waiters(), 1), "waiting again")
+        stopped_at = time.monotonic()
+        client.stop()
+        stats = await asyncio.wait_for(worker, WAIT_S)
+        assert time.monotonic() - stopped_at < WAIT_S / 2, "stop() did not end the wait"
+        assert (stats.leased, stats.resolved) == (1, 1)
+        await until_async(lambda: _eq(waiters(), 0), "the server ending the abandoned wait")
+
+
+async def _eq(value: Any, expected: float) -> bool:
+    return bool(await value == expected)
+
+
+async def _true(value: bool) -> bool:
+    return value
