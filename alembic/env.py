@@ -6,12 +6,16 @@ from sqlalchemy import create_engine, pool
 
 from alembic import context
 from api.settings import get_settings
-from db.engine import database_url
+from db.engine import migration_url
 from db.tables import metadata
 
 config = context.config
 if config.config_file_name is not None and config.attributes.get("configure_logging", True):
     fileConfig(config.config_file_name, disable_existing_loggers=False)
+
+
+if "app_role" not in config.attributes:
+    config.attributes["app_role"] = get_settings().app_role
 
 
 def _url() -> str:
@@ -20,7 +24,7 @@ def _url() -> str:
     if explicit:
         return explicit
     settings = get_settings()
-    return database_url(settings.database_url, settings.data_dir)
+    return migration_url(settings.migration_database_url, settings.database_url, settings.data_dir)
 
 
 def run_migrations_offline() -> None:

@@ -22,8 +22,9 @@ MAX_BODY_BYTES = 1024 * 1024
 
 
 def _acceptable_request_id(value: str) -> bool:
-    # Take a caller's id when it is short and printable; otherwise generate one.
-    return 0 < len(value) <= 128 and all(c.isalnum() or c in "-_.:" for c in value)
+    # Take a caller's id when it is short and printable ASCII; otherwise generate one (a log
+    # pipeline must not receive homoglyphs or control characters from a client).
+    return 0 < len(value) <= 128 and value.isascii() and all(c.isalnum() or c in "-_.:" for c in value)
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -61,6 +62,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         summary="Lease-based review queue for reconciliation exceptions.",
         version="0.1.0",
         lifespan=lifespan,
+        # A redirect to the slash-less path would be built from the client's Host header (an open
+        # redirect to any host); a path with a trailing slash is simply not found.
+        redirect_slashes=False,
     )
     app.state.settings = settings
     app.state.token_cache = (

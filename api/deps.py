@@ -1,5 +1,6 @@
 """Dependencies: the one transaction per request, and who is calling."""
 
+import re
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Annotated, TypeVar
@@ -11,6 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from api import session
 from api.errors import ProblemError
+from api.metrics import AUTH_FAILURES
 from api.settings import Settings
 from db.engine import transaction
 from db.tokens import Principal, find_principal, hash_token
@@ -24,42 +26,24 @@ async def get_settings_dep(request: Request) -> Settings:
 SettingsDep = Annotated[Settings, Depends(get_settings_dep)]
 
 
-async def _transaction(request: Request) -> AsyncIterator[AsyncConnection]:
-    engine: AsyncEngine = request.app.state.engine
-    settings: Settings = request.app.state.settings
-    async with transaction(
-        engine,
-        lock_timeout_ms=settings.pg_lock_timeout_ms,
-        statement_timeout_ms=settings.statement_timeout_ms,
-    ) as conn:
-        request.state.conn = conn  # for the token lookup, see _find_principal
-        try:
-            yield conn
-        finally:
-            request.state.conn = None
-
-
-# scope="function": the transaction commits before the response is sent, so a client never
-# sees a 200 for a change that then fails to commit. Routes and db/ never commit themselves.
-Conn = Annotated[AsyncConnection, Depends(_transaction, scope="function")]
-
 _bearer = HTTPBearer(auto_error=False, description="A token from `review-queue token create`.")
 
+# `review-queue token create` mints "rq_" + 43 URL-safe characters; anything else is refused
+# without a database lookup.
+_TOKEN_SHAPE = re.compile(r"rq_[A-Za-z0-9_-]{43}")
+SCRAPER = "scraper"  # the role of REVIEW_QUEUE_METRICS_TOKEN, which can read /metrics and nothing else
 
-def _unauthenticated(detail: str) -> ProblemError:
+
+def _unauthenticated(reason: str, detail: str) -> ProblemError:
+    AUTH_FAILURES.labels(reason).inc()
     return ProblemError("UNAUTHENTICATED", detail, headers={"WWW-Authenticate": "Bearer"})
 
 
 T = TypeVar("T")
 
 
-async def _lookup(request: Request, read: Callable[[AsyncConnection], Awaitable[T]]) -> T:
-    # The request's transaction when the route has already opened one (Conn); otherwise a short
-    # transaction of its own: POST /leases holds no connection while it waits for work, and
-    # must not hold one for its authentication either.
-    opened: AsyncConnection | None = getattr(request.state, "conn", None)
-    if opened is not None:
-        return await read(opened)
+async def _briefly(request: Request, read: Callable[[AsyncConnection], Awaitable[T]]) -> T:
+    """`read` in a short transaction of its own, before (and apart from) the request's."""
     settings: Settings = request.app.state.settings
     async with transaction(
         request.app.state.engine,
@@ -69,37 +53,68 @@ async def _lookup(request: Request, read: Callable[[AsyncConnection], Awaitable[
         return await read(conn)
 
 
-async def _find_principal(request: Request, token: str) -> Principal | None:
-    return await _lookup(request, lambda conn: find_principal(conn, token=token))
-
-
-async def _principal(
-    request: Request,
-    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+async def _authenticate(
+    request: Request, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
 ) -> Principal:
+    """Who is calling, decided before the request takes a database connection: a missing or
+    malformed token never reaches the pool, and lookups (found or not) are cached briefly."""
     if credentials is None and session.COOKIE in request.cookies:
-        # The reviewer desk: a session cookie instead of a bearer token (CSRF-checked there).
-        from_cookie = await session.principal_from_cookie(request, _lookup)
+        # The reviewer desk: its session cookie instead of a bearer token (CSRF-checked there).
+        from_cookie = await session.principal_from_cookie(request, _briefly)
         if from_cookie is None:
-            raise _unauthenticated("the desk session has ended; sign in again")
+            raise _unauthenticated("unknown", "the desk session has ended; sign in again")
         return from_cookie
     if credentials is None or credentials.scheme.lower() != "bearer":
-        raise _unauthenticated("an Authorization: Bearer <token> header is required")
+        raise _unauthenticated("missing", "an Authorization: Bearer <token> header is required")
     token = credentials.credentials
-    cache: TTLCache[str, Principal] | None = request.app.state.token_cache
+    settings: Settings = request.app.state.settings
+    scraper_token = settings.metrics_token
+    if scraper_token is not None and secrets.compare_digest(token.encode(), scraper_token.encode()):
+        return Principal(SCRAPER, SCRAPER)
+    if not _TOKEN_SHAPE.fullmatch(token):
+        raise _unauthenticated("malformed", "the token is not a review-queue token")
+    cache: TTLCache[str, Principal | None] | None = request.app.state.token_cache
     key = hash_token(token)
-    principal = cache.get(key) if cache is not None else None
-    if principal is None:
-        principal = await _find_principal(request, token)
-        if principal is None:
-            raise _unauthenticated("the token is unknown or revoked")
+    if cache is not None and key in cache:
+        principal = cache[key]
+    else:
+        engine: AsyncEngine = request.app.state.engine
+        async with transaction(
+            engine,
+            lock_timeout_ms=settings.pg_lock_timeout_ms,
+            statement_timeout_ms=settings.statement_timeout_ms,
+        ) as conn:
+            principal = await find_principal(conn, token=token)
         if cache is not None:
             cache[key] = principal
+    if principal is None:
+        raise _unauthenticated("unknown", "the token is unknown or revoked")
     return principal
 
 
+Caller = Annotated[Principal, Depends(_authenticate)]
+
+
+async def _transaction(request: Request, _: Caller) -> AsyncIterator[AsyncConnection]:
+    # Depends on the caller, so FastAPI authenticates before it opens the transaction, whatever
+    # the order of a route's parameters.
+    engine: AsyncEngine = request.app.state.engine
+    settings: Settings = request.app.state.settings
+    async with transaction(
+        engine,
+        lock_timeout_ms=settings.pg_lock_timeout_ms,
+        statement_timeout_ms=settings.statement_timeout_ms,
+    ) as conn:
+        yield conn
+
+
+# scope="function": the transaction commits before the response is sent, so a client never
+# sees a 200 for a change that then fails to commit. Routes and db/ never commit themselves.
+Conn = Annotated[AsyncConnection, Depends(_transaction, scope="function")]
+
+
 def _require(*roles: str) -> object:
-    async def check(principal: Annotated[Principal, Depends(_principal)]) -> Principal:
+    async def check(principal: Caller) -> Principal:
         if principal.role not in roles:
             raise ProblemError(
                 "FORBIDDEN",
@@ -111,20 +126,16 @@ def _require(*roles: str) -> object:
     return Depends(check)
 
 
-async def _metrics_scraper(
-    request: Request,
-    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
-) -> None:
+async def _metrics_scraper(request: Request, principal: Caller) -> None:
     # A scraper gets its own token (REVIEW_QUEUE_METRICS_TOKEN) so Prometheus never needs an
     # API token; without one configured, an admin token is required.
-    expected: str | None = request.app.state.settings.metrics_token
-    if expected is None:
-        principal = await _principal(request, credentials)
-        if principal.role != "admin":
-            raise ProblemError("FORBIDDEN", "metrics need an admin token, or set REVIEW_QUEUE_METRICS_TOKEN")
-        return
-    if credentials is None or not secrets.compare_digest(credentials.credentials.encode(), expected.encode()):
-        raise _unauthenticated("/metrics needs Authorization: Bearer <REVIEW_QUEUE_METRICS_TOKEN>")
+    if request.app.state.settings.metrics_token is not None:
+        if principal.role != SCRAPER:
+            raise _unauthenticated(
+                "unknown", "/metrics needs Authorization: Bearer <REVIEW_QUEUE_METRICS_TOKEN>"
+            )
+    elif principal.role != "admin":
+        raise ProblemError("FORBIDDEN", "metrics need an admin token, or set REVIEW_QUEUE_METRICS_TOKEN")
 
 
 MetricsScraper = Depends(_metrics_scraper)

@@ -30,6 +30,11 @@ LATENCY = Histogram(
 LOCK_TIMEOUTS = Counter(
     "review_queue_lock_timeouts_total", "Requests that hit PostgreSQL lock_timeout (503).", ["route"]
 )
+AUTH_FAILURES = Counter(
+    "review_queue_auth_failures_total",
+    "Requests refused 401, by reason: missing, malformed, unknown (or revoked) token.",
+    ["reason"],
+)
 DB_UNAVAILABLE = Counter(
     "review_queue_database_unavailable_total", "Requests answered 503 DATABASE_UNAVAILABLE.", ["route"]
 )

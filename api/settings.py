@@ -7,6 +7,7 @@ from typing import Annotated, Literal
 from pydantic import AliasChoices, Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from db.roles import APP_ROLE
 from db.tables import DEFAULT_MAX_ATTEMPTS
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -22,6 +23,14 @@ class Settings(BaseSettings):
 
     # None means: start (or join) the embedded PostgreSQL under data_dir.
     database_url: str | None = Field(default=None, validation_alias="DATABASE_URL")
+    # The schema owner, for migrations; unset means DATABASE_URL (or the embedded owner role).
+    migration_database_url: str | None = Field(
+        default=None, validation_alias="REVIEW_QUEUE_MIGRATION_DATABASE_URL"
+    )
+    # The role the migrations grant the service's rights to (DATABASE_URL's user in production).
+    app_role: str = Field(
+        default=APP_ROLE, pattern=r"^[a-z_][a-z0-9_]{0,62}$", validation_alias="REVIEW_QUEUE_APP_ROLE"
+    )
     data_dir: Path = Field(default=REPO_ROOT / ".data", validation_alias="REVIEW_QUEUE_DATA_DIR")
 
     # The seed's configuration table, with its defaults and ranges.
@@ -76,6 +85,9 @@ class Settings(BaseSettings):
         default=8000, ge=1, le=65_535, validation_alias=AliasChoices("PORT", "REVIEW_QUEUE_PORT")
     )
     workers: int = _range(1, 1, 64, "REVIEW_QUEUE_WORKERS")
+    # Proxies whose X-Forwarded-For/-Proto uvicorn believes (comma-separated IPs or CIDRs, or "*").
+    # Empty: none, so a client cannot choose the address it is logged under.
+    forwarded_allow_ips: str = Field(default="", validation_alias="REVIEW_QUEUE_FORWARDED_ALLOW_IPS")
 
     @property
     def idle_release_s(self) -> int:

@@ -30,7 +30,7 @@ from sqlalchemy.engine import make_url
 
 from api.settings import get_settings
 from bench import wakeup
-from cli.main import resolved_url
+from cli.main import owner_url
 from db import queue
 from db.engine import libpq_url as libpq
 from db.migrations import upgrade_head
@@ -553,7 +553,8 @@ def main(
     only_wakeup: Annotated[bool, typer.Option(help="Run part 6 (wake-up, NOTIFY cost) alone.")] = False,
 ) -> None:
     settings = get_settings()
-    server_url = resolved_url(settings)
+    # The owner creates the bench's databases (the application role cannot) and the API runs as it.
+    server_url = owner_url(settings)
     workers = workers or os.cpu_count() or 1
     results: dict[str, Any] = {
         "clients": clients,

@@ -1,6 +1,7 @@
 """The `review-queue` command: serve, migrate, tokens, reclaim."""
 
 import asyncio
+import contextlib
 import os
 import signal
 import sys
@@ -14,7 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from api.logs import configure_logging
 from api.settings import Settings, get_settings
 from db import tokens
-from db.engine import create_engine, database_url, transaction
+from db.engine import create_engine, database_url, libpq_url, migration_url, transaction
 from db.migrations import upgrade_head
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
@@ -32,6 +33,14 @@ class Role(StrEnum):
 
 def resolved_url(settings: Settings) -> str:
     return database_url(settings.database_url, settings.data_dir)
+
+
+def owner_url(settings: Settings) -> str:
+    return migration_url(settings.migration_database_url, settings.database_url, settings.data_dir)
+
+
+def migrate_to_head(settings: Settings) -> None:
+    upgrade_head(owner_url(settings), app_role=settings.app_role)
 
 
 def in_transaction(fn: Callable[[AsyncConnection], Awaitable[T]]) -> T:
@@ -56,7 +65,7 @@ def in_transaction(fn: Callable[[AsyncConnection], Awaitable[T]]) -> T:
 @app.command()
 def migrate() -> None:
     """Bring the schema to the newest migration (alembic upgrade head)."""
-    upgrade_head(resolved_url(get_settings()))
+    migrate_to_head(get_settings())
     typer.echo("schema is at head")
 
 
@@ -164,8 +173,9 @@ def serve(
     from cli import devtokens
 
     settings = get_settings()
+    migrate_to_head(settings)
     url = resolved_url(settings)
-    upgrade_head(url)
+    _warn_if_privileged(url)
     if settings.database_url is None:
         devtokens.ensure_and_print(settings, host or settings.host, port or settings.port)
     # Workers and the reclaimer child must reach the same database without starting their own
@@ -176,6 +186,7 @@ def serve(
         metrics_dir = tempfile.mkdtemp(prefix="review-queue-metrics-")
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = metrics_dir
     get_settings.cache_clear()
+    _raise_open_file_limit()
     child = subprocess.Popen([sys.executable, "-m", "cli", "reclaimer"]) if with_reclaimer else None
     # uvicorn re-raises SIGTERM after its graceful shutdown; exiting through SystemExit
     # instead runs the cleanup below and lets atexit stop the embedded server.
@@ -190,6 +201,8 @@ def serve(
             log_config=None,
             access_log=False,
             timeout_graceful_shutdown=20,
+            proxy_headers=bool(settings.forwarded_allow_ips),
+            forwarded_allow_ips=settings.forwarded_allow_ips or None,
         )
     finally:
         if child is not None:
@@ -197,6 +210,37 @@ def serve(
             child.wait(timeout=20)
         if metrics_dir is not None:
             shutil.rmtree(metrics_dir, ignore_errors=True)
+
+
+def _warn_if_privileged(url: str) -> None:
+    """The audit trail's append-only promise holds against the application role only."""
+    import psycopg
+
+    with psycopg.connect(libpq_url(url)) as conn:
+        superuser, owner = conn.execute(
+            "SELECT rolsuper, pg_has_role(current_user, (SELECT tableowner FROM pg_tables"
+            " WHERE tablename = 'review_queue_event'), 'MEMBER') FROM pg_roles WHERE rolname = current_user"
+        ).fetchone() or (False, False)
+    if superuser or owner:
+        typer.echo(
+            "warning: DATABASE_URL's role owns the tables or is a superuser, so it could edit the audit"
+            " trail; serve as an application role (docs/security.md)",
+            err=True,
+        )
+
+
+def _raise_open_file_limit() -> None:
+    # uvicorn never closes a connection that has not sent a complete request head, so idle or
+    # half-open sockets last until the client goes; the open-file limit is the ceiling. Take the
+    # hard limit (production runs behind a proxy with header timeouts: docs/security.md).
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or soft < hard:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(
+                resource.RLIMIT_NOFILE, (hard if hard != resource.RLIM_INFINITY else 1 << 20, hard)
+            )
 
 
 def main() -> None:

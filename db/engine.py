@@ -8,14 +8,24 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
-from db.embedded import embedded_url
+from db.embedded import embedded_owner_url, embedded_url
+
+
+def _sqlalchemy(raw: str) -> str:
+    url = make_url(raw.replace("postgres://", "postgresql://", 1))
+    return url.set(drivername="postgresql+psycopg").render_as_string(hide_password=False)
 
 
 def database_url(configured: str | None, data_dir: Path) -> str:
-    """The SQLAlchemy URL: the configured one when set, else the embedded server's."""
-    raw = configured or embedded_url(data_dir)
-    url = make_url(raw.replace("postgres://", "postgresql://", 1))
-    return url.set(drivername="postgresql+psycopg").render_as_string(hide_password=False)
+    """What the service connects as: the configured URL when set, else the embedded server's
+    application role."""
+    return _sqlalchemy(configured or embedded_url(data_dir))
+
+
+def migration_url(migration: str | None, configured: str | None, data_dir: Path) -> str:
+    """What migrations run as: REVIEW_QUEUE_MIGRATION_DATABASE_URL, else DATABASE_URL (one role
+    for both), else the embedded server's owner role."""
+    return _sqlalchemy(migration or configured or embedded_owner_url(data_dir))
 
 
 def libpq_url(url: str, database: str | None = None) -> str:

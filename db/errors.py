@@ -10,6 +10,8 @@ class DatabaseUnavailable(Exception):
 
 
 def _driver_error(error: BaseException) -> BaseException:
+    if isinstance(error, DatabaseUnavailable) and error.__cause__ is not None:
+        error = error.__cause__  # a db/ function that named the cause more precisely
     return error.orig if isinstance(error, sa.DBAPIError) and error.orig is not None else error
 
 

@@ -11,15 +11,18 @@ from alembic import command
 from api.settings import REPO_ROOT
 
 
-def alembic_config(url: str) -> Config:
+def alembic_config(url: str, *, app_role: str | None = None) -> Config:
+    """Alembic on `url` (the schema owner), granting the service's rights to `app_role`."""
     config = Config(str(REPO_ROOT / "alembic.ini"))
     config.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
     config.attributes["configure_logging"] = False
+    if app_role is not None:
+        config.attributes["app_role"] = app_role
     return config
 
 
-def upgrade_head(url: str) -> None:
-    command.upgrade(alembic_config(url), "head")
+def upgrade_head(url: str, *, app_role: str | None = None) -> None:
+    command.upgrade(alembic_config(url, app_role=app_role), "head")
 
 
 @lru_cache

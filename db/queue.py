@@ -35,10 +35,12 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import ARRAY, insert
 from sqlalchemy.dialects.postgresql import UUID as PG_UUID
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql.selectable import CTE
 
 from db import telemetry
+from db.errors import DatabaseUnavailable, is_lock_timeout
 from db.notify import notify_work
 from db.tables import DEFAULT_MAX_ATTEMPTS
 from db.tables import review_queue_event as event
@@ -299,7 +301,14 @@ async def lease_items(
     conn: AsyncConnection, *, reviewer: str, batch_size: int, lease_duration: timedelta, cap: int
 ) -> list[Item]:
     """Lease up to batch_size items to reviewer, never leaving them holding more than cap."""
-    await conn.execute(_LOCK_REVIEWER, {"actor": reviewer})
+    try:
+        await conn.execute(_LOCK_REVIEWER, {"actor": reviewer})
+    except DBAPIError as error:
+        if is_lock_timeout(error):
+            raise DatabaseUnavailable(
+                f"lock timeout: another lease call of {reviewer!r} held the per-reviewer lock too long"
+            ) from error
+        raise
     result = await conn.execute(
         _LEASE, {"actor": reviewer, "batch_size": batch_size, "cap": cap, "lease_duration": lease_duration}
     )

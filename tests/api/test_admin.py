@@ -28,7 +28,9 @@ def test_reclaim_then_late_completion_loses_and_new_holder_wins(
     assert response.status_code == 200
     body = response.json()
     assert body["reclaimed"] == 1
-    assert body["items"] == [{k: item[k] for k in ("id", "trace_id", "source_hash", "match_decision")}]
+    assert body["items"] == [
+        {**{k: item[k] for k in ("id", "trace_id", "source_hash", "match_decision")}, "state": "PENDING"}
+    ]
     pending = client.get(f"/items/{item['id']}", headers=admin).json()
     assert (pending["state"], pending["leased_by"], pending["leased_at"], pending["lease_expires_at"]) == (
         "PENDING", None, None, None,

@@ -347,3 +347,125 @@ def test_the_documented_money_schema_is_exactly_what_is_accepted(client: TestCli
     }
     shown = schema["ItemOut"]["properties"]["variance_amount"]
     assert shown["type"] == "string" and shown["pattern"] == r"^-?[0-9]{1,16}\.[0-9]{2}$"
+
+
+# --- 5: authentication before the database ------------------------------------------------
+
+
+def _count_checkouts(app_client: TestClient) -> list[int]:
+    from sqlalchemy import event
+
+    count = [0]
+    pool = app_client.app.state.engine.sync_engine.pool  # type: ignore[attr-defined]
+    event.listen(pool, "checkout", lambda *_: count.__setitem__(0, count[0] + 1))
+    return count
+
+
+def test_requests_without_a_usable_token_never_touch_the_pool(db_url: str) -> None:
+    """A flood of missing or garbage tokens used to cost a transaction each; now none, on every
+    authenticated route of the authorization matrix."""
+    from tests.api.test_authz_matrix import MATRIX, UNKNOWN_ID
+
+    with TestClient(
+        create_app(make_settings(db_url, token_cache_s=5)), raise_server_exceptions=False
+    ) as client:
+        checkouts = _count_checkouts(client)
+        for (method, path), route in MATRIX.items():
+            if route.roles is None:
+                continue
+            url = path.replace("{item_id}", UNKNOWN_ID)
+            body = route.body() if route.body else None
+            for headers in ({}, {"Authorization": "Bearer x"}, {"Authorization": "Basic YTpi"}):
+                response = client.request(method, url, json=body, headers=headers)
+                assert_problem(response, 401, "UNAUTHENTICATED")
+        assert checkouts[0] == 0, f"{checkouts[0]} pool checkouts for unauthenticated requests"
+        # A well-formed but unknown token costs one lookup, then the negative cache answers.
+        unknown = {"Authorization": "Bearer rq_" + "A" * 43}
+        for _ in range(5):
+            assert_problem(client.post("/leases", json={}, headers=unknown), 401, "UNAUTHENTICATED")
+        assert checkouts[0] == 1, checkouts[0]
+        metrics = client.get("/metrics", headers=_admin_headers(db_url)).text
+    failures = {
+        line.split('"')[1]: float(line.split()[-1])
+        for line in metrics.splitlines()
+        if line.startswith("review_queue_auth_failures_total{")
+    }
+    assert failures["missing"] >= 2 * len([r for r in MATRIX.values() if r.roles is not None])
+    assert failures["malformed"] >= len([r for r in MATRIX.values() if r.roles is not None])
+    assert failures["unknown"] >= 5
+
+
+def _admin_headers(db_url: str) -> Headers:
+    from tests.conftest import _create_token
+
+    return {"Authorization": f"Bearer {_create_token(db_url, 'metrics-reader', 'admin')}"}
+
+
+# --- 7: smaller items ----------------------------------------------------------------------
+
+
+def test_a_trailing_slash_is_not_found_never_a_redirect_to_the_callers_host(
+    client: TestClient, auth: Callable[[str, str], Headers]
+) -> None:
+    item = client.post("/items", json=item_body(), headers=auth("root", "admin")).json()
+    response = client.get(
+        f"/items/{item['id']}/",
+        headers={**auth("alice", "reviewer"), "Host": "evil.example"},
+        follow_redirects=False,
+    )
+    assert_problem(response, 404, "NOT_FOUND")
+    assert "location" not in response.headers
+
+
+@pytest.mark.parametrize("request_id", ["ünïcode-id", "id\u200bwith-zero-width", "tab\there"])
+def test_a_request_id_must_be_ascii(client: TestClient, request_id: str) -> None:
+    response = client.get("/healthz", headers={"X-Request-ID": request_id.encode()})  # raw UTF-8 bytes
+    generated = response.headers["x-request-id"]
+    assert generated.isascii() and len(generated) == 32, generated
+    accepted = client.get("/healthz", headers={"X-Request-ID": "abc-123.4:5_6"})
+    assert accepted.headers["x-request-id"] == "abc-123.4:5_6"
+
+
+def test_a_wait_on_the_per_reviewer_lock_says_what_was_waited_for(
+    db_url: str, sql: psycopg.Connection, auth: Callable[[str, str], Headers]
+) -> None:
+    seed_items(sql, 2)
+    alice = auth("alice", "reviewer")
+    with (
+        TestClient(
+            create_app(make_settings(db_url, pg_lock_timeout_ms=200)), raise_server_exceptions=False
+        ) as c,
+        psycopg.connect(sql.info.dsn, autocommit=True) as holder,
+    ):
+        # What a concurrent lease call of alice holds for its transaction.
+        holder.execute("SELECT pg_advisory_lock(hashtextextended('review_queue.lease:' || 'alice', 0))")
+        problem = assert_problem(c.post("/leases", json={}, headers=alice), 503, "DATABASE_UNAVAILABLE")
+        assert "per-reviewer lock" in problem["detail"] and "table" not in problem["detail"], problem
+        assert c.post("/leases", json={}, headers=auth("bob", "reviewer")).json()["items"], (
+            "bob is not blocked"
+        )
+        metrics = c.get("/metrics", headers=auth("root", "admin")).text
+    assert 'review_queue_lock_timeouts_total{route="/leases"}' in metrics
+
+
+# --- 8: bounded metric labels ----------------------------------------------------------------
+
+
+def test_free_text_resolutions_cannot_grow_the_metric_without_bound(
+    client: TestClient, sql: psycopg.Connection, auth: Callable[[str, str], Headers]
+) -> None:
+    from db.telemetry import MAX_RESOLUTION_LABELS
+
+    seed_items(sql, 120)
+    alice = auth("alice", "reviewer")
+    held = client.post("/leases", json={"batch_size": 120}, headers=alice).json()["items"]
+    for n, item in enumerate(held):
+        resolution = f"RANDOM_{n}_{uuid.uuid4().hex[:8].upper()}"
+        response = client.post(
+            f"/items/{item['id']}/complete", json={"resolution": resolution}, headers=alice
+        )
+        assert response.status_code == 200, response.text
+    metrics = client.get("/metrics", headers=auth("root", "admin")).text
+    series = [line for line in metrics.splitlines() if line.startswith("review_queue_items_resolved_total{")]
+    assert len(series) <= MAX_RESOLUTION_LABELS + 1, len(series)
+    assert any('resolution="other"' in line for line in series), series

@@ -1,8 +1,11 @@
 """Reviewer desk sessions: a cookie's sha256, its token, its CSRF token and expiry.
 
+The application role gets SELECT, INSERT, UPDATE, DELETE on the table by the default privileges of
+3e8a1d5c7b42 (sessions are created, read and deleted; UPDATE is unused).
+
 Revision ID: c4d7e2a91f35
-Revises: 7c2f4e1a9d03
-Create Date: 2026-12-03 09:00:00+00:00
+Revises: 3e8a1d5c7b42
+Create Date: 2026-12-03 09:30:00+00:00
 """
 
 from collections.abc import Sequence
@@ -12,7 +15,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "c4d7e2a91f35"
-down_revision: str | None = "7c2f4e1a9d03"
+down_revision: str | None = "3e8a1d5c7b42"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
