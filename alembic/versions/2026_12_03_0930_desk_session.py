@@ -1,7 +1,7 @@
 """Reviewer desk sessions: a cookie's sha256, its token, its CSRF token and expiry.
 
 The application role gets SELECT, INSERT, UPDATE, DELETE on the table by the default privileges of
-3e8a1d5c7b42 (sessions are created, read and deleted; UPDATE is unused).
+3e8a1d5c7b42; sessions are only created, read and deleted, so UPDATE is revoked again.
 
 Revision ID: c4d7e2a91f35
 Revises: 3e8a1d5c7b42
@@ -12,7 +12,8 @@ from collections.abc import Sequence
 
 import sqlalchemy as sa
 
-from alembic import op
+from alembic import context, op
+from db.roles import APP_ROLE
 
 revision: str = "c4d7e2a91f35"
 down_revision: str | None = "3e8a1d5c7b42"
@@ -37,6 +38,13 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("id_hash", name=op.f("pk_desk_session")),
     )
     op.create_index("ix_desk_session_expires_at", "desk_session", ["expires_at"], unique=False)
+    role = context.config.attributes.get("app_role", APP_ROLE)
+    quoted, literal = '"' + role.replace('"', '""') + '"', role.replace("'", "''")
+    op.execute(
+        f"DO $$ BEGIN IF EXISTS (SELECT FROM pg_roles WHERE rolname = '{literal}') THEN"
+        f" EXECUTE 'REVOKE UPDATE ON desk_session FROM {quoted.replace(chr(39), chr(39) * 2)}';"
+        " END IF; END $$"
+    )
 
 
 def downgrade() -> None:
