@@ -436,8 +436,9 @@ async def release_lease(
         "max_attempts": max_attempts,
     }
     outcome, current = await _holder_change(conn, _RELEASE, params)
-    if outcome == "done" and current is not None and current.state == "PENDING":  # not quarantined
-        await notify_work(conn)
+    if outcome == "done" and current is not None:
+        if current.state == "PENDING":  # leasable again (a quarantined item is not)
+            await notify_work(conn)
         telemetry.released(current, reviewer, reason)
         if current.state == "QUARANTINED":
             telemetry.quarantined(current, reviewer)
