@@ -14,14 +14,16 @@ from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
 from fastapi.responses import HTMLResponse
 from fastapi.staticfiles import StaticFiles
 
+from api import desk
 from api.errors import COMMON_PROBLEMS, install_error_handlers
 from api.examples import with_examples
 from api.logs import configure_logging
 from api.metrics import AccessLog
 from api.middleware import BodyLimit
-from api.routes import admin, health, items, leases, ops
+from api.routes import admin, health, items, leases, ops, session
 from api.settings import Settings, get_settings
-from db.engine import create_engine, database_url
+from db.engine import create_engine, database_url, libpq_url
+from db.notify import WorkSignal
 
 MAX_BODY_BYTES = 1024 * 1024
 DOCS_ASSETS = Path(fastapi_offline.__file__).parent / "static"
@@ -85,8 +87,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        url = database_url(settings.database_url, settings.data_dir)
         engine = create_engine(
-            database_url(settings.database_url, settings.data_dir),
+            url,
             pool_size=settings.pool_size,
             max_overflow=settings.pool_max_overflow,
             pool_timeout_s=settings.pool_timeout_ms / 1000,
@@ -94,9 +97,18 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             prepare_threshold=settings.prepare_threshold or None,
         )
         app.state.engine = engine
+        # One LISTEN connection per process, outside the pool, for POST /leases with wait_s.
+        work_signal = WorkSignal(
+            libpq_url(url),
+            poll_interval_s=settings.poll_interval_ms / 1000,
+            connect_timeout_s=settings.connect_timeout_s,
+        )
+        work_signal.start()
+        app.state.work_signal = work_signal
         try:
             yield
         finally:
+            await work_signal.stop()
             await engine.dispose()
 
     app = FastAPI(
@@ -130,13 +142,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.add_middleware(
             CORSMiddleware,
             allow_origins=settings.cors_origins,
-            allow_methods=["GET", "POST"],
+            allow_methods=["GET", "POST", "DELETE"],
             allow_headers=["Authorization", "Content-Type", "X-Request-ID"],
             expose_headers=["X-Request-ID", "Retry-After"],
         )
     app.add_middleware(AccessLog)
     app.add_middleware(CorrelationIdMiddleware, header_name="X-Request-ID", validator=_acceptable_request_id)
     app.include_router(health.router)
-    for router in (items.router, leases.router, admin.router, ops.router):
+    for router in (items.router, leases.router, admin.router, ops.router, session.router):
         app.include_router(router, responses=COMMON_PROBLEMS)
+    desk.install(app)
     return app

@@ -5,7 +5,7 @@
 
 `work` is the seed's worker loop over HTTP: lease a batch, keep each lease alive with
 `renew` while the handler runs, complete with the handler's resolution (fenced by the
-item's `lease_token`), release on handler error, idle-poll with jitter, stop cleanly on
+item's `lease_token`), release on handler error, long-poll for work (`wait_s`), stop cleanly on
 SIGINT/SIGTERM or `stop()`. Errors are typed exceptions carrying the problem `code`.
 """
 
@@ -109,6 +109,17 @@ def _retryable(error: Exception) -> bool:
     return isinstance(error, (DatabaseUnavailable, httpx.TransportError))
 
 
+def _timeout(http: httpx.Client | httpx.AsyncClient, wait_s: int) -> httpx.Timeout:
+    # A long poll may legitimately take wait_s before the first byte of its answer.
+    base = http.timeout
+    return httpx.Timeout(
+        connect=base.connect,
+        read=None if base.read is None else base.read + wait_s,
+        write=base.write,
+        pool=base.pool,
+    )
+
+
 def _backoff(attempt: int) -> float:
     return min(2.0, 0.1 * 2.0**attempt) * random.uniform(0.5, 1.5)  # noqa: S311 - jitter
 
@@ -166,8 +177,9 @@ class _Calls:
         return "POST", "/items", _enqueue_body(fields)
 
     @staticmethod
-    def lease(batch_size: int | None) -> tuple[str, str, dict[str, Any] | None]:
-        return "POST", "/leases", {"batch_size": batch_size} if batch_size else None
+    def lease(batch_size: int | None, wait_s: int) -> tuple[str, str, dict[str, Any] | None]:
+        body = {"batch_size": batch_size, "wait_s": wait_s or None}
+        return "POST", "/leases", {k: v for k, v in body.items() if v is not None} or None
 
     @staticmethod
     def complete(
@@ -222,10 +234,12 @@ class ReviewQueueClient:
     def __exit__(self, *_: object) -> None:
         self.close()
 
-    def _call(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+    def _call(self, method: str, path: str, body: dict[str, Any] | None = None, *, wait_s: int = 0) -> Any:
         for attempt in range(self._retries + 1):
             try:
-                response = self._http.request(method, path, json=body, headers=self._headers)
+                response = self._http.request(
+                    method, path, json=body, headers=self._headers, timeout=_timeout(self._http, wait_s)
+                )
                 _raise_for_problem(response)
                 return response.json()
             except Exception as error:
@@ -237,8 +251,10 @@ class ReviewQueueClient:
     def enqueue(self, **fields: Any) -> ItemOut:
         return ItemOut.model_validate(self._call(*_Calls.enqueue(fields)))
 
-    def lease(self, batch_size: int | None = None) -> list[ItemOut]:
-        return [ItemOut.model_validate(i) for i in self._call(*_Calls.lease(batch_size))["items"]]
+    def lease(self, batch_size: int | None = None, *, wait_s: int = 0) -> list[ItemOut]:
+        """Lease up to batch_size items; with wait_s (0-20), wait that long for work to arrive."""
+        answer = self._call(*_Calls.lease(batch_size, wait_s), wait_s=wait_s)
+        return [ItemOut.model_validate(i) for i in answer["items"]]
 
     def complete(
         self, item_id: UUID, resolution: str, *, note: str | None = None, lease_token: str | None = None
@@ -329,11 +345,14 @@ class ReviewQueueClient:
         handler: Callable[[ItemOut], HandlerResult],
         *,
         batch_size: int | None = None,
-        poll_interval_ms: int = 500,
+        wait_s: int = 5,
         renew_every_s: float | None = None,
         handle_signals: bool = True,
     ) -> WorkStats:
-        """Lease and adjudicate until `stop()` or SIGINT/SIGTERM; returns what happened."""
+        """Lease and adjudicate until `stop()` or SIGINT/SIGTERM; returns what happened.
+
+        An empty queue is waited on by the server (`wait_s`, long poll), not by sleeping here;
+        `stop()` takes effect when the current wait ends, within wait_s."""
         stats = WorkStats()
         self._stop.clear()
         restore = self._install_signals() if handle_signals else {}
@@ -341,11 +360,10 @@ class ReviewQueueClient:
         failures = 0  # batches in a row in which the handler failed
         try:
             while not self._stop.is_set():
-                batch = self.lease(batch_size)
+                batch = self.lease(batch_size, wait_s=wait_s)
                 stats.leased += len(batch)
                 self._release_all(failed, stats)
                 if not batch:
-                    self._stop.wait(poll_interval_ms / 1000 * random.uniform(0.8, 1.2))  # noqa: S311
                     continue
                 held, lost = {i.id: i for i in batch}, set[UUID]()
                 with self._heartbeat(held, lost, _renew_interval(batch[0], renew_every_s)):
@@ -402,10 +420,14 @@ class AsyncReviewQueueClient:
     async def __aexit__(self, *_: object) -> None:
         await self.aclose()
 
-    async def _call(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+    async def _call(
+        self, method: str, path: str, body: dict[str, Any] | None = None, *, wait_s: int = 0
+    ) -> Any:
         for attempt in range(self._retries + 1):
             try:
-                response = await self._http.request(method, path, json=body, headers=self._headers)
+                response = await self._http.request(
+                    method, path, json=body, headers=self._headers, timeout=_timeout(self._http, wait_s)
+                )
                 _raise_for_problem(response)
                 return response.json()
             except Exception as error:
@@ -417,8 +439,9 @@ class AsyncReviewQueueClient:
     async def enqueue(self, **fields: Any) -> ItemOut:
         return ItemOut.model_validate(await self._call(*_Calls.enqueue(fields)))
 
-    async def lease(self, batch_size: int | None = None) -> list[ItemOut]:
-        return [ItemOut.model_validate(i) for i in (await self._call(*_Calls.lease(batch_size)))["items"]]
+    async def lease(self, batch_size: int | None = None, *, wait_s: int = 0) -> list[ItemOut]:
+        answer = await self._call(*_Calls.lease(batch_size, wait_s), wait_s=wait_s)
+        return [ItemOut.model_validate(i) for i in answer["items"]]
 
     async def complete(
         self, item_id: UUID, resolution: str, *, note: str | None = None, lease_token: str | None = None
@@ -500,10 +523,12 @@ class AsyncReviewQueueClient:
         handler: Callable[[ItemOut], Awaitable[HandlerResult]],
         *,
         batch_size: int | None = None,
-        poll_interval_ms: int = 500,
+        wait_s: int = 5,
         renew_every_s: float | None = None,
         handle_signals: bool = True,
     ) -> WorkStats:
+        """`work` of the sync client, for async handlers; `stop()` also ends a wait in progress (the
+        lease request is cancelled, the server sees the disconnect and stops waiting)."""
         stats = WorkStats()
         self._stop.clear()
         loop = asyncio.get_running_loop()
@@ -514,11 +539,18 @@ class AsyncReviewQueueClient:
         failures = 0  # batches in a row in which the handler failed
         try:
             while not self._stop.is_set():
-                batch = await self.lease(batch_size)
+                leasing = asyncio.ensure_future(self.lease(batch_size, wait_s=wait_s))
+                stop_wait = asyncio.ensure_future(self._stop.wait())
+                await asyncio.wait({leasing, stop_wait}, return_when=asyncio.FIRST_COMPLETED)
+                stop_wait.cancel()
+                if not leasing.done():
+                    leasing.cancel()
+                    await asyncio.gather(leasing, return_exceptions=True)
+                    break
+                batch = leasing.result()
                 stats.leased += len(batch)
                 await self._release_all(failed, stats)
                 if not batch:
-                    await self._pause(poll_interval_ms / 1000 * random.uniform(0.8, 1.2))  # noqa: S311
                     continue
                 held, lost = {i.id: i for i in batch}, set[UUID]()
                 heartbeat = asyncio.create_task(

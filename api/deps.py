@@ -2,15 +2,16 @@
 
 import re
 import secrets
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
-from typing import Annotated
+from typing import Annotated, TypeVar
 
 from cachetools import TTLCache
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from api import session
 from api.errors import ProblemError
 from api.metrics import AUTH_FAILURES
 from api.settings import Settings
@@ -49,11 +50,26 @@ def _unauthenticated(reason: str, detail: str) -> ProblemError:
     return ProblemError("UNAUTHENTICATED", detail, headers={"WWW-Authenticate": "Bearer"})
 
 
+T = TypeVar("T")
+
+
+async def _briefly(request: Request, read: Callable[[AsyncConnection], Awaitable[T]]) -> T:
+    """`read` in a short transaction of its own, before (and apart from) the request's."""
+    async with _request_transaction(request) as conn:
+        return await read(conn)
+
+
 async def _authenticate(
     request: Request, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
 ) -> Principal:
     """Who is calling, decided before the request takes a database connection: a missing or
     malformed token never reaches the pool, and lookups (found or not) are cached briefly."""
+    if credentials is None and session.COOKIE in request.cookies:
+        # The reviewer desk: its session cookie instead of a bearer token (CSRF-checked there).
+        from_cookie = await session.principal_from_cookie(request, _briefly)
+        if from_cookie is None:
+            raise _unauthenticated("unknown", "the desk session has ended; sign in again")
+        return from_cookie
     if credentials is None or credentials.scheme.lower() != "bearer":
         raise _unauthenticated("missing", "an Authorization: Bearer <token> header is required")
     token = credentials.credentials
@@ -96,7 +112,9 @@ def _require(*roles: str) -> object:
     async def check(principal: Caller) -> Principal:
         if principal.role not in roles:
             raise ProblemError(
-                "FORBIDDEN", f"role {principal.role!r} may not do this; needs one of {', '.join(roles)}"
+                "FORBIDDEN",
+                f"role {principal.role!r} may not do this; needs one of {', '.join(roles)}",
+                extra={"required_roles": list(roles)},
             )
         return principal
 

@@ -25,6 +25,7 @@ PROBLEMS: dict[str, tuple[int, str]] = {
     "BAD_REQUEST": (400, "Bad request"),
     "UNAUTHENTICATED": (401, "Authentication required"),
     "FORBIDDEN": (403, "Not allowed for this role"),
+    "CSRF_REJECTED": (403, "Cross-site request refused"),
     "NOT_FOUND": (404, "Not found"),
     "METHOD_NOT_ALLOWED": (405, "Method not allowed"),
     "LEASE_NOT_HELD": (409, "Lease not held"),

@@ -132,6 +132,8 @@ def _json_integer(value: object) -> object:
 # `ge`/`le` instead of JSON Schema's minimum/maximum.)
 BatchSize = Annotated[int, Field(ge=1, le=200), BeforeValidator(_json_integer)]
 ReclaimBatch = Annotated[int, Field(ge=1, le=1000), BeforeValidator(_json_integer)]
+MAX_WAIT_S = 20  # the longest long poll of POST /leases
+WaitSeconds = Annotated[int, Field(ge=0, le=MAX_WAIT_S), BeforeValidator(_json_integer)]
 
 Timestamp = Annotated[
     datetime, PlainSerializer(lambda d: d.astimezone(UTC).isoformat(), return_type=str, when_used="json")
@@ -323,6 +325,10 @@ class ItemOut(BaseModel):
 
 class LeaseIn(Strict):
     batch_size: BatchSize | None = None
+    wait_s: WaitSeconds = Field(
+        default=0,
+        description="When nothing can be leased, wait up to this many seconds for work (long poll).",
+    )
 
 
 class LeaseOut(BaseModel):
@@ -360,6 +366,7 @@ class ItemQuery(Strict):
     resolved_by: Text200 | None = Field(default=None, description="A reviewer, or `me` for the caller.")
     ledger_entity: Text200 | None = None
     match_decision: MatchDecision | None = None
+    idempotency_key: Text200 | None = Field(default=None, description="The item enqueued with this key.")
     created_after: Rfc3339 | None = Field(default=None, description="Inclusive; RFC 3339 with offset.")
     created_before: Rfc3339 | None = Field(default=None, description="Exclusive; RFC 3339 with offset.")
     limit: int = Field(default=50, ge=1, le=200)
@@ -467,3 +474,21 @@ class Problem(BaseModel):
     code: str
     instance: str | None = None
     errors: list[dict[str, object]] | None = None
+
+
+class SessionIn(Strict):
+    token: Annotated[str, StringConstraints(min_length=1, max_length=200)] = Field(
+        description="A bearer token (from `review-queue token create`), exchanged for a session cookie."
+    )
+
+
+class SessionOut(BaseModel):
+    subject: str
+    role: Literal["reviewer", "ingest", "admin"]
+    csrf_token: str | None = Field(
+        description="Send it as X-CSRF-Token with every write made with the session cookie; "
+        "null when the caller used a bearer token."
+    )
+    lease_s: float = Field(description="Lease duration (REVIEW_QUEUE_LOCK_TIMEOUT_MS) in seconds.")
+    idle_release_s: int = Field(description="REVIEW_QUEUE_UI_IDLE_RELEASE_S: the desk releases idle work.")
+    max_wait_s: int = Field(description="The largest wait_s of POST /leases.")

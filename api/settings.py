@@ -9,6 +9,7 @@ from pydantic import AliasChoices, Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from db.roles import APP_ROLE
+from db.tables import DEFAULT_MAX_ATTEMPTS
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 POSTGRESQL_SCHEMES = ("postgresql", "postgres", "postgresql+psycopg")
@@ -47,10 +48,10 @@ class Settings(BaseSettings):
     statement_timeout_ms: int = _range(5_000, 100, 600_000, "REVIEW_QUEUE_STATEMENT_TIMEOUT_MS")
     max_leases_per_reviewer: int = _range(200, 1, 10_000, "REVIEW_QUEUE_MAX_LEASES_PER_REVIEWER")
     reclaim_interval_s: int = _range(15, 1, 600, "REVIEW_QUEUE_RECLAIM_INTERVAL_S")
-    # Leases an item gets before a release or reclaim quarantines it (a poison item). The default is
-    # db.queue.DEFAULT_MAX_ATTEMPTS, not imported: db.queue creates the Prometheus counters, and
-    # `serve` must choose multiprocess mode before they exist (tests/test_cli.py checks both).
-    max_attempts: int = _range(10, 1, 1_000, "REVIEW_QUEUE_MAX_ATTEMPTS")
+    # Leases an item gets before a release or reclaim quarantines it (a poison item). Its default
+    # lives in db.tables, not db.queue: db.queue creates the Prometheus counters, and `serve` must
+    # choose multiprocess mode before they exist (tests/test_cli.py checks both).
+    max_attempts: int = _range(DEFAULT_MAX_ATTEMPTS, 1, 1_000, "REVIEW_QUEUE_MAX_ATTEMPTS")
 
     pool_size: int = _range(10, 1, 200, "REVIEW_QUEUE_POOL_SIZE")
     pool_max_overflow: int = _range(5, 0, 200, "REVIEW_QUEUE_POOL_MAX_OVERFLOW")
@@ -74,6 +75,15 @@ class Settings(BaseSettings):
     )
     metrics_token: str | None = Field(default=None, validation_alias="REVIEW_QUEUE_METRICS_TOKEN")
 
+    # The reviewer desk stops renewing and releases the item (reason "idle") after this long
+    # without a key press, click or scroll: a tab left open over a weekend holds no work.
+    ui_idle_release_s: int = _range(600, 60, 3600, "REVIEW_QUEUE_UI_IDLE_RELEASE_S")
+    # Tests only: a shorter idle release (1-59 s) than the range above allows, so the browser
+    # tests can watch it happen; takes precedence when set. Never set it in production.
+    ui_idle_release_test_s: int | None = Field(
+        default=None, ge=1, le=59, validation_alias="REVIEW_QUEUE_UI_IDLE_RELEASE_TEST_S"
+    )
+
     host: str = Field(default="127.0.0.1", validation_alias=AliasChoices("HOST", "REVIEW_QUEUE_HOST"))
     port: int = Field(
         default=8000, ge=1, le=65_535, validation_alias=AliasChoices("PORT", "REVIEW_QUEUE_PORT")
@@ -95,6 +105,10 @@ class Settings(BaseSettings):
                     f"{scheme + '://' if scheme else 'this'}"
                 )
         return value
+
+    @property
+    def idle_release_s(self) -> int:
+        return self.ui_idle_release_test_s or self.ui_idle_release_s
 
     @field_validator("cors_origins", mode="before")
     @classmethod

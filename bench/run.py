@@ -29,6 +29,7 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import make_url
 
 from api.settings import get_settings
+from bench import wakeup
 from cli.main import owner_url
 from db import queue
 from db.engine import libpq_url as libpq
@@ -505,6 +506,63 @@ def dequeue_scaling(server_url: str, workers: int, port: int, samples: int) -> d
     return result
 
 
+# --- 6. work arrives by itself ------------------------------------------------------------------
+
+
+def work_arrives(
+    server_url: str, port: int, poll_interval_ms: int, samples: int, seconds: float
+) -> dict[str, Any]:
+    url = fresh_database(server_url, "rq_bench_wakeup")
+    reviewer, admin = create_tokens(url, 1)[0], _admin_token(url)
+    server = start_server(url, 1, port)
+    try:
+        result: dict[str, Any] = {
+            "latency": wakeup.wakeup_latency(
+                server.base, reviewer, admin, samples=samples, poll_interval_ms=poll_interval_ms
+            ),
+            "poll_interval_ms": poll_interval_ms,
+        }
+    finally:
+        stop_server(server)
+    notify_url = fresh_database(server_url, "rq_bench_notify")
+    result["notify"] = wakeup.notify_cost(notify_url, producers=4, consumers=4, seconds=seconds)
+    with psycopg.connect(libpq(server_url, "postgres"), autocommit=True) as conn:
+        for name in ("rq_bench_wakeup", "rq_bench_notify"):
+            conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+    return result
+
+
+def _admin_token(url: str) -> str:
+    result = subprocess.run(
+        [sys.executable, "-m", "cli", "token", "create", "--subject", "bench-admin", "--role", "admin"],
+        env={**os.environ, "DATABASE_URL": url},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return result.stdout.strip().splitlines()[-1]
+
+
+def report_wakeup(w: dict[str, Any]) -> str:
+    lat, n = w["latency"], w["notify"]
+    on, off = n["with_notify"], n["without_notify"]
+    return "\n".join(
+        [
+            "6. work arrives by itself (enqueue -> lease answer, one reviewer waiting):",
+            f"     long poll (wait_s, LISTEN/NOTIFY)   p50 {lat['long_poll']['p50_ms']} ms, "
+            f"p99 {lat['long_poll']['p99_ms']} ms, max {lat['long_poll']['max_ms']} ms",
+            f"     polling every {w['poll_interval_ms']} ms +-20 %        p50 {lat['polling']['p50_ms']} ms, "
+            f"p99 {lat['polling']['p99_ms']} ms, max {lat['polling']['max_ms']} ms",
+            "   NOTIFY cost (4 producers enqueueing, 4 consumers leasing and completing,"
+            " one item per transaction):",
+            f"     enqueued/s   with NOTIFY {on['enqueued_per_s']}, without {off['enqueued_per_s']}"
+            f"   (x{n['enqueue_ratio']})",
+            f"     completed/s  with NOTIFY {on['completed_per_s']}, without {off['completed_per_s']}"
+            f"   (x{n['complete_ratio']})",
+        ]
+    )
+
+
 # --- report -------------------------------------------------------------------------------------
 
 
@@ -566,6 +624,9 @@ def main(
     lease_samples: Annotated[int, typer.Option(help="Timed leases per dequeue scenario.")] = 200,
     port: Annotated[int, typer.Option(help="Port for the API under test.")] = 8765,
     json_path: Annotated[Path | None, typer.Option("--json", help="Also write the results here.")] = None,
+    wakeup_samples: Annotated[int, typer.Option(help="Enqueue-to-lease samples per mode.")] = 30,
+    notify_seconds: Annotated[float, typer.Option(help="Length of each NOTIFY on/off run.")] = 5.0,
+    only_wakeup: Annotated[bool, typer.Option(help="Run part 6 (wake-up, NOTIFY cost) alone.")] = False,
 ) -> None:
     settings = get_settings()
     # The owner creates the bench's databases (the application role cannot) and the API runs as it.
@@ -578,6 +639,14 @@ def main(
         "workers": workers,
         "machine": f"{os.cpu_count()} cores, {round(psutil.virtual_memory().total / 2**30)} GiB",
     }
+    if only_wakeup:
+        results["wakeup"] = work_arrives(
+            server_url, port, settings.poll_interval_ms, wakeup_samples, notify_seconds
+        )
+        typer.echo(report_wakeup(results["wakeup"]))
+        if json_path:
+            json_path.write_text(json.dumps(results, indent=2))
+        return
     typer.echo("1/4 raw SQL ceiling ...", err=True)
     results["raw"] = raw_ceiling(fresh_database(server_url, "rq_bench_raw"), clients, items, batch)
     typer.echo("2/4 HTTP API ...", err=True)
@@ -593,11 +662,15 @@ def main(
     results["api_raw_ratio"] = round(results["api"]["items_per_s"] / results["raw"]["items_per_s"], 2)
     typer.echo("3/4 dequeue scaling (seeds 1,000,000 rows) ...", err=True)
     results["dequeue"] = dequeue_scaling(server_url, workers, port, lease_samples)
-    typer.echo("4/4 done", err=True)
+    typer.echo("4/4 wake-up latency and NOTIFY cost ...", err=True)
+    results["wakeup"] = work_arrives(
+        server_url, port, settings.poll_interval_ms, wakeup_samples, notify_seconds
+    )
     with psycopg.connect(libpq(server_url, "postgres"), autocommit=True) as conn:
         for name in ("rq_bench_raw", "rq_bench_api", "rq_bench_dequeue"):
             conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
     typer.echo(report(results))
+    typer.echo(report_wakeup(results["wakeup"]))
     if json_path:
         json_path.write_text(json.dumps(results, indent=2))
         typer.echo(f"wrote {json_path}", err=True)

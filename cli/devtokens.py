@@ -52,11 +52,18 @@ def ensure_and_print(url: str, data_dir: Path, host: str, port: int) -> dict[str
         if saved:
             typer.echo("A development token was revoked, expired or missing: created a new one.")
     path.chmod(0o600)
-    base = f"http://{host}:{port}"
-    typer.echo(f"Development tokens (embedded database only; kept in plain text in {path}):")
-    for role, token in valid.items():
-        typer.echo(f"  {role:<9} {token}")
-    typer.echo("Try:")
-    typer.echo(f"  export RQ_ADMIN={valid['admin']} RQ_REVIEWER={valid['reviewer']}")
-    typer.echo(f'  curl -s -X POST {base}/leases -H "Authorization: Bearer $RQ_REVIEWER"')
+    typer.echo(instructions(valid, f"http://{host}:{port}", path))
     return valid
+
+
+def instructions(saved: dict[str, str], base: str, path: Path) -> str:
+    """What `make run` prints: the tokens, a first curl, and where the reviewer desk is."""
+    lines = [f"Development tokens (embedded database only; kept in plain text in {path}):"]
+    lines += [f"  {role:<9} {token}" for role, token in saved.items()]
+    lines += [
+        "Try:",
+        f"  export RQ_ADMIN={saved['admin']} RQ_REVIEWER={saved['reviewer']}",
+        f'  curl -s -X POST {base}/leases -H "Authorization: Bearer $RQ_REVIEWER"',
+        f"Reviewer desk: {base}/desk/  (sign in with the reviewer or admin token above)",
+    ]
+    return "\n".join(lines)

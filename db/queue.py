@@ -43,6 +43,8 @@ from sqlalchemy.sql.selectable import CTE
 
 from db import telemetry
 from db.errors import DatabaseUnavailable, is_lock_timeout
+from db.notify import notify_work
+from db.tables import DEFAULT_MAX_ATTEMPTS
 from db.tables import review_queue_event as event
 from db.tables import review_queue_item as item
 
@@ -129,8 +131,6 @@ def _logged_then_quarantined(changed: CTE, name: str, *, details: ColumnElement[
     )
     return logged, quarantined
 
-
-DEFAULT_MAX_ATTEMPTS = 10  # REVIEW_QUEUE_MAX_ATTEMPTS
 
 # A release or reclaim of an item that has used up its attempts quarantines it: a poison item
 # that crashes every handler stops circulating instead of being leased again in a tight loop.
@@ -241,6 +241,8 @@ async def enqueue_items(
         "actor": actor,
     }
     created = {i.idempotency_key: i for i in map(_item, await conn.execute(_ENQUEUE, params))}
+    if created:
+        await notify_work(conn)  # once for the whole batch, delivered at commit
     telemetry.enqueued(len(created))
     missing = [k for k in first if k not in created]
     stored = dict(created)
@@ -446,6 +448,8 @@ async def release_lease(
     }
     outcome, current = await _holder_change(conn, _RELEASE, params)
     if outcome == "done" and current is not None:
+        if current.state == "PENDING":  # leasable again (a quarantined item is not)
+            await notify_work(conn)
         telemetry.released(current, reviewer, reason)
         if current.state == "QUARANTINED":
             telemetry.quarantined(current, reviewer)
@@ -474,6 +478,7 @@ async def requeue_item(
     row = (await conn.execute(_REQUEUE, {"item_id": item_id, "actor": actor, "reason": reason})).first()
     if row is not None:
         requeued = _item(row)
+        await notify_work(conn)  # leasable again
         telemetry.requeued(requeued, actor, reason)
         return "done", requeued
     current = await get_item(conn, item_id=item_id)
@@ -550,6 +555,7 @@ async def reopen_item(
     if row is not None:
         reopened = _item(row)
         telemetry.reopened(reopened, actor, reason, row.previous_resolution)
+        await notify_work(conn)  # leasable again
         return "done", reopened
     current = await get_item(conn, item_id=item_id)
     return ("not_found" if current is None else "not_resolved"), current
@@ -668,6 +674,8 @@ async def reclaim_expired(
 ) -> list[Reclaimed]:
     params = {"reclaim_batch": reclaim_batch, "grace": grace, "actor": actor, "max_attempts": max_attempts}
     rows = sorted(await conn.execute(_RECLAIM, params), key=lambda r: r.expired_at)  # oldest expiry first
+    if rows:
+        await notify_work(conn)  # once per reclaim statement, however many rows it returned
     reclaimed = [
         Reclaimed(
             r.id,
@@ -703,6 +711,7 @@ class ItemFilter:
     resolved_by: str | None = None
     ledger_entity: str | None = None
     match_decision: str | None = None
+    idempotency_key: str | None = None
     created_after: datetime | None = None  # inclusive
     created_before: datetime | None = None  # exclusive
 
@@ -712,7 +721,7 @@ async def list_items(
 ) -> list[Item]:
     """Items in (created_at, id) order, strictly after the keyset position `after`."""
     query = select(*_ITEM_COLUMNS).order_by(item.c.created_at, item.c.id).limit(limit)
-    for column in ("state", "leased_by", "resolved_by", "ledger_entity", "match_decision"):
+    for column in ("state", "leased_by", "resolved_by", "ledger_entity", "match_decision", "idempotency_key"):
         value = getattr(where, column)
         if value is not None:
             query = query.where(item.c[column] == value)

@@ -70,3 +70,15 @@ async def resolved_count(conn: AsyncConnection) -> int:
 
 async def open_leases_by_reviewer(conn: AsyncConnection) -> dict[str, int]:
     return {reviewer: count for reviewer, count in await conn.execute(_BY_REVIEWER)}
+
+
+# By the database clock, as every lease decision: negative when a lease has already lapsed.
+_NEXT_EXPIRY = select(extract("epoch", func.min(item.c.lease_expires_at) - func.now())).where(
+    item.c.state == ASSIGNED
+)
+
+
+async def next_lease_expiry_in_s(conn: AsyncConnection) -> float | None:
+    """Seconds until the soonest open lease expires; None when nothing is leased."""
+    value = await conn.scalar(_NEXT_EXPIRY)
+    return float(value) if value is not None else None

@@ -28,6 +28,11 @@ metadata = MetaData(
     }
 )
 
+# REVIEW_QUEUE_MAX_ATTEMPTS' default. Here, not in db/queue.py, so that api/settings.py can read it
+# without importing the metrics (prometheus_client picks its single- or multi-process mode when
+# first imported, and `serve` sets PROMETHEUS_MULTIPROC_DIR only after the settings are loaded).
+DEFAULT_MAX_ATTEMPTS = 10
+
 STATES = ("PENDING", "ASSIGNED", "RESOLVED", "QUARANTINED")
 MATCH_DECISIONS = ("MATCHED", "PARTIAL", "UNMATCHED")
 ROLES = ("reviewer", "ingest", "admin")
@@ -157,4 +162,19 @@ api_token = Table(
     CheckConstraint("role IN ('reviewer', 'ingest', 'admin')", name="valid_role"),
     CheckConstraint(SUBJECT_CHECK, name="valid_subject"),
     Index("ix_api_token_subject", "subject"),
+)
+
+# Reviewer-desk sign-ins: the browser holds a random session id in an HttpOnly cookie, the
+# database only its sha256. A session lives no longer than its token: revoking the token (or
+# signing out, which deletes the row) ends it.
+desk_session = Table(
+    "desk_session",
+    metadata,
+    Column("id_hash", Text, primary_key=True),
+    Column("token_id", BigInteger, ForeignKey("api_token.id", ondelete="CASCADE"), nullable=False),
+    # Sent back by the page in X-CSRF-Token on every write; a cross-site form cannot know it.
+    Column("csrf_token", Text, nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Column("expires_at", DateTime(timezone=True), nullable=False),
+    Index("ix_desk_session_expires_at", "expires_at"),
 )

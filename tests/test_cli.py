@@ -319,3 +319,16 @@ def test_the_cli_creates_no_prometheus_metric_before_serve_picks_multiprocess_mo
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "False", "importing cli.main imports prometheus_client"
     assert Settings.model_fields["max_attempts"].default == DEFAULT_MAX_ATTEMPTS
+
+
+def test_make_run_prints_the_desk_url_next_to_the_tokens(client: TestClient) -> None:
+    from cli.devtokens import instructions
+
+    text = instructions(
+        {"admin": "rq_a", "reviewer": "rq_r"}, "http://127.0.0.1:8000", Path("dev-tokens.json")
+    )
+    assert "reviewer  rq_r" in text and "admin     rq_a" in text
+    desk_url = next(w for w in text.split() if w.endswith("/desk/"))
+    assert desk_url == "http://127.0.0.1:8000/desk/"
+    # ... and it is the page the service serves.
+    assert "Reviewer desk" in client.get("/desk/").text

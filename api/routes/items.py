@@ -97,6 +97,7 @@ async def list_items(query: Annotated[ItemQuery, Query()], conn: Conn, principal
         resolved_by=principal.subject if query.resolved_by == "me" else query.resolved_by,
         ledger_entity=query.ledger_entity,
         match_decision=query.match_decision,
+        idempotency_key=query.idempotency_key,
         created_after=query.created_after,
         created_before=query.created_before,
     )

@@ -1,36 +1,84 @@
-"""Leases: hand out the oldest pending items to the caller."""
+"""Leases: hand out the oldest pending items to the caller, waiting for work when asked to."""
 
+import asyncio
 from datetime import timedelta
 from typing import Annotated
 
-from fastapi import APIRouter, Body
+from fastapi import APIRouter, Body, Request
 
-from api.deps import Conn, Reviewer, SettingsDep
+from api.deps import Reviewer, SettingsDep
 from api.routing import QueueRoute
 from api.schemas import ItemOut, LeaseIn, LeaseOut
+from api.settings import Settings
 from db import queue
+from db.engine import transaction
+from db.notify import WorkSignal
 
 router = APIRouter(route_class=QueueRoute, tags=["leases"])
 
 
+async def _lease_once(
+    request: Request, settings: Settings, reviewer: str, batch_size: int
+) -> list[queue.Item]:
+    # Not the Conn dependency (it holds one transaction for the whole request): each attempt is
+    # its own short transaction, committed before the next wait, so a waiting request holds no
+    # pooled connection and no transaction.
+    async with transaction(
+        request.app.state.engine,
+        lock_timeout_ms=settings.pg_lock_timeout_ms,
+        statement_timeout_ms=settings.statement_timeout_ms,
+    ) as conn:
+        return await queue.lease_items(
+            conn,
+            reviewer=reviewer,
+            batch_size=batch_size,
+            lease_duration=timedelta(milliseconds=settings.lock_timeout_ms),
+            cap=settings.max_leases_per_reviewer,
+        )
+
+
+async def _disconnected(request: Request) -> None:
+    """Return when the client goes away. The body has been read, so the next ASGI message is
+    http.disconnect (uvicorn sends it as soon as the socket closes)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
 @router.post("/leases", operation_id="leaseItems", summary="Lease pending items")
 async def lease(
-    conn: Conn,
+    request: Request,
     principal: Reviewer,
     settings: SettingsDep,
     body: Annotated[LeaseIn | None, Body()] = None,
 ) -> LeaseOut:
     """Lease up to `batch_size` pending items, oldest first; an empty list when none are pending.
 
+    With `wait_s`, a call that finds nothing waits up to that many seconds and answers as soon as
+    something can be leased (woken by PostgreSQL LISTEN/NOTIFY on enqueue, release and reclaim).
     Each item carries its `lease_token`. You never hold more than
     REVIEW_QUEUE_MAX_LEASES_PER_REVIEWER items at once: at the cap the list is empty.
     """
-    batch_size = body.batch_size if body and body.batch_size else settings.batch_size
-    items = await queue.lease_items(
-        conn,
-        reviewer=principal.subject,
-        batch_size=batch_size,
-        lease_duration=timedelta(milliseconds=settings.lock_timeout_ms),
-        cap=settings.max_leases_per_reviewer,
-    )
+    body = body or LeaseIn()
+    batch_size = body.batch_size or settings.batch_size
+    signal: WorkSignal = request.app.state.work_signal
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + body.wait_s
+    gone: asyncio.Task[None] | None = None
+    try:
+        while True:
+            seen = signal.generation  # before the attempt: a wake-up during it is not lost
+            items = await _lease_once(request, settings, principal.subject, batch_size)
+            remaining = deadline - loop.time()
+            if items or remaining <= 0:
+                break
+            gone = gone or asyncio.ensure_future(_disconnected(request))
+            woken = asyncio.ensure_future(signal.wait(seen, remaining))
+            await asyncio.wait({woken, gone}, return_when=asyncio.FIRST_COMPLETED)
+            if gone.done():
+                woken.cancel()
+                break  # nobody to hand items to: lease nothing more
+    finally:
+        if gone is not None:
+            gone.cancel()
+            await asyncio.gather(gone, return_exceptions=True)
     return LeaseOut(items=[ItemOut.of(i, principal.subject) for i in items])

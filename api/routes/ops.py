@@ -24,6 +24,9 @@ class StatsOut(BaseModel):
     expired_unreclaimed: int = Field(description="ASSIGNED rows whose lease_expires_at has passed.")
     reclaimable: int = Field(description="... and whose reclaim grace (reclaim_after_s) has passed too.")
     open_leases_by_reviewer: dict[str, int]
+    next_lease_expires_in_s: float | None = Field(
+        description="Seconds until the soonest open lease expires (negative: lapsed, not yet reclaimed)."
+    )
 
 
 @router.get("/stats", operation_id="getStats", summary="Queue statistics")
@@ -44,6 +47,7 @@ async def get_stats(conn: Conn, _: Reviewer, settings: SettingsDep) -> StatsOut:
         expired_unreclaimed=gauges.expired_unreclaimed,
         reclaimable=gauges.reclaimable,
         open_leases_by_reviewer=await stats.open_leases_by_reviewer(conn),
+        next_lease_expires_in_s=await stats.next_lease_expiry_in_s(conn),
     )
 
 

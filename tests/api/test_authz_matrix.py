@@ -54,6 +54,7 @@ class Route:
     # the route needs); the route's success path is tested on its own.
     conflict: str | None = None
     body: Callable[[], Any] | None = None
+    code: str | None = None  # the problem code of a public route whose answer is a refusal
 
 
 MATRIX: dict[tuple[str, str], Route] = {
@@ -86,6 +87,11 @@ MATRIX: dict[tuple[str, str], Route] = {
     ("POST", "/admin/reclaim"): Route(ADMIN, body=lambda: {}),
     ("GET", "/stats"): Route(REVIEWERS),
     ("GET", "/metrics"): Route(ADMIN),
+    # The desk's sign-in reads the token from its body, never from the header: an unknown one
+    # is refused whoever calls. Signing out needs no token (it ends the cookie's session, if any).
+    ("POST", "/session"): Route(PUBLIC, ok=401, code="UNAUTHENTICATED", body=lambda: {"token": "rq_unknown"}),
+    ("GET", "/session"): Route(ANY_ROLE),
+    ("DELETE", "/session"): Route(PUBLIC, ok=204),
 }
 
 CALLERS = ("none", "revoked", "reviewer", "ingest", "admin")
@@ -106,7 +112,7 @@ def targets(route: Route, caller: str) -> tuple[str | None, ...]:
 
 def expected(route: Route, caller: str, target: str | None) -> tuple[int, str | None]:
     if route.roles is PUBLIC:
-        return 200, None
+        return route.ok, route.code
     if caller in ("none", "revoked"):
         return 401, "UNAUTHENTICATED"
     if caller not in route.roles:

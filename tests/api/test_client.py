@@ -122,7 +122,7 @@ def test_work_loop_drains_with_renewals_and_no_double_resolution(
     stats: list = []
 
     def run(client: ReviewQueueClient) -> None:
-        stats.append(client.work(handler, batch_size=5, poll_interval_ms=50, handle_signals=False))
+        stats.append(client.work(handler, batch_size=5, wait_s=1, handle_signals=False))
 
     stop_reclaim = threading.Event()
     reclaimer = aggressive_reclaimer(db_url, stop_reclaim, grace_s=GRACE_S)
@@ -176,7 +176,7 @@ def test_work_loop_releases_on_handler_error(live_server: str, make_token, sql: 
                 client.stop()
             return "APPROVED"
 
-        stats = client.work(handler, batch_size=3, poll_interval_ms=50, handle_signals=False)
+        stats = client.work(handler, batch_size=3, wait_s=1, handle_signals=False)
     assert calls == ["idem-1", "idem-2", "idem-3", "idem-2"]
     assert (stats.resolved, stats.released) == (3, 1)
     reason = sql.execute(
@@ -200,9 +200,7 @@ def test_async_client_work_loop(live_server: str, make_token, sql: psycopg.Conne
         clients = [AsyncReviewQueueClient(live_server, token) for token in tokens]
 
         async def run(client: AsyncReviewQueueClient) -> object:
-            task = asyncio.create_task(
-                client.work(handler, batch_size=4, poll_interval_ms=50, handle_signals=False)
-            )
+            task = asyncio.create_task(client.work(handler, batch_size=4, wait_s=1, handle_signals=False))
             while unresolved():  # noqa: ASYNC110 - polling the database, not an in-process event
                 await asyncio.sleep(0.05)
             client.stop()

@@ -147,6 +147,12 @@ def app(
 def test_api_conforms_to_its_schema(
     case: schemathesis.Case[Any], app: FastAPI, bearer: dict[str, str]
 ) -> None:
+    wait_s = case.body.get("wait_s") if isinstance(case.body, dict) else None
+    whole = isinstance(wait_s, int | float) and not isinstance(wait_s, bool) and wait_s == int(wait_s)
+    if whole and 0 < wait_s <= 20:  # type: ignore[operator]
+        # A valid long poll on an empty queue would sit out its wait in every example; its waiting is
+        # tested in test_long_poll.py. 0 keeps a valid body valid and an invalid one invalid.
+        case.body["wait_s"] = 0
     case.call_and_validate(app=app, headers=bearer, checks=CHECKS)
 
 

@@ -242,7 +242,7 @@ def test_a_handler_that_always_fails_on_one_item_costs_bounded_leases(
     watcher = threading.Thread(target=stop_when_quarantined)
     watcher.start()
     try:
-        stats = worker.work(handler, batch_size=1, poll_interval_ms=50, handle_signals=False)
+        stats = worker.work(handler, batch_size=1, wait_s=1, handle_signals=False)
     finally:
         stopper.set()
         watcher.join(timeout=60)

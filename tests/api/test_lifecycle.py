@@ -215,6 +215,8 @@ class TestListing:
             return [i["id"] for i in response.json()["items"]]
 
         assert ids(ledger_entity="A") == [a["id"]]
+        assert ids(idempotency_key=a["idempotency_key"]) == [a["id"]]  # the desk's admin look-up
+        assert ids(idempotency_key="no-such-key") == []
         assert ids(match_decision="MATCHED") != [] and a["id"] not in ids(match_decision="MATCHED")
         assert ids(resolved_by="alice") == [held["id"]] == ids(state="RESOLVED")
         created = datetime.fromisoformat(a["created_at"])

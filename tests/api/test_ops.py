@@ -98,6 +98,12 @@ def test_stats_match_sql(client: TestClient, auth: Auth, sql) -> None:
         "SELECT extract(epoch FROM now() - min(created_at)) FROM review_queue_item WHERE state = 'PENDING'"
     )
     assert abs(got["oldest_pending_age_s"] - float(oldest.fetchone()[0])) < 5
+    soonest = sql.execute(
+        "SELECT extract(epoch FROM min(lease_expires_at) - now())"
+        " FROM review_queue_item WHERE state = 'ASSIGNED'"
+    )
+    assert abs(got["next_lease_expires_in_s"] - float(soonest.fetchone()[0])) < 5
+    assert got["next_lease_expires_in_s"] < 0  # a lease has lapsed (backdated above)
     assert_problem(client.get("/stats", headers=auth("m", "ingest")), 403, "FORBIDDEN")
 
 

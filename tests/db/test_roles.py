@@ -70,6 +70,7 @@ def test_the_service_role_has_exactly_the_table_rights_it_needs(as_service: psyc
     assert dict(rows) == {
         "alembic_version": "SELECT",
         "api_token": "INSERT,SELECT,UPDATE",
+        "desk_session": "DELETE,INSERT,SELECT",
         "review_queue_event": "INSERT,SELECT",
         "review_queue_item": "INSERT,SELECT,UPDATE",
     }

@@ -1,0 +1,81 @@
+"""The reviewer desk's session: sign in with a token, read the session, sign out."""
+
+from typing import Any
+
+from fastapi import APIRouter, Request, Response, status
+
+from api import session
+from api.deps import AnyRole, SettingsDep
+from api.errors import ProblemError, problem_responses
+from api.routing import QueueRoute
+from api.schemas import MAX_WAIT_S, SessionIn, SessionOut
+from api.settings import Settings
+from db import sessions
+from db.engine import transaction
+
+router = APIRouter(route_class=QueueRoute, tags=["session"])
+
+
+def _out(subject: str, role: str, csrf_token: str | None, settings: Settings) -> SessionOut:
+    return SessionOut(
+        subject=subject,
+        role=role,
+        csrf_token=csrf_token,
+        lease_s=settings.lock_timeout_ms / 1000,
+        idle_release_s=settings.idle_release_s,
+        max_wait_s=MAX_WAIT_S,
+    )
+
+
+def _transaction(request: Request, settings: Settings) -> Any:
+    # Not the Conn dependency: that one authenticates first, and these two routes are how a
+    # browser without a bearer token gets (or drops) its identity.
+    return transaction(
+        request.app.state.engine,
+        lock_timeout_ms=settings.pg_lock_timeout_ms,
+        statement_timeout_ms=settings.statement_timeout_ms,
+    )
+
+
+@router.post("/session", responses=problem_responses("UNAUTHENTICATED", "CSRF_REJECTED"))
+async def sign_in(body: SessionIn, request: Request, response: Response, settings: SettingsDep) -> SessionOut:
+    """Exchange a bearer token for an HttpOnly, SameSite=Strict session cookie (the reviewer desk).
+
+    The token itself is not kept anywhere the page can read it; send `csrf_token` back as
+    `X-CSRF-Token` on every write made with the cookie.
+    """
+    session.check_origin(request)
+    async with _transaction(request, settings) as conn:
+        created = await sessions.create_session(conn, token=body.token, ttl=session.TTL)
+    if created is None:
+        raise ProblemError(
+            "UNAUTHENTICATED", "the token is unknown or revoked", headers={"WWW-Authenticate": "Bearer"}
+        )
+    session_id, desk = created
+    session.set_cookie(response, request, session_id)
+    return _out(desk.subject, desk.role, desk.csrf_token, settings)
+
+
+@router.get("/session")
+async def who_am_i(request: Request, principal: AnyRole, settings: SettingsDep) -> SessionOut:
+    """Who is signed in, the CSRF token of the cookie session, and the desk's settings."""
+    desk: sessions.DeskSession | None = getattr(request.state, "desk_session", None)
+    return _out(principal.subject, principal.role, desk.csrf_token if desk else None, settings)
+
+
+@router.delete(
+    "/session",
+    status_code=status.HTTP_204_NO_CONTENT,
+    responses=problem_responses("CSRF_REJECTED"),
+)
+async def sign_out(request: Request, settings: SettingsDep) -> Response:
+    """Sign out: the session ends on the server and the cookie is cleared. Needs no token; with a
+    live session cookie it needs the session's X-CSRF-Token, so no other site can sign you out."""
+    async with _transaction(request, settings) as conn:
+        desk = await session.session_of(request, lambda _request, read: read(conn))
+        if desk is not None:
+            session.check_csrf(request, desk)
+            await sessions.delete_session(conn, session_id=request.cookies[session.COOKIE])
+    response = Response(status_code=status.HTTP_204_NO_CONTENT)
+    session.clear_cookie(response, request)
+    return response

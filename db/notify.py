@@ -1,0 +1,128 @@
+"""Work arrives without polling: NOTIFY when items become leasable, one LISTEN connection per process.
+
+Enqueue, release, reclaim, requeue and reopen call `notify_work` once per statement (not per row), in their own
+transaction: PostgreSQL delivers the notification at COMMIT, so a listener never hears of a
+change it cannot see yet, and a rolled-back change is never announced. NOTIFY takes a lock at
+commit that serialises committing transactions, which is why it is sent once per statement and
+only by the statements that make items PENDING (lease, renew and complete never notify);
+`make bench` measures what it costs.
+
+`WorkSignal` is the listening side: one psycopg connection in autocommit, outside the
+SQLAlchemy pool, fanned out in-process to every waiting request through a generation counter
+and an asyncio.Event. When the connection is lost, waiters fall back to polling every
+`poll_interval_s` and the listener reconnects by itself.
+"""
+
+import asyncio
+import contextlib
+import logging
+
+import psycopg
+from prometheus_client import Gauge
+from sqlalchemy import func, select
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+log = logging.getLogger("review_queue.notify")
+
+CHANNEL = "review_queue_work"
+LISTENER_NAME = "review-queue-listener"  # application_name of the listening connection
+
+# livesum: summed over the live API processes in multiprocess mode.
+WAITERS = Gauge(
+    "review_queue_lease_waiters",
+    "POST /leases calls waiting for work (wait_s) right now.",
+    multiprocess_mode="livesum",
+)
+LISTENING = Gauge(
+    "review_queue_work_listener_up",
+    "1 while the process's LISTEN connection is up; 0 means waits fall back to polling.",
+    multiprocess_mode="livemin",
+)
+
+_NOTIFY = select(func.pg_notify(CHANNEL, ""))
+
+
+async def notify_work(conn: AsyncConnection) -> None:
+    """Announce, at this transaction's commit, that items may be leasable."""
+    await conn.execute(_NOTIFY)
+
+
+class WorkSignal:
+    """Wakes lease requests that wait for work.
+
+    A waiter reads `generation` before its lease attempt and, when the attempt found nothing,
+    calls `wait(seen, timeout)`: a notification that arrived in between has already moved the
+    generation on, so no wake-up is lost between the attempt and the wait.
+    """
+
+    def __init__(self, libpq_url: str, *, poll_interval_s: float, connect_timeout_s: int = 2) -> None:
+        self.url = libpq_url
+        self._poll_interval_s = poll_interval_s
+        self._connect_timeout_s = connect_timeout_s
+        self._event = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self.generation = 0
+        self.listening = False
+        self.backend_pid: int | None = None  # of the listening connection, for operators and tests
+        self.waiters = 0
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._listen_forever(), name="review-queue-listener")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        self.listening = False
+
+    def _wake(self) -> None:
+        self.generation += 1
+        self._event.set()
+        self._event = asyncio.Event()
+
+    async def wait(self, seen: int, up_to_s: float) -> None:
+        """Return on a notification after generation `seen`, or after `up_to_s` seconds; while
+        the listener is down, after one poll interval at most (the caller then tries again)."""
+        if self.generation != seen or up_to_s <= 0:
+            return
+        if not self.listening:
+            up_to_s = min(up_to_s, self._poll_interval_s)
+        self.waiters += 1
+        WAITERS.inc()
+        try:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._event.wait(), up_to_s)
+        finally:
+            self.waiters -= 1
+            WAITERS.dec()
+
+    async def _listen_forever(self) -> None:
+        while True:
+            try:
+                conn = await psycopg.AsyncConnection.connect(
+                    self.url,
+                    autocommit=True,
+                    connect_timeout=self._connect_timeout_s,
+                    application_name=LISTENER_NAME,
+                )
+                async with conn:
+                    await conn.execute(f"LISTEN {CHANNEL}")
+                    self.backend_pid = conn.info.backend_pid
+                    self.listening = True
+                    LISTENING.set(1)
+                    # Whatever was enqueued while nobody listened: let every waiter look again.
+                    self._wake()
+                    log.info("work_listener_connected", extra={"backend_pid": self.backend_pid})
+                    async for _ in conn.notifies():
+                        self._wake()
+            except psycopg.Error as error:
+                if self.listening:
+                    log.warning("work_listener_lost", extra={"error": str(error)})
+            finally:
+                was_listening, self.listening = self.listening, False
+                LISTENING.set(0)
+                if was_listening:
+                    self._wake()  # waiters switch to polling now, not after their full wait
+            await asyncio.sleep(self._poll_interval_s)

@@ -1,0 +1,130 @@
+"""The desk's sign-in: a token exchanged for an HttpOnly session cookie, CSRF-proof writes,
+sign-out and revocation end it, bearer tokens unchanged."""
+
+import re
+from collections.abc import Callable
+
+import psycopg
+import pytest
+from fastapi.testclient import TestClient
+
+from tests.api.helpers import assert_problem
+from tests.support import seed_items
+
+Tokens = Callable[[str, str], str]
+
+
+def sign_in(client: TestClient, token: str) -> str:
+    response = client.post("/session", json={"token": token})
+    assert response.status_code == 200, response.text
+    cookie = response.headers["set-cookie"]
+    assert "HttpOnly" in cookie and "SameSite=strict" in cookie and "Path=/" in cookie, cookie
+    assert token not in cookie  # a random session id, not the token
+    csrf: str = response.json()["csrf_token"]
+    return csrf
+
+
+def test_a_session_cookie_reads_and_writes_with_its_csrf_token(
+    client: TestClient, make_token: Tokens, sql: psycopg.Connection
+) -> None:
+    seed_items(sql, 2)
+    csrf = sign_in(client, make_token("alice", "reviewer"))
+    me = client.get("/session").json()
+    assert (me["subject"], me["role"], me["csrf_token"]) == ("alice", "reviewer", csrf)
+    assert me["idle_release_s"] == 600 and me["max_wait_s"] == 20
+    # Stored as a hash only.
+    (stored,) = sql.execute("SELECT id_hash FROM desk_session").fetchone()
+    assert stored not in client.cookies.values()
+
+    assert_problem(client.post("/leases", json={}), 403, "CSRF_REJECTED")
+    assert_problem(client.post("/leases", json={}, headers={"X-CSRF-Token": "forged"}), 403, "CSRF_REJECTED")
+    cross_site = {"X-CSRF-Token": csrf, "Origin": "https://evil.example"}
+    assert_problem(client.post("/leases", json={}, headers=cross_site), 403, "CSRF_REJECTED")
+    assert sql.execute("SELECT count(*) FROM review_queue_item WHERE state = 'ASSIGNED'").fetchone() == (0,)
+
+    leased = client.post("/leases", json={"batch_size": 1}, headers={"X-CSRF-Token": csrf})
+    assert leased.status_code == 200, leased.text
+    (item,) = leased.json()["items"]
+    assert item["leased_by"] == "alice" and item["lease_token"]
+    same_origin = {"X-CSRF-Token": csrf, "Origin": "http://testserver"}
+    done = client.post(f"/items/{item['id']}/complete", json={"resolution": "OK"}, headers=same_origin)
+    assert done.json()["item"]["resolved_by"] == "alice"
+
+
+def test_sign_out_ends_the_session_on_the_server(client: TestClient, make_token: Tokens) -> None:
+    csrf = sign_in(client, make_token("alice", "reviewer"))
+    cookie = dict(client.cookies)
+    assert_problem(client.delete("/session"), 403, "CSRF_REJECTED")  # no other site can sign you out
+    assert client.delete("/session", headers={"X-CSRF-Token": csrf}).status_code == 204
+    client.cookies.clear()
+    client.cookies.update(cookie)  # the old cookie, replayed
+    response = client.get("/session")
+    assert_problem(response, 401, "UNAUTHENTICATED")
+
+
+def test_revoking_the_token_ends_its_sessions(
+    client: TestClient, make_token: Tokens, sql: psycopg.Connection
+) -> None:
+    sign_in(client, make_token("alice", "reviewer"))
+    assert client.get("/session").status_code == 200
+    sql.execute("UPDATE api_token SET revoked_at = now() WHERE subject = 'alice'")
+    assert_problem(client.get("/session"), 401, "UNAUTHENTICATED")
+
+
+def test_an_unknown_token_gets_no_session(client: TestClient) -> None:
+    response = client.post("/session", json={"token": "rq_nope"})
+    assert_problem(response, 401, "UNAUTHENTICATED")
+    assert "set-cookie" not in response.headers
+
+
+def test_the_cookie_is_secure_under_https(settings, make_token: Tokens) -> None:  # type: ignore[no-untyped-def]
+    from api.app import create_app
+
+    with TestClient(create_app(settings), base_url="https://desk.example") as client:
+        response = client.post("/session", json={"token": make_token("alice", "reviewer")})
+    assert "Secure" in response.headers["set-cookie"]
+
+
+def test_bearer_tokens_work_as_before_and_win_over_a_cookie(
+    client: TestClient, make_token: Tokens, sql: psycopg.Connection
+) -> None:
+    seed_items(sql, 1)
+    sign_in(client, make_token("alice", "reviewer"))
+    bob = {"Authorization": f"Bearer {make_token('bob', 'reviewer')}"}
+    # A bearer call needs no CSRF token, and is bob's even with alice's cookie in the jar.
+    (item,) = client.post("/leases", json={}, headers=bob).json()["items"]
+    assert item["leased_by"] == "bob"
+    assert client.get("/session", headers=bob).json()["csrf_token"] is None
+
+
+@pytest.mark.parametrize("role", ["ingest"])
+def test_a_forbidden_answer_names_the_roles_needed(client: TestClient, make_token: Tokens, role: str) -> None:
+    headers = {"Authorization": f"Bearer {make_token('ivan', role)}"}
+    problem = assert_problem(client.post("/leases", json={}, headers=headers), 403, "FORBIDDEN")
+    assert problem["required_roles"] == ["reviewer", "admin"]
+
+
+def test_the_desk_is_served_with_a_strict_csp(client: TestClient) -> None:
+    for path in ("/desk/", "/desk/app.js", "/desk/api.js", "/desk/app.css"):
+        response = client.get(path)
+        assert response.status_code == 200, path
+        csp = response.headers["content-security-policy"]
+        assert "default-src 'self'" in csp and "frame-ancestors 'none'" in csp, csp
+        assert "unsafe-inline" not in csp and "unsafe-eval" not in csp
+    assert client.get("/", follow_redirects=False).headers["location"] == "/desk/"
+    assert_problem(client.get("/desk/nothing.js"), 404, "NOT_FOUND")
+    assert "/desk/" not in client.get("/openapi.json").json()["paths"]
+
+
+def test_only_api_js_calls_fetch_and_nothing_renders_html() -> None:
+    """The desk's rules, checked in its source: one module talks to the service, and no data ever
+    goes through innerHTML / outerHTML / insertAdjacentHTML / document.write."""
+    from api.desk import WEB_DIR
+
+    for path in WEB_DIR.glob("*.js"):
+        source = path.read_text()
+        assert ("fetch(" in source) == (path.name == "api.js"), path.name
+        sinks = re.findall(r"\.(?:innerHTML|outerHTML|insertAdjacentHTML)\b|document\.write|\beval\(", source)
+        assert not sinks, f"{path.name} uses {sinks}"
+    assert "<script>" not in (WEB_DIR / "index.html").read_text()
+    assert "localStorage" not in "".join(p.read_text() for p in WEB_DIR.glob("*.js"))

@@ -1,0 +1,457 @@
+"""The reviewer desk in a real browser: Debian's Chromium driven by Playwright, against
+`review-queue serve` on a fresh database. Elements are found by role and accessible name.
+
+Skipped where Chromium is missing, unless REVIEW_QUEUE_REQUIRE_BROWSER=1 (set by .ci/run), where
+that is a failure. Screenshots of the main screens go to .screenshots/ (git-ignored).
+"""
+
+import os
+import re
+import secrets
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psycopg
+import pytest
+
+from db.migrations import upgrade_head
+from db.tokens import hash_token
+from tests.api.helpers import item_body
+from tests.conftest import OwnPostgres, libpq, start_server, stop_server
+from tests.support import backdate_lease
+
+pytest.importorskip("playwright")
+from playwright.sync_api import Browser, BrowserContext, Page, Playwright, expect, sync_playwright
+
+SHOTS = Path(__file__).resolve().parents[2] / ".screenshots"
+CHROMIUM = next((p for p in (shutil.which("chromium"), "/usr/bin/chromium") if p and Path(p).exists()), None)
+SOON = 10_000  # ms: generous deadlines for conditions; speed is not what these tests measure
+
+
+def _chromium_or_skip() -> str:
+    if CHROMIUM is None:
+        if os.environ.get("REVIEW_QUEUE_REQUIRE_BROWSER"):
+            pytest.fail("REVIEW_QUEUE_REQUIRE_BROWSER is set but Chromium is not installed")
+        pytest.skip("Chromium is not installed (apt-get install chromium; .ci/run does)")
+    return CHROMIUM
+
+
+@pytest.fixture(scope="module")
+def playwright() -> Iterator[Playwright]:
+    executable = _chromium_or_skip()
+    with sync_playwright() as pw:
+        pw.executable = executable  # type: ignore[attr-defined]
+        yield pw
+
+
+@pytest.fixture(scope="module")
+def browser(playwright: Playwright) -> Iterator[Browser]:
+    """One browser per module; each test gets its own contexts (cookie jars)."""
+    browser = playwright.chromium.launch(
+        executable_path=playwright.executable,  # type: ignore[attr-defined]
+        args=["--no-sandbox"],
+    )
+    yield browser
+    browser.close()
+
+
+@contextmanager
+def desk(db_url: str, **env: str) -> Iterator[str]:
+    process, base = start_server({"DATABASE_URL": db_url, **env})
+    try:
+        yield base
+    finally:
+        stop_server(process)
+
+
+@pytest.fixture
+def contexts(browser: Browser) -> Iterator[Callable[[], BrowserContext]]:
+    made: list[BrowserContext] = []
+
+    def new() -> BrowserContext:
+        context = browser.new_context(viewport={"width": 1100, "height": 900})
+        context.set_default_timeout(SOON)
+        made.append(context)
+        return context
+
+    yield new
+    for context in made:
+        context.close()
+
+
+def shot(page: Page, name: str) -> None:
+    SHOTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
+
+
+def sign_in(page: Page, base: str, token: str) -> None:
+    page.goto(f"{base}/desk/")
+    page.get_by_label("Token").fill(token)
+    page.get_by_role("button", name="Sign in").click()
+    expect(page.get_by_role("button", name="Sign out")).to_be_visible()
+
+
+def enqueue(base: str, admin: str, **fields: Any) -> dict[str, Any]:
+    response = httpx.post(
+        f"{base}/items", json=item_body(**fields), headers={"Authorization": f"Bearer {admin}"}
+    )
+    assert response.status_code == 201, response.text
+    body: dict[str, Any] = response.json()
+    return body
+
+
+def notice(page: Page, text: str) -> Any:
+    return page.get_by_role("status").filter(has_text=text)
+
+
+def current(page: Page) -> Any:
+    return page.get_by_role("region", name="Current item")
+
+
+def events_of(sql: psycopg.Connection, item_id: str) -> list[tuple[str, str, Any]]:
+    return sql.execute(
+        "SELECT event, actor, details FROM review_queue_event WHERE item_id = %s ORDER BY id", (item_id,)
+    ).fetchall()
+
+
+Tokens = Callable[[str, str], str]
+
+
+def _token_on(url: str, subject: str, role: str) -> str:
+    # Plain psycopg: Playwright's sync API runs an event loop on this thread, so the async
+    # helpers of tests/conftest.py (asyncio.run) cannot be used while a browser is open.
+    token = "rq_" + secrets.token_urlsafe(32)
+    with psycopg.connect(libpq(url), autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO api_token (subject, role, token_hash) VALUES (%s, %s, %s)",
+            (subject, role, hash_token(token)),
+        )
+    return token
+
+
+@pytest.fixture
+def make_token(db_url: str) -> Tokens:
+    return lambda subject, role: _token_on(db_url, subject, role)
+
+
+def test_keyboard_alone_signs_in_leases_resolves_and_advances(
+    db_url: str, make_token: Tokens, sql: psycopg.Connection, contexts: Callable[[], BrowserContext]
+) -> None:
+    token, admin = make_token("alice", "reviewer"), make_token("ada", "admin")
+    with desk(db_url) as base:
+        first = enqueue(base, admin, ledger_entity="ACME-CORP", variance_amount="1234567890123456.78")
+        second = enqueue(base, admin, ledger_entity="GLOBEX", variance_amount="-0.10")
+        page = contexts().new_page()
+        page.goto(f"{base}/desk/")
+        # Keyboard only: the token field has focus, Enter submits.
+        expect(page.get_by_label("Token")).to_be_focused()
+        page.keyboard.type(token)
+        page.keyboard.press("Enter")
+        expect(page.get_by_role("button", name="Sign out")).to_be_visible()
+        page.keyboard.press("n")
+        region = current(page)
+        expect(region).to_contain_text("ACME-CORP")
+        # Exactly as the API gives it: all digits, two decimals, never through a float.
+        expect(region.get_by_test_id("amount")).to_have_text("1234567890123456.78")
+        expect(region).to_contain_text(first["source_hash"])
+        expect(region).to_contain_text(first["trace_id"])
+        expect(region.get_by_role("list", name="Event history")).to_contain_text("LEASED by alice")
+        assert page.get_by_test_id("amount").evaluate("e => getComputedStyle(e).textAlign") == "right"
+        shot(page, "desk-item")
+
+        page.keyboard.press("Escape")  # leave the Resolution field the lease focused
+        page.keyboard.press("?")
+        expect(page.get_by_role("dialog", name="Keyboard shortcuts")).to_contain_text("Ctrl+Enter")
+        page.keyboard.press("Escape")
+        page.keyboard.press("2")  # WRITE_OFF
+        page.keyboard.press("e")
+        expect(page.get_by_label("Note")).to_be_focused()
+        page.keyboard.type("FX rounding")
+        page.keyboard.press("Control+Enter")  # resolve and advance, one keystroke
+        expect(region).to_contain_text("GLOBEX")
+        expect(region.get_by_test_id("amount")).to_have_text("-0.10")
+        row = sql.execute(
+            "SELECT state, resolution, resolution_note, resolved_by FROM review_queue_item WHERE id = %s",
+            (first["id"],),
+        ).fetchone()
+        assert row == ("RESOLVED", "WRITE_OFF", "FX rounding", "alice")
+        assert sql.execute(
+            "SELECT leased_by FROM review_queue_item WHERE id = %s", (second["id"],)
+        ).fetchone() == ("alice",)
+
+        # The token is nowhere a script could read it: only an HttpOnly cookie holds the session.
+        assert page.evaluate("() => localStorage.length + sessionStorage.length") == 0
+        assert token not in page.evaluate("() => document.cookie + document.documentElement.outerHTML")
+        (cookie,) = page.context.cookies()
+        assert (cookie["httpOnly"], cookie["sameSite"]) == (True, "Strict")
+
+        # Signing out ends the session on the server, not only in this browser.
+        page.get_by_role("button", name="Sign out").click()
+        expect(page.get_by_label("Token")).to_be_visible()
+        replay = httpx.get(f"{base}/session", cookies={cookie["name"]: cookie["value"]})
+        assert replay.status_code == 401, replay.text
+
+
+def test_two_reviewers_never_see_the_same_item(
+    db_url: str, make_token: Tokens, sql: psycopg.Connection, contexts: Callable[[], BrowserContext]
+) -> None:
+    admin = make_token("ada", "admin")
+    with desk(db_url) as base:
+        for n in range(6):
+            enqueue(base, admin, ledger_entity=f"ENTITY-{n}")
+        pages = {}
+        for who in ("alice", "bob"):
+            pages[who] = contexts().new_page()
+            sign_in(pages[who], base, make_token(who, "reviewer"))
+        seen: dict[str, list[str]] = {"alice": [], "bob": []}
+        for page in pages.values():
+            page.get_by_role("button", name="Next item").click()
+        for _ in range(3):
+            for who, page in pages.items():
+                expect(current(page)).to_contain_text("ENTITY-")
+                entity = re.search(r"ENTITY-\d", current(page).inner_text()).group(0)  # type: ignore[union-attr]
+                seen[who].append(entity)
+                page.get_by_role("button", name="Resolve").click()  # resolves, then leases the next
+                expect(current(page)).not_to_contain_text(entity)
+        assert not set(seen["alice"]) & set(seen["bob"]), seen
+        assert len(set(seen["alice"]) | set(seen["bob"])) == 6
+
+
+def test_reload_keeps_items_and_a_stale_tab_says_what_happened(
+    db_url: str, make_token: Tokens, sql: psycopg.Connection, contexts: Callable[[], BrowserContext]
+) -> None:
+    admin, token = make_token("ada", "admin"), make_token("alice", "reviewer")
+    with desk(db_url) as base:
+        item = enqueue(base, admin, ledger_entity="RELOADED")
+        context = contexts()
+        tab = context.new_page()
+        sign_in(tab, base, token)
+        tab.get_by_role("button", name="Next item").click()
+        expect(current(tab)).to_contain_text("RELOADED")
+        tab.reload()
+        expect(current(tab)).to_contain_text("RELOADED")  # found with GET /items?leased_by=me
+        expect(notice(tab, "you hold 1 item")).to_be_visible()
+
+        # The lease lapses, is reclaimed and leased again, by alice herself in another tab.
+        backdate_lease(sql, item["id"])
+        reclaimed = httpx.post(f"{base}/admin/reclaim", headers={"Authorization": f"Bearer {admin}"})
+        assert reclaimed.json()["reclaimed"] == 1
+        other = context.new_page()
+        other.goto(f"{base}/desk/")
+        other.get_by_role("button", name="Next item").click()
+        expect(current(other)).to_contain_text("RELOADED")
+
+        tab.get_by_role("button", name="Resolve").click()
+        expect(notice(tab, "taken back and leased again")).to_be_visible()
+        expect(current(tab)).not_to_contain_text("RELOADED")
+        shot(tab, "desk-stale-tab")
+        assert "LEASE_NOT_HELD" not in tab.content()  # a sentence, never a raw problem document
+        state = sql.execute("SELECT state, lease_epoch FROM review_queue_item WHERE id = %s", (item["id"],))
+        assert state.fetchone() == ("ASSIGNED", 2)
+
+
+def test_release_with_a_reason(
+    db_url: str, make_token: Tokens, sql: psycopg.Connection, contexts: Callable[[], BrowserContext]
+) -> None:
+    admin = make_token("ada", "admin")
+    with desk(db_url) as base:
+        item = enqueue(base, admin)
+        page = contexts().new_page()
+        sign_in(page, base, make_token("alice", "reviewer"))
+        page.get_by_role("button", name="Next item").click()
+        expect(current(page)).to_contain_text(item["source_hash"])
+        page.get_by_label("Release reason").fill("needs the FX desk")
+        page.get_by_role("button", name="Release", exact=True).click()
+        expect(notice(page, "back to the queue")).to_be_visible()
+        assert events_of(sql, item["id"])[-1] == ("RELEASED", "alice", {"reason": "needs the FX desk"})
+        assert sql.execute("SELECT state FROM review_queue_item WHERE id = %s", (item["id"],)).fetchone() == (
+            "PENDING",
+        )
+
+
+def test_an_empty_queue_is_explained_and_work_appears_without_a_reload(
+    db_url: str, make_token: Tokens, contexts: Callable[[], BrowserContext]
+) -> None:
+    admin = make_token("ada", "admin")
+    with desk(db_url) as base:
+        held = enqueue(base, admin)
+        bob = httpx.post(
+            f"{base}/leases", json={}, headers={"Authorization": f"Bearer {make_token('bob', 'reviewer')}"}
+        )
+        assert [i["id"] for i in bob.json()["items"]] == [held["id"]]
+        page = contexts().new_page()
+        sign_in(page, base, make_token("alice", "reviewer"))
+        page.get_by_role("button", name="Next item").click()
+        queue = page.get_by_role("region", name="Queue")
+        expect(queue).to_contain_text(
+            "Nothing pending. 1 item is with other reviewers; the next lease expires in"
+        )
+        expect(queue).to_contain_text("Waiting for work")
+        shot(page, "desk-empty-queue")
+        arrived = enqueue(base, admin, ledger_entity="JUST-ARRIVED")
+        # The issue's promise: on the waiting page within 2 s, no reload.
+        expect(current(page)).to_contain_text("JUST-ARRIVED", timeout=2_000)
+        assert arrived["id"]
+
+
+def test_countdown_renew_and_idle_release(
+    db_url: str, make_token: Tokens, sql: psycopg.Connection, contexts: Callable[[], BrowserContext]
+) -> None:
+    admin = make_token("ada", "admin")
+    lease_s, idle_s = 3, 6
+    env = {
+        "REVIEW_QUEUE_LOCK_TIMEOUT_MS": str(lease_s * 1000),
+        "REVIEW_QUEUE_UI_IDLE_RELEASE_TEST_S": str(idle_s),
+    }
+    with desk(db_url, **env) as base:
+        item = enqueue(base, admin)
+        page = contexts().new_page()
+        sign_in(page, base, make_token("alice", "reviewer"))
+        page.get_by_role("button", name="Next item").click()
+        timer = page.get_by_role("timer")
+        expect(timer).to_have_text(re.compile(r"^\d s left$"))
+
+        # Active: keys pressed now and then. The lease is renewed before it can lapse.
+        started = time.monotonic()
+        while time.monotonic() - started < 2 * lease_s:
+            page.keyboard.press("Shift")
+            time.sleep(0.3)
+        renewals = [e for e in events_of(sql, item["id"]) if e[0] == "RENEWED"]
+        assert len(renewals) >= 2, events_of(sql, item["id"])
+        assert sql.execute(
+            "SELECT state, leased_by FROM review_queue_item WHERE id = %s", (item["id"],)
+        ).fetchone() == (
+            "ASSIGNED",
+            "alice",
+        )
+        expect(timer).not_to_have_text("expired")
+
+        # Idle: after idle_s without a key or a click, the desk releases the item with reason idle.
+        expect(notice(page, "without activity")).to_be_visible(timeout=(idle_s + lease_s) * 1000 + SOON)
+        assert events_of(sql, item["id"])[-1] == ("RELEASED", "alice", {"reason": "idle"})
+        shot(page, "desk-idle-released")
+
+
+def test_admin_sees_stats_reclaims_and_looks_up_an_audit_trail(
+    db_url: str, make_token: Tokens, sql: psycopg.Connection, contexts: Callable[[], BrowserContext]
+) -> None:
+    admin = make_token("ada", "admin")
+    with desk(db_url) as base:
+        items = [enqueue(base, admin, idempotency_key=f"ADM-{n}") for n in range(3)]
+        bob = {"Authorization": f"Bearer {make_token('bob', 'reviewer')}"}
+        httpx.post(f"{base}/leases", json={"batch_size": 2}, headers=bob)
+        backdate_lease(sql, items[0]["id"])
+        page = contexts().new_page()
+        sign_in(page, base, admin)
+        region = page.get_by_role("region", name="Admin")
+        expect(region.get_by_role("table", name="Items by state")).to_contain_text("ASSIGNED2")
+        expect(region.get_by_role("table", name="Open leases per reviewer")).to_contain_text("bob2")
+        expect(region).to_contain_text("Oldest pending:")
+        shot(page, "desk-admin")
+        region.get_by_role("button", name="Reclaim now").click()
+        expect(region).to_contain_text("Reclaimed 1 expired lease.")
+        expect(region.get_by_role("table", name="Open leases per reviewer")).to_contain_text("bob1")
+
+        region.get_by_label("Item id or idempotency key").fill("ADM-0")
+        region.get_by_role("button", name="Look up").click()
+        trail = region.get_by_role("list", name="Audit trail")
+        expect(trail).to_contain_text("ENQUEUED by ada")
+        expect(trail).to_contain_text("RECLAIMED by ada")
+        region.get_by_label("Item id or idempotency key").fill(items[1]["id"])
+        region.get_by_role("button", name="Look up").click()
+        expect(trail).to_contain_text("LEASED by bob")
+
+
+XSS = '<img src=x onerror="window.__pwned=1">'
+
+
+def test_script_and_markup_from_ingest_stay_inert_under_a_strict_csp(
+    db_url: str, make_token: Tokens, contexts: Callable[[], BrowserContext]
+) -> None:
+    admin = make_token("ada", "admin")
+    with desk(db_url) as base:
+        page_response = httpx.get(f"{base}/desk/")
+        csp = page_response.headers["content-security-policy"]
+        assert "default-src 'self'" in csp and "frame-ancestors 'none'" in csp and "unsafe-inline" not in csp
+        assert "<script>" not in page_response.text  # no inline script to allow
+        enqueue(
+            base,
+            admin,
+            ledger_entity=XSS,
+            source_hash="<script>window.__pwned=2</script>",
+            idempotency_key='"><svg onload=window.__pwned=3>',
+        )
+        page = contexts().new_page()
+        dialogs: list[str] = []
+        page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+        sign_in(page, base, make_token("alice", "reviewer"))
+        page.get_by_role("button", name="Next item").click()
+        region = current(page)
+        expect(region).to_contain_text(XSS)  # shown as the text it is
+        expect(region).to_contain_text("<script>window.__pwned=2</script>")
+        page.get_by_label("Note").fill('<b onmouseover="window.__pwned=4">bold</b>')
+        page.get_by_label("Release reason").fill("<iframe src=javascript:window.__pwned=5>")
+        page.get_by_role("button", name="Release", exact=True).click()
+        expect(notice(page, "back to the queue")).to_be_visible()
+        page.get_by_role("button", name="Next item").click()
+        expect(region.get_by_role("list", name="Event history")).to_contain_text("<iframe src=javascript:")
+        assert page.evaluate("() => window.__pwned") is None
+        assert page.locator("img, svg, iframe, b[onmouseover]").count() == 0
+        assert dialogs == []
+        # The CSP is enforced: an inline script injected anyway does not run.
+        page.evaluate(
+            "() => { const s = document.createElement('script'); s.textContent = 'window.__pwned = 6';"
+            " document.body.append(s); }"
+        )
+        assert page.evaluate("() => window.__pwned") is None
+        shot(page, "desk-xss-inert")
+
+
+@pytest.fixture
+def own_pg() -> Iterator[OwnPostgres]:
+    """conftest's own_postgres, made on a worker thread: its migration runs asyncio.run, which
+    cannot run on this thread while Playwright's event loop does."""
+    with ThreadPoolExecutor(1) as worker:
+        own = worker.submit(_own_postgres).result()
+        yield own
+        worker.submit(own.start).result()
+        worker.submit(own.server.cleanup).result()
+
+
+def _own_postgres() -> OwnPostgres:
+    own = OwnPostgres(Path(tempfile.mkdtemp(prefix="rq-own-")))
+    upgrade_head(own.url)
+    return own
+
+
+def test_a_database_outage_shows_a_banner_and_the_desk_recovers(
+    own_pg: OwnPostgres, contexts: Callable[[], BrowserContext]
+) -> None:
+    own_postgres, url = own_pg, own_pg.url
+    token, admin = _token_on(url, "alice", "reviewer"), _token_on(url, "ada", "admin")
+    with desk(url) as base:
+        page = contexts().new_page()
+        sign_in(page, base, token)
+        own_postgres.stop()
+        page.get_by_role("button", name="Next item").click()
+        banner = page.get_by_role("alert")
+        expect(banner).to_contain_text("Database unavailable, retrying")
+        shot(page, "desk-database-down")
+        own_postgres.start()
+        expect(banner).to_be_hidden(timeout=30_000)
+        enqueue(base, admin, ledger_entity="AFTER-OUTAGE")
+        expect(current(page)).to_contain_text("AFTER-OUTAGE", timeout=30_000)
+
+
+def test_the_desk_is_served_at_the_root_too(db_url: str) -> None:
+    with desk(db_url) as base:
+        response = httpx.get(f"{base}/", follow_redirects=True)
+    assert response.url.path == "/desk/"
+    assert "Reviewer desk" in response.text

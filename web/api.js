@@ -1,0 +1,103 @@
+// The only module that talks to the service. It calls the public REST API (the same one scripts
+// use), adds the session's CSRF token to writes, and turns problem+json codes into sentences a
+// person understands, so no view ever parses an error itself.
+
+let csrfToken = null;
+
+export function useCsrfToken(token) {
+  csrfToken = token;
+}
+
+export class ApiError extends Error {
+  constructor(status, code, message, problem) {
+    super(message);
+    this.status = status;
+    this.code = code;
+    this.problem = problem;
+  }
+
+  // 503 (database away), a gateway in trouble, or no answer at all: worth trying again.
+  get retryable() {
+    return this.status === 0 || this.status === 502 || this.status === 503 || this.status === 504;
+  }
+}
+
+const MESSAGES = {
+  UNAUTHENTICATED: () => "Your session has ended. Sign in again.",
+  FORBIDDEN: (p) => {
+    const roles = Array.isArray(p?.required_roles) ? p.required_roles.join(" or ") : "another";
+    return `This needs the ${roles} role; your token does not have it.`;
+  },
+  CSRF_REJECTED: () => "The page's security check failed. Reload the page and try again.",
+  LEASE_NOT_HELD: () => "This item was taken back and leased again, so it is no longer yours. Moving on.",
+  RESOLUTION_CONFLICT: () => "You already resolved this item with a different resolution.",
+  NOT_FOUND: () => "No such item.",
+  PAYLOAD_TOO_LARGE: () => "That is too long to send.",
+  VALIDATION_ERROR: (p) => {
+    const first = Array.isArray(p?.errors) && p.errors.length ? p.errors[0] : null;
+    const field = first && Array.isArray(first.loc) ? first.loc[first.loc.length - 1] : null;
+    return field ? `Please check ${field}: ${first.msg}.` : "Please check what you entered.";
+  },
+  DATABASE_UNAVAILABLE: () => "Database unavailable, retrying…",
+  NETWORK: () => "The service cannot be reached, retrying…",
+};
+
+function explain(status, code, problem) {
+  const message = MESSAGES[code];
+  if (message) return message(problem);
+  if (status >= 500) return "The service is having trouble, retrying…";
+  return "Something went wrong. Please try again.";
+}
+
+async function call(method, path, body, { signal } = {}) {
+  const headers = { Accept: "application/json" };
+  if (body !== undefined) headers["Content-Type"] = "application/json";
+  if (method !== "GET" && csrfToken) headers["X-CSRF-Token"] = csrfToken;
+  let response;
+  try {
+    response = await fetch(path, {
+      method,
+      headers,
+      body: body === undefined ? undefined : JSON.stringify(body),
+      credentials: "same-origin",
+      signal,
+    });
+  } catch (error) {
+    if (error.name === "AbortError") throw error;
+    throw new ApiError(0, "NETWORK", explain(0, "NETWORK", null), null);
+  }
+  if (response.status === 204) return null;
+  let data = null;
+  try {
+    data = await response.json(); // amounts are strings on the wire, so no float is ever made
+  } catch {
+    data = null;
+  }
+  if (!response.ok) {
+    const code = data && typeof data.code === "string" ? data.code : `HTTP_${response.status}`;
+    throw new ApiError(response.status, code, explain(response.status, code, data), data);
+  }
+  return data;
+}
+
+export const api = {
+  signIn: (token) => call("POST", "/session", { token }),
+  session: () => call("GET", "/session"),
+  signOut: () => call("DELETE", "/session"),
+  lease: (waitS, signal) => call("POST", "/leases", { batch_size: 1, wait_s: waitS }, { signal }),
+  mine: () => call("GET", "/items?state=ASSIGNED&leased_by=me&limit=200"),
+  item: (id) => call("GET", `/items/${encodeURIComponent(id)}`),
+  byKey: (key) => call("GET", `/items?idempotency_key=${encodeURIComponent(key)}`),
+  events: (id) => call("GET", `/items/${encodeURIComponent(id)}/events`),
+  complete: (item, resolution, note) =>
+    call("POST", `/items/${item.id}/complete`, {
+      resolution,
+      ...(note ? { note } : {}),
+      lease_token: item.lease_token,
+    }),
+  renew: (item) => call("POST", `/items/${item.id}/renew`, { lease_token: item.lease_token }),
+  release: (item, reason) =>
+    call("POST", `/items/${item.id}/release`, { reason, lease_token: item.lease_token }),
+  stats: () => call("GET", "/stats"),
+  reclaim: () => call("POST", "/admin/reclaim", {}),
+};

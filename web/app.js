@@ -1,0 +1,744 @@
+// The reviewer desk: one state object, one render function per region, one table of shortcuts.
+// Everything shown comes from outside (ingest, other reviewers) and is rendered as text only:
+// elements are made with createElement and filled with textContent, never with innerHTML.
+
+import { api, ApiError, useCsrfToken } from "./api.js";
+
+const RESOLUTIONS = ["APPROVED", "WRITE_OFF", "ESCALATED", "REJECTED"];
+
+const state = {
+  me: null, // {subject, role, csrf_token, lease_s, idle_release_s, max_wait_s}
+  signInError: null,
+  held: [], // items I hold, queue order; held[0] is the current item
+  events: [], // audit trail of the current item
+  leaseEndsAt: 0, // performance.now() when the current lease ends
+  lastRenewAt: 0,
+  queue: null, // GET /stats, shown when nothing is pending
+  waiting: false, // a long poll is in flight
+  paused: null, // why the desk stopped on its own (idle)
+  banner: null, // database unavailable, retrying
+  notice: null, // {text, error}
+  admin: { stats: null, message: null, found: null, foundEvents: [] },
+  lastActivity: performance.now(),
+  helpOpen: false,
+};
+
+let waitAbort = null;
+
+// --- small DOM helpers: text only ------------------------------------------------------------
+
+function h(tag, attrs = {}, ...children) {
+  const el = document.createElement(tag);
+  for (const [name, value] of Object.entries(attrs)) {
+    if (value === undefined || value === null || value === false) continue;
+    if (name === "on") for (const [event, fn] of Object.entries(value)) el.addEventListener(event, fn);
+    else if (name === "class") el.className = value;
+    else el.setAttribute(name, value === true ? "" : String(value));
+  }
+  for (const child of children.flat()) {
+    if (child === null || child === undefined || child === false) continue;
+    el.append(child instanceof Node ? child : document.createTextNode(String(child)));
+  }
+  return el;
+}
+
+const $ = (id) => document.getElementById(id);
+
+// replaceChildren would turn a null into the text "null": leave the gaps out.
+function fill(el, ...children) {
+  el.replaceChildren(...children.flat().filter((c) => c !== null && c !== undefined && c !== false));
+}
+
+function duration(seconds) {
+  const s = Math.max(0, Math.round(seconds));
+  if (s < 60) return `${s} s`;
+  const m = Math.floor(s / 60);
+  if (m < 60) return `${m} min`;
+  const hours = Math.floor(m / 60);
+  return m % 60 ? `${hours} h ${m % 60} min` : `${hours} h`;
+}
+
+function since(iso) {
+  return duration((Date.now() - Date.parse(iso)) / 1000);
+}
+
+// --- shortcuts: one table, also rendered as the ? help -----------------------------------------
+
+const typing = (ev) => ev.target instanceof HTMLElement && ev.target.matches("input, textarea, select");
+
+const SHORTCUTS = [
+  { keys: "n", label: "Next item", match: (ev) => ev.key === "n", run: () => nextItem() },
+  {
+    keys: "Ctrl+Enter",
+    label: "Resolve with the chosen resolution and note, then go to the next item",
+    inFields: true,
+    match: (ev) => ev.key === "Enter" && (ev.ctrlKey || ev.metaKey),
+    run: () => resolveAndNext(),
+  },
+  {
+    keys: "1 2 3 4",
+    label: `Choose the resolution (${RESOLUTIONS.join(", ")})`,
+    match: (ev) => ["1", "2", "3", "4"].includes(ev.key),
+    run: (ev) => chooseResolution(Number(ev.key) - 1),
+  },
+  { keys: "e", label: "Write the note", match: (ev) => ev.key === "e", run: () => $("note")?.focus() },
+  {
+    keys: "x",
+    label: "Release the item back to the queue (with the reason typed under Release reason)",
+    match: (ev) => ev.key === "x",
+    run: () => releaseCurrent(),
+  },
+  { keys: "a", label: "Admin: refresh the statistics", match: (ev) => ev.key === "a", run: () => loadAdmin() },
+  { keys: "?", label: "Show or hide these shortcuts", match: (ev) => ev.key === "?", run: () => toggleHelp() },
+  {
+    keys: "Escape",
+    label: "Close this list, or leave the field you are typing in",
+    inFields: true,
+    match: (ev) => ev.key === "Escape",
+    run: () => {
+      if (state.helpOpen) toggleHelp(false);
+      else if (document.activeElement instanceof HTMLElement) document.activeElement.blur();
+    },
+  },
+];
+
+function onKey(ev) {
+  if (!state.me) return;
+  for (const shortcut of SHORTCUTS) {
+    if (typing(ev) && !shortcut.inFields) continue;
+    if (ev.altKey || ((ev.ctrlKey || ev.metaKey) && !shortcut.keys.startsWith("Ctrl"))) continue;
+    if (shortcut.match(ev)) {
+      ev.preventDefault();
+      shortcut.run(ev);
+      return;
+    }
+  }
+}
+
+// --- rendering: one function per region --------------------------------------------------------
+
+function renderWho() {
+  const who = $("who");
+  fill(who);
+  if (!state.me) return;
+  who.append(
+    h("span", {}, `Signed in as ${state.me.subject} (${state.me.role})`),
+    h("button", { type: "button", on: { click: () => toggleHelp() } }, "Shortcuts (?)"),
+    h("button", { type: "button", on: { click: () => signOut() } }, "Sign out"),
+  );
+}
+
+function renderBanner() {
+  const banner = $("banner");
+  banner.hidden = !state.banner;
+  banner.textContent = state.banner || "";
+}
+
+function renderNotice() {
+  const notice = $("notice");
+  notice.textContent = state.notice ? state.notice.text : "";
+  notice.className = state.notice?.error ? "notice error" : "notice";
+}
+
+function renderSignIn() {
+  const main = $("main");
+  const token = h("input", { id: "token", type: "password", autocomplete: "off", required: true });
+  const form = h(
+    "form",
+    {
+      on: {
+        submit: (ev) => {
+          ev.preventDefault();
+          signIn(token.value.trim());
+        },
+      },
+    },
+    h("label", { for: "token" }, "Token"),
+    h("div", { class: "row" }, token, h("button", { type: "submit", class: "primary" }, "Sign in")),
+    state.signInError ? h("p", { class: "error", role: "alert" }, state.signInError) : null,
+    h("p", { class: "muted" }, "Paste the token you were given (make run prints one). It is exchanged for a session and not kept by this page."),
+  );
+  fill(main, h("section", { "aria-label": "Sign in" }, h("h2", {}, "Sign in"), form));
+  token.focus();
+}
+
+function renderDeskSkeleton() {
+  // Controls are made once, so a note being typed survives every later render of the item.
+  const resolution = h(
+    "select",
+    { id: "resolution" },
+    RESOLUTIONS.map((r) => h("option", { value: r }, r)),
+  );
+  const note = h("textarea", { id: "note", maxlength: 4000 });
+  const reason = h("input", { id: "release-reason", maxlength: 500, placeholder: "e.g. needs the FX desk" });
+  const current = h(
+    "section",
+    { "aria-label": "Current item", id: "current" },
+    h("h2", {}, "Current item"),
+    h("div", { id: "item" }),
+    h(
+      "div",
+      { class: "row", id: "actions" },
+      h("label", { for: "resolution" }, "Resolution", resolution),
+      h("label", { for: "note" }, "Note", note),
+    ),
+    h(
+      "div",
+      { class: "row" },
+      h("button", { type: "button", class: "primary", id: "resolve", on: { click: () => resolveAndNext() } }, "Resolve"),
+      h("label", { for: "release-reason" }, "Release reason", reason),
+      h("button", { type: "button", id: "release", on: { click: () => releaseCurrent() } }, "Release"),
+      h("button", { type: "button", id: "next", on: { click: () => nextItem() } }, "Next item"),
+    ),
+  );
+  const queue = h("section", { "aria-label": "Queue", id: "queue", "aria-live": "polite" });
+  const sections = [current, queue];
+  if (state.me.role === "admin") sections.push(h("section", { "aria-label": "Admin", id: "admin" }));
+  $("main").replaceChildren(...sections);
+}
+
+function field(label, value, attrs = {}) {
+  return [h("dt", {}, label), h("dd", attrs, value)];
+}
+
+function eventLine(e) {
+  const d = e.details || {};
+  const extra = [];
+  if (d.resolution) extra.push(`resolution ${d.resolution}`);
+  if (d.note) extra.push(`note “${d.note}”`);
+  if (d.reason) extra.push(`reason “${d.reason}”`);
+  if (d.cause) extra.push(`${d.cause}, was ${d.previous_holder}`);
+  const when = new Date(e.at).toLocaleString();
+  return h("li", {}, `${when} · ${e.event} by ${e.actor}${extra.length ? " · " + extra.join(", ") : ""}`);
+}
+
+function itemFields(item) {
+  return h(
+    "dl",
+    { class: "fields" },
+    field("Ledger entity", item.ledger_entity),
+    field("Variance amount", h("span", { class: "amount", "data-testid": "amount" }, item.variance_amount)),
+    field("Match decision", item.match_decision),
+    field("Source hash", item.source_hash, { class: "mono" }),
+    field("Trace id", item.trace_id, { class: "mono" }),
+    field("Idempotency key", item.idempotency_key, { class: "mono" }),
+    field("State", item.state),
+    field("Waited", since(item.created_at)),
+    field("Attempts", String(item.attempts)),
+  );
+}
+
+function renderCurrent() {
+  const box = $("item");
+  if (!box) return;
+  const item = state.held[0];
+  for (const id of ["resolve", "release", "resolution", "note", "release-reason"]) $(id).disabled = !item;
+  $("next").disabled = Boolean(item) || state.waiting;
+  if (!item) {
+    fill(box, h("p", { class: "muted" }, state.paused || "No item open. Press Next item (n) to lease one."));
+    return;
+  }
+  fill(
+    box,
+    itemFields(item),
+    h("p", {}, "Lease: ", h("span", { id: "countdown", class: "countdown", role: "timer" }, "")),
+    state.held.length > 1 ? h("p", { class: "muted" }, `You hold ${state.held.length} items; this is the oldest.`) : null,
+    h("h3", {}, "Event history"),
+    h("ol", { class: "events", "aria-label": "Event history" }, state.events.map(eventLine)),
+  );
+  renderCountdown();
+}
+
+function renderCountdown() {
+  const el = $("countdown");
+  if (!el) return;
+  const left = (state.leaseEndsAt - performance.now()) / 1000;
+  el.textContent = left > 0 ? `${duration(left)} left` : "expired";
+  el.classList.toggle("low", left < 10);
+}
+
+function renderQueue() {
+  const box = $("queue");
+  if (!box) return;
+  const lines = [];
+  if (!state.held.length && state.queue) {
+    const q = state.queue;
+    const pending = q.counts.PENDING ?? 0;
+    const others = Object.entries(q.open_leases_by_reviewer)
+      .filter(([who]) => who !== state.me.subject)
+      .reduce((sum, [, n]) => sum + n, 0);
+    let text = pending ? `${pending} items are pending.` : "Nothing pending.";
+    text += ` ${others} ${others === 1 ? "item is" : "items are"} with other reviewers`;
+    if (q.next_lease_expires_in_s !== null && others) {
+      text += q.next_lease_expires_in_s > 0
+        ? `; the next lease expires in ${duration(q.next_lease_expires_in_s)}.`
+        : "; a lease has expired and will return to the queue when it is reclaimed.";
+    } else text += ".";
+    lines.push(h("p", {}, text));
+  }
+  if (state.waiting) lines.push(h("p", {}, "Waiting for work… it will appear here as soon as it arrives."));
+  fill(box, h("h2", {}, "Queue"), ...lines);
+}
+
+function renderAdmin() {
+  const box = $("admin");
+  if (!box) return;
+  const s = state.admin.stats;
+  const parts = [h("h2", {}, "Admin")];
+  if (s) {
+    parts.push(
+      h(
+        "table",
+        { "aria-label": "Items by state" },
+        h("tr", {}, h("th", {}, "State"), h("th", {}, "Items")),
+        Object.entries(s.counts).map(([k, v]) => h("tr", {}, h("td", {}, k), h("td", { class: "num" }, String(v)))),
+      ),
+      h("p", {}, `Oldest pending: ${s.oldest_pending_age_s === null ? "none" : duration(s.oldest_pending_age_s)}`),
+      h("p", {}, `Expired leases not yet reclaimed: ${s.expired_unreclaimed} (reclaimable now: ${s.reclaimable})`),
+      h(
+        "table",
+        { "aria-label": "Open leases per reviewer" },
+        h("tr", {}, h("th", {}, "Reviewer"), h("th", {}, "Open leases")),
+        Object.entries(s.open_leases_by_reviewer).map(([k, v]) =>
+          h("tr", {}, h("td", {}, k), h("td", { class: "num" }, String(v))),
+        ),
+      ),
+    );
+  }
+  const lookup = h("input", { id: "lookup", maxlength: 200 });
+  parts.push(
+    h(
+      "div",
+      { class: "row" },
+      h("button", { type: "button", on: { click: () => reclaimNow() } }, "Reclaim now"),
+      h("button", { type: "button", on: { click: () => loadAdmin() } }, "Refresh"),
+    ),
+    state.admin.message ? h("p", { role: "status" }, state.admin.message) : null,
+    h(
+      "form",
+      {
+        class: "row",
+        on: {
+          submit: (ev) => {
+            ev.preventDefault();
+            lookUp(lookup.value.trim());
+          },
+        },
+      },
+      h("label", { for: "lookup" }, "Item id or idempotency key", lookup),
+      h("button", { type: "submit" }, "Look up"),
+    ),
+  );
+  if (state.admin.found) {
+    parts.push(
+      h(
+        "div",
+        { "aria-label": "Looked-up item", role: "region" },
+        itemFields(state.admin.found),
+        h("h3", {}, "Audit trail"),
+        h("ol", { class: "events", "aria-label": "Audit trail" }, state.admin.foundEvents.map(eventLine)),
+      ),
+    );
+  }
+  fill(box, ...parts);
+}
+
+function renderHelp() {
+  const dialog = $("help");
+  fill(
+    dialog,
+    h("h2", {}, "Keyboard shortcuts"),
+    h(
+      "table",
+      {},
+      SHORTCUTS.map((s) => h("tr", {}, h("td", {}, h("kbd", {}, s.keys)), h("td", {}, s.label))),
+    ),
+    h("p", { class: "muted" }, "Single keys work when you are not typing in a field."),
+    h("button", { type: "button", on: { click: () => toggleHelp(false) } }, "Close"),
+  );
+  if (state.helpOpen && !dialog.open) dialog.showModal();
+  if (!state.helpOpen && dialog.open) dialog.close();
+}
+
+function render() {
+  renderWho();
+  renderBanner();
+  renderNotice();
+  if (!state.me) return renderSignIn();
+  if (!$("current")) renderDeskSkeleton();
+  renderCurrent();
+  renderQueue();
+  renderAdmin();
+}
+
+// --- talking to the service: retries, sign-out on 401 -------------------------------------------
+
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+
+function say(text, error = false) {
+  state.notice = text ? { text, error } : null;
+  renderNotice();
+}
+
+// Runs a call; while the database is away it shows the banner and tries again, forever, with a
+// growing pause (1 s .. 5 s). Any other error is the caller's to handle.
+async function withRetry(fn) {
+  for (let attempt = 0; ; attempt++) {
+    try {
+      const result = await fn();
+      if (state.banner) {
+        state.banner = null;
+        renderBanner();
+      }
+      return result;
+    } catch (error) {
+      if (!(error instanceof ApiError) || !error.retryable) throw error;
+      state.banner = error.message;
+      renderBanner();
+      await sleep(Math.min(5000, 1000 * (attempt + 1)));
+    }
+  }
+}
+
+function handle(error) {
+  if (error?.name === "AbortError") return;
+  if (error instanceof ApiError && error.status === 401) {
+    endSession("Your session has ended. Sign in again.");
+    return;
+  }
+  say(error instanceof ApiError ? error.message : "Something went wrong. Please reload the page.", true);
+  if (!(error instanceof ApiError)) console.error(error);
+}
+
+function endSession(message) {
+  stopWaiting();
+  Object.assign(state, { me: null, held: [], events: [], queue: null, signInError: message, paused: null });
+  state.admin = { stats: null, message: null, found: null, foundEvents: [] };
+  useCsrfToken(null);
+  render();
+}
+
+// --- what a reviewer does ------------------------------------------------------------------------
+
+async function signIn(token) {
+  if (!token) return;
+  try {
+    const me = await withRetry(() => api.signIn(token));
+    startDesk(me);
+  } catch (error) {
+    state.signInError = error instanceof ApiError && error.status === 401 ? "That token is unknown or revoked." : error.message;
+    renderSignIn();
+  }
+}
+
+async function signOut() {
+  stopWaiting();
+  try {
+    await withRetry(() => api.signOut());
+  } catch (error) {
+    handle(error);
+    return;
+  }
+  endSession(null);
+  say("Signed out.");
+}
+
+function startDesk(me) {
+  state.me = me;
+  state.signInError = null;
+  useCsrfToken(me.csrf_token);
+  touch();
+  render();
+  resume();
+  if (me.role === "admin") loadAdmin();
+}
+
+// After sign-in or a reload: carry on with the items this reviewer already holds.
+async function resume() {
+  if (!["reviewer", "admin"].includes(state.me.role)) {
+    say(`You are signed in as ${state.me.role}; reviewing needs the reviewer or admin role.`, true);
+    return;
+  }
+  try {
+    const page = await withRetry(() => api.mine());
+    state.held = page.items;
+    if (state.held.length) {
+      say(`Welcome back: you hold ${state.held.length} ${state.held.length === 1 ? "item" : "items"}.`);
+      await showCurrent(true);
+    } else {
+      await explainQueue();
+    }
+  } catch (error) {
+    handle(error);
+  }
+}
+
+async function showCurrent(renewNow) {
+  const item = state.held[0];
+  if (!item) {
+    render();
+    return;
+  }
+  state.leaseEndsAt = performance.now() + (Date.parse(item.lease_expires_at) - Date.parse(item.leased_at)) * 1;
+  state.lastRenewAt = performance.now();
+  if (renewNow) await renew(); // a reloaded page does not know how much lease is left: refresh it
+  try {
+    state.events = (await withRetry(() => api.events(item.id))).events;
+  } catch (error) {
+    state.events = [];
+    handle(error);
+  }
+  render();
+}
+
+async function nextItem() {
+  if (!state.me || state.waiting) return;
+  touch();
+  state.paused = null;
+  if (state.held.length) return showCurrent(false);
+  try {
+    const got = await withRetry(() => api.lease(0));
+    if (got.items.length) return takeItem(got.items[0]);
+    await explainQueue();
+    waitForWork();
+  } catch (error) {
+    handle(error);
+  }
+}
+
+async function takeItem(item) {
+  state.held = [item];
+  state.queue = null;
+  $("note").value = "";
+  $("release-reason").value = "";
+  await showCurrent(false);
+  $("resolution").focus();
+}
+
+async function explainQueue() {
+  try {
+    state.queue = await withRetry(() => api.stats());
+  } catch (error) {
+    handle(error);
+  }
+  render();
+}
+
+// Long poll: the server answers as soon as an item can be leased (or after max_wait_s).
+async function waitForWork() {
+  if (state.waiting) return;
+  state.waiting = true;
+  waitAbort = new AbortController();
+  const { signal } = waitAbort;
+  render();
+  try {
+    while (!signal.aborted) {
+      if (idleFor() >= state.me.idle_release_s * 1000) {
+        state.paused = "Stopped waiting for work while you were away. Press Next item (n) to carry on.";
+        break;
+      }
+      const got = await withRetry(() => api.lease(state.me.max_wait_s, signal));
+      if (got.items.length) {
+        stopWaiting();
+        say("New work arrived.");
+        await takeItem(got.items[0]);
+        return;
+      }
+      state.queue = await withRetry(() => api.stats());
+      renderQueue();
+    }
+  } catch (error) {
+    handle(error);
+  }
+  stopWaiting();
+  render();
+}
+
+function stopWaiting() {
+  state.waiting = false;
+  if (waitAbort) waitAbort.abort();
+  waitAbort = null;
+}
+
+function chooseResolution(index) {
+  if (!state.held.length || index >= RESOLUTIONS.length) return;
+  $("resolution").value = RESOLUTIONS[index];
+  touch();
+}
+
+async function resolveAndNext() {
+  const item = state.held[0];
+  if (!item) return;
+  touch();
+  const resolution = $("resolution").value;
+  const note = $("note").value.trim();
+  try {
+    const done = await withRetry(() => api.complete(item, resolution, note || null));
+    say(`Resolved ${done.item.ledger_entity} ${done.item.variance_amount} as ${resolution}.`);
+    $("note").value = "";
+    state.held.shift();
+    state.events = [];
+    if (state.held.length) await showCurrent(false);
+    else await nextItem();
+  } catch (error) {
+    if (await lostLease(error)) return;
+    handle(error);
+  }
+}
+
+async function releaseCurrent(reason) {
+  const item = state.held[0];
+  if (!item) return;
+  touch();
+  const why = reason || $("release-reason").value.trim() || "skipped";
+  try {
+    await withRetry(() => api.release(item, why));
+    state.held.shift();
+    state.events = [];
+    $("release-reason").value = "";
+    say(`Released ${item.ledger_entity} back to the queue (${why}). Press Next item (n) to go on.`);
+    if (state.held.length) await showCurrent(false);
+    else render();
+  } catch (error) {
+    if (await lostLease(error)) return;
+    handle(error);
+  }
+}
+
+// A stale tab: the lease was reclaimed and leased again (maybe to this very reviewer elsewhere).
+async function lostLease(error) {
+  if (!(error instanceof ApiError && error.code === "LEASE_NOT_HELD")) return false;
+  say(error.message, true);
+  state.held.shift();
+  state.events = [];
+  if (state.held.length) await showCurrent(false);
+  else render();
+  return true;
+}
+
+async function renew() {
+  const item = state.held[0];
+  if (!item) return;
+  state.lastRenewAt = performance.now();
+  try {
+    const fresh = await withRetry(() => api.renew(item));
+    if (state.held[0]?.id !== item.id) return;
+    state.held[0] = fresh;
+    state.leaseEndsAt = performance.now() + state.me.lease_s * 1000;
+    renderCountdown();
+  } catch (error) {
+    if (await lostLease(error)) return;
+    handle(error);
+  }
+}
+
+// --- heartbeat and idle release ----------------------------------------------------------------
+
+function touch() {
+  state.lastActivity = performance.now();
+}
+
+const idleFor = () => performance.now() - state.lastActivity;
+
+let ticking = false;
+
+async function tick() {
+  if (!state.me || ticking) return;
+  ticking = true;
+  try {
+    await heartbeat();
+  } finally {
+    ticking = false;
+  }
+}
+
+async function heartbeat() {
+  renderCountdown();
+  if (!state.held.length) return;
+  if (idleFor() >= state.me.idle_release_s * 1000) {
+    const minutes = duration(state.me.idle_release_s);
+    const items = [...state.held];
+    for (const item of items) {
+      try {
+        await withRetry(() => api.release(item, "idle"));
+      } catch (error) {
+        if (!(error instanceof ApiError && error.code === "LEASE_NOT_HELD")) handle(error);
+      }
+    }
+    state.held = [];
+    state.events = [];
+    state.paused = `Released your ${items.length === 1 ? "item" : "items"} after ${minutes} without activity. Press Next item (n) to carry on.`;
+    say(state.paused);
+    render();
+    return;
+  }
+  // Renew every third of the lease while the reviewer is active: one lost heartbeat never costs it.
+  if (performance.now() - state.lastRenewAt >= (state.me.lease_s * 1000) / 3) await renew();
+}
+
+function toggleHelp(open = !state.helpOpen) {
+  state.helpOpen = open;
+  renderHelp();
+}
+
+async function lookUp(query) {
+  if (!query) return;
+  touch();
+  const isId = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i.test(query);
+  try {
+    const item = isId ? await withRetry(() => api.item(query)) : (await withRetry(() => api.byKey(query))).items[0];
+    if (!item) {
+      state.admin = { ...state.admin, found: null, foundEvents: [], message: `No item with id or key “${query}”.` };
+    } else {
+      const events = (await withRetry(() => api.events(item.id))).events;
+      state.admin = { ...state.admin, found: item, foundEvents: events, message: null };
+    }
+  } catch (error) {
+    state.admin = { ...state.admin, found: null, foundEvents: [], message: error.message };
+  }
+  renderAdmin();
+}
+
+async function loadAdmin() {
+  if (state.me?.role !== "admin") return;
+  try {
+    state.admin.stats = await withRetry(() => api.stats());
+  } catch (error) {
+    handle(error);
+  }
+  renderAdmin();
+}
+
+async function reclaimNow() {
+  touch();
+  try {
+    const result = await withRetry(() => api.reclaim());
+    state.admin.message = `Reclaimed ${result.reclaimed} expired ${result.reclaimed === 1 ? "lease" : "leases"}.`;
+  } catch (error) {
+    state.admin.message = error.message;
+  }
+  await loadAdmin();
+}
+
+// --- start --------------------------------------------------------------------------------------
+
+async function boot() {
+  document.addEventListener("keydown", onKey);
+  for (const event of ["keydown", "pointerdown", "input", "wheel"]) {
+    document.addEventListener(event, touch, { passive: true });
+  }
+  $("help").addEventListener("close", () => {
+    state.helpOpen = false;
+  });
+  renderHelp();
+  setInterval(tick, 1000);
+  try {
+    startDesk(await withRetry(() => api.session()));
+  } catch (error) {
+    state.me = null;
+    render();
+    if (!(error instanceof ApiError && error.status === 401)) handle(error);
+  }
+}
+
+boot();
