@@ -21,6 +21,10 @@ from db.migrations import upgrade_head
 app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
 token_app = typer.Typer(no_args_is_help=True, help="Create, revoke and list API tokens.")
 app.add_typer(token_app, name="token")
+audit_app = typer.Typer(
+    no_args_is_help=True, help="The audit trail's hash chain: seal, head, verify, export."
+)
+app.add_typer(audit_app, name="audit")
 
 T = TypeVar("T")
 
@@ -123,6 +127,71 @@ def reclaimer_loop() -> None:
     settings = get_settings()
     configure_logging(settings.log_format, settings.log_level)
     asyncio.run(reclaimer.run_forever(settings, resolved_url(settings), stop))
+
+
+@audit_app.command("seal")
+def audit_seal(
+    once: Annotated[bool, typer.Option("--once", help="Seal what is ready and exit (the default).")] = True,
+) -> None:
+    """Chain every event of a finished transaction now (the reclaimer does it every interval)."""
+    from cli import reclaimer
+
+    settings = get_settings()
+    configure_logging(settings.log_format, settings.log_level)
+    count = asyncio.run(reclaimer.seal_once(settings, resolved_url(settings)))
+    typer.echo(f"sealed {count}")
+
+
+@audit_app.command("head")
+def audit_head() -> None:
+    """Print the chain's head as SEQ:HASH, to store outside the database."""
+    from db import audit, chain
+
+    seq, digest = in_transaction(audit.head)
+    typer.echo(chain.format_head(seq, digest))
+
+
+@audit_app.command("verify")
+def audit_verify(
+    against: Annotated[
+        str | None, typer.Option(help="SEQ:HASH from `audit head`: the history up to it must be unchanged.")
+    ] = None,
+    file: Annotated[
+        str | None, typer.Option(help="Verify this export instead, with no database access.")
+    ] = None,
+) -> None:
+    """Recompute the chain; exit 0 when intact, 1 naming the first broken sequence number."""
+    import time
+
+    from db import chain
+
+    try:
+        head = chain.parse_head(against) if against else None
+    except ValueError as error:
+        raise typer.BadParameter(str(error), param_hint="--against") from None
+    if file is not None:
+        started = time.perf_counter()
+        result = chain.verify_lines(chain.iter_file(file), against=head)
+        seconds, events, broken = time.perf_counter() - started, result.events, result.broken
+        scope = "no events"
+        if result.last_seq is not None and result.last_hash is not None:
+            last = chain.format_head(result.last_seq, result.last_hash)
+            scope = f"seq {result.first_seq}..{result.last_seq}, head {last}"
+    else:
+        import psycopg
+
+        from db import audit
+
+        with psycopg.connect(libpq_url(resolved_url(get_settings()))) as conn:
+            outcome = audit.verify(conn, against=head)
+        seconds, events, broken = outcome.seconds, outcome.events, outcome.broken
+        scope = f"head {chain.format_head(outcome.head_seq, outcome.head_hash)}"
+    rate = events / seconds if seconds > 0 else 0.0
+    typer.echo(f"verified {events} events in {seconds:.2f} s ({rate:,.0f} events/s); {scope}")
+    if broken is not None:
+        typer.echo(f"BROKEN at {broken}", err=True)
+        raise typer.Exit(1)
+    typer.echo("intact" + (f", and matches {against}" if against else ""))
 
 
 @app.command()

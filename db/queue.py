@@ -651,7 +651,11 @@ class Event:
     details: dict[str, Any]
 
 
-_EVENTS = select(*event.c).where(event.c.item_id == bindparam("item_id")).order_by(event.c.id)
+_EVENTS = (
+    select(*(c for c in event.c if c.name != "xid"))
+    .where(event.c.item_id == bindparam("item_id"))
+    .order_by(event.c.id)
+)
 
 
 async def item_events(conn: AsyncConnection, *, item_id: UUID) -> list[Event]:

@@ -9,6 +9,7 @@ from sqlalchemy import (
     Identity,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     Numeric,
     Table,
@@ -17,6 +18,17 @@ from sqlalchemy import (
     text,
 )
 from sqlalchemy.dialects.postgresql import JSONB, UUID
+from sqlalchemy.types import UserDefinedType
+
+
+class Xid8(UserDefinedType[str]):
+    """PostgreSQL's 64-bit transaction id (`pg_current_xact_id()`), read and written as text."""
+
+    cache_ok = True
+
+    def get_col_spec(self, **_: object) -> str:
+        return "xid8"
+
 
 metadata = MetaData(
     naming_convention={
@@ -117,12 +129,28 @@ review_queue_event = Table(
     Column("lease_epoch", BigInteger, nullable=False),
     Column("trace_id", UUID(as_uuid=True), nullable=False),
     Column("details", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
+    # The inserting transaction: the sealer chains only events of transactions that have ended.
+    Column("xid", Xid8(), nullable=False, server_default=func.pg_current_xact_id()),
     CheckConstraint(
         "event IN ('ENQUEUED', 'LEASED', 'RENEWED', 'RELEASED', 'RECLAIMED', 'RESOLVED',"
         " 'QUARANTINED', 'REQUEUED')",
         name="valid_event",
     ),
     Index("ix_review_queue_event_item_id_id", "item_id", "id"),
+    Index("ix_review_queue_event_xid_id", "xid", "id"),
+)
+
+# The hash chain over the events (docs/audit.md): gapless seq, each hash over the previous one
+# and the event's canonical encoding. Appended by the sealer only; append-only like the events.
+review_queue_chain = Table(
+    "review_queue_chain",
+    metadata,
+    Column("seq", BigInteger, primary_key=True, autoincrement=False),
+    Column("event_id", BigInteger, ForeignKey("review_queue_event.id"), nullable=False, unique=True),
+    Column("hash", LargeBinary, nullable=False),
+    Column("sealed_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    CheckConstraint("seq > 0", name="positive_seq"),
+    CheckConstraint("length(hash) = 32", name="sha256"),
 )
 
 api_token = Table(

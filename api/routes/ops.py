@@ -10,7 +10,7 @@ from api.deps import Conn, MetricsScraper, Reviewer, SettingsDep
 from api.errors import problem_responses
 from api.metrics import exposition
 from api.routing import QueueRoute
-from db import stats
+from db import audit, stats
 
 router = APIRouter(route_class=QueueRoute, tags=["operations"])
 
@@ -59,5 +59,5 @@ async def get_stats(conn: Conn, _: Reviewer, settings: SettingsDep) -> StatsOut:
 async def metrics(conn: Conn, settings: SettingsDep) -> Response:
     """Prometheus metrics (REVIEW_QUEUE_METRICS_TOKEN, or an admin token)."""
     gauges = await stats.queue_gauges(conn, grace=timedelta(seconds=settings.reclaim_after_s))
-    body = exposition(gauges, settings.max_inflight)
+    body = exposition(gauges, settings.max_inflight, await audit.seal_lag(conn))
     return Response(body, media_type="text/plain; version=0.0.4; charset=utf-8")
