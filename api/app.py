@@ -12,7 +12,7 @@ from api.errors import COMMON_PROBLEMS, install_error_handlers
 from api.logs import configure_logging
 from api.metrics import AccessLog
 from api.middleware import BodyLimit
-from api.routes import admin, health, items, leases, ops
+from api.routes import admin, audit, health, items, leases, ops
 from api.settings import Settings, get_settings
 from db.engine import create_engine, database_url
 
@@ -72,6 +72,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(AccessLog)
     app.add_middleware(CorrelationIdMiddleware, header_name="X-Request-ID", validator=_acceptable_request_id)
     app.include_router(health.router)
-    for router in (items.router, leases.router, admin.router, ops.router):
+    for router in (items.router, leases.router, admin.router, ops.router, audit.router):
         app.include_router(router, responses=COMMON_PROBLEMS)
     return app

@@ -32,6 +32,7 @@ T = TypeVar("T")
 class Role(StrEnum):
     reviewer = "reviewer"
     ingest = "ingest"
+    auditor = "auditor"
     admin = "admin"
 
 
@@ -76,7 +77,7 @@ def migrate() -> None:
 @token_app.command("create")
 def token_create(
     subject: Annotated[str, typer.Option(help="Who the token speaks for; written to leased_by.")],
-    role: Annotated[Role, typer.Option(help="reviewer, ingest or admin.")],
+    role: Annotated[Role, typer.Option(help="reviewer, ingest, auditor or admin.")],
 ) -> None:
     """Create a token. It is printed once, alone on the last line, and never stored."""
     token = in_transaction(lambda conn: tokens.create_token(conn, subject=subject, role=role.value))
@@ -192,6 +193,31 @@ def audit_verify(
         typer.echo(f"BROKEN at {broken}", err=True)
         raise typer.Exit(1)
     typer.echo("intact" + (f", and matches {against}" if against else ""))
+
+
+@audit_app.command("export")
+def audit_export(
+    file: Annotated[str, typer.Option(help="Write the NDJSON here.")],
+    first: Annotated[int, typer.Option("--from", min=1, help="First seq.")] = 1,
+    last: Annotated[int | None, typer.Option("--to", min=1, help="Last seq (default: the head).")] = None,
+) -> None:
+    """Write the chain from --from to --to as NDJSON, as GET /audit/export does."""
+    from db import audit
+
+    upto = last if last is not None else 2**63 - 1
+
+    with open(file, "wb") as out:
+
+        async def write(conn: AsyncConnection) -> int:
+            previous = await audit.link_into(conn, first=first)
+            size = 0
+            async for chunk in audit.export_ndjson(conn, first=first, last=upto, previous=previous):
+                out.write(chunk)
+                size += chunk.count(b"\n")
+            return size
+
+        count = in_transaction(write)
+    typer.echo(f"exported {count} events to {file}")
 
 
 @app.command()

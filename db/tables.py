@@ -42,7 +42,7 @@ metadata = MetaData(
 
 STATES = ("PENDING", "ASSIGNED", "RESOLVED", "QUARANTINED")
 MATCH_DECISIONS = ("MATCHED", "PARTIAL", "UNMATCHED")
-ROLES = ("reviewer", "ingest", "admin")
+ROLES = ("reviewer", "ingest", "auditor", "admin")
 
 review_queue_item = Table(
     "review_queue_item",
@@ -163,6 +163,6 @@ api_token = Table(
     Column("token_hash", Text, nullable=False, unique=True),
     Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     Column("revoked_at", DateTime(timezone=True)),
-    CheckConstraint("role IN ('reviewer', 'ingest', 'admin')", name="valid_role"),
+    CheckConstraint("role IN ('reviewer', 'ingest', 'auditor', 'admin')", name="valid_role"),
     Index("ix_api_token_subject", "subject"),
 )

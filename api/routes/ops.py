@@ -6,7 +6,7 @@ from fastapi import APIRouter
 from fastapi.responses import Response
 from pydantic import BaseModel, Field
 
-from api.deps import Conn, MetricsScraper, Reviewer, SettingsDep
+from api.deps import Conn, MetricsScraper, SettingsDep, StatsReader
 from api.errors import problem_responses
 from api.metrics import exposition
 from api.routing import QueueRoute
@@ -27,8 +27,8 @@ class StatsOut(BaseModel):
 
 
 @router.get("/stats")
-async def get_stats(conn: Conn, _: Reviewer, settings: SettingsDep) -> StatsOut:
-    """Queue depth, age, leases in flight and per reviewer (roles reviewer, admin)."""
+async def get_stats(conn: Conn, _: StatsReader, settings: SettingsDep) -> StatsOut:
+    """Queue depth, age, leases in flight and per reviewer (roles reviewer, auditor, admin)."""
     gauges = await stats.queue_gauges(conn, grace=timedelta(seconds=settings.reclaim_after_s))
     return StatsOut(
         counts={
