@@ -3,12 +3,13 @@
 import re
 import secrets
 from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager
 from typing import Annotated
 
 from cachetools import TTLCache
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from api.errors import ProblemError
 from api.metrics import AUTH_FAILURES
@@ -23,6 +24,16 @@ async def get_settings_dep(request: Request) -> Settings:
 
 
 SettingsDep = Annotated[Settings, Depends(get_settings_dep)]
+
+
+def _request_transaction(request: Request) -> AbstractAsyncContextManager[AsyncConnection]:
+    """A transaction on the app's engine with the configured lock and statement timeouts."""
+    settings: Settings = request.app.state.settings
+    return transaction(
+        request.app.state.engine,
+        lock_timeout_ms=settings.pg_lock_timeout_ms,
+        statement_timeout_ms=settings.statement_timeout_ms,
+    )
 
 
 _bearer = HTTPBearer(auto_error=False, description="A token from `review-queue token create`.")
@@ -57,12 +68,7 @@ async def _authenticate(
     if cache is not None and key in cache:
         principal = cache[key]
     else:
-        engine: AsyncEngine = request.app.state.engine
-        async with transaction(
-            engine,
-            lock_timeout_ms=settings.pg_lock_timeout_ms,
-            statement_timeout_ms=settings.statement_timeout_ms,
-        ) as conn:
+        async with _request_transaction(request) as conn:
             principal = await find_principal(conn, token=token)
         if cache is not None:
             cache[key] = principal
@@ -77,13 +83,7 @@ Caller = Annotated[Principal, Depends(_authenticate)]
 async def _transaction(request: Request, _: Caller) -> AsyncIterator[AsyncConnection]:
     # Depends on the caller, so FastAPI authenticates before it opens the transaction, whatever
     # the order of a route's parameters.
-    engine: AsyncEngine = request.app.state.engine
-    settings: Settings = request.app.state.settings
-    async with transaction(
-        engine,
-        lock_timeout_ms=settings.pg_lock_timeout_ms,
-        statement_timeout_ms=settings.statement_timeout_ms,
-    ) as conn:
+    async with _request_transaction(request) as conn:
         yield conn
 
 

@@ -100,10 +100,16 @@ def owner_url(server_url: str, db_name: str) -> str:
 
 
 @pytest.fixture
-def sql(server_url: str, db_name: str) -> Iterator[psycopg.Connection]:
-    """An autocommit connection as the server's superuser, for arranging and checking state (the
-    harness, not the service: it may do what the application role cannot)."""
-    with psycopg.connect(libpq(with_database(server_url, db_name)), autocommit=True) as conn:
+def superuser_url(server_url: str, db_name: str) -> str:
+    """The test database as the server's superuser: the harness, not the service."""
+    return with_database(server_url, db_name)
+
+
+@pytest.fixture
+def sql(superuser_url: str) -> Iterator[psycopg.Connection]:
+    """An autocommit connection as the server's superuser, for arranging and checking state (it may
+    do what the application role cannot)."""
+    with psycopg.connect(libpq(superuser_url), autocommit=True) as conn:
         yield conn
 
 

@@ -140,13 +140,15 @@ def test_an_exhausted_pool_is_a_fast_503_not_a_hang(db_url: str, make_token, sql
     assert elapsed < 1.5, f"took {elapsed:.2f} s"
 
 
-def test_a_deadlock_is_retried_and_the_request_succeeds(auth: Auth, db_url: str, caplog) -> None:
+def test_a_deadlock_is_retried_and_the_request_succeeds(
+    auth: Auth, db_url: str, superuser_url: str, caplog
+) -> None:
     """Force a real deadlock between a batch enqueue and another session; the API retries it."""
     admin = auth("ops", "admin")
     # lock_timeout above deadlock_timeout (1 s), so the deadlock is what fires.
     client = TestClient(create_app(make_settings(db_url, pg_lock_timeout_ms=5000))).__enter__()
     a, b = item_body(idempotency_key="dl-a"), item_body(idempotency_key="dl-b")
-    with psycopg.connect(libpq(db_url)) as other:
+    with psycopg.connect(libpq(superuser_url)) as other:  # SET deadlock_timeout needs a superuser
         # Let the API's backend be the one that detects the deadlock and is rolled back.
         other.execute("SET deadlock_timeout = '10s'")
         other.execute(
