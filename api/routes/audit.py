@@ -4,6 +4,7 @@ from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
 from typing import Annotated
 
+import anyio
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import StreamingResponse
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -62,8 +63,13 @@ async def export(
         raise
 
     async def body() -> AsyncIterator[bytes]:
-        async with stack:
+        try:
             async for chunk in audit.export_ndjson(conn, first=first, last=last, previous=previous):
                 yield chunk
+        finally:
+            # A client that goes away cancels the stream; the connection still goes back to the
+            # pool (its transaction rolled back) rather than to the garbage collector.
+            with anyio.CancelScope(shield=True):
+                await stack.aclose()
 
     return StreamingResponse(body(), media_type=NDJSON)

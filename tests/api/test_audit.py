@@ -133,3 +133,42 @@ def test_cli_export_and_offline_verify(client: TestClient, auth: Auth, db_url: s
     export.write_bytes(bytes(data))
     bad = cli("verify", "--file", str(export), url=offline)
     assert bad.returncode == 1 and "BROKEN at seq" in bad.stderr
+
+
+def test_a_client_leaving_mid_export_releases_its_transaction(
+    live_server: str,
+    sql: psycopg.Connection,
+    db_url: str,
+    make_token: Callable[[str, str], str],
+    db_name: str,
+) -> None:
+    import time
+
+    import httpx
+
+    from tests.db.test_audit import add_events
+
+    add_events(sql, 1)
+    sql.execute(
+        "INSERT INTO review_queue_event (item_id, event, actor, lease_epoch, trace_id)"
+        " SELECT id, 'RENEWED', 'bulk-' || g, 1, trace_id FROM review_queue_item, generate_series(1, 3000) g"
+        " WHERE idempotency_key = 'idem-1'"
+    )
+    asyncio.run(reclaimer.seal_once(make_settings(db_url), db_url))
+    headers = {"Authorization": f"Bearer {make_token('audrey', 'auditor')}"}
+
+    def open_transactions() -> int:
+        (count,) = sql.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = %s AND state LIKE 'idle in transaction%%'",
+            (db_name,),
+        ).fetchone()  # type: ignore[misc]
+        return int(count)
+
+    with httpx.stream("GET", f"{live_server}/audit/export", headers=headers, timeout=30) as response:
+        assert response.status_code == 200
+        first = next(response.iter_bytes())
+        assert first.startswith(b'{"event":')
+    deadline = time.monotonic() + 30
+    while open_transactions() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert open_transactions() == 0, "the export's transaction stayed open after the client left"
