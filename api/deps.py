@@ -135,7 +135,11 @@ async def _metrics_scraper(request: Request, principal: Caller) -> None:
 
 MetricsScraper = Depends(_metrics_scraper)
 
-AnyRole = Annotated[Principal, _require("reviewer", "ingest", "admin")]
+AnyRole = Annotated[Principal, _require("reviewer", "ingest", "auditor", "admin")]
 Reviewer = Annotated[Principal, _require("reviewer", "admin")]
+# Queue statistics: the people who work the queue, and auditors (read-only).
+StatsReader = Annotated[Principal, _require("reviewer", "auditor", "admin")]
+# The hash chain's export (read-only, possibly large).
+Auditor = Annotated[Principal, _require("auditor", "admin")]
 Ingest = Annotated[Principal, _require("ingest", "admin")]
 Admin = Annotated[Principal, _require("admin")]

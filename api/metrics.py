@@ -11,6 +11,7 @@ from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import REGISTRY, Collector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from db.audit import SealLag
 from db.stats import QueueGauges
 
 log = logging.getLogger("review_queue.access")
@@ -80,8 +81,8 @@ class AccessLog:
 
 
 class _QueueCollector(Collector):
-    def __init__(self, gauges: QueueGauges, max_inflight: int) -> None:
-        self.gauges, self.max_inflight = gauges, max_inflight
+    def __init__(self, gauges: QueueGauges, max_inflight: int, lag: SealLag) -> None:
+        self.gauges, self.max_inflight, self.lag = gauges, max_inflight, lag
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         g = self.gauges
@@ -109,9 +110,19 @@ class _QueueCollector(Collector):
             "ASSIGNED items / REVIEW_QUEUE_MAX_INFLIGHT (seed: LEASE_LEAK; alert above 0.9).",
             value=g.assigned / self.max_inflight,
         )
+        yield GaugeMetricFamily(
+            "review_queue_audit_unsealed_events",
+            "Committed events not yet in the hash chain (the sealer runs every reclaim interval).",
+            value=self.lag.unsealed,
+        )
+        yield GaugeMetricFamily(
+            "review_queue_audit_oldest_unsealed_age_seconds",
+            "Age of the oldest committed event not yet in the hash chain; 0 when none.",
+            value=self.lag.oldest_unsealed_age_s,
+        )
 
 
-def exposition(gauges: QueueGauges, max_inflight: int) -> bytes:
+def exposition(gauges: QueueGauges, max_inflight: int, lag: SealLag) -> bytes:
     """Counters of this process (or of all processes, in multiprocess mode) plus queue gauges."""
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         registry = CollectorRegistry()
@@ -120,5 +131,5 @@ def exposition(gauges: QueueGauges, max_inflight: int) -> bytes:
     else:
         counters = generate_latest(REGISTRY)
     queue = CollectorRegistry()
-    queue.register(_QueueCollector(gauges, max_inflight))
+    queue.register(_QueueCollector(gauges, max_inflight, lag))
     return counters + generate_latest(queue)

@@ -224,7 +224,9 @@ class Server:
     log: Path
 
 
-def start_server(url: str, workers: int, port: int) -> Server:
+def start_server(url: str, workers: int, port: int, *, sealer: bool = False) -> Server:
+    """The API; with `sealer`, beside the reclaimer child sealing the audit chain every second
+    (the shortest interval: the most the sealer can cost the API)."""
     log = Path(tempfile.mkstemp(prefix="rq-bench-server-", suffix=".log")[1])
     process = subprocess.Popen(  # noqa: S603 - our own CLI, fixed arguments
         [
@@ -236,9 +238,9 @@ def start_server(url: str, workers: int, port: int) -> Server:
             str(port),
             "--workers",
             str(workers),
-            "--no-reclaimer",
+            "--reclaimer" if sealer else "--no-reclaimer",
         ],
-        env={**os.environ, "DATABASE_URL": url},
+        env={**os.environ, "DATABASE_URL": url, "REVIEW_QUEUE_RECLAIM_INTERVAL_S": "1"},
         stdout=log.open("wb"),
         stderr=subprocess.STDOUT,
     )
@@ -566,7 +568,53 @@ def report_wakeup(w: dict[str, Any]) -> str:
 # --- report -------------------------------------------------------------------------------------
 
 
+# --- 6. the audit chain ----------------------------------------------------------------------
+
+SEED_EVENTS = """
+INSERT INTO review_queue_event (item_id, event, actor, lease_epoch, trace_id, details)
+SELECT i.id, 'RESOLVED', 'alice', 1, i.trace_id,
+       jsonb_build_object('resolution', 'APPROVED', 'note', 'FX rounding ' || g)
+FROM review_queue_item i, generate_series(1, %(per_item)s) g
+"""
+
+
+def audit_chain(server_url: str, events: int) -> dict[str, Any]:
+    """Seal and verify `events` events: the sealer's catch-up rate and `audit verify`'s speed."""
+    from cli import reclaimer
+    from db import audit
+
+    url = fresh_database(server_url, "rq_bench_audit")
+    run_sql(url, SEED_PENDING, {"prefix": "audit-", "count": 1000})
+    run_sql(url, SEED_EVENTS, {"per_item": max(1, events // 1000)}, vacuum=True)
+    settings = get_settings().model_copy(update={"statement_timeout_ms": 600_000})
+    started = time.perf_counter()
+    sealed = asyncio.run(reclaimer.seal_once(settings, url))
+    seal_s = time.perf_counter() - started
+    with psycopg.connect(libpq(url)) as conn:
+        cpu0 = time.process_time()
+        result = audit.verify(conn)
+        verify_cpu = time.process_time() - cpu0
+    assert result.broken is None and result.events == sealed, result
+    return {
+        "events": sealed,
+        "seal_s": round(seal_s, 1),
+        "sealed_per_s": round(sealed / seal_s),
+        "verify_s": round(result.seconds, 1),
+        "verified_per_s": round(sealed / result.seconds),
+        "verify_python_cpu_s": round(verify_cpu, 1),
+    }
+
+
 def report(results: dict[str, Any]) -> str:
+    if "raw" not in results:
+        api = results["api"]
+        return (
+            f"review-queue bench (API only)  {results['clients']} clients, {results['items']} items, "
+            f"sealer {'on' if results['sealer'] else 'off'}\n"
+            f"HTTP API {api['items_per_s']} items/s; POST /items/{{id}}/complete p50 "
+            f"{api['complete_p50_ms']} ms, p99 {api['complete_p99_ms']} ms; by quarter "
+            f"{api['items_per_s_by_quarter']}; machine busy {api['machine_busy_cores']} cores"
+        )
     raw, api, dq, st = results["raw"], results["api"], results["dequeue"], results["storage"]
     lines = [
         f"review-queue bench  {results['clients']} clients, {results['items']} items, "
@@ -609,7 +657,15 @@ def report(results: dict[str, Any]) -> str:
         "pg_total_relation_size (compacted: after VACUUM FULL):",
         f"     per item  {st['item_bytes']:>6} B as run, {st['item_bytes_compacted']:>6} B compacted",
         f"     per event {st['event_bytes']:>6} B as run, {st['event_bytes_compacted']:>6} B compacted",
+        f"   (API run with the sealer {'running every second' if results['sealer'] else 'off'})",
     ]
+    if "audit" in results:
+        au = results["audit"]
+        lines.append(
+            f"7. audit chain, {au['events']:,} events: sealed in {au['seal_s']} s"
+            f" ({au['sealed_per_s']:,}/s), verified in {au['verify_s']} s ({au['verified_per_s']:,}/s,"
+            f" {au['verify_python_cpu_s']} s Python CPU)"
+        )
     return "\n".join(lines)
 
 
@@ -627,6 +683,16 @@ def main(
     wakeup_samples: Annotated[int, typer.Option(help="Enqueue-to-lease samples per mode.")] = 30,
     notify_seconds: Annotated[float, typer.Option(help="Length of each NOTIFY on/off run.")] = 5.0,
     only_wakeup: Annotated[bool, typer.Option(help="Run part 6 (wake-up, NOTIFY cost) alone.")] = False,
+    sealer: Annotated[
+        bool,
+        typer.Option("--sealer/--no-sealer", help="Seal the audit chain every second during the API run."),
+    ] = True,
+    api_only: Annotated[
+        bool, typer.Option("--api-only", help="Only the HTTP API throughput (part 2).")
+    ] = False,
+    audit_events: Annotated[
+        int, typer.Option(help="Events sealed and verified in part 6 (0: skip).")
+    ] = 1_000_000,
 ) -> None:
     settings = get_settings()
     # The owner creates the bench's databases (the application role cannot) and the API runs as it.
@@ -638,6 +704,7 @@ def main(
         "batch": batch,
         "workers": workers,
         "machine": f"{os.cpu_count()} cores, {round(psutil.virtual_memory().total / 2**30)} GiB",
+        "sealer": sealer,
     }
     if only_wakeup:
         results["wakeup"] = work_arrives(
@@ -647,30 +714,37 @@ def main(
         if json_path:
             json_path.write_text(json.dumps(results, indent=2))
         return
-    typer.echo("1/4 raw SQL ceiling ...", err=True)
-    results["raw"] = raw_ceiling(fresh_database(server_url, "rq_bench_raw"), clients, items, batch)
+    if not api_only:
+        typer.echo("1/4 raw SQL ceiling ...", err=True)
+        results["raw"] = raw_ceiling(fresh_database(server_url, "rq_bench_raw"), clients, items, batch)
     typer.echo("2/4 HTTP API ...", err=True)
     api_url = fresh_database(server_url, "rq_bench_api")
     run_sql(api_url, SEED_PENDING, {"prefix": "api-", "count": items}, vacuum=True)
     tokens = create_tokens(api_url, clients)
-    server = start_server(api_url, workers, port)
+    server = start_server(api_url, workers, port, sealer=sealer)
     try:
         results["api"] = api_throughput(server, tokens, items, batch, api_url)
     finally:
         stop_server(server)
     results["storage"] = storage(api_url)
-    results["api_raw_ratio"] = round(results["api"]["items_per_s"] / results["raw"]["items_per_s"], 2)
-    typer.echo("3/4 dequeue scaling (seeds 1,000,000 rows) ...", err=True)
-    results["dequeue"] = dequeue_scaling(server_url, workers, port, lease_samples)
-    typer.echo("4/4 wake-up latency and NOTIFY cost ...", err=True)
-    results["wakeup"] = work_arrives(
-        server_url, port, settings.poll_interval_ms, wakeup_samples, notify_seconds
-    )
+    if not api_only:
+        results["api_raw_ratio"] = round(results["api"]["items_per_s"] / results["raw"]["items_per_s"], 2)
+        typer.echo("3/4 dequeue scaling (seeds 1,000,000 rows) ...", err=True)
+        results["dequeue"] = dequeue_scaling(server_url, workers, port, lease_samples)
+        typer.echo("4/4 wake-up latency and NOTIFY cost ...", err=True)
+        results["wakeup"] = work_arrives(
+            server_url, port, settings.poll_interval_ms, wakeup_samples, notify_seconds
+        )
+        if audit_events:
+            typer.echo(f"5/5 audit chain (seals and verifies {audit_events:,} events) ...", err=True)
+            results["audit"] = audit_chain(server_url, audit_events)
+    typer.echo("done", err=True)
     with psycopg.connect(libpq(server_url, "postgres"), autocommit=True) as conn:
-        for name in ("rq_bench_raw", "rq_bench_api", "rq_bench_dequeue"):
+        for name in ("rq_bench_raw", "rq_bench_api", "rq_bench_dequeue", "rq_bench_audit"):
             conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
     typer.echo(report(results))
-    typer.echo(report_wakeup(results["wakeup"]))
+    if "wakeup" in results:
+        typer.echo(report_wakeup(results["wakeup"]))
     if json_path:
         json_path.write_text(json.dumps(results, indent=2))
         typer.echo(f"wrote {json_path}", err=True)

@@ -31,6 +31,10 @@ token_app = typer.Typer(
     no_args_is_help=True, help="Create, revoke and list API tokens.", rich_markup_mode=None
 )
 app.add_typer(token_app, name="token")
+audit_app = typer.Typer(
+    no_args_is_help=True, help="The audit trail's hash chain: seal, head, verify, export."
+)
+app.add_typer(audit_app, name="audit")
 
 T = TypeVar("T")
 
@@ -38,6 +42,7 @@ T = TypeVar("T")
 class Role(StrEnum):
     reviewer = "reviewer"
     ingest = "ingest"
+    auditor = "auditor"
     admin = "admin"
 
 
@@ -120,7 +125,7 @@ def token_create(
             " not me, reclaimer or reclaimer@...",
         ),
     ],
-    role: Annotated[Role, typer.Option(help="reviewer, ingest or admin.")],
+    role: Annotated[Role, typer.Option(help="reviewer, ingest, auditor or admin.")],
     expires_in: Annotated[
         timedelta | None,
         typer.Option(
@@ -204,6 +209,96 @@ def reclaimer_loop() -> None:
     settings = get_settings()
     configure_logging(settings.log_format, settings.log_level)
     asyncio.run(reclaimer.run_forever(settings, resolved_url(settings), stop))
+
+
+@audit_app.command("seal")
+def audit_seal(
+    once: Annotated[bool, typer.Option("--once", help="Seal what is ready and exit (the default).")] = True,
+) -> None:
+    """Chain every event of a finished transaction now (the reclaimer does it every interval)."""
+    from cli import reclaimer
+
+    settings = get_settings()
+    configure_logging(settings.log_format, settings.log_level)
+    count = asyncio.run(reclaimer.seal_once(settings, resolved_url(settings)))
+    typer.echo(f"sealed {count}")
+
+
+@audit_app.command("head")
+def audit_head() -> None:
+    """Print the chain's head as SEQ:HASH, to store outside the database."""
+    from db import audit, chain
+
+    seq, digest = in_transaction(audit.head)
+    typer.echo(chain.format_head(seq, digest))
+
+
+@audit_app.command("verify")
+def audit_verify(
+    against: Annotated[
+        str | None, typer.Option(help="SEQ:HASH from `audit head`: the history up to it must be unchanged.")
+    ] = None,
+    file: Annotated[
+        str | None, typer.Option(help="Verify this export instead, with no database access.")
+    ] = None,
+) -> None:
+    """Recompute the chain; exit 0 when intact, 1 naming the first broken sequence number."""
+    import time
+
+    from db import chain
+
+    try:
+        head = chain.parse_head(against) if against else None
+    except ValueError as error:
+        raise typer.BadParameter(str(error), param_hint="--against") from None
+    if file is not None:
+        started = time.perf_counter()
+        result = chain.verify_lines(chain.iter_file(file), against=head)
+        seconds, events, broken = time.perf_counter() - started, result.events, result.broken
+        scope = "no events"
+        if result.last_seq is not None and result.last_hash is not None:
+            last = chain.format_head(result.last_seq, result.last_hash)
+            scope = f"seq {result.first_seq}..{result.last_seq}, head {last}"
+    else:
+        import psycopg
+
+        from db import audit
+
+        with psycopg.connect(libpq_url(resolved_url(get_settings()))) as conn:
+            outcome = audit.verify(conn, against=head)
+        seconds, events, broken = outcome.seconds, outcome.events, outcome.broken
+        scope = f"head {chain.format_head(outcome.head_seq, outcome.head_hash)}"
+    rate = events / seconds if seconds > 0 else 0.0
+    typer.echo(f"verified {events} events in {seconds:.2f} s ({rate:,.0f} events/s); {scope}")
+    if broken is not None:
+        typer.echo(f"BROKEN at {broken}", err=True)
+        raise typer.Exit(1)
+    typer.echo("intact" + (f", and matches {against}" if against else ""))
+
+
+@audit_app.command("export")
+def audit_export(
+    file: Annotated[str, typer.Option(help="Write the NDJSON here.")],
+    first: Annotated[int, typer.Option("--from", min=1, help="First seq.")] = 1,
+    last: Annotated[int | None, typer.Option("--to", min=1, help="Last seq (default: the head).")] = None,
+) -> None:
+    """Write the chain from --from to --to as NDJSON, as GET /audit/export does."""
+    from db import audit
+
+    upto = last if last is not None else 2**63 - 1
+
+    with open(file, "wb") as out:
+
+        async def write(conn: AsyncConnection) -> int:
+            previous = await audit.link_into(conn, first=first)
+            size = 0
+            async for chunk in audit.export_ndjson(conn, first=first, last=upto, previous=previous):
+                out.write(chunk)
+                size += chunk.count(b"\n")
+            return size
+
+        count = in_transaction(write)
+    typer.echo(f"exported {count} events to {file}")
 
 
 @app.command()

@@ -1,4 +1,5 @@
-"""Reclaiming abandoned leases outside the request path: one drain, or a supervised loop.
+"""Reclaiming abandoned leases and sealing the audit chain outside the request path: one drain,
+or a supervised loop.
 
 The seed: reclaim runs "on its own supervised schedule independent of the worker pool". The
 loop survives the database going away (logs, backs off, carries on), exits cleanly on
@@ -17,7 +18,7 @@ from datetime import timedelta
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from api.settings import Settings
-from db import queue, stats
+from db import audit, queue, stats
 from db.engine import create_engine, transaction
 from db.errors import classify
 
@@ -52,6 +53,42 @@ async def drain(engine: AsyncEngine, settings: Settings, *, actor: str) -> int:
         total += len(batch)
         if len(batch) < RECLAIM_BATCH:
             return total
+
+
+async def seal(engine: AsyncEngine, settings: Settings) -> int:
+    """Chain every event of a finished transaction, batch after batch (docs/audit.md). Returns 0
+    at once when another sealer holds the chain's lock: it is doing the same work."""
+    total = 0
+    while True:
+        async with transaction(
+            engine,
+            lock_timeout_ms=settings.pg_lock_timeout_ms,
+            statement_timeout_ms=settings.statement_timeout_ms,
+        ) as conn:
+            sealed = await audit.seal_batch(conn)
+        total += sealed or 0
+        if sealed is None or sealed < audit.SEAL_BATCH:
+            return total
+
+
+async def seal_logged(engine: AsyncEngine, settings: Settings) -> None:
+    """The loop's sealing step: the chain trails the events by at most one interval. A failure
+    here (a tampered chain, say) is logged and never stops reclaiming."""
+    try:
+        sealed = await seal(engine, settings)
+    except audit.ChainBroken as error:
+        log.error("audit_chain_broken", extra={"error": str(error)})
+        return
+    if sealed:
+        log.info("audit_chain_sealed", extra={"sealed": sealed})
+
+
+async def seal_once(settings: Settings, url: str) -> int:
+    engine = create_engine(url, pool_size=1, max_overflow=0)
+    try:
+        return await seal(engine, settings)
+    finally:
+        await engine.dispose()
 
 
 async def warn_on_leak(engine: AsyncEngine, settings: Settings) -> None:
@@ -93,6 +130,7 @@ async def run_forever(settings: Settings, url: str, stop: asyncio.Event | None =
                 reclaimed = await drain(engine, settings, actor=actor)
                 if reclaimed:
                     log.info("reclaim_drained", extra={"reclaimed": reclaimed})
+                await seal_logged(engine, settings)
                 await warn_on_leak(engine, settings)
                 failures = 0
                 delay = settings.reclaim_interval_s * random.uniform(1.0, 1.1)  # noqa: S311 - jitter

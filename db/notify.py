@@ -1,7 +1,7 @@
 """Work arrives without polling: NOTIFY when items become leasable, one LISTEN connection per process.
 
-Enqueue, release, reclaim, requeue and reopen call `notify_work` once per statement (not per row), in their own
-transaction: PostgreSQL delivers the notification at COMMIT, so a listener never hears of a
+Enqueue, release, reclaim, requeue and reopen call `notify_work` once per statement (not per row), in
+their own transaction: PostgreSQL delivers the notification at COMMIT, so a listener never hears of a
 change it cannot see yet, and a rolled-back change is never announced. NOTIFY takes a lock at
 commit that serialises committing transactions, which is why it is sent once per statement and
 only by the statements that make items PENDING (lease, renew and complete never notify);

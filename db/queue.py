@@ -748,7 +748,7 @@ class Event:
 
 # Keyset by the event id (an identity: it only grows), on ix_review_queue_event_item_id_id.
 _EVENTS = (
-    select(*event.c)
+    select(*(c for c in event.c if c.name != "xid"))
     .where(event.c.item_id == bindparam("item_id"), event.c.id > bindparam("after"))
     .order_by(event.c.id)
     .limit(bindparam("limit"))

@@ -9,6 +9,7 @@ from sqlalchemy import (
     Identity,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     Numeric,
     Table,
@@ -17,6 +18,22 @@ from sqlalchemy import (
     text,
 )
 from sqlalchemy.dialects.postgresql import JSONB, UUID
+from sqlalchemy.dialects.postgresql.base import ischema_names
+from sqlalchemy.types import UserDefinedType
+
+
+class Xid8(UserDefinedType[str]):
+    """PostgreSQL's 64-bit transaction id (`pg_current_xact_id()`), read and written as text."""
+
+    cache_ok = True
+
+    def get_col_spec(self, **_: object) -> str:
+        return "xid8"
+
+
+# Reflection (alembic check) knows the type by name, instead of warning and skipping it.
+ischema_names["xid8"] = Xid8
+
 
 metadata = MetaData(
     naming_convention={
@@ -35,7 +52,7 @@ DEFAULT_MAX_ATTEMPTS = 10
 
 STATES = ("PENDING", "ASSIGNED", "RESOLVED", "QUARANTINED")
 MATCH_DECISIONS = ("MATCHED", "PARTIAL", "UNMATCHED")
-ROLES = ("reviewer", "ingest", "admin")
+ROLES = ("reviewer", "ingest", "auditor", "admin")
 
 # Token subjects (see db.tokens.check_subject, which says the same in Python): 1-128 characters,
 # letters, digits and . _ @ + -, starting with a letter or digit; `me` (the caller, in
@@ -139,12 +156,29 @@ review_queue_event = Table(
     Column("lease_epoch", BigInteger, nullable=False),
     Column("trace_id", UUID(as_uuid=True), nullable=False),
     Column("details", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
+    # The inserting transaction: the sealer chains only events of transactions that have ended.
+    Column("xid", Xid8(), nullable=False, server_default=func.pg_current_xact_id()),
     CheckConstraint(
         "event IN ('ENQUEUED', 'LEASED', 'RENEWED', 'RELEASED', 'RECLAIMED', 'RESOLVED',"
         " 'QUARANTINED', 'REQUEUED', 'REOPENED')",
         name="valid_event",
     ),
     Index("ix_review_queue_event_item_id_id", "item_id", "id"),
+    Index("ix_review_queue_event_xid_id", "xid", "id"),
+)
+
+# The hash chain over the events (docs/audit.md): gapless seq, each hash over the previous one
+# and the event's canonical encoding. Appended by the sealer only; append-only like the events.
+review_queue_chain = Table(
+    "review_queue_chain",
+    metadata,
+    Column("seq", BigInteger, primary_key=True, autoincrement=False),
+    # No foreign key (see the migration): `audit verify` reports a sealed event that is gone.
+    Column("event_id", BigInteger, nullable=False, unique=True),
+    Column("hash", LargeBinary, nullable=False),
+    Column("sealed_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    CheckConstraint("seq > 0", name="positive_seq"),
+    CheckConstraint("length(hash) = 32", name="sha256"),
 )
 
 api_token = Table(
@@ -159,7 +193,7 @@ api_token = Table(
     Column("revoked_at", DateTime(timezone=True)),
     # NULL: never expires. The lookup (db.tokens.find_principal) refuses a token past it.
     Column("expires_at", DateTime(timezone=True)),
-    CheckConstraint("role IN ('reviewer', 'ingest', 'admin')", name="valid_role"),
+    CheckConstraint("role IN ('reviewer', 'ingest', 'auditor', 'admin')", name="valid_role"),
     CheckConstraint(SUBJECT_CHECK, name="valid_subject"),
     Index("ix_api_token_subject", "subject"),
 )

@@ -332,3 +332,28 @@ def test_make_run_prints_the_desk_url_next_to_the_tokens(client: TestClient) -> 
     assert desk_url == "http://127.0.0.1:8000/desk/"
     # ... and it is the page the service serves.
     assert "Reviewer desk" in client.get("/desk/").text
+
+
+def test_audit_seal_head_verify_and_verify_against(db_url: str, sql: psycopg.Connection) -> None:
+    from tests.db.test_audit import add_events
+
+    add_events(sql, 4)
+    assert cli(db_url, "audit", "seal", "--once").stdout.strip().splitlines()[-1] == "sealed 4"
+    head = cli(db_url, "audit", "head").stdout.strip()
+    assert head.startswith("4:") and len(head) == 2 + 64
+    ok = cli(db_url, "audit", "verify", "--against", head)
+    assert ok.returncode == 0, ok.stderr
+    assert "verified 4 events" in ok.stdout and "events/s" in ok.stdout and "intact" in ok.stdout
+    wrong = cli(db_url, "audit", "verify", "--against", "4:" + "0" * 64)
+    assert wrong.returncode == 1
+    assert "BROKEN at seq 4: rewritten" in wrong.stderr
+    with sql.transaction():
+        sql.execute("SET LOCAL session_replication_role = replica")
+        sql.execute(
+            "UPDATE review_queue_event SET actor = 'mallory'"
+            " WHERE id = (SELECT event_id FROM review_queue_chain WHERE seq = 2)"
+        )
+    broken = cli(db_url, "audit", "verify")
+    assert broken.returncode == 1
+    assert "BROKEN at seq 2: modified" in broken.stderr
+    assert cli(db_url, "audit", "verify", "--against", "nonsense").returncode == 2

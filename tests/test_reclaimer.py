@@ -74,6 +74,22 @@ def test_reclaims_backdated_leases_on_schedule_and_stops_on_sigterm(
     assert "reclaimer_stopped" in log.read_text()
 
 
+def test_the_reclaimer_loop_seals_the_audit_chain(
+    reclaimer: tuple[subprocess.Popen[bytes], Path], sql: psycopg.Connection
+) -> None:
+    _, log = reclaimer
+    seed_expired(sql, 30)  # reclaiming them writes 30 RECLAIMED events, sealed by the same loop
+
+    def chained() -> bool:
+        events, sealed = sql.execute(
+            "SELECT (SELECT count(*) FROM review_queue_event), (SELECT count(*) FROM review_queue_chain)"
+        ).fetchone()  # type: ignore[misc]
+        return bool(events == 30 and sealed == 30)
+
+    wait_for(chained, timeout=30)
+    assert "audit_chain_sealed" in log.read_text()
+
+
 def test_two_reclaimers_never_reclaim_one_item_twice(
     db_url: str, sql: psycopg.Connection, tmp_path: Path
 ) -> None:

@@ -6,11 +6,11 @@ from fastapi import APIRouter
 from fastapi.responses import Response
 from pydantic import BaseModel, Field
 
-from api.deps import Conn, MetricsScraper, Reviewer, SettingsDep
+from api.deps import Conn, MetricsScraper, SettingsDep, StatsReader
 from api.errors import problem_responses
 from api.metrics import exposition
 from api.routing import QueueRoute
-from db import stats
+from db import audit, stats
 
 router = APIRouter(route_class=QueueRoute, tags=["operations"])
 
@@ -30,8 +30,8 @@ class StatsOut(BaseModel):
 
 
 @router.get("/stats", operation_id="getStats", summary="Queue statistics")
-async def get_stats(conn: Conn, _: Reviewer, settings: SettingsDep) -> StatsOut:
-    """Queue depth, age, leases in flight and per reviewer (roles reviewer, admin)."""
+async def get_stats(conn: Conn, _: StatsReader, settings: SettingsDep) -> StatsOut:
+    """Queue depth, age, leases in flight and per reviewer (roles reviewer, auditor, admin)."""
     gauges = await stats.queue_gauges(conn, grace=timedelta(seconds=settings.reclaim_after_s))
     return StatsOut(
         counts={
@@ -65,5 +65,5 @@ async def get_stats(conn: Conn, _: Reviewer, settings: SettingsDep) -> StatsOut:
 async def metrics(conn: Conn, settings: SettingsDep) -> Response:
     """Prometheus metrics (REVIEW_QUEUE_METRICS_TOKEN, or an admin token)."""
     gauges = await stats.queue_gauges(conn, grace=timedelta(seconds=settings.reclaim_after_s))
-    body = exposition(gauges, settings.max_inflight)
+    body = exposition(gauges, settings.max_inflight, await audit.seal_lag(conn))
     return Response(body, media_type="text/plain; version=0.0.4; charset=utf-8")

@@ -14,10 +14,11 @@ UNKNOWN = "00000000-0000-0000-0000-000000000000"
 # (method, path, body, roles allowed)
 ENDPOINTS = [
     ("POST", "/items", item_body, {"ingest", "admin"}),
-    ("GET", f"/items/{UNKNOWN}", None, {"reviewer", "ingest", "admin"}),
+    ("GET", f"/items/{UNKNOWN}", None, {"reviewer", "ingest", "auditor", "admin"}),
     ("POST", "/leases", lambda: {"batch_size": 1}, {"reviewer", "admin"}),
     ("POST", f"/items/{UNKNOWN}/complete", lambda: {"resolution": "OK"}, {"reviewer", "admin"}),
     ("POST", "/admin/reclaim", lambda: {}, {"admin"}),
+    ("GET", "/audit/export", None, {"auditor", "admin"}),
 ]
 
 
@@ -27,7 +28,7 @@ def call(client: TestClient, method: str, path: str, body: Callable | None, head
 
 @pytest.mark.parametrize(("method", "path", "body", "allowed"), ENDPOINTS)
 def test_role_matrix(client: TestClient, auth: Auth, method: str, path: str, body, allowed: set) -> None:
-    for role in ("reviewer", "ingest", "admin"):
+    for role in ("reviewer", "ingest", "auditor", "admin"):
         response = call(client, method, path, body, auth(f"someone-{role}", role))
         if role in allowed:
             assert response.status_code not in (401, 403), (

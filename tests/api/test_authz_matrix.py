@@ -37,8 +37,10 @@ from tests.support import seed_items
 # ---------------------------------------------------------------------------------------------
 
 PUBLIC = None  # no token needed
-ANY_ROLE = frozenset({"reviewer", "ingest", "admin"})
+ANY_ROLE = frozenset({"reviewer", "ingest", "auditor", "admin"})
 REVIEWERS = frozenset({"reviewer", "admin"})
+STATS_READERS = frozenset({"reviewer", "auditor", "admin"})
+AUDITORS = frozenset({"auditor", "admin"})
 INGEST = frozenset({"ingest", "admin"})
 ADMIN = frozenset({"admin"})
 
@@ -85,19 +87,20 @@ MATRIX: dict[tuple[str, str], Route] = {
     ),
     # An allowed reclaim writes only when a lease is past its grace; none is in this world.
     ("POST", "/admin/reclaim"): Route(ADMIN, body=lambda: {}),
-    ("GET", "/stats"): Route(REVIEWERS),
+    ("GET", "/stats"): Route(STATS_READERS),
     ("GET", "/metrics"): Route(ADMIN),
     # The desk's sign-in reads the token from its body, never from the header: an unknown one
     # is refused whoever calls. Signing out needs no token (it ends the cookie's session, if any).
     ("POST", "/session"): Route(PUBLIC, ok=401, code="UNAUTHENTICATED", body=lambda: {"token": "rq_unknown"}),
     ("GET", "/session"): Route(ANY_ROLE),
     ("DELETE", "/session"): Route(PUBLIC, ok=204),
+    ("GET", "/audit/export"): Route(AUDITORS),
 }
 
-CALLERS = ("none", "revoked", "reviewer", "ingest", "admin")
+CALLERS = ("none", "revoked", "reviewer", "ingest", "auditor", "admin")
 # The subject of each caller's token; "revoked" is a reviewer whose tokens were revoked after they
 # leased an item. OTHER is the reviewer holding "another reviewer's item".
-SUBJECT = {"revoked": "carol", "reviewer": "alice", "ingest": "ivan", "admin": "ada"}
+SUBJECT = {"revoked": "carol", "reviewer": "alice", "ingest": "ivan", "auditor": "audrey", "admin": "ada"}
 OTHER = "bob"
 UNKNOWN_ID = "00000000-0000-4000-8000-000000000000"
 
@@ -218,13 +221,15 @@ def build_world(
         assert response.status_code == 200, response.text
         assert [i["id"] for i in response.json()["items"]] == [ids[n]]
         own[who] = ids[n]
-    # ingest cannot lease; a row that claims ivan holds it shows that the role check is what refuses.
-    own["ingest"] = ids[len(holders)]
-    sql.execute(
-        "UPDATE review_queue_item SET state = 'ASSIGNED', leased_by = %s, leased_at = now(),"
-        " lease_expires_at = now() + interval '1 hour', lease_epoch = lease_epoch + 1 WHERE id = %s",
-        (SUBJECT["ingest"], own["ingest"]),
-    )
+    # ingest and auditor cannot lease; a row that claims ivan (audrey) holds it shows that the
+    # role check is what refuses.
+    for n, caller in enumerate(("ingest", "auditor"), start=len(holders)):
+        own[caller] = ids[n]
+        sql.execute(
+            "UPDATE review_queue_item SET state = 'ASSIGNED', leased_by = %s, leased_at = now(),"
+            " lease_expires_at = now() + interval '1 hour', lease_epoch = lease_epoch + 1 WHERE id = %s",
+            (SUBJECT[caller], own[caller]),
+        )
     revoke(url, SUBJECT["revoked"])
     return World(client, sql, {"none": {}, **bearer}, own, other=own.pop("bob"))
 

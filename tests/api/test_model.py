@@ -83,6 +83,11 @@ REFUSED = (
     ("/leases", "feeder", 403, "FORBIDDEN"),
     (f"/items/{UNKNOWN}/complete", "feeder", 403, "FORBIDDEN"),
     ("/items/batch", "alice", 403, "FORBIDDEN"),
+    # An auditor reads; it never changes the queue.
+    ("/leases", "audrey", 403, "FORBIDDEN"),
+    ("/items/batch", "audrey", 403, "FORBIDDEN"),
+    (f"/items/{UNKNOWN}/complete", "audrey", 403, "FORBIDDEN"),
+    ("/admin/reclaim", "audrey", 403, "FORBIDDEN"),
     ("/leases", None, 401, "UNAUTHENTICATED"),
     (f"/items/{UNKNOWN}/renew", "alice", 404, "NOT_FOUND"),
     (f"/items/{UNKNOWN}/release", "bob", 404, "NOT_FOUND"),
@@ -710,6 +715,7 @@ def test_api_behaves_like_the_model(db_url: str, make_token: Callable[[str, str]
     tokens = {subject: make_token(subject, "reviewer") for subject in REVIEWERS}
     tokens["root"] = make_token("root", "admin")
     tokens["feeder"] = make_token("feeder", "ingest")
+    tokens["audrey"] = make_token("audrey", "auditor")
     app_settings = make_settings(
         db_url,
         max_leases_per_reviewer=CAP,

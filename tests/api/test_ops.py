@@ -213,3 +213,20 @@ def test_cors_only_for_configured_origins(db_url: str, origins: str, allowed: bo
             headers={"Origin": "https://review.example.com", "Access-Control-Request-Method": "POST"},
         )
     assert (response.headers.get("access-control-allow-origin") == "https://review.example.com") is allowed
+
+
+def test_metrics_show_how_far_the_audit_chain_trails(client: TestClient, auth: Auth, db_url: str) -> None:
+    import asyncio
+
+    from cli import reclaimer
+
+    admin = auth("ops", "admin")
+    for _ in range(3):
+        client.post("/items", json=item_body(), headers=admin)
+    before = scrape(client, admin)
+    assert before["review_queue_audit_unsealed_events"] == 3
+    assert before["review_queue_audit_oldest_unsealed_age_seconds"] > 0
+    assert asyncio.run(reclaimer.seal_once(make_settings(db_url), db_url)) == 3
+    after = scrape(client, admin)
+    assert after["review_queue_audit_unsealed_events"] == 0
+    assert after["review_queue_audit_oldest_unsealed_age_seconds"] == 0

@@ -31,6 +31,10 @@ ATTEMPTS = [
     "CREATE FUNCTION mallory() RETURNS int LANGUAGE sql AS 'SELECT 1'",
     "ALTER ROLE review_queue_app SUPERUSER",
     "DROP TABLE review_queue_event",
+    "UPDATE review_queue_chain SET seq = seq",
+    "DELETE FROM review_queue_chain",
+    "TRUNCATE review_queue_chain",
+    "ALTER TABLE review_queue_chain DISABLE TRIGGER review_queue_chain_no_change",
 ]
 
 
@@ -71,6 +75,7 @@ def test_the_service_role_has_exactly_the_table_rights_it_needs(as_service: psyc
         "alembic_version": "SELECT",
         "api_token": "INSERT,SELECT,UPDATE",
         "desk_session": "DELETE,INSERT,SELECT",
+        "review_queue_chain": "INSERT,SELECT",
         "review_queue_event": "INSERT,SELECT",
         "review_queue_item": "INSERT,SELECT,UPDATE",
     }

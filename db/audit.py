@@ -1,0 +1,261 @@
+"""The hash chain in the database: the sealer, the head, verification and the export's rows.
+
+Chaining is a sealer's job, outside the request path (no hot row: a request only inserts its
+event, as before). The sealer appends, in one transaction per batch and under an advisory lock
+so two sealers never interleave, the events of *finished* transactions in (xid, id) order:
+
+- `xid < pg_snapshot_xmin(pg_current_snapshot())` means the inserting transaction has ended, so
+  no event can still appear below that line: an open transaction holding a low identity value
+  holds the line back, and its events are sealed after it commits, never skipped;
+- everything sealed has a smaller (xid, id) than everything not yet sealed, so the chain's head
+  is the sealer's watermark and the next batch is an index range scan.
+
+The chain's order is therefore (xid, id): deterministic and never rewritten, though not exactly
+commit order (two transactions may commit in the other order of their xids).
+"""
+
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import psycopg
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from db.chain import GENESIS, Break, EventFields, canonical_details, export_line, link
+
+SEAL_BATCH = 1000
+_LOCK_KEY = "review_queue.chain"
+
+# The event's fields as the chain encodes them (db/chain.py): `at` in UTC to the microsecond,
+# UUIDs as text, details as jsonb prints them.
+_FIELDS = (
+    "e.id, e.item_id::text, e.event, e.actor,"
+    " to_char(e.at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"'),"
+    " e.lease_epoch, e.trace_id::text, e.details::text"
+)
+
+
+def _fields(row: tuple[object, ...]) -> EventFields:
+    id_, item_id, event, actor, at, epoch, trace_id, details = row
+    return EventFields(
+        id=int(id_),  # type: ignore[call-overload]
+        item_id=str(item_id),
+        event=str(event),
+        actor=str(actor),
+        at=str(at),
+        lease_epoch=int(epoch),  # type: ignore[call-overload]
+        trace_id=str(trace_id),
+        details=canonical_details(str(details)),
+    )
+
+
+# The head and the watermark: the last chain row and its event's (xid, id). A head whose event
+# is gone (tampering) stops the sealer rather than re-sealing around the hole.
+_HEAD = text(
+    "SELECT c.seq, c.hash, e.xid::text, e.id FROM review_queue_chain c"
+    " LEFT JOIN review_queue_event e ON e.id = c.event_id ORDER BY c.seq DESC LIMIT 1"
+)
+_TRY_LOCK = text("SELECT pg_try_advisory_xact_lock(hashtext(:key))")
+_READY = text(
+    f"SELECT {_FIELDS} FROM review_queue_event e"
+    " WHERE e.xid < pg_snapshot_xmin(pg_current_snapshot())"
+    " AND (e.xid, e.id) > (CAST(:xid AS xid8), :id)"
+    " ORDER BY e.xid, e.id LIMIT :batch"
+)
+_APPEND = text(
+    "INSERT INTO review_queue_chain (seq, event_id, hash)"
+    " SELECT * FROM unnest(CAST(:seqs AS bigint[]), CAST(:ids AS bigint[]), CAST(:hashes AS bytea[]))"
+)
+
+
+class ChainBroken(RuntimeError):
+    """The chain's head points at an event that no longer exists: run `review-queue audit verify`."""
+
+
+async def seal_batch(conn: AsyncConnection, *, batch: int = SEAL_BATCH) -> int | None:
+    """Append up to `batch` events to the chain in this transaction; None when another sealer
+    holds the lock (it is doing the work)."""
+    if not await conn.scalar(_TRY_LOCK, {"key": _LOCK_KEY}):
+        return None
+    head = (await conn.execute(_HEAD)).one_or_none()
+    if head is None:
+        seq, previous, xid, last_id = 0, GENESIS, "0", 0
+    else:
+        seq, previous, xid, last_id = head.seq, bytes(head.hash), head.xid, head.id
+        if xid is None:
+            raise ChainBroken(f"the event sealed at seq {seq} is missing")
+    rows = (await conn.execute(_READY, {"xid": xid, "id": last_id, "batch": batch})).all()
+    seqs, ids, hashes = [], [], []
+    for row in rows:
+        event = _fields(tuple(row))
+        previous = link(previous, event)
+        seq += 1
+        seqs.append(seq)
+        ids.append(event.id)
+        hashes.append(previous)
+    if rows:
+        await conn.execute(_APPEND, {"seqs": seqs, "ids": ids, "hashes": hashes})
+    return len(rows)
+
+
+@dataclass(frozen=True, slots=True)
+class SealLag:
+    unsealed: int
+    oldest_unsealed_age_s: float
+
+
+# Committed events above the watermark; an index range scan on (xid, id).
+_LAG = text(
+    "WITH head AS (SELECT e.xid, e.id FROM review_queue_chain c JOIN review_queue_event e"
+    " ON e.id = c.event_id ORDER BY c.seq DESC LIMIT 1),"
+    " mark AS (SELECT coalesce((SELECT xid FROM head), '0'::xid8) AS xid,"
+    " coalesce((SELECT id FROM head), 0) AS id)"
+    " SELECT count(*), coalesce(extract(epoch FROM now() - min(e.at)), 0)"
+    " FROM review_queue_event e, mark WHERE (e.xid, e.id) > (mark.xid, mark.id)"
+)
+
+
+async def seal_lag(conn: AsyncConnection) -> SealLag:
+    count, age = (await conn.execute(_LAG)).one()
+    return SealLag(unsealed=int(count), oldest_unsealed_age_s=float(age))
+
+
+async def head(conn: AsyncConnection) -> tuple[int, bytes]:
+    row = (await conn.execute(_HEAD)).one_or_none()
+    return (0, GENESIS) if row is None else (row.seq, bytes(row.hash))
+
+
+# ---------------------------------------------------------------------------------------------
+# Verification against the database: synchronous psycopg and a server-side cursor, so a million
+# events stream through in seconds with bounded memory.
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class VerifyResult:
+    events: int
+    head_seq: int
+    head_hash: bytes
+    seconds: float
+    broken: Break | None
+
+
+_WALK = (
+    f"SELECT c.seq, c.event_id, c.hash, e.xid::text, {_FIELDS} FROM review_queue_chain c"
+    " LEFT JOIN review_queue_event e ON e.id = c.event_id ORDER BY c.seq"
+)
+# An event inside the sealed range that the chain does not list: written after the fact.
+_INSERTED = (
+    "SELECT e.id, (SELECT min(c.seq) FROM review_queue_chain c JOIN review_queue_event s"
+    "  ON s.id = c.event_id WHERE (s.xid, s.id) > (e.xid, e.id))"
+    " FROM review_queue_event e"
+    " WHERE (e.xid, e.id) < (%(xid)s::xid8, %(id)s)"
+    " AND NOT EXISTS (SELECT FROM review_queue_chain c WHERE c.event_id = e.id)"
+    " ORDER BY e.xid, e.id LIMIT 1"
+)
+
+
+def _key(row: tuple[object, ...] | None) -> tuple[int, int] | None:
+    """The (xid, id) of a walk row whose event exists; converted only when needed."""
+    if row is None or row[3] is None:
+        return None
+    return (int(str(row[3])), int(row[4]))  # type: ignore[call-overload]
+
+
+def verify(
+    conn: psycopg.Connection[tuple[object, ...]], *, against: tuple[int, bytes] | None = None
+) -> VerifyResult:
+    """Recompute the chain from seq 1 and name the first broken seq, if any."""
+    started = time.perf_counter()
+    previous, expected = GENESIS, 1
+    last: tuple[object, ...] | None = None  # the last row that verified
+    broken: Break | None = None
+    with conn.transaction():
+        conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+        # Binary rows: no text parsing of ints and bytea on the hot loop.
+        with conn.cursor(name="review_queue_audit_verify", binary=True) as cursor:
+            cursor.itersize = 10_000
+            cursor.execute(_WALK)
+            rows = iter(cursor)
+            row = next(rows, None)
+            while row is not None:
+                following = next(rows, None)
+                seq, event_id, digest, xid = row[0], row[1], row[2], row[3]
+                if seq != expected:
+                    broken = Break(expected, "missing", f"no chain entry for seq {expected} (next is {seq})")
+                    break
+                if xid is None:
+                    broken = Break(seq, "missing", f"event {event_id} sealed at seq {seq} is gone")
+                    break
+                computed = link(previous, _fields(row[4:]))
+                if computed != digest:
+                    key, last_key, next_key = _key(row), _key(last), _key(following)
+                    assert key is not None
+                    if (last_key is not None and key < last_key) or (next_key is not None and key > next_key):
+                        broken = Break(seq, "out of order", f"event {event_id} is not in its sealed place")
+                    else:
+                        broken = Break(
+                            seq, "modified", f"event {event_id} no longer hashes to the sealed hash"
+                        )
+                    break
+                if against is not None and seq == against[0] and computed != against[1]:
+                    broken = Break(seq, "rewritten", f"hash {computed.hex()} is not the stored head's")
+                    break
+                previous, last, expected = computed, row, expected + 1
+                row = following
+        last_key = _key(last)
+        if last_key is not None:
+            found = conn.execute(_INSERTED, {"xid": str(last_key[0]), "id": last_key[1]}).fetchone()
+            if found is not None and (broken is None or int(str(found[1])) <= broken.seq):
+                broken = Break(
+                    int(str(found[1])), "inserted", f"event {found[0]} is not in the chain it sits in"
+                )
+    if broken is None and against is not None and against[0] >= expected:
+        broken = Break(against[0], "missing", f"the chain ends at seq {expected - 1}, before the stored head")
+    return VerifyResult(expected - 1, expected - 1, previous, time.perf_counter() - started, broken)
+
+
+# ---------------------------------------------------------------------------------------------
+# Export: the chain's rows in order, with the link into the range.
+# ---------------------------------------------------------------------------------------------
+
+_PREVIOUS = text("SELECT hash FROM review_queue_chain WHERE seq = :seq")
+_RANGE = text(
+    f"SELECT c.seq, c.hash, {_FIELDS} FROM review_queue_chain c"
+    " JOIN review_queue_event e ON e.id = c.event_id"
+    " WHERE c.seq BETWEEN :first AND :last ORDER BY c.seq"
+)
+
+
+async def link_into(conn: AsyncConnection, *, first: int) -> bytes:
+    """The hash a range starting at `first` links to (32 zeros for seq 1)."""
+    if first <= 1:
+        return GENESIS
+    digest = await conn.scalar(_PREVIOUS, {"seq": first - 1})
+    return GENESIS if digest is None else bytes(digest)
+
+
+async def chain_range(
+    conn: AsyncConnection, *, first: int, last: int
+) -> AsyncIterator[tuple[int, bytes, EventFields]]:
+    """(seq, hash, event) from first to last, streamed through a server-side cursor."""
+    result = await conn.stream(_RANGE.execution_options(yield_per=1000), {"first": first, "last": last})
+    async for row in result:
+        yield int(row[0]), bytes(row[1]), _fields(tuple(row[2:]))
+
+
+async def export_ndjson(
+    conn: AsyncConnection, *, first: int, last: int, previous: bytes, chunk_lines: int = 500
+) -> AsyncIterator[bytes]:
+    """The export's NDJSON (db/chain.export_line), a few hundred lines per chunk: memory stays
+    bounded whatever the range. `previous` is link_into(first)."""
+    lines: list[bytes] = []
+    async for seq, digest, event in chain_range(conn, first=first, last=last):
+        lines.append(export_line(seq, previous, digest, event))
+        previous = digest
+        if len(lines) >= chunk_lines:
+            yield b"".join(lines)
+            lines.clear()
+    if lines:
+        yield b"".join(lines)
