@@ -40,6 +40,8 @@ TAGS = [
     {"name": "admin", "description": "Operators' actions (admin role)."},
     {"name": "operations", "description": "Queue statistics and Prometheus metrics."},
     {"name": "health", "description": "Liveness and readiness; no token needed."},
+    {"name": "session", "description": "The reviewer desk's cookie session: sign in and out."},
+    {"name": "audit", "description": "The hash-chained audit trail, exported for auditors."},
 ]
 
 

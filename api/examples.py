@@ -110,6 +110,16 @@ STATS_OUT = {
     "expired_unreclaimed": 0,
     "reclaimable": 0,
     "open_leases_by_reviewer": {"alice": 5, "bob": 9},
+    "next_lease_expires_in_s": 12.5,
+}
+SESSION_IN = {"token": "rq_" + "x" * 43}
+SESSION_OUT = {
+    "subject": "alice",
+    "role": "reviewer",
+    "csrf_token": "Yq3hK1m0p9Zt4sLx8cVb2nQw",
+    "lease_s": 30.0,
+    "idle_release_s": 600,
+    "max_wait_s": 20,
 }
 HEALTH = {"status": "ok"}
 PROBLEM = {
@@ -143,6 +153,8 @@ BY_SCHEMA: dict[str, list[dict[str, Any]]] = {
     "StatsOut": [STATS_OUT],
     "Health": [HEALTH],
     "Problem": [PROBLEM],
+    "SessionIn": [SESSION_IN],
+    "SessionOut": [SESSION_OUT],
 }
 
 

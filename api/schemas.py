@@ -484,7 +484,7 @@ class SessionIn(Strict):
 
 class SessionOut(BaseModel):
     subject: str
-    role: Literal["reviewer", "ingest", "admin"]
+    role: Literal["reviewer", "ingest", "auditor", "admin"]
     csrf_token: str | None = Field(
         description="Send it as X-CSRF-Token with every write made with the session cookie; "
         "null when the caller used a bearer token."

@@ -23,6 +23,8 @@ NDJSON = "application/x-ndjson"
 
 @router.get(
     "/audit/export",
+    operation_id="exportAudit",
+    summary="Export the audit hash chain as NDJSON",
     response_class=StreamingResponse,
     responses={
         200: {

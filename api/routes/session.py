@@ -37,7 +37,12 @@ def _transaction(request: Request, settings: Settings) -> Any:
     )
 
 
-@router.post("/session", responses=problem_responses("UNAUTHENTICATED", "CSRF_REJECTED"))
+@router.post(
+    "/session",
+    operation_id="signIn",
+    summary="Sign in to the desk (session cookie)",
+    responses=problem_responses("UNAUTHENTICATED", "CSRF_REJECTED"),
+)
 async def sign_in(body: SessionIn, request: Request, response: Response, settings: SettingsDep) -> SessionOut:
     """Exchange a bearer token for an HttpOnly, SameSite=Strict session cookie (the reviewer desk).
 
@@ -56,7 +61,7 @@ async def sign_in(body: SessionIn, request: Request, response: Response, setting
     return _out(desk.subject, desk.role, desk.csrf_token, settings)
 
 
-@router.get("/session")
+@router.get("/session", operation_id="getSession", summary="Who is signed in")
 async def who_am_i(request: Request, principal: AnyRole, settings: SettingsDep) -> SessionOut:
     """Who is signed in, the CSRF token of the cookie session, and the desk's settings."""
     desk: sessions.DeskSession | None = getattr(request.state, "desk_session", None)
@@ -65,6 +70,8 @@ async def who_am_i(request: Request, principal: AnyRole, settings: SettingsDep) 
 
 @router.delete(
     "/session",
+    operation_id="signOut",
+    summary="Sign out of the desk",
     status_code=status.HTTP_204_NO_CONTENT,
     responses=problem_responses("CSRF_REJECTED"),
 )

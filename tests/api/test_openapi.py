@@ -27,6 +27,10 @@ OPERATION_IDS = {
     ("get", "/metrics"): "getMetrics",
     ("get", "/healthz"): "healthz",
     ("get", "/readyz"): "readyz",
+    ("post", "/session"): "signIn",
+    ("get", "/session"): "getSession",
+    ("delete", "/session"): "signOut",
+    ("get", "/audit/export"): "exportAudit",
 }
 
 
