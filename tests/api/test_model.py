@@ -95,7 +95,7 @@ REFUSED = (
     (f"/items/{UNKNOWN}/events", "alice", 404, "NOT_FOUND"),
 )
 
-MAX_EXAMPLES, STEPS = (400, 150) if LONG else (60, 80)
+MAX_EXAMPLES, STEPS = (400, 150) if LONG else (60, 100)
 
 # What the runs exercised, over all examples; printed at the end (pytest -s, and on failure) and per
 # label with --hypothesis-show-statistics.
