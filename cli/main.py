@@ -213,7 +213,9 @@ def reclaimer_loop() -> None:
 
 @audit_app.command("seal")
 def audit_seal(
-    once: Annotated[bool, typer.Option("--once", help="Seal what is ready and exit (the default).")] = True,
+    once: Annotated[
+        bool, typer.Option("--once", help="Seal what is ready and exit (the default).", show_default=False)
+    ] = True,
 ) -> None:
     """Chain every event of a finished transaction now (the reclaimer does it every interval)."""
     from cli import reclaimer

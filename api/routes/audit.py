@@ -6,6 +6,7 @@ from typing import Annotated
 
 import anyio
 from fastapi import APIRouter, Query, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import StreamingResponse
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -46,6 +47,15 @@ async def export(
     """Stream the chain from seq `from` to `to` (roles auditor, admin); verify it offline with
     `review-queue audit verify --file`. Each line carries the hash it links to, so a range
     verifies on its own."""
+    # Like every query route: a typo is an answer, not a silently ignored filter.
+    unknown = sorted(set(request.query_params) - {"from", "to"})
+    if unknown:
+        raise RequestValidationError(
+            [
+                {"loc": ("query", name), "msg": "Extra inputs are not permitted", "type": "extra_forbidden"}
+                for name in unknown
+            ]
+        )
     # Not the request's `Conn`: that transaction commits before the response is sent, and this
     # body is read after. The stream has its own connection and transaction, opened here (so a
     # database that is away is still a 503) and closed when the last line is sent.

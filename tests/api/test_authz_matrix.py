@@ -505,7 +505,13 @@ def test_row_to_json_snapshot_sees_every_column(shared_world: World) -> None:
 
 # Every route that takes query parameters refuses unknown ones (a typo is an answer, not a
 # silently ignored filter); the allowed caller and target are the ones that would succeed.
-QUERY_ROUTES = [("/items", None), ("/items/{item_id}/events", "own")]
+QUERY_ROUTES = [("/items", None), ("/items/{item_id}/events", "own"), ("/audit/export", None)]
+# (path, target, caller, parameters of a call that succeeds)
+QUERY_CASES = [
+    (path, target, caller, {"to": 1} if path == "/audit/export" else {"limit": 1})
+    for path, target in QUERY_ROUTES
+    for caller in (("auditor", "admin") if path == "/audit/export" else ("reviewer", "ingest", "admin"))
+]
 
 
 def test_every_query_route_is_listed() -> None:
@@ -519,18 +525,17 @@ def test_every_query_route_is_listed() -> None:
     assert with_query == {p for p, _ in QUERY_ROUTES}
 
 
-@pytest.mark.parametrize(("path", "target"), QUERY_ROUTES)
-@pytest.mark.parametrize("caller", ["reviewer", "ingest", "admin"])
+@pytest.mark.parametrize(("path", "target", "caller", "params"), QUERY_CASES)
 def test_unknown_query_parameters_are_refused(
-    shared_world: World, path: str, target: str | None, caller: str
+    shared_world: World, path: str, target: str | None, caller: str, params: dict[str, int]
 ) -> None:
     item_id = shared_world.item_id(caller, target)
     url = path.replace("{item_id}", item_id) if item_id else path
-    ok = shared_world.client.get(url, params={"limit": 1}, headers=shared_world.headers[caller])
+    ok = shared_world.client.get(url, params=params, headers=shared_world.headers[caller])
     assert ok.status_code == 200, ok.text
     before = snapshot(shared_world.sql)
     response = shared_world.client.get(
-        url, params={"limit": 1, "sort": "id"}, headers=shared_world.headers[caller]
+        url, params={**params, "sort": "id"}, headers=shared_world.headers[caller]
     )
     problem = assert_problem(response, 422, "VALIDATION_ERROR")
     assert any(e["loc"] == ["query", "sort"] and e["type"] == "extra_forbidden" for e in problem["errors"]), (
