@@ -222,10 +222,17 @@ async def requeue(item_id: ItemId, body: RequeueIn, principal: Admin, conn: Conn
     outcome, item = await queue.requeue_item(
         conn, item_id=item_id, actor=principal.subject, reason=body.reason
     )
+    return _moved_by_admin(outcome, item, item_id, principal, needs="QUARANTINED")
+
+
+def _moved_by_admin(
+    outcome: str, item: queue.Item | None, item_id: UUID, principal: Principal, *, needs: str
+) -> ItemOut:
+    """The answer of an admin's state change that applies only to items in state `needs`."""
     if outcome == "not_found" or item is None:
         raise ProblemError("NOT_FOUND", f"no item {item_id}")
-    if outcome == "not_quarantined":
-        raise ProblemError("NOT_QUARANTINED", f"item {item_id} is {item.state}, not QUARANTINED")
+    if outcome != "done":
+        raise ProblemError(f"NOT_{needs}", f"item {item_id} is {item.state}, not {needs}")
     return ItemOut.of(item, principal.subject)
 
 
@@ -241,11 +248,7 @@ async def reopen(item_id: ItemId, body: ReopenIn, principal: Admin, conn: Conn) 
     outcome, item = await queue.reopen_item(
         conn, item_id=item_id, actor=principal.subject, reason=body.reason
     )
-    if outcome == "not_found" or item is None:
-        raise ProblemError("NOT_FOUND", f"no item {item_id}")
-    if outcome == "not_resolved":
-        raise ProblemError("NOT_RESOLVED", f"item {item_id} is {item.state}, not RESOLVED")
-    return ItemOut.of(item, principal.subject)
+    return _moved_by_admin(outcome, item, item_id, principal, needs="RESOLVED")
 
 
 @router.post(
