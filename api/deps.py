@@ -27,8 +27,9 @@ async def get_settings_dep(request: Request) -> Settings:
 SettingsDep = Annotated[Settings, Depends(get_settings_dep)]
 
 
-def _request_transaction(request: Request) -> AbstractAsyncContextManager[AsyncConnection]:
-    """A transaction on the app's engine with the configured lock and statement timeouts."""
+def request_transaction(request: Request) -> AbstractAsyncContextManager[AsyncConnection]:
+    """A transaction on the app's engine with the configured lock and statement timeouts: what
+    `Conn` holds for a request, and what a route that needs its own transactions opens."""
     settings: Settings = request.app.state.settings
     return transaction(
         request.app.state.engine,
@@ -55,7 +56,7 @@ T = TypeVar("T")
 
 async def _briefly(request: Request, read: Callable[[AsyncConnection], Awaitable[T]]) -> T:
     """`read` in a short transaction of its own, before (and apart from) the request's."""
-    async with _request_transaction(request) as conn:
+    async with request_transaction(request) as conn:
         return await read(conn)
 
 
@@ -84,7 +85,7 @@ async def _authenticate(
     if cache is not None and key in cache:
         principal = cache[key]
     else:
-        async with _request_transaction(request) as conn:
+        async with request_transaction(request) as conn:
             principal = await find_principal(conn, token=token)
         if cache is not None:
             cache[key] = principal
@@ -99,7 +100,7 @@ Caller = Annotated[Principal, Depends(_authenticate)]
 async def _transaction(request: Request, _: Caller) -> AsyncIterator[AsyncConnection]:
     # Depends on the caller, so FastAPI authenticates before it opens the transaction, whatever
     # the order of a route's parameters.
-    async with _request_transaction(request) as conn:
+    async with request_transaction(request) as conn:
         yield conn
 
 

@@ -8,13 +8,11 @@ import anyio
 from fastapi import APIRouter, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import StreamingResponse
-from sqlalchemy.ext.asyncio import AsyncEngine
 
-from api.deps import Auditor, SettingsDep
+from api.deps import Auditor, request_transaction
 from api.errors import problem_responses
 from api.routing import QueueRoute
 from db import audit
-from db.engine import transaction
 
 router = APIRouter(route_class=QueueRoute, tags=["audit"])
 
@@ -38,7 +36,6 @@ NDJSON = "application/x-ndjson"
 async def export(
     request: Request,
     _: Auditor,
-    settings: SettingsDep,
     first: Annotated[int, Query(alias="from", ge=1, le=BIGINT_MAX, description="First seq.")] = 1,
     last: Annotated[
         int, Query(alias="to", ge=1, le=BIGINT_MAX, description="Last seq (default: the head).")
@@ -59,15 +56,8 @@ async def export(
     # Not the request's `Conn`: that transaction commits before the response is sent, and this
     # body is read after. The stream has its own connection and transaction, opened here (so a
     # database that is away is still a 503) and closed when the last line is sent.
-    engine: AsyncEngine = request.app.state.engine
     stack = AsyncExitStack()
-    conn = await stack.enter_async_context(
-        transaction(
-            engine,
-            lock_timeout_ms=settings.pg_lock_timeout_ms,
-            statement_timeout_ms=settings.statement_timeout_ms,
-        )
-    )
+    conn = await stack.enter_async_context(request_transaction(request))
     try:
         previous = await audit.link_into(conn, first=first)
     except BaseException:

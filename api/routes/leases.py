@@ -6,12 +6,11 @@ from typing import Annotated
 
 from fastapi import APIRouter, Body, Request
 
-from api.deps import Reviewer, SettingsDep
+from api.deps import Reviewer, SettingsDep, request_transaction
 from api.routing import QueueRoute
 from api.schemas import ItemOut, LeaseIn, LeaseOut
 from api.settings import Settings
 from db import queue
-from db.engine import transaction
 from db.notify import WorkSignal
 
 router = APIRouter(route_class=QueueRoute, tags=["leases"])
@@ -23,11 +22,7 @@ async def _lease_once(
     # Not the Conn dependency (it holds one transaction for the whole request): each attempt is
     # its own short transaction, committed before the next wait, so a waiting request holds no
     # pooled connection and no transaction.
-    async with transaction(
-        request.app.state.engine,
-        lock_timeout_ms=settings.pg_lock_timeout_ms,
-        statement_timeout_ms=settings.statement_timeout_ms,
-    ) as conn:
+    async with request_transaction(request) as conn:
         return await queue.lease_items(
             conn,
             reviewer=reviewer,

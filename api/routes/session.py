@@ -1,17 +1,14 @@
 """The reviewer desk's session: sign in with a token, read the session, sign out."""
 
-from typing import Any
-
 from fastapi import APIRouter, Request, Response, status
 
 from api import session
-from api.deps import AnyRole, SettingsDep
+from api.deps import AnyRole, SettingsDep, request_transaction
 from api.errors import ProblemError, problem_responses
 from api.routing import QueueRoute
 from api.schemas import MAX_WAIT_S, SessionIn, SessionOut
 from api.settings import Settings
 from db import sessions
-from db.engine import transaction
 
 router = APIRouter(route_class=QueueRoute, tags=["session"])
 
@@ -27,14 +24,8 @@ def _out(subject: str, role: str, csrf_token: str | None, settings: Settings) ->
     )
 
 
-def _transaction(request: Request, settings: Settings) -> Any:
-    # Not the Conn dependency: that one authenticates first, and these two routes are how a
-    # browser without a bearer token gets (or drops) its identity.
-    return transaction(
-        request.app.state.engine,
-        lock_timeout_ms=settings.pg_lock_timeout_ms,
-        statement_timeout_ms=settings.statement_timeout_ms,
-    )
+# Not the Conn dependency: that one authenticates first, and these two routes are how a browser
+# without a bearer token gets (or drops) its identity. They open their own transaction.
 
 
 @router.post(
@@ -50,7 +41,7 @@ async def sign_in(body: SessionIn, request: Request, response: Response, setting
     `X-CSRF-Token` on every write made with the cookie.
     """
     session.check_origin(request)
-    async with _transaction(request, settings) as conn:
+    async with request_transaction(request) as conn:
         created = await sessions.create_session(conn, token=body.token, ttl=session.TTL)
     if created is None:
         raise ProblemError(
@@ -78,7 +69,7 @@ async def who_am_i(request: Request, principal: AnyRole, settings: SettingsDep) 
 async def sign_out(request: Request, settings: SettingsDep) -> Response:
     """Sign out: the session ends on the server and the cookie is cleared. Needs no token; with a
     live session cookie it needs the session's X-CSRF-Token, so no other site can sign you out."""
-    async with _transaction(request, settings) as conn:
+    async with request_transaction(request) as conn:
         desk = await session.session_of(request, lambda _request, read: read(conn))
         if desk is not None:
             session.check_csrf(request, desk)
