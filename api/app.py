@@ -20,7 +20,7 @@ from api.examples import with_examples
 from api.logs import configure_logging
 from api.metrics import AccessLog
 from api.middleware import BodyLimit
-from api.routes import admin, audit, health, items, leases, ops, session
+from api.routes import admin, audit, health, items, leases, ops, resolutions, session
 from api.settings import Settings, get_settings
 from db.engine import create_engine, database_url, libpq_url
 from db.notify import WorkSignal
@@ -151,7 +151,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(AccessLog)
     app.add_middleware(CorrelationIdMiddleware, header_name="X-Request-ID", validator=_acceptable_request_id)
     app.include_router(health.router)
-    for router in (items.router, leases.router, admin.router, ops.router, session.router, audit.router):
+    for router in (
+        items.router,
+        leases.router,
+        resolutions.router,
+        admin.router,
+        ops.router,
+        session.router,
+        audit.router,
+    ):
         app.include_router(router, responses=COMMON_PROBLEMS)
     desk.install(app)
     return app

@@ -105,6 +105,44 @@ Money = Annotated[
     ),
 ]
 
+
+def _unsigned_input(value: object) -> object:
+    if isinstance(value, str) and value.startswith("-"):
+        raise ValueError("must not be negative")
+    return value
+
+
+def _not_negative(value: Decimal) -> Decimal:
+    if value < 0:
+        raise ValueError("must not be negative")
+    return value.copy_abs()  # -0 as a JSON number is 0
+
+
+# An approval threshold: Money that is never negative (it is compared with an absolute amount).
+Threshold = Annotated[
+    Decimal,
+    Field(allow_inf_nan=False, examples=["10000.00"]),
+    BeforeValidator(_money_input),
+    BeforeValidator(_unsigned_input),
+    AfterValidator(_money),
+    AfterValidator(_not_negative),
+    PlainSerializer(lambda d: f"{d:.2f}", return_type=str, when_used="json"),
+    WithJsonSchema(
+        {
+            "anyOf": [
+                {"type": "string", "pattern": r"^[0-9]{1,16}(\.[0-9]{1,2})?$"},
+                {"type": "number", "multipleOf": 0.01, "minimum": 0, "exclusiveMaximum": 1e16},
+            ],
+            "examples": ["10000.00"],
+        },
+        mode="validation",
+    ),
+    WithJsonSchema(
+        {"type": "string", "pattern": r"^[0-9]{1,16}\.[0-9]{2}$", "examples": ["10000.00"]},
+        mode="serialization",
+    ),
+]
+
 _RFC3339 = re.compile(r"\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:[Zz]|[+-]\d{2}:\d{2})")
 
 
@@ -203,7 +241,7 @@ def decode_event_cursor(cursor: str) -> int:
 
 
 MatchDecision = Literal["MATCHED", "PARTIAL", "UNMATCHED"]
-State = Literal["PENDING", "ASSIGNED", "RESOLVED", "QUARANTINED"]
+State = Literal["PENDING", "ASSIGNED", "RESOLVED", "QUARANTINED", "AWAITING_APPROVAL"]
 Resolution = Annotated[str, StringConstraints(pattern=r"^[A-Z][A-Z0-9_]{0,63}$")]
 
 
@@ -312,11 +350,28 @@ class ItemOut(BaseModel):
     context: dict[str, Any] | None = Field(
         default=None, description="The context sent at enqueue, as sent; null when none was."
     )
+    prepared_by: str | None = Field(
+        default=None,
+        description="Who proposed the resolution that needed approval (the preparer); kept after the"
+        " approval or rejection, until the next completion.",
+    )
+    prepared_at: Timestamp | None = None
+    proposed_resolution: str | None = Field(default=None, description="The preparer's proposed code.")
+    proposed_note: str | None = None
+    approved_by: str | None = Field(
+        default=None, description="The approver of the resolution; never the same as resolved_by."
+    )
+    approved_at: Timestamp | None = None
 
     @classmethod
     def of(cls, item: "Item", viewer: str | None = None) -> "ItemOut":
         fields = {name: getattr(item, name) for name in cls.model_fields if hasattr(item, name)}
-        held = item.state == "ASSIGNED" and viewer is not None and item.leased_by == viewer
+        # A review lease (ASSIGNED) or an approval lease (AWAITING_APPROVAL with a holder).
+        held = (
+            item.state in ("ASSIGNED", "AWAITING_APPROVAL")
+            and viewer is not None
+            and item.leased_by == viewer
+        )
         return cls(
             **fields,
             lease_token=encode_lease_token(item.id, item.lease_nonce) if held and item.lease_nonce else None,
@@ -325,6 +380,11 @@ class ItemOut(BaseModel):
 
 class LeaseIn(Strict):
     batch_size: BatchSize | None = None
+    queue: Literal["review", "approval"] = Field(
+        default="review",
+        description="`review`: PENDING items (roles reviewer, approver, admin). `approval`: other"
+        " people's proposals awaiting approval (roles approver, admin); never your own.",
+    )
     wait_s: WaitSeconds = Field(
         default=0,
         description="When nothing can be leased, wait up to this many seconds for work (long poll).",
@@ -410,6 +470,9 @@ class EventOut(BaseModel):
         "QUARANTINED",
         "REQUEUED",
         "REOPENED",
+        "SUBMITTED_FOR_APPROVAL",
+        "APPROVED",
+        "REJECTED",
     ]
     actor: str
     at: Timestamp
@@ -433,8 +496,58 @@ class EventsOut(BaseModel):
 
 
 class CompleteOut(BaseModel):
-    outcome: Literal["resolved", "already_resolved"]
+    outcome: Literal["resolved", "already_resolved", "submitted_for_approval", "already_submitted"] = Field(
+        description="`submitted_for_approval`: the code's approval threshold was met, the item is"
+        " AWAITING_APPROVAL; the `already_` outcomes answer a retry."
+    )
     item: ItemOut
+
+
+class ApproveIn(Strict):
+    lease_token: LeaseToken | None = None
+
+
+class ApproveOut(BaseModel):
+    outcome: Literal["approved", "already_approved"] = Field(
+        description="`already_approved` answers a retry."
+    )
+    item: ItemOut
+
+
+class RejectIn(Strict):
+    reason: Annotated[Reason, StringConstraints(min_length=1)] = Field(
+        description="Why the proposal is rejected; kept in the REJECTED event with the proposal."
+    )
+    lease_token: LeaseToken | None = None
+
+
+class ResolutionCodeIn(Strict):
+    label: Text200
+    description: Annotated[
+        str, StringConstraints(max_length=2000, pattern=NO_NUL), AfterValidator(_storable)
+    ] = ""
+    requires_note: bool = False
+    approval_threshold: Threshold | None = Field(
+        default=None,
+        description="A completion with abs(variance_amount) at or above it needs an approver; null: never.",
+    )
+    active: bool = True
+
+
+class ResolutionCodeOut(BaseModel):
+    code: str
+    label: str
+    description: str
+    requires_note: bool
+    approval_threshold: Threshold | None
+    active: bool
+    updated_at: Timestamp
+
+    model_config = ConfigDict(from_attributes=True)
+
+
+class ResolutionsOut(BaseModel):
+    resolutions: list[ResolutionCodeOut]
 
 
 class ReclaimIn(Strict):
@@ -484,7 +597,7 @@ class SessionIn(Strict):
 
 class SessionOut(BaseModel):
     subject: str
-    role: Literal["reviewer", "ingest", "auditor", "admin"]
+    role: Literal["reviewer", "approver", "ingest", "auditor", "admin"]
     csrf_token: str | None = Field(
         description="Send it as X-CSRF-Token with every write made with the session cookie; "
         "null when the caller used a bearer token."

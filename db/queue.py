@@ -32,6 +32,7 @@ from sqlalchemy import (
     cast,
     func,
     literal_column,
+    or_,
     select,
     tuple_,
 )
@@ -45,14 +46,18 @@ from db import telemetry
 from db.errors import DatabaseUnavailable, is_lock_timeout
 from db.notify import notify_work
 from db.tables import DEFAULT_MAX_ATTEMPTS
+from db.tables import resolution_code as catalogue
 from db.tables import review_queue_event as event
 from db.tables import review_queue_item as item
 
 # Inline constants, not bind parameters: the planner can only match the partial indexes
 # (WHERE state = 'PENDING' ...) against a literal it can see in every plan.
-PENDING, ASSIGNED, RESOLVED, QUARANTINED = (
-    literal_column(f"'{s}'", Text) for s in ("PENDING", "ASSIGNED", "RESOLVED", "QUARANTINED")
+PENDING, ASSIGNED, RESOLVED, QUARANTINED, AWAITING_APPROVAL = (
+    literal_column(f"'{s}'", Text)
+    for s in ("PENDING", "ASSIGNED", "RESOLVED", "QUARANTINED", "AWAITING_APPROVAL")
 )
+
+Queue = Literal["review", "approval"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +82,12 @@ class Item:
     lease_nonce: UUID | None
     attempts: int
     context: dict[str, Any] | None
+    prepared_by: str | None
+    prepared_at: datetime | None
+    proposed_resolution: str | None
+    proposed_note: str | None
+    approved_by: str | None
+    approved_at: datetime | None
 
 
 _ITEM_FIELDS = [f.name for f in dataclasses.fields(Item)]
@@ -273,9 +284,18 @@ _LOCK_REVIEWER = select(
         func.hashtextextended("review_queue.lease:" + bindparam("actor", type_=Text), 0)
     )
 )
+# Review and approval leases together count against the cap (each on its partial index).
 _held = (
     select(func.count())
     .where(item.c.state == ASSIGNED, item.c.leased_by == bindparam("actor", type_=Text))
+    .scalar_subquery()
+) + (
+    select(func.count())
+    .where(
+        item.c.state == AWAITING_APPROVAL,
+        item.c.leased_by.is_not(None),
+        item.c.leased_by == bindparam("actor", type_=Text),
+    )
     .scalar_subquery()
 )
 # The seed's lease: lock up to batch_size PENDING rows, oldest first, skipping rows another
@@ -308,10 +328,57 @@ _LEASE = _changed_items(
 )
 
 
+# The approval queue: the same discipline over AWAITING_APPROVAL rows nobody holds. Segregation
+# of duties is part of the row lock's WHERE, so no prior read decides it: a preparer's own
+# proposal is never a candidate for them, however the calls race (and the approval_lease_not_preparer
+# CHECK would refuse the write if it were). The item stays AWAITING_APPROVAL while leased.
+_approval_candidate = (
+    select(item.c.id)
+    .where(
+        item.c.state == AWAITING_APPROVAL,
+        item.c.leased_by.is_(None),
+        item.c.prepared_by != bindparam("actor", type_=Text),
+    )
+    .order_by(item.c.created_at)
+    .limit(func.least(bindparam("batch_size"), func.greatest(bindparam("cap") - _held, 0)))
+    .with_for_update(skip_locked=True)
+    .cte("approval_candidate")
+)
+_approval_leased = (
+    item.update()
+    .where(
+        item.c.id == _approval_candidate.c.id, item.c.state == AWAITING_APPROVAL, item.c.leased_by.is_(None)
+    )
+    .values(
+        leased_by=bindparam("actor", type_=Text),
+        leased_at=func.now(),
+        lease_expires_at=func.now() + bindparam("lease_duration", type_=Interval),
+        lease_epoch=item.c.lease_epoch + 1,
+        lease_nonce=func.gen_random_uuid(),
+    )
+    .returning(*_ITEM_COLUMNS)
+    .cte("approval_leased")
+)
+_LEASE_APPROVALS = _changed_items(
+    _approval_leased,
+    "LEASED",
+    details=func.jsonb_build_object(
+        "lease_expires_at", _approval_leased.c.lease_expires_at, "queue", "approval"
+    ),
+)
+
+
 async def lease_items(
-    conn: AsyncConnection, *, reviewer: str, batch_size: int, lease_duration: timedelta, cap: int
+    conn: AsyncConnection,
+    *,
+    reviewer: str,
+    batch_size: int,
+    lease_duration: timedelta,
+    cap: int,
+    queue: Queue = "review",
 ) -> list[Item]:
-    """Lease up to batch_size items to reviewer, never leaving them holding more than cap."""
+    """Lease up to batch_size items to reviewer, never leaving them holding more than cap: PENDING
+    items from the review queue, or other people's proposals from the approval queue."""
     try:
         await conn.execute(_LOCK_REVIEWER, {"actor": reviewer})
     except DBAPIError as error:
@@ -321,7 +388,8 @@ async def lease_items(
             ) from error
         raise
     result = await conn.execute(
-        _LEASE, {"actor": reviewer, "batch_size": batch_size, "cap": cap, "lease_duration": lease_duration}
+        _LEASE if queue == "review" else _LEASE_APPROVALS,
+        {"actor": reviewer, "batch_size": batch_size, "cap": cap, "lease_duration": lease_duration},
     )
     # RETURNING has no order; callers get the queue order.
     items = sorted(map(_item, result), key=lambda i: (i.created_at, i.id))
@@ -332,14 +400,15 @@ async def lease_items(
 # --- holder-guarded changes: renew, release, complete ------------------------------------
 
 
-def _held_by_caller() -> list[ColumnElement[bool]]:
+def _held_by_caller(*states: ColumnElement[Any]) -> list[ColumnElement[bool]]:
     # The lease guard of every holder-only statement. (Bind names must not equal column names:
     # SQLAlchemy would add such a name to the UPDATE's SET clause.) An expired lease not yet reclaimed still
     # counts as held. With a lease_token, its nonce must match the current lease's: that is what
     # tells a stale tab apart from the same reviewer's newer lease of the same item.
     return [
         item.c.id == bindparam("item_id"),
-        item.c.state == ASSIGNED,
+        # ASSIGNED: a review lease; AWAITING_APPROVAL (with leased_by): an approval lease.
+        item.c.state.in_(states or [ASSIGNED]),
         item.c.leased_by == bindparam("actor", type_=Text),
         item.c.lease_nonce
         == func.coalesce(bindparam("fence_nonce", type_=PG_UUID(as_uuid=True)), item.c.lease_nonce),
@@ -348,7 +417,7 @@ def _held_by_caller() -> list[ColumnElement[bool]]:
 
 _renewed = (
     item.update()
-    .where(*_held_by_caller())
+    .where(*_held_by_caller(ASSIGNED, AWAITING_APPROVAL))
     .values(lease_expires_at=func.now() + bindparam("lease_duration", type_=Interval))
     .returning(*_ITEM_COLUMNS)
     .cte("renewed")
@@ -359,9 +428,15 @@ _RENEW = _changed_items(
 
 _released = (
     item.update()
-    .where(*_held_by_caller())
-    # created_at is kept, so a released item is first in line again.
-    .values(state=_BACK_TO_QUEUE, leased_by=None, leased_at=None, lease_expires_at=None)
+    .where(*_held_by_caller(ASSIGNED, AWAITING_APPROVAL))
+    # created_at is kept, so a released item is first in line again; a released approval lease
+    # goes back to the approval queue, never to PENDING.
+    .values(
+        state=case((item.c.state == AWAITING_APPROVAL, AWAITING_APPROVAL), else_=_BACK_TO_QUEUE),
+        leased_by=None,
+        leased_at=None,
+        lease_expires_at=None,
+    )
     .returning(*_ITEM_COLUMNS)
     .cte("released")
 )
@@ -371,26 +446,137 @@ _RELEASE = select(*[_released.c[n] for n in _ITEM_FIELDS]).add_cte(
     )
 )
 
+# The catalogue entry the completion names, if it is active and its note rule is met. Read by
+# the completion statement itself (UPDATE ... FROM), so a deactivation or a threshold change
+# committed by an admin is either wholly before or wholly after it: never between a read and the
+# write. No row: the UPDATE matches nothing and complete_item says why.
+_code = (
+    select(catalogue.c.code, catalogue.c.approval_threshold)
+    .where(
+        # Not "resolution": a bind named like a column would join the UPDATE's SET clause.
+        catalogue.c.code == bindparam("chosen_code", type_=Text),
+        catalogue.c.active,
+        or_(
+            ~catalogue.c.requires_note,
+            func.length(func.btrim(func.coalesce(bindparam("note", type_=Text), ""))) > 0,
+        ),
+    )
+    .cte("code")
+)
+# At or above the code's threshold (by absolute amount) the item needs an approver; NULL never does.
+_needs_approval = func.abs(item.c.variance_amount) >= _code.c.approval_threshold
+
+
+def _unless_approval(resolved: Any, submitted: Any) -> Any:
+    return case((_needs_approval, submitted), else_=resolved)
+
+
 # Guarded by holder, state and epoch in the one UPDATE: a late completion from a worker whose
-# lease was reclaimed (and maybe re-leased) matches zero rows instead of resolving it.
+# lease was reclaimed (and maybe re-leased) matches zero rows instead of resolving it. Above the
+# threshold the same statement submits the proposal instead: AWAITING_APPROVAL, lease cleared, so
+# it is in the approval queue the moment this commits.
 _resolved = (
     item.update()
     .where(*_held_by_caller())
+    .where(_code.c.code.is_not(None))  # joins the catalogue row: UPDATE ... FROM code
     .values(
-        state=RESOLVED,
-        resolution=bindparam("resolution", type_=Text),
-        resolution_note=bindparam("note", type_=Text),
-        resolved_by=bindparam("actor", type_=Text),
-        resolved_at=func.now(),
+        state=_unless_approval(RESOLVED, AWAITING_APPROVAL),
+        resolution=_unless_approval(_code.c.code, item.c.resolution),
+        resolution_note=_unless_approval(bindparam("note", type_=Text), item.c.resolution_note),
+        resolved_by=_unless_approval(bindparam("actor", type_=Text), item.c.resolved_by),
+        resolved_at=_unless_approval(func.now(), item.c.resolved_at),
+        prepared_by=_unless_approval(None, bindparam("actor", type_=Text)),
+        prepared_at=_unless_approval(None, func.now()),
+        proposed_resolution=_unless_approval(None, _code.c.code),
+        proposed_note=_unless_approval(None, bindparam("note", type_=Text)),
+        approved_by=None,
+        approved_at=None,
+        leased_by=_unless_approval(item.c.leased_by, None),
+        leased_at=_unless_approval(item.c.leased_at, None),
+        lease_expires_at=_unless_approval(item.c.lease_expires_at, None),
     )
-    .returning(*_ITEM_COLUMNS)
+    .returning(*_ITEM_COLUMNS, _code.c.approval_threshold)
     .cte("resolved")
 )
-_COMPLETE = _changed_items(
-    _resolved,
-    "RESOLVED",
+_COMPLETE = select(*[_resolved.c[n] for n in _ITEM_FIELDS]).add_cte(
+    _logged(
+        _resolved,
+        "RESOLVED",
+        details=func.jsonb_build_object(
+            "resolution", _resolved.c.resolution, "note", _resolved.c.resolution_note
+        ),
+        where=_resolved.c.state == RESOLVED,
+    ),
+    _logged(
+        _resolved,
+        "SUBMITTED_FOR_APPROVAL",
+        details=func.jsonb_build_object(
+            "resolution",
+            _resolved.c.proposed_resolution,
+            "note",
+            _resolved.c.proposed_note,
+            "approval_threshold",
+            _resolved.c.approval_threshold,
+            "variance_amount",
+            _resolved.c.variance_amount,
+        ),
+        where=_resolved.c.state == AWAITING_APPROVAL,
+    ),
+)
+
+# Approve and reject: the holder of the approval lease, and never the preparer. The preparer
+# guard is in the UPDATE's WHERE, so it holds whatever reached the row first.
+_approved = (
+    item.update()
+    .where(*_held_by_caller(AWAITING_APPROVAL))
+    .where(item.c.prepared_by != bindparam("actor", type_=Text))
+    .values(
+        state=RESOLVED,
+        resolution=item.c.proposed_resolution,
+        resolution_note=item.c.proposed_note,
+        resolved_by=item.c.prepared_by,
+        resolved_at=func.now(),
+        approved_by=bindparam("actor", type_=Text),
+        approved_at=func.now(),
+    )
+    .returning(*_ITEM_COLUMNS)
+    .cte("approved")
+)
+_APPROVE = _changed_items(
+    _approved,
+    "APPROVED",
     details=func.jsonb_build_object(
-        "resolution", _resolved.c.resolution, "note", _resolved.c.resolution_note
+        "resolution",
+        _approved.c.resolution,
+        "note",
+        _approved.c.resolution_note,
+        "prepared_by",
+        _approved.c.prepared_by,
+    ),
+)
+
+# Back to PENDING in its old place (created_at is kept: first in line); the proposal stays on the
+# row until the next completion, and the REJECTED event keeps it with the reason.
+_rejected = (
+    item.update()
+    .where(*_held_by_caller(AWAITING_APPROVAL))
+    .where(item.c.prepared_by != bindparam("actor", type_=Text))
+    .values(state=PENDING, leased_by=None, leased_at=None, lease_expires_at=None)
+    .returning(*_ITEM_COLUMNS)
+    .cte("rejected")
+)
+_REJECT = _changed_items(
+    _rejected,
+    "REJECTED",
+    details=func.jsonb_build_object(
+        "reason",
+        bindparam("reason", type_=Text),
+        "resolution",
+        _rejected.c.proposed_resolution,
+        "note",
+        _rejected.c.proposed_note,
+        "prepared_by",
+        _rejected.c.prepared_by,
     ),
 )
 
@@ -495,6 +681,7 @@ _before_reopen = (
         item.c.resolution_note.label("previous_note"),
         item.c.resolved_by.label("previous_resolved_by"),
         item.c.resolved_at.label("previous_resolved_at"),
+        item.c.approved_by.label("previous_approved_by"),
     )
     .where(item.c.id == bindparam("item_id"), item.c.state == RESOLVED)
     .with_for_update()
@@ -510,6 +697,8 @@ _reopened = (
         resolution_note=None,
         resolved_by=None,
         resolved_at=None,
+        approved_by=None,
+        approved_at=None,
         leased_by=None,
         leased_at=None,
         lease_expires_at=None,
@@ -522,6 +711,7 @@ _reopened = (
         _before_reopen.c.previous_note,
         _before_reopen.c.previous_resolved_by,
         _before_reopen.c.previous_resolved_at,
+        _before_reopen.c.previous_approved_by,
     )
     .cte("reopened")
 )
@@ -540,6 +730,8 @@ _REOPEN: Any = select(*[_reopened.c[n] for n in _ITEM_FIELDS], _reopened.c.previ
             _reopened.c.previous_resolved_by,
             "previous_resolved_at",
             _reopened.c.previous_resolved_at,
+            "previous_approved_by",
+            _reopened.c.previous_approved_by,
         ),
     )
 )
@@ -562,8 +754,90 @@ async def reopen_item(
 
 
 CompleteOutcome = Literal[
-    "resolved", "already_resolved", "resolution_conflict", "lease_not_held", "not_found"
+    "resolved",
+    "already_resolved",
+    "submitted_for_approval",
+    "already_submitted",
+    "resolution_conflict",
+    "invalid_resolution",
+    "note_required",
+    "lease_not_held",
+    "not_found",
 ]
+
+
+@dataclass(frozen=True, slots=True)
+class ResolutionCode:
+    code: str
+    label: str
+    description: str
+    requires_note: bool
+    approval_threshold: Decimal | None
+    active: bool
+    updated_at: datetime
+
+
+_CODE_COLUMNS = [catalogue.c[f.name] for f in dataclasses.fields(ResolutionCode)]
+
+
+async def list_resolution_codes(
+    conn: AsyncConnection, *, include_inactive: bool = False
+) -> list[ResolutionCode]:
+    query = select(*_CODE_COLUMNS).order_by(catalogue.c.code)
+    if not include_inactive:
+        query = query.where(catalogue.c.active)
+    return [ResolutionCode(*r) for r in await conn.execute(query)]
+
+
+async def get_resolution_code(conn: AsyncConnection, *, code: str) -> ResolutionCode | None:
+    row = (await conn.execute(select(*_CODE_COLUMNS).where(catalogue.c.code == code))).first()
+    return ResolutionCode(*row) if row is not None else None
+
+
+async def put_resolution_code(
+    conn: AsyncConnection,
+    *,
+    code: str,
+    label: str,
+    description: str,
+    requires_note: bool,
+    approval_threshold: Decimal | None,
+    active: bool,
+) -> tuple[bool, ResolutionCode]:
+    """Create or replace a code in one statement; answers (created, the code)."""
+    values = {
+        "code": code,
+        "label": label,
+        "description": description,
+        "requires_note": requires_note,
+        "approval_threshold": approval_threshold,
+        "active": active,
+    }
+    new = insert(catalogue).values(**values)
+    # xmax = 0: the row was inserted, not updated (PostgreSQL's upsert tells which this way).
+    statement = new.on_conflict_do_update(
+        index_elements=[catalogue.c.code],
+        set_={**{k: new.excluded[k] for k in values if k != "code"}, "updated_at": func.now()},
+    ).returning(*_CODE_COLUMNS, (literal_column("xmax", Text) == "0").label("created"))
+    row = (await conn.execute(statement)).one()
+    return bool(row.created), ResolutionCode(*row[: len(_CODE_COLUMNS)])
+
+
+async def deactivate_resolution_code(conn: AsyncConnection, *, code: str) -> ResolutionCode | None:
+    statement = (
+        catalogue.update()
+        .where(catalogue.c.code == code)
+        .values(active=False, updated_at=func.now())
+        .returning(*_CODE_COLUMNS)
+    )
+    row = (await conn.execute(statement)).first()
+    return ResolutionCode(*row) if row is not None else None
+
+
+def _holds(current: Item, actor: str, lease_nonce: UUID | None, state: str) -> bool:
+    return (
+        current.state == state and current.leased_by == actor and lease_nonce in (None, current.lease_nonce)
+    )
 
 
 async def complete_item(
@@ -575,15 +849,21 @@ async def complete_item(
     note: str | None,
     lease_nonce: UUID | None = None,
 ) -> tuple[CompleteOutcome, Item | None]:
+    """Resolve an item the reviewer holds, or submit it for approval when its code's threshold is
+    met. A refusal changes nothing; the row read afterwards only tells the caller why."""
     params = {
         "item_id": item_id,
         "actor": reviewer,
-        "resolution": resolution,
+        "chosen_code": resolution,
         "note": note,
         "fence_nonce": lease_nonce,
     }
     outcome, current = await _holder_change(conn, _COMPLETE, params)
     if outcome == "done" and current is not None:
+        if current.state == "AWAITING_APPROVAL":
+            await notify_work(conn)  # the approval queue has work
+            telemetry.submitted(current, reviewer, resolution=resolution)
+            return "submitted_for_approval", current
         telemetry.resolved(
             current,
             reviewer,
@@ -594,13 +874,66 @@ async def complete_item(
         return "resolved", current
     if current is None:
         return "not_found", None
-    # Nothing changed; the row only tells the caller why.
     result: CompleteOutcome = "lease_not_held"
     retry = current.state == "RESOLVED" and current.resolved_by == reviewer
+    submitted = current.state == "AWAITING_APPROVAL" and current.prepared_by == reviewer
     if retry and lease_nonce in (None, current.lease_nonce):
         result = "already_resolved" if current.resolution == resolution else "resolution_conflict"
+    elif submitted and lease_nonce in (None, current.lease_nonce):
+        result = "already_submitted" if current.proposed_resolution == resolution else "resolution_conflict"
+    elif _holds(current, reviewer, lease_nonce, "ASSIGNED"):
+        # Held, so the catalogue refused it (at the statement's snapshot; this read only explains).
+        code = await get_resolution_code(conn, code=resolution)
+        if code is None or not code.active:
+            result = "invalid_resolution"
+        elif code.requires_note and not (note or "").strip():
+            result = "note_required"
     telemetry.completion_noop(current, reviewer, result)
     return result, current
+
+
+ApprovalOutcome = Literal[
+    "approved", "already_approved", "rejected", "segregation_of_duties", "lease_not_held", "not_found"
+]
+
+
+async def approve_item(
+    conn: AsyncConnection, *, item_id: UUID, approver: str, lease_nonce: UUID | None = None
+) -> tuple[ApprovalOutcome, Item | None]:
+    """Resolve a proposal whose approval lease the approver holds: resolved_by is the preparer."""
+    params = {"item_id": item_id, "actor": approver, "fence_nonce": lease_nonce}
+    outcome, current = await _holder_change(conn, _APPROVE, params)
+    if outcome == "done" and current is not None:
+        telemetry.approved(current, approver, resolution=current.resolution, prepared_by=current.prepared_by)
+        return "approved", current
+    if current is None:
+        return "not_found", None
+    if current.prepared_by == approver and current.state in ("AWAITING_APPROVAL", "RESOLVED"):
+        return "segregation_of_duties", current
+    if (
+        current.state == "RESOLVED"
+        and current.approved_by == approver
+        and lease_nonce in (None, current.lease_nonce)
+    ):
+        return "already_approved", current
+    return "lease_not_held", current
+
+
+async def reject_item(
+    conn: AsyncConnection, *, item_id: UUID, approver: str, reason: str, lease_nonce: UUID | None = None
+) -> tuple[ApprovalOutcome, Item | None]:
+    """Send a proposal back to PENDING, first in line, with the reason in its trail."""
+    params = {"item_id": item_id, "actor": approver, "fence_nonce": lease_nonce, "reason": reason}
+    outcome, current = await _holder_change(conn, _REJECT, params)
+    if outcome == "done" and current is not None:
+        await notify_work(conn)  # leasable again
+        telemetry.rejected(current, approver, reason=reason, prepared_by=current.prepared_by)
+        return "rejected", current
+    if current is None:
+        return "not_found", None
+    if current.prepared_by == approver and current.state == "AWAITING_APPROVAL":
+        return "segregation_of_duties", current
+    return "lease_not_held", current
 
 
 # --- reclaim ----------------------------------------------------------------------------
@@ -664,6 +997,56 @@ _RECLAIM = select(_reclaimed).add_cte(
 )
 
 
+# Expired approval leases go back to the approval queue (AWAITING_APPROVAL, nobody holding it),
+# never to PENDING: the proposal is still waiting for a second pair of eyes. Its own statement,
+# on its own partial index; no attempts are counted, so nothing is quarantined.
+_expired_approval = (
+    select(item.c.id, item.c.leased_by, item.c.lease_expires_at)
+    .where(
+        item.c.state == AWAITING_APPROVAL,
+        item.c.leased_by.is_not(None),
+        item.c.lease_expires_at < func.now() - bindparam("grace", type_=Interval),
+    )
+    .order_by(item.c.lease_expires_at)
+    .limit(bindparam("reclaim_batch"))
+    .with_for_update(skip_locked=True)
+    .cte("expired_approval")
+)
+_reclaimed_approval = (
+    item.update()
+    .where(item.c.id == _expired_approval.c.id)
+    .values(leased_by=None, leased_at=None, lease_expires_at=None)
+    .returning(
+        item.c.id,
+        item.c.trace_id,
+        item.c.source_hash,
+        item.c.match_decision,
+        item.c.lease_epoch,
+        item.c.state,
+        item.c.attempts,
+        _expired_approval.c.leased_by.label("previous_holder"),
+        _expired_approval.c.lease_expires_at.label("expired_at"),
+    )
+    .cte("reclaimed_approval")
+)
+_RECLAIM_APPROVALS = select(_reclaimed_approval).add_cte(
+    _logged(
+        _reclaimed_approval,
+        "RECLAIMED",
+        details=func.jsonb_build_object(
+            "cause",
+            "lease_expired",
+            "queue",
+            "approval",
+            "previous_holder",
+            _reclaimed_approval.c.previous_holder,
+            "lease_expired_at",
+            _reclaimed_approval.c.expired_at,
+        ),
+    )
+)
+
+
 async def reclaim_expired(
     conn: AsyncConnection,
     *,
@@ -673,7 +1056,8 @@ async def reclaim_expired(
     max_attempts: int = DEFAULT_MAX_ATTEMPTS,
 ) -> list[Reclaimed]:
     params = {"reclaim_batch": reclaim_batch, "grace": grace, "actor": actor, "max_attempts": max_attempts}
-    rows = sorted(await conn.execute(_RECLAIM, params), key=lambda r: r.expired_at)  # oldest expiry first
+    rows = [*await conn.execute(_RECLAIM, params), *await conn.execute(_RECLAIM_APPROVALS, params)]
+    rows.sort(key=lambda r: r.expired_at)  # oldest expiry first
     if rows:
         await notify_work(conn)  # once per reclaim statement, however many rows it returned
     reclaimed = [

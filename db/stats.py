@@ -6,7 +6,7 @@ from datetime import timedelta
 from sqlalchemy import ColumnElement, Interval, ScalarSelect, bindparam, extract, func, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from db.queue import ASSIGNED, PENDING, QUARANTINED, RESOLVED
+from db.queue import ASSIGNED, AWAITING_APPROVAL, PENDING, QUARANTINED, RESOLVED
 from db.tables import review_queue_item as item
 
 
@@ -18,6 +18,8 @@ class QueueGauges:
     reclaimable: int  # ... and the reclaim grace has passed too
     quarantined: int  # used up their attempts; wait for an admin's requeue
     oldest_pending_age_s: float | None
+    awaiting_approval: int = 0  # proposals in the approval queue, leased or not
+    approval_leases: int = 0  # ... of which an approver holds the lease
 
 
 def _count(*where: ColumnElement[bool]) -> ScalarSelect[int]:
@@ -30,6 +32,9 @@ _GAUGES = select(
     _count(item.c.state == PENDING).label("pending"),
     _count(item.c.state == ASSIGNED).label("assigned"),
     _count(item.c.state == QUARANTINED).label("quarantined"),
+    # Each on its own partial index: the approval queue, and its leases.
+    _count(item.c.state == AWAITING_APPROVAL, item.c.leased_by.is_(None)).label("approval_queued"),
+    _count(item.c.state == AWAITING_APPROVAL, item.c.leased_by.is_not(None)).label("approval_leases"),
     _count(item.c.state == ASSIGNED, item.c.lease_expires_at < func.now()).label("expired"),
     _count(
         item.c.state == ASSIGNED,
@@ -52,6 +57,8 @@ async def queue_gauges(conn: AsyncConnection, *, grace: timedelta) -> QueueGauge
         reclaimable=row.reclaimable,
         quarantined=row.quarantined,
         oldest_pending_age_s=float(age) if age is not None else None,
+        awaiting_approval=row.approval_queued + row.approval_leases,
+        approval_leases=row.approval_leases,
     )
 
 

@@ -6,10 +6,12 @@ from uuid import UUID
 
 from fastapi import APIRouter, Body, Path, Query, Response, status
 
-from api.deps import Admin, AnyRole, Conn, Ingest, Reviewer, SettingsDep
+from api.deps import Admin, AnyRole, Approver, Conn, Ingest, Reviewer, SettingsDep
 from api.errors import ProblemError, problem_body, problem_responses
 from api.routing import QueueRoute
 from api.schemas import (
+    ApproveIn,
+    ApproveOut,
     BatchIn,
     BatchOut,
     BatchResult,
@@ -23,6 +25,7 @@ from api.schemas import (
     ItemPage,
     ItemQuery,
     Problem,
+    RejectIn,
     ReleaseIn,
     RenewIn,
     ReopenIn,
@@ -258,7 +261,13 @@ async def reopen(item_id: ItemId, body: ReopenIn, principal: Admin, conn: Conn) 
     responses=problem_responses("NOT_FOUND", "LEASE_NOT_HELD", "RESOLUTION_CONFLICT"),
 )
 async def complete(item_id: ItemId, body: CompleteIn, conn: Conn, principal: Reviewer) -> CompleteOut:
-    """Resolve an item you hold. A retry with the same resolution answers `already_resolved`."""
+    """Resolve an item you hold with an active code of the catalogue (`GET /resolutions`).
+
+    When `abs(variance_amount)` reaches the code's `approval_threshold`, the item is not resolved:
+    it becomes AWAITING_APPROVAL (`submitted_for_approval`) until an approver approves or rejects
+    it. A retry with the same resolution answers `already_resolved` (`already_submitted`). An
+    unknown or inactive code, or a missing note the code requires, is a 422 naming the codes.
+    """
     outcome, item = await queue.complete_item(
         conn,
         item_id=item_id,
@@ -270,10 +279,87 @@ async def complete(item_id: ItemId, body: CompleteIn, conn: Conn, principal: Rev
     if outcome == "not_found" or item is None:
         raise ProblemError("NOT_FOUND", f"no item {item_id}")
     if outcome == "resolution_conflict":
+        chosen = item.resolution if item.state == "RESOLVED" else item.proposed_resolution
         raise ProblemError(
-            "RESOLUTION_CONFLICT",
-            f"you already resolved this item as {item.resolution}, not {body.resolution}",
+            "RESOLUTION_CONFLICT", f"you already resolved this item as {chosen}, not {body.resolution}"
+        )
+    if outcome in ("invalid_resolution", "note_required"):
+        codes = await queue.list_resolution_codes(conn)
+        allowed = [c.code for c in codes]
+        if outcome == "invalid_resolution":
+            field, message = "resolution", f"{body.resolution} is not an active resolution code; use one of "
+            message += ", ".join(allowed)
+        else:
+            field, message = "note", f"resolution {body.resolution} requires a note"
+        raise ProblemError(
+            "VALIDATION_ERROR",
+            f"body.{field}: {message}",
+            extra={
+                "allowed_resolutions": allowed,
+                "errors": [{"loc": ["body", field], "msg": message, "type": outcome}],
+            },
         )
     if outcome == "lease_not_held":
         raise ProblemError("LEASE_NOT_HELD", f"you do not hold the current lease on item {item_id}")
+    assert outcome in ("resolved", "already_resolved", "submitted_for_approval", "already_submitted")
     return CompleteOut(outcome=outcome, item=ItemOut.of(item, principal.subject))
+
+
+_APPROVAL_PROBLEMS = problem_responses("NOT_FOUND", "LEASE_NOT_HELD", "SEGREGATION_OF_DUTIES")
+
+
+def _approval_refused(outcome: queue.ApprovalOutcome, item: queue.Item | None, item_id: UUID) -> None:
+    if outcome == "not_found" or item is None:
+        raise ProblemError("NOT_FOUND", f"no item {item_id}")
+    if outcome == "segregation_of_duties":
+        raise ProblemError(
+            "SEGREGATION_OF_DUTIES",
+            f"you prepared the proposal of item {item_id}; another approver must decide it",
+            extra={"prepared_by": item.prepared_by},
+        )
+    if outcome == "lease_not_held":
+        raise ProblemError("LEASE_NOT_HELD", f"you do not hold the current approval lease on item {item_id}")
+
+
+@router.post(
+    "/items/{item_id}/approve",
+    operation_id="approveItem",
+    summary="Approve a proposal you hold the approval lease of",
+    responses=_APPROVAL_PROBLEMS,
+)
+async def approve(
+    item_id: ItemId, conn: Conn, principal: Approver, body: Annotated[ApproveIn | None, Body()] = None
+) -> ApproveOut:
+    """Resolve an AWAITING_APPROVAL item with the preparer's proposal: `resolved_by` is the
+    preparer, `approved_by` you (roles approver, admin). Never your own proposal (403
+    `SEGREGATION_OF_DUTIES`). A retry answers `already_approved`."""
+    outcome, item = await queue.approve_item(
+        conn,
+        item_id=item_id,
+        approver=principal.subject,
+        lease_nonce=_nonce(item_id, body.lease_token if body else None),
+    )
+    _approval_refused(outcome, item, item_id)
+    assert item is not None and outcome in ("approved", "already_approved")
+    return ApproveOut(outcome=outcome, item=ItemOut.of(item, principal.subject))
+
+
+@router.post(
+    "/items/{item_id}/reject",
+    operation_id="rejectItem",
+    summary="Reject a proposal you hold the approval lease of",
+    responses=_APPROVAL_PROBLEMS,
+)
+async def reject(item_id: ItemId, body: RejectIn, conn: Conn, principal: Approver) -> ItemOut:
+    """Send an AWAITING_APPROVAL item back to PENDING, first in line; the REJECTED event keeps
+    the proposal and your reason (roles approver, admin; never your own proposal)."""
+    outcome, item = await queue.reject_item(
+        conn,
+        item_id=item_id,
+        approver=principal.subject,
+        reason=body.reason,
+        lease_nonce=_nonce(item_id, body.lease_token),
+    )
+    _approval_refused(outcome, item, item_id)
+    assert item is not None
+    return ItemOut.of(item, principal.subject)
