@@ -25,7 +25,7 @@ from uuid import UUID
 
 import httpx
 
-from api.schemas import CompleteOut, EventOut, ItemOut
+from api.schemas import ApproveOut, CompleteOut, EventOut, ItemOut, ResolutionCodeOut
 
 log = logging.getLogger("review_queue.client")
 
@@ -70,6 +70,9 @@ class NotQuarantined(ReviewQueueError): ...
 class NotResolved(ReviewQueueError): ...
 
 
+class SegregationOfDuties(ReviewQueueError): ...
+
+
 _BY_CODE: dict[str, type[ReviewQueueError]] = {
     "UNAUTHENTICATED": Unauthenticated,
     "FORBIDDEN": Forbidden,
@@ -79,6 +82,7 @@ _BY_CODE: dict[str, type[ReviewQueueError]] = {
     "RESOLUTION_CONFLICT": ResolutionConflict,
     "NOT_QUARANTINED": NotQuarantined,
     "NOT_RESOLVED": NotResolved,
+    "SEGREGATION_OF_DUTIES": SegregationOfDuties,
     "VALIDATION_ERROR": ValidationFailed,
     "DATABASE_UNAVAILABLE": DatabaseUnavailable,
 }
@@ -177,8 +181,14 @@ class _Calls:
         return "POST", "/items", _enqueue_body(fields)
 
     @staticmethod
-    def lease(batch_size: int | None, wait_s: int) -> tuple[str, str, dict[str, Any] | None]:
-        body = {"batch_size": batch_size, "wait_s": wait_s or None}
+    def lease(
+        batch_size: int | None, wait_s: int, queue: str = "review"
+    ) -> tuple[str, str, dict[str, Any] | None]:
+        body = {
+            "batch_size": batch_size,
+            "wait_s": wait_s or None,
+            "queue": None if queue == "review" else queue,
+        }
         return "POST", "/leases", {k: v for k, v in body.items() if v is not None} or None
 
     @staticmethod
@@ -206,6 +216,21 @@ class _Calls:
     @staticmethod
     def reopen(item_id: UUID, reason: str) -> tuple[str, str, dict[str, Any] | None]:
         return "POST", f"/items/{item_id}/reopen", {"reason": reason}
+
+    @staticmethod
+    def approve(item_id: UUID, lease_token: str | None) -> tuple[str, str, dict[str, Any] | None]:
+        return "POST", f"/items/{item_id}/approve", {"lease_token": lease_token} if lease_token else None
+
+    @staticmethod
+    def reject(item_id: UUID, reason: str, lease_token: str | None) -> tuple[str, str, dict[str, Any] | None]:
+        body = {"reason": reason, "lease_token": lease_token}
+        return "POST", f"/items/{item_id}/reject", {k: v for k, v in body.items() if v is not None}
+
+    @staticmethod
+    def put_resolution(code: str, fields: dict[str, Any]) -> tuple[str, str, dict[str, Any] | None]:
+        if fields.get("approval_threshold") is not None:
+            fields = {**fields, "approval_threshold": str(fields["approval_threshold"])}
+        return "PUT", f"/resolutions/{code}", fields
 
 
 class ReviewQueueClient:
@@ -251,9 +276,12 @@ class ReviewQueueClient:
     def enqueue(self, **fields: Any) -> ItemOut:
         return ItemOut.model_validate(self._call(*_Calls.enqueue(fields)))
 
-    def lease(self, batch_size: int | None = None, *, wait_s: int = 0) -> list[ItemOut]:
-        """Lease up to batch_size items; with wait_s (0-20), wait that long for work to arrive."""
-        answer = self._call(*_Calls.lease(batch_size, wait_s), wait_s=wait_s)
+    def lease(
+        self, batch_size: int | None = None, *, wait_s: int = 0, queue: str = "review"
+    ) -> list[ItemOut]:
+        """Lease up to batch_size items; with wait_s (0-20), wait that long for work to arrive.
+        queue="approval" leases other people's proposals awaiting approval (approver, admin)."""
+        answer = self._call(*_Calls.lease(batch_size, wait_s, queue), wait_s=wait_s)
         return [ItemOut.model_validate(i) for i in answer["items"]]
 
     def complete(
@@ -276,6 +304,23 @@ class ReviewQueueClient:
     def reopen(self, item_id: UUID, *, reason: str) -> ItemOut:
         """Put a RESOLVED item back to PENDING; the trail keeps the old decision (admin)."""
         return ItemOut.model_validate(self._call(*_Calls.reopen(item_id, reason)))
+
+    def approve(self, item_id: UUID, *, lease_token: str | None = None) -> ApproveOut:
+        """Approve a proposal you hold the approval lease of (approver, admin)."""
+        return ApproveOut.model_validate(self._call(*_Calls.approve(item_id, lease_token)))
+
+    def reject(self, item_id: UUID, *, reason: str, lease_token: str | None = None) -> ItemOut:
+        """Send a proposal back to PENDING with a reason (approver, admin)."""
+        return ItemOut.model_validate(self._call(*_Calls.reject(item_id, reason, lease_token)))
+
+    def resolutions(self) -> list[ResolutionCodeOut]:
+        """The active resolution codes."""
+        return [ResolutionCodeOut.model_validate(c) for c in self._call("GET", "/resolutions")["resolutions"]]
+
+    def put_resolution(self, code: str, **fields: Any) -> ResolutionCodeOut:
+        """Create or update a resolution code (admin): label, description, requires_note,
+        approval_threshold (Decimal or None), active."""
+        return ResolutionCodeOut.model_validate(self._call(*_Calls.put_resolution(code, fields)))
 
     def get(self, item_id: UUID) -> ItemOut:
         return ItemOut.model_validate(self._call("GET", f"/items/{item_id}"))
@@ -439,8 +484,10 @@ class AsyncReviewQueueClient:
     async def enqueue(self, **fields: Any) -> ItemOut:
         return ItemOut.model_validate(await self._call(*_Calls.enqueue(fields)))
 
-    async def lease(self, batch_size: int | None = None, *, wait_s: int = 0) -> list[ItemOut]:
-        answer = await self._call(*_Calls.lease(batch_size, wait_s), wait_s=wait_s)
+    async def lease(
+        self, batch_size: int | None = None, *, wait_s: int = 0, queue: str = "review"
+    ) -> list[ItemOut]:
+        answer = await self._call(*_Calls.lease(batch_size, wait_s, queue), wait_s=wait_s)
         return [ItemOut.model_validate(i) for i in answer["items"]]
 
     async def complete(
@@ -463,6 +510,19 @@ class AsyncReviewQueueClient:
 
     async def reopen(self, item_id: UUID, *, reason: str) -> ItemOut:
         return ItemOut.model_validate(await self._call(*_Calls.reopen(item_id, reason)))
+
+    async def approve(self, item_id: UUID, *, lease_token: str | None = None) -> ApproveOut:
+        return ApproveOut.model_validate(await self._call(*_Calls.approve(item_id, lease_token)))
+
+    async def reject(self, item_id: UUID, *, reason: str, lease_token: str | None = None) -> ItemOut:
+        return ItemOut.model_validate(await self._call(*_Calls.reject(item_id, reason, lease_token)))
+
+    async def resolutions(self) -> list[ResolutionCodeOut]:
+        answer = await self._call("GET", "/resolutions")
+        return [ResolutionCodeOut.model_validate(c) for c in answer["resolutions"]]
+
+    async def put_resolution(self, code: str, **fields: Any) -> ResolutionCodeOut:
+        return ResolutionCodeOut.model_validate(await self._call(*_Calls.put_resolution(code, fields)))
 
     async def get(self, item_id: UUID) -> ItemOut:
         return ItemOut.model_validate(await self._call("GET", f"/items/{item_id}"))

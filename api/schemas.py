@@ -559,8 +559,9 @@ class ReclaimedOut(BaseModel):
     trace_id: UUID
     source_hash: str
     match_decision: MatchDecision
-    state: Literal["PENDING", "QUARANTINED"] = Field(
-        description="PENDING, or QUARANTINED when the item had used up its attempts."
+    state: Literal["PENDING", "QUARANTINED", "AWAITING_APPROVAL"] = Field(
+        description="PENDING, or QUARANTINED when the item had used up its attempts;"
+        " AWAITING_APPROVAL for an approval lease (back to the approval queue)."
     )
 
     model_config = ConfigDict(from_attributes=True)

@@ -451,7 +451,11 @@ _RELEASE = select(*[_released.c[n] for n in _ITEM_FIELDS]).add_cte(
 # committed by an admin is either wholly before or wholly after it: never between a read and the
 # write. No row: the UPDATE matches nothing and complete_item says why.
 _code = (
-    select(catalogue.c.code, catalogue.c.approval_threshold)
+    select(
+        catalogue.c.code,
+        catalogue.c.approval_threshold,
+        cast(bindparam("item_id"), PG_UUID(as_uuid=True)).label("item_id"),
+    )
     .where(
         # Not "resolution": a bind named like a column would join the UPDATE's SET clause.
         catalogue.c.code == bindparam("chosen_code", type_=Text),
@@ -478,7 +482,7 @@ def _unless_approval(resolved: Any, submitted: Any) -> Any:
 _resolved = (
     item.update()
     .where(*_held_by_caller())
-    .where(_code.c.code.is_not(None))  # joins the catalogue row: UPDATE ... FROM code
+    .where(item.c.id == _code.c.item_id)  # joins the catalogue row: UPDATE ... FROM code
     .values(
         state=_unless_approval(RESOLVED, AWAITING_APPROVAL),
         resolution=_unless_approval(_code.c.code, item.c.resolution),
@@ -818,7 +822,7 @@ async def put_resolution_code(
     statement = new.on_conflict_do_update(
         index_elements=[catalogue.c.code],
         set_={**{k: new.excluded[k] for k in values if k != "code"}, "updated_at": func.now()},
-    ).returning(*_CODE_COLUMNS, (literal_column("xmax", Text) == "0").label("created"))
+    ).returning(*_CODE_COLUMNS, literal_column("(resolution_code.xmax = 0)").label("created"))
     row = (await conn.execute(statement)).one()
     return bool(row.created), ResolutionCode(*row[: len(_CODE_COLUMNS)])
 

@@ -290,4 +290,4 @@ def test_auto_adjudicate_runs_until_ctrl_c(
     assert worker.returncode == 0
     assert "resolved=3" in out, out
     rows = sql.execute("SELECT resolution FROM review_queue_item ORDER BY idempotency_key").fetchall()
-    assert rows == [("WRITE_OFF",), ("ESCALATE",), ("ESCALATE",)]
+    assert rows == [("WRITE_OFF",), ("ESCALATED",), ("ESCALATED",)]

@@ -115,7 +115,7 @@ def app(
         held = arrange.post("/leases", json={"batch_size": 6}, headers=other).json()["items"]
         for item, action, body in (
             (held[0], "complete", {"resolution": "APPROVED", "note": "fuzz"}),
-            (held[1], "complete", {"resolution": "WRITE_OFF"}),
+            (held[1], "complete", {"resolution": "WRITE_OFF", "note": "fuzz"}),
             (held[2], "release", {"reason": "fuzz"}),
             (held[3], "renew", {"lease_token": held[3]["lease_token"]}),
         ):

@@ -281,7 +281,9 @@ class TestComplete:
 
     def test_unknown_item_is_404(self, client: TestClient, alice: dict) -> None:
         response = client.post(
-            "/items/00000000-0000-0000-0000-000000000000/complete", json={"resolution": "OK"}, headers=alice
+            "/items/00000000-0000-0000-0000-000000000000/complete",
+            json={"resolution": "APPROVED"},
+            headers=alice,
         )
         assert_problem(response, 404, "NOT_FOUND")
 
@@ -329,7 +331,7 @@ class TestComplete:
         assert (answer["resolution"], answer["resolution_note"]) == (body["resolution"], body["note"])
 
     def test_malformed_id_is_422(self, client: TestClient, alice: dict) -> None:
-        response = client.post("/items/nope/complete", json={"resolution": "OK"}, headers=alice)
+        response = client.post("/items/nope/complete", json={"resolution": "APPROVED"}, headers=alice)
         assert_problem(response, 422, "VALIDATION_ERROR")
 
 

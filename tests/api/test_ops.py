@@ -77,7 +77,7 @@ def test_stats_match_sql(client: TestClient, auth: Auth, sql) -> None:
     client.post("/items/batch", json={"items": [item_body() for _ in range(10)]}, headers=admin)
     a = client.post("/leases", json={"batch_size": 3}, headers=alice).json()["items"]
     client.post("/leases", json={"batch_size": 2}, headers=bob)
-    client.post(f"/items/{a[0]['id']}/complete", json={"resolution": "OK"}, headers=alice)
+    client.post(f"/items/{a[0]['id']}/complete", json={"resolution": "APPROVED"}, headers=alice)
     backdate_lease(sql, a[1]["id"], seconds=10)
     backdate_lease(sql, a[2]["id"])
     response = client.get("/stats", headers=alice)

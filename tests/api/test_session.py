@@ -47,7 +47,7 @@ def test_a_session_cookie_reads_and_writes_with_its_csrf_token(
     (item,) = leased.json()["items"]
     assert item["leased_by"] == "alice" and item["lease_token"]
     same_origin = {"X-CSRF-Token": csrf, "Origin": "http://testserver"}
-    done = client.post(f"/items/{item['id']}/complete", json={"resolution": "OK"}, headers=same_origin)
+    done = client.post(f"/items/{item['id']}/complete", json={"resolution": "APPROVED"}, headers=same_origin)
     assert done.json()["item"]["resolved_by"] == "alice"
 
 
