@@ -52,7 +52,8 @@ class TestEnqueue:
             "id", "idempotency_key", "ledger_entity", "variance_amount", "match_decision", "state",
             "leased_by", "leased_at", "lease_expires_at", "trace_id", "source_hash", "created_at",
             "resolution", "resolution_note", "resolved_by", "resolved_at", "attempts", "lease_token",
-            "context",
+            "context", "prepared_by", "prepared_at", "proposed_resolution", "proposed_note", "approved_by",
+            "approved_at",
         }  # fmt: skip
         assert (item["attempts"], item["lease_token"], item["context"]) == (0, None, None)
         assert item["state"] == "PENDING"
@@ -310,9 +311,13 @@ class TestComplete:
     def test_longest_resolution_and_note_are_accepted(
         self, client: TestClient, ingest: dict, alice: dict, sql: psycopg.Connection
     ) -> None:
+        longest = "A" + "_9" * 31 + "Z"
+        sql.execute(
+            "INSERT INTO resolution_code (code, label) VALUES (%s, 'the longest code')", (longest,)
+        )
         enqueue(client, ingest)
         leased = lease_one(client, alice)
-        body = {"resolution": "A" + "_9" * 31 + "Z", "note": "n" * 4000}
+        body = {"resolution": longest, "note": "n" * 4000}
         response = client.post(f"/items/{leased['id']}/complete", json=body, headers=alice)
         assert response.status_code == 200, response.text
         stored = sql.execute(
