@@ -1060,7 +1060,9 @@ async def reclaim_expired(
     max_attempts: int = DEFAULT_MAX_ATTEMPTS,
 ) -> list[Reclaimed]:
     params = {"reclaim_batch": reclaim_batch, "grace": grace, "actor": actor, "max_attempts": max_attempts}
-    rows = [*await conn.execute(_RECLAIM, params), *await conn.execute(_RECLAIM_APPROVALS, params)]
+    rows = list(await conn.execute(_RECLAIM, params))
+    if len(rows) < reclaim_batch:  # review leases first, then approval leases: one batch in all
+        rows += await conn.execute(_RECLAIM_APPROVALS, {**params, "reclaim_batch": reclaim_batch - len(rows)})
     rows.sort(key=lambda r: r.expired_at)  # oldest expiry first
     if rows:
         await notify_work(conn)  # once per reclaim statement, however many rows it returned

@@ -57,13 +57,18 @@ from tests.api.helpers import assert_problem
 from tests.conftest import LONG, libpq, make_settings
 
 REVIEWERS = ("alice", "bob", "carol")
+APPROVERS = ("bob", "carol")  # role approver: they review too; alice is a plain reviewer
 CAP = 3  # REVIEW_QUEUE_MAX_LEASES_PER_REVIEWER: small, so the cap is reached often
 MAX_ATTEMPTS = 3  # REVIEW_QUEUE_MAX_ATTEMPTS: small, so items are quarantined and requeued
 LEASE_S = 120  # the longest lease (lock_timeout_ms): nothing expires by itself during an example
 GRACE_S = 600  # the longest grace: a lease backdated "within the grace" stays unreclaimable
 IN_GRACE_S = 60  # backdated this far, a lease is expired but not reclaimable
 PAST_GRACE_S = 3600  # backdated this far, it is reclaimable
-RESOLUTIONS = ("APPROVED", "WRITE_OFF")
+RESOLUTIONS = ("APPROVED", "WRITE_OFF", "ADJUSTMENT_POSTED")
+# The catalogue of this test (set through PUT /resolutions at the start): APPROVED never needs an
+# approver and takes no note; the other two need a note, and an approver from BIG on.
+NEEDS_NOTE = ("WRITE_OFF", "ADJUSTMENT_POSTED")
+BIG = 50000  # every third item is at least this big (see new_payload)
 NOTES = (None, "FX rounding", "another note")
 # Repeats weight a choice: the holder with a valid token is the common case (it is what lets items
 # get resolved and retried at all); every other kind of caller and token still comes up often.
@@ -73,7 +78,7 @@ TOKENS = ("none", "current", "current", "stale", "foreign")
 CALLERS = ("last_holder", "last_holder", "last_holder", *REVIEWERS)
 EVENTS = (
     "ENQUEUED", "LEASED", "RENEWED", "RELEASED", "RECLAIMED", "RESOLVED",
-    "QUARANTINED", "REQUEUED", "REOPENED",
+    "QUARANTINED", "REQUEUED", "REOPENED", "SUBMITTED_FOR_APPROVAL", "APPROVED", "REJECTED",
 )  # fmt: skip
 UNKNOWN = "00000000-0000-4000-8000-000000000000"
 # Calls that must be refused whatever the state: (path, caller or None for no token, status, code).
@@ -108,6 +113,10 @@ KEY_MINIMUMS = {
     "stale token refused, the same reviewer holding the newer lease": 0.2,
     "reclaim took leases back": 0.2,
     "retry answered already_resolved": 0.2,
+    "completion submitted for approval": 0.3,
+    "proposal approved": 0.2,
+    "proposal rejected": 0.1,
+    "approval refused: segregation of duties": 0.1,
 }
 KEY: Counter[str] = Counter()
 
@@ -145,6 +154,24 @@ class Model:
     note: str | None = None
     resolvers: list[str] = field(default_factory=list)  # every resolution, reopened ones too
     events: Counter[str] = field(default_factory=Counter)
+    prepared_by: str | None = None  # the last proposal's preparer (kept after approve or reject)
+    proposed: str | None = None
+    proposed_note: str | None = None
+    approved_by: str | None = None
+
+    @property
+    def big(self) -> bool:
+        return abs(float(self.payload["variance_amount"])) >= BIG
+
+    @property
+    def lease_open(self) -> bool:
+        """A review lease, or an approval lease (AWAITING_APPROVAL with a holder)."""
+        return self.state == "ASSIGNED" or (self.state == "AWAITING_APPROVAL" and self.leased_by is not None)
+
+    @property
+    def lease_times(self) -> bool:
+        """leased_at and lease_expires_at are set (kept once resolved, cleared on submission)."""
+        return self.lease_open or self.state == "RESOLVED"
 
 
 class ReviewQueueMachine(RuleBasedStateMachine):
@@ -156,6 +183,7 @@ class ReviewQueueMachine(RuleBasedStateMachine):
     items = Bundle("items")  # every enqueued item
     leases = Bundle("leases")  # an item each time it is leased: holder actions aim here
     resolved = Bundle("resolved")  # items once resolved: completion retries aim here
+    proposals = Bundle("proposals")  # items once submitted for approval: approve and reject aim here
 
     def __init__(self) -> None:
         super().__init__()
@@ -186,10 +214,11 @@ class ReviewQueueMachine(RuleBasedStateMachine):
 
     def new_payload(self) -> dict[str, Any]:
         n = next(KEYS)
+        amount = f"{BIG + n % 1000}.00" if n % 3 == 0 else f"{n % 1000}.{n % 100:02d}"
         return {
             "idempotency_key": f"model-{n}",
             "ledger_entity": f"ENTITY-{n % 3}",
-            "variance_amount": f"{n}.{n % 100:02d}",
+            "variance_amount": f"-{amount}" if n % 2 else amount,
             "match_decision": ("MATCHED", "PARTIAL", "UNMATCHED")[n % 3],
             "source_hash": f"sha256:{n:08x}",
         }
@@ -232,7 +261,7 @@ class ReviewQueueMachine(RuleBasedStateMachine):
         response = self.post(f"/items/{item_id}/{action}", reviewer, body or None)
         tally(f"{action} by {caller}, token {kind}: {response.status_code}")
         self.tally_stale(item_id, reviewer, kind)
-        if not self.holds(item_id, reviewer, epoch, foreign):
+        if not self.holds(item_id, reviewer, epoch, foreign, approval=None):
             assert_problem(response, 409, "LEASE_NOT_HELD")
             return reviewer, None
         assert response.status_code == 200, response.text
@@ -244,12 +273,16 @@ class ReviewQueueMachine(RuleBasedStateMachine):
         if kind == "stale" and m.state == "ASSIGNED" and m.leased_by == reviewer:
             key("stale token refused, the same reviewer holding the newer lease")
 
-    def holds(self, item_id: str, reviewer: str, epoch: int | None, foreign: bool) -> bool:
-        """Does this call pass the holder guard (and the fence, when it carries a token)?"""
+    def holds(
+        self, item_id: str, reviewer: str, epoch: int | None, foreign: bool, approval: bool | None = False
+    ) -> bool:
+        """Does this call pass the holder guard (and the fence, when it carries a token)? approval:
+        False for a review lease, True for an approval lease, None for either (renew, release)."""
         m = self.model[item_id]
+        states = {False: ("ASSIGNED",), True: ("AWAITING_APPROVAL",), None: ("ASSIGNED", "AWAITING_APPROVAL")}
         return (
             not foreign
-            and m.state == "ASSIGNED"
+            and m.state in states[approval]
             and m.leased_by == reviewer
             and (epoch is None or epoch == m.epoch)
         )
@@ -258,8 +291,12 @@ class ReviewQueueMachine(RuleBasedStateMachine):
         """An item in a response equals the model (with the token only when the viewer holds it)."""
         m = self.model[item_id]
         assert body["id"] == item_id
-        held = m.state == "ASSIGNED" and m.leased_by == viewer
+        held = m.lease_open and m.leased_by == viewer
         expected = {
+            "prepared_by": m.prepared_by,
+            "proposed_resolution": m.proposed,
+            "proposed_note": m.proposed_note,
+            "approved_by": m.approved_by,
             "state": m.state,
             "leased_by": m.leased_by,
             "attempts": m.attempts,
@@ -271,7 +308,7 @@ class ReviewQueueMachine(RuleBasedStateMachine):
             **m.payload,
         }
         assert {k: body[k] for k in expected} == expected, (body, expected)
-        leased = m.state in ("ASSIGNED", "RESOLVED")
+        leased = m.lease_times
         assert (body["leased_at"] is not None) == leased, body
         assert (body["lease_expires_at"] is not None) == leased, body
         assert (body["resolved_at"] is not None) == (m.state == "RESOLVED"), body
@@ -290,20 +327,40 @@ class ReviewQueueMachine(RuleBasedStateMachine):
         answer = response.json()
         tally(f"{rule} by {caller}, token {kind}: {answer.get('outcome') or answer.get('code')}")
         self.tally_stale(item_id, reviewer, kind)
-        retry = (
-            not foreign
-            and m.state == "RESOLVED"
-            and m.resolved_by == reviewer
-            and (epoch is None or epoch == m.epoch)
-        )
-        if self.holds(item_id, reviewer, epoch, foreign):
+        fenced = not foreign and (epoch is None or epoch == m.epoch)
+        retry = fenced and m.state == "RESOLVED" and m.resolved_by == reviewer
+        resubmitted = fenced and m.state == "AWAITING_APPROVAL" and m.prepared_by == reviewer
+        held = self.holds(item_id, reviewer, epoch, foreign)
+        if held and resolution in NEEDS_NOTE and not note:
+            problem = assert_problem(response, 422, "VALIDATION_ERROR")
+            assert problem["errors"][0]["loc"] == ["body", "note"], problem
+            tally("completion refused: note required")
+            return False
+        if held and resolution != "APPROVED" and m.big:
+            assert response.status_code == 200, response.text
+            assert answer["outcome"] == "submitted_for_approval", answer
+            key("completion submitted for approval")
+            m.state, m.leased_by, m.expiry = "AWAITING_APPROVAL", None, "live"
+            m.prepared_by, m.proposed, m.proposed_note, m.approved_by = reviewer, resolution, note, None
+            m.events["SUBMITTED_FOR_APPROVAL"] += 1
+            self.check_item(answer["item"], item_id, reviewer)
+            return False
+        if held:
             assert response.status_code == 200, response.text
             assert answer["outcome"] == "resolved", answer
             key("completion resolved an item")
             # leased_by stays: it records who held the item when it was resolved.
             m.state, m.resolution, m.resolved_by, m.note = "RESOLVED", resolution, reviewer, note
+            m.prepared_by = m.proposed = m.proposed_note = m.approved_by = None
             m.resolvers.append(reviewer)
             m.events["RESOLVED"] += 1
+        elif resubmitted:
+            if resolution != m.proposed:
+                assert_problem(response, 409, "RESOLUTION_CONFLICT")
+                return False
+            assert response.status_code == 200, response.text
+            assert answer["outcome"] == "already_submitted", answer
+            tally("retry answered already_submitted")
         elif retry and resolution == m.resolution:
             # A retry changes nothing, not even the note.
             assert response.status_code == 200, response.text
@@ -318,6 +375,85 @@ class ReviewQueueMachine(RuleBasedStateMachine):
         assert set(answer) == {"outcome", "item"}, answer
         self.check_item(answer["item"], item_id, reviewer)
         return answer["outcome"] == "resolved"
+
+    def approval_queue(self) -> list[str]:
+        return [
+            i
+            for i, m in sorted(self.model.items(), key=lambda kv: kv[1].seq)
+            if m.state == "AWAITING_APPROVAL" and m.leased_by is None
+        ]
+
+    def open_leases(self, reviewer: str) -> int:
+        return sum(1 for m in self.model.values() if m.lease_open and m.leased_by == reviewer)
+
+    def lease_approvals(self, approver: str, batch_size: int) -> list[str]:
+        """POST /leases {queue: approval}: other people's proposals, oldest first, under the cap."""
+        held = self.open_leases(approver)
+        mine_excluded = [i for i in self.approval_queue() if self.model[i].prepared_by != approver]
+        expected = mine_excluded[: max(0, min(batch_size, CAP - held))]
+        response = self.post("/leases", approver, {"batch_size": batch_size, "queue": "approval"})
+        if approver not in APPROVERS:
+            assert_problem(response, 403, "FORBIDDEN")
+            return []
+        assert response.status_code == 200, response.text
+        got = response.json()["items"]
+        tally(f"approval lease: {'some' if got else 'none'}")
+        assert [i["id"] for i in got] == expected, (approver, expected, got)
+        for body in got:
+            m = self.model[body["id"]]
+            token = body["lease_token"]
+            assert token and token not in self.all_tokens, token
+            self.all_tokens.add(token)
+            m.leased_by, m.last_holder, m.epoch, m.expiry = approver, approver, m.epoch + 1, "live"
+            m.tokens[m.epoch] = token
+            m.events["LEASED"] += 1
+            self.check_item(body, body["id"], approver)
+        return expected
+
+    def decide(self, item_id: str, caller: str, token: str, approve: bool) -> None:
+        """POST approve or reject, checked against the model."""
+        m = self.model[item_id]
+        actor = self.caller(item_id, caller)
+        sent, epoch, foreign, kind = self.token_for(item_id, token)
+        action = "approve" if approve else "reject"
+        body = {
+            k: v for k, v in {"lease_token": sent, "reason": None if approve else "wrong entity"}.items() if v
+        }
+        response = self.post(f"/items/{item_id}/{action}", actor, body or None)
+        tally(f"{action} by {caller}, token {kind}: {response.status_code}")
+        if actor not in APPROVERS:
+            assert_problem(response, 403, "FORBIDDEN")
+            return
+        if self.holds(item_id, actor, epoch, foreign, approval=True) and m.prepared_by != actor:
+            assert response.status_code == 200, response.text
+            if approve:
+                assert response.json()["outcome"] == "approved"
+                key("proposal approved")
+                m.state, m.resolution, m.note = "RESOLVED", m.proposed, m.proposed_note
+                m.resolved_by, m.approved_by = m.prepared_by, actor
+                m.events["APPROVED"] += 1
+                self.check_item(response.json()["item"], item_id, actor)
+            else:
+                key("proposal rejected")
+                m.state, m.leased_by = "PENDING", None
+                m.events["REJECTED"] += 1
+                self.check_item(response.json(), item_id, actor)
+            return
+        if (
+            m.prepared_by == actor
+            and m.state in ("AWAITING_APPROVAL", "RESOLVED")
+            and (approve or m.state == "AWAITING_APPROVAL")
+        ):
+            assert_problem(response, 403, "SEGREGATION_OF_DUTIES")
+            key("approval refused: segregation of duties")
+            return
+        fenced = not foreign and (epoch is None or epoch == m.epoch)
+        if approve and m.state == "RESOLVED" and m.approved_by == actor and fenced:
+            assert response.status_code == 200, response.text
+            assert response.json()["outcome"] == "already_approved"
+            tally("retry answered already_approved")
+            return
+        assert_problem(response, 409, "LEASE_NOT_HELD")
 
     # --- rules --------------------------------------------------------------------------
 
@@ -380,12 +516,12 @@ class ReviewQueueMachine(RuleBasedStateMachine):
         find the queue empty; leases of an empty queue still come up (top_up False). "least_busy"
         is whoever holds fewest, so that leases at the cap are common but not the rule."""
         if reviewer == "least_busy":
-            holding = Counter(m.leased_by for m in self.model.values() if m.state == "ASSIGNED")
+            holding = Counter(m.leased_by for m in self.model.values() if m.lease_open)
             reviewer = min(REVIEWERS, key=lambda r: holding[r])
         pending_now = sum(1 for m in self.model.values() if m.state == "PENDING")
         if top_up and pending_now < batch_size:
             self.enqueue(count=batch_size - pending_now, batch=True)
-        held = sum(1 for m in self.model.values() if m.state == "ASSIGNED" and m.leased_by == reviewer)
+        held = self.open_leases(reviewer)
         pending = sorted((m.seq, i) for i, m in self.model.items() if m.state == "PENDING")
         expected = [i for _, i in pending[: max(0, min(batch_size, CAP - held))]]
         response = self.post("/leases", reviewer, {"batch_size": batch_size})
@@ -434,7 +570,8 @@ class ReviewQueueMachine(RuleBasedStateMachine):
         m = self.model[item_id]
         m.leased_by = None
         m.events["RELEASED"] += 1
-        self.back_to_queue(m)
+        if m.state == "ASSIGNED":
+            self.back_to_queue(m)
         self.check_item(response.json(), item_id, reviewer)
 
     def back_to_queue(self, m: Model) -> None:
@@ -470,7 +607,7 @@ class ReviewQueueMachine(RuleBasedStateMachine):
             return
         assert response.status_code == 200, response.text
         m.state, m.attempts, m.leased_by = "PENDING", 0, None
-        m.resolution = m.resolved_by = m.note = None
+        m.resolution = m.resolved_by = m.note = m.approved_by = None
         m.events["REOPENED"] += 1
         self.check_item(response.json(), item_id, "root")
 
@@ -486,6 +623,44 @@ class ReviewQueueMachine(RuleBasedStateMachine):
         if self.complete_as(item_id, caller, token, resolution, note, "complete"):
             return item_id
         return multiple()
+
+    @rule(
+        target=proposals,
+        approver=st.sampled_from((*APPROVERS, *APPROVERS, "alice")),
+        batch_size=st.integers(1, 3),
+        submit_first=st.sampled_from([True, True, False]),
+    )
+    def lease_for_approval(self, approver: str, batch_size: int, submit_first: bool) -> Any:
+        """Lease from the approval queue; usually after someone submitted a big item first (a
+        composite, so that proposals exist even when swarm testing turned other rules off)."""
+        if submit_first:
+            preparer = next((r for r in REVIEWERS if self.open_leases(r) < CAP), None)
+            if preparer is not None:
+                big = [i for i in self.approval_queue() if self.model[i].prepared_by != approver]
+                if not big:
+                    self.enqueue(count=3, batch=True)  # every third payload is big
+                    before = {i for i, m in self.model.items() if m.state == "ASSIGNED"}
+                    self.lease(preparer, 3, top_up=False)
+                    for item_id in self.assigned():
+                        if item_id not in before and self.model[item_id].big:
+                            self.complete_as(item_id, preparer, "current", "WRITE_OFF", "big", "submit")
+        return multiple(*self.lease_approvals(approver, batch_size))
+
+    @rule(
+        item_id=proposals,
+        caller=st.sampled_from(CALLERS),
+        token=st.sampled_from(TOKENS),
+        approve=st.sampled_from([True, True, False]),
+    )
+    def decide_proposal(self, item_id: str, caller: str, token: str, approve: bool) -> None:
+        self.decide(item_id, caller, token, approve)
+
+    @rule(item_id=proposals, approve=st.booleans())
+    def preparer_decides(self, item_id: str, approve: bool) -> None:
+        """The preparer of a proposal tries to decide it: refused, whatever their role."""
+        m = self.model[item_id]
+        if m.prepared_by in APPROVERS:
+            self.decide(item_id, m.prepared_by, "none", approve)
 
     @precondition(lambda self: bool(self.assigned()))
     @rule(
@@ -547,7 +722,7 @@ class ReviewQueueMachine(RuleBasedStateMachine):
     @rule(reviewer=st.sampled_from(REVIEWERS))
     def abandon(self, reviewer: str) -> None:
         """A reviewer vanishes: every lease they hold ends up past the grace, oldest item first."""
-        for item_id in self.assigned():
+        for item_id in [i for i, m in sorted(self.model.items(), key=lambda kv: kv[1].seq) if m.lease_open]:
             m = self.model[item_id]
             if m.leased_by == reviewer:
                 self.sql.execute(
@@ -591,7 +766,7 @@ class ReviewQueueMachine(RuleBasedStateMachine):
         else:
             self.holder_call(action, item_id, holder, "stale", {})
 
-    @precondition(lambda self: bool(self.assigned()))
+    @precondition(lambda self: any(m.lease_open for m in self.model.values()))
     @rule(
         reclaim_batch=st.one_of(st.none(), st.integers(1, 3)),
         abandon_first=st.sampled_from([True, True, False]),
@@ -600,15 +775,23 @@ class ReviewQueueMachine(RuleBasedStateMachine):
         """Reclaim as admin; usually after the holder of the oldest open lease vanished (see abandon),
         so that there is something to take back even in examples that never backdate a lease."""
         if abandon_first:
-            holder = self.model[self.assigned()[0]].leased_by
+            holder = next(
+                m.leased_by for _, m in sorted(self.model.items(), key=lambda kv: kv[1].seq) if m.lease_open
+            )
             assert holder is not None
             self.abandon(holder)
-        due = sorted(
-            (m.expired_seq, i)
-            for i, m in self.model.items()
-            if m.state == "ASSIGNED" and m.expiry == "past_grace"
-        )
-        expected = [i for _, i in due[: reclaim_batch or 100]]
+        limit = reclaim_batch or 100
+
+        def due(state: str) -> list[tuple[int, str]]:
+            return sorted(
+                (m.expired_seq, i)
+                for i, m in self.model.items()
+                if m.state == state and m.lease_open and m.expiry == "past_grace"
+            )
+
+        review = due("ASSIGNED")[:limit]
+        approval = due("AWAITING_APPROVAL")[: limit - len(review)]
+        expected = [i for _, i in sorted(review + approval)]
         body = {"reclaim_batch": reclaim_batch} if reclaim_batch else None
         response = self.post("/admin/reclaim", "root", body)
         assert response.status_code == 200, response.text
@@ -624,7 +807,11 @@ class ReviewQueueMachine(RuleBasedStateMachine):
                     "trace_id": self.model[i].trace_id,
                     "source_hash": self.model[i].payload["source_hash"],
                     "match_decision": self.model[i].payload["match_decision"],
-                    "state": "QUARANTINED" if self.model[i].attempts >= MAX_ATTEMPTS else "PENDING",
+                    "state": "AWAITING_APPROVAL"
+                    if self.model[i].state == "AWAITING_APPROVAL"
+                    else "QUARANTINED"
+                    if self.model[i].attempts >= MAX_ATTEMPTS
+                    else "PENDING",
                 }
                 for i in expected
             ],
@@ -633,7 +820,8 @@ class ReviewQueueMachine(RuleBasedStateMachine):
             m = self.model[i]
             m.leased_by, m.expiry = None, "live"
             m.events["RECLAIMED"] += 1
-            self.back_to_queue(m)
+            if m.state == "ASSIGNED":
+                self.back_to_queue(m)
 
     @rule(case=st.sampled_from(REFUSED))
     def refused(self, case: tuple[str, str | None, int, str]) -> None:
@@ -656,8 +844,9 @@ class ReviewQueueMachine(RuleBasedStateMachine):
         rows = self.sql.execute(
             """
             SELECT id::text, state, leased_by, lease_epoch, attempts, resolution, resolved_by,
-                   resolution_note,
-                   CASE WHEN state <> 'ASSIGNED' THEN NULL
+                   resolution_note, prepared_by, proposed_resolution, approved_by,
+                   CASE WHEN NOT (state = 'ASSIGNED'
+                                  OR (state = 'AWAITING_APPROVAL' AND leased_by IS NOT NULL)) THEN NULL
                         WHEN lease_expires_at > now() + make_interval(secs => %(lease)s)
                             THEN 'longer than the lease duration'
                         WHEN lease_expires_at > now() THEN 'live'
@@ -678,9 +867,12 @@ class ReviewQueueMachine(RuleBasedStateMachine):
                 m.resolution,
                 m.resolved_by,
                 m.note,
-                m.expiry if m.state == "ASSIGNED" else None,
-                m.state in ("ASSIGNED", "RESOLVED"),
-                m.state in ("ASSIGNED", "RESOLVED"),
+                m.prepared_by,
+                m.proposed,
+                m.approved_by,
+                m.expiry if m.lease_open else None,
+                m.lease_times,
+                m.lease_times,
                 m.state == "RESOLVED",
             )
             for i, m in self.model.items()
@@ -688,9 +880,10 @@ class ReviewQueueMachine(RuleBasedStateMachine):
         assert actual.keys() == expected.keys(), set(actual) ^ set(expected)
         diff = {i: {"db": actual[i], "model": expected[i]} for i in expected if actual[i] != expected[i]}
         assert not diff, (
-            f"(state, leased_by, epoch, attempts, resolution, resolved_by, note, expiry, ...): {diff}"
+            f"(state, leased_by, epoch, attempts, resolution, resolved_by, note, prepared_by, proposed,"
+            f" approved_by, expiry, ...): {diff}"
         )
-        held = Counter(m.leased_by for m in self.model.values() if m.state == "ASSIGNED")
+        held = Counter(m.leased_by for m in self.model.values() if m.lease_open)
         assert all(n <= CAP for n in held.values()), held
 
         trail = self.sql.execute(
@@ -707,12 +900,39 @@ class ReviewQueueMachine(RuleBasedStateMachine):
         }
         resolvers = {i: actors for i, e, _, actors in trail if e == "RESOLVED"}
         assert resolvers == {i: m.resolvers for i, m in self.model.items() if m.resolvers}
+        self.four_eyes_hold()
+
+    def four_eyes_hold(self) -> None:
+        """Issue 12's invariants, from the database alone (over every row, not only this example's)."""
+        same = self.sql.execute(
+            "SELECT id FROM review_queue_item WHERE approved_by IS NOT NULL AND approved_by = resolved_by"
+        ).fetchall()
+        assert not same, f"approved by their own resolver: {same}"
+        unapproved = self.sql.execute(
+            "SELECT i.id, i.resolution, i.variance_amount FROM review_queue_item i JOIN resolution_code c"
+            " ON c.code = i.resolution WHERE i.state = 'RESOLVED' AND i.created_at >= %s"
+            " AND abs(i.variance_amount) >= c.approval_threshold AND i.approved_by IS NULL",
+            (self.since,),
+        ).fetchall()
+        assert not unapproved, f"resolved above the threshold without an approval: {unapproved}"
+        # Resolved at most once: every RESOLVED or APPROVED event but the current decision's was
+        # undone by a REOPENED event.
+        twice = self.sql.execute(
+            "SELECT i.id, i.state, count(*) FILTER (WHERE e.event IN ('RESOLVED', 'APPROVED')) AS decided,"
+            " count(*) FILTER (WHERE e.event = 'REOPENED') AS reopened"
+            " FROM review_queue_item i JOIN review_queue_event e ON e.item_id = i.id"
+            " WHERE i.created_at >= %s GROUP BY i.id, i.state"
+            " HAVING count(*) FILTER (WHERE e.event IN ('RESOLVED', 'APPROVED'))"
+            " <> count(*) FILTER (WHERE e.event = 'REOPENED') + (i.state = 'RESOLVED')::int",
+            (self.since,),
+        ).fetchall()
+        assert not twice, f"resolved more than once: {twice}"
 
 
 # Hypothesis gives up shrinking after 5 minutes; the timeout must not cut its report short.
 @pytest.mark.timeout(1800 if LONG else 900)
 def test_api_behaves_like_the_model(db_url: str, make_token: Callable[[str, str], str]) -> None:
-    tokens = {subject: make_token(subject, "reviewer") for subject in REVIEWERS}
+    tokens = {s: make_token(s, "approver" if s in APPROVERS else "reviewer") for s in REVIEWERS}
     tokens["root"] = make_token("root", "admin")
     tokens["feeder"] = make_token("feeder", "ingest")
     tokens["audrey"] = make_token("audrey", "auditor")
@@ -729,6 +949,16 @@ def test_api_behaves_like_the_model(db_url: str, make_token: Callable[[str, str]
         TestClient(create_app(app_settings), raise_server_exceptions=False) as client,
         psycopg.connect(libpq(db_url), autocommit=True) as sql,
     ):
+        for code, threshold in (("WRITE_OFF", BIG), ("ADJUSTMENT_POSTED", BIG), ("APPROVED", None)):
+            body = {
+                "label": code,
+                "requires_note": code in NEEDS_NOTE,
+                "approval_threshold": f"{threshold}.00" if threshold else None,
+            }
+            answer = client.put(
+                f"/resolutions/{code}", json=body, headers={"Authorization": f"Bearer {tokens['root']}"}
+            )
+            assert answer.status_code == 200, answer.text
         ReviewQueueMachine.client = client
         ReviewQueueMachine.sql = sql
         ReviewQueueMachine.tokens = tokens
