@@ -121,8 +121,46 @@ def _released(out: str, seen: dict[str, Any]) -> None:
     assert (item["idempotency_key"], item["state"], item["leased_by"]) == ("b-1", "PENDING", None), item
 
 
+def _catalogue(out: str, seen: dict[str, Any]) -> None:
+    codes = {c["code"]: c for c in _json(out)["resolutions"]}
+    assert codes["ADJUSTMENT_POSTED"]["approval_threshold"] == "10000.00", codes
+    assert codes["ADJUSTMENT_POSTED"]["requires_note"] is True and "WRITE_OFF" in codes, codes
+
+
+def _big_enqueued(out: str, seen: dict[str, Any]) -> None:
+    item = _json(out)
+    assert (item["variance_amount"], item["state"]) == ("25000.00", "PENDING"), item
+    seen["big"] = item["id"]
+
+
+def _submitted(out: str, seen: dict[str, Any]) -> None:
+    body = _json(out)
+    assert body["outcome"] == "submitted_for_approval", body
+    item = body["item"]
+    assert (item["id"], item["state"], item["prepared_by"]) == (seen["big"], "AWAITING_APPROVAL", "reviewer")
+
+
+def _approved(out: str, seen: dict[str, Any]) -> None:
+    body = _json(out)
+    assert body["outcome"] == "approved", body
+    item = body["item"]
+    assert (item["id"], item["state"], item["resolution"], item["resolved_by"], item["approved_by"]) == (
+        seen["big"],
+        "RESOLVED",
+        "ADJUSTMENT_POSTED",
+        "reviewer",
+        "approver",
+    ), item
+
+
 def _stats(out: str, seen: dict[str, Any]) -> None:
-    assert _json(out)["counts"] == {"PENDING": 1, "ASSIGNED": 0, "QUARANTINED": 0, "RESOLVED": 1}, out
+    assert _json(out)["counts"] == {
+        "PENDING": 1,
+        "ASSIGNED": 0,
+        "QUARANTINED": 0,
+        "RESOLVED": 2,
+        "AWAITING_APPROVAL": 0,
+    }, out
 
 
 def _reclaimed_nothing(out: str, seen: dict[str, Any]) -> None:
@@ -143,6 +181,15 @@ EXPECTED: list[tuple[str, Check]] = [
     ("leased_by=me", _mine),
     ("/items/$ID/complete", _completed),
     ("/items/$ID/events", _trail),
+    ("localhost:8000/resolutions", _catalogue),
+    ("ACME-2026-11-30-0043", _big_enqueued),
+    ("LEASED=$(curl", _nothing),
+    ('ID=$(echo "$LEASED"', _nothing),
+    ('LEASE_TOKEN=$(echo "$LEASED"', _nothing),
+    ("/items/$ID/complete", _submitted),
+    ("APPROVAL=$(curl", _nothing),
+    ("APPROVAL_TOKEN=$(echo", _nothing),
+    ("/items/$ID/approve", _approved),
     ("/items/batch", _batch),
     ("ID=$(curl -s -X POST localhost:8000/leases", _nothing),
     ("/items/$ID/release", _released),
@@ -189,6 +236,7 @@ def test_the_curl_walk_through_answers_as_documented(
         # As `make run` prints them: subjects admin and reviewer.
         "RQ_ADMIN": make_token("admin", "admin"),
         "RQ_REVIEWER": make_token("reviewer", "reviewer"),
+        "RQ_APPROVER": make_token("approver", "approver"),
     }
     result = subprocess.run(
         ["bash", "-c", "\n".join(script)], env=env, capture_output=True, text=True, timeout=120
