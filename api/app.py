@@ -35,9 +35,13 @@ API_VERSION = "1.0.0"
 
 # One tag per resource; generated clients group their functions by these.
 TAGS = [
-    {"name": "items", "description": "Enqueue, read and list items; the holder's complete, renew, release; approve, reject."},
+    {
+        "name": "items",
+        "description": "Enqueue, read and list items; the holder's complete, renew, release; approve and"
+        " reject.",
+    },
     {"name": "leases", "description": "Lease the oldest pending items, or proposals awaiting approval."},
-    {"name": "resolutions", "description": "The resolution catalogue: codes, note rules, approval thresholds."},
+    {"name": "resolutions", "description": "The resolution catalogue: codes, notes, approval thresholds."},
     {"name": "admin", "description": "Operators' actions (admin role)."},
     {"name": "operations", "description": "Queue statistics and Prometheus metrics."},
     {"name": "health", "description": "Liveness and readiness; no token needed."},

@@ -96,9 +96,11 @@ def test_an_admin_creates_updates_and_deactivates_a_code(client: TestClient, aut
 def test_the_database_refuses_to_delete_a_code_for_the_service(db_url: str) -> None:
     from tests.conftest import libpq
 
-    with psycopg.connect(libpq(db_url), autocommit=True) as app_role:
-        with pytest.raises(psycopg.errors.InsufficientPrivilege):
-            app_role.execute("DELETE FROM resolution_code WHERE code = 'WRITE_OFF'")
+    with (
+        psycopg.connect(libpq(db_url), autocommit=True) as app_role,
+        pytest.raises(psycopg.errors.InsufficientPrivilege),
+    ):
+        app_role.execute("DELETE FROM resolution_code WHERE code = 'WRITE_OFF'")
 
 
 @pytest.mark.parametrize(
@@ -160,7 +162,8 @@ def test_rows_from_before_the_catalogue_keep_their_free_text(
 ) -> None:
     item_id = client.post("/items", json=item_body(), headers=auth("ada", "admin")).json()["id"]
     sql.execute(
-        "UPDATE review_queue_item SET state = 'RESOLVED', resolution = 'LEGACY_FREE_TEXT', resolved_by = 'old',"
+        "UPDATE review_queue_item SET state = 'RESOLVED', resolution = 'LEGACY_FREE_TEXT',"
+        " resolved_by = 'old',"
         " resolved_at = now() WHERE id = %s",
         (item_id,),
     )
@@ -397,7 +400,7 @@ def test_approval_leases_renew_release_and_are_reclaimed_back_to_the_approval_qu
     assert reclaimed["reclaimed"] == 1 and reclaimed["items"][0]["state"] == "AWAITING_APPROVAL"
     row = sql.execute("SELECT state, leased_by FROM review_queue_item WHERE id = %s", (item_id,)).fetchone()
     assert row == ("AWAITING_APPROVAL", None)
-    event, actor, details = events_of(sql, item_id)[-1]
+    event, _, details = events_of(sql, item_id)[-1]
     assert event == "RECLAIMED" and details["queue"] == "approval" and details["previous_holder"] == "bob"
     # Nobody leases it from the review queue; dora approves it.
     assert (

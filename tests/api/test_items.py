@@ -312,9 +312,7 @@ class TestComplete:
         self, client: TestClient, ingest: dict, alice: dict, sql: psycopg.Connection
     ) -> None:
         longest = "A" + "_9" * 31 + "Z"
-        sql.execute(
-            "INSERT INTO resolution_code (code, label) VALUES (%s, 'the longest code')", (longest,)
-        )
+        sql.execute("INSERT INTO resolution_code (code, label) VALUES (%s, 'the longest code')", (longest,))
         enqueue(client, ingest)
         leased = lease_one(client, alice)
         body = {"resolution": longest, "note": "n" * 4000}

@@ -115,7 +115,8 @@ def test_stats_gauges_never_scan_the_table(busy_table: psycopg.Connection) -> No
 
 def test_the_approval_queue_and_its_reclaim_use_their_partial_indexes(busy_table: psycopg.Connection) -> None:
     busy_table.execute(
-        "UPDATE review_queue_item SET state = 'AWAITING_APPROVAL', prepared_by = 'p', proposed_resolution = 'OK',"
+        "UPDATE review_queue_item SET state = 'AWAITING_APPROVAL', prepared_by = 'p',"
+        " proposed_resolution = 'OK',"
         " leased_by = NULL, lease_expires_at = NULL WHERE state = 'PENDING' AND created_at IN"
         " (SELECT created_at FROM review_queue_item WHERE state = 'PENDING' ORDER BY created_at LIMIT 50)"
     )
