@@ -17,6 +17,7 @@ from pydantic import (
     ConfigDict,
     Field,
     PlainSerializer,
+    StrictBool,
     StringConstraints,
     WithJsonSchema,
     model_validator,
@@ -526,12 +527,12 @@ class ResolutionCodeIn(Strict):
     description: Annotated[
         str, StringConstraints(max_length=2000, pattern=NO_NUL), AfterValidator(_storable)
     ] = ""
-    requires_note: bool = False
+    requires_note: StrictBool = False  # `0` and `"true"` are a 422, as the schema says
     approval_threshold: Threshold | None = Field(
         default=None,
         description="A completion with abs(variance_amount) at or above it needs an approver; null: never.",
     )
-    active: bool = True
+    active: StrictBool = True
 
 
 class ResolutionCodeOut(BaseModel):
