@@ -291,11 +291,8 @@ _held = (
     .scalar_subquery()
 ) + (
     select(func.count())
-    .where(
-        item.c.state == AWAITING_APPROVAL,
-        item.c.leased_by.is_not(None),
-        item.c.leased_by == bindparam("actor", type_=Text),
-    )
+    .where(item.c.state == AWAITING_APPROVAL, item.c.leased_by.is_not(None))
+    .where(item.c.leased_by == bindparam("actor", type_=Text))
     .scalar_subquery()
 )
 # The seed's lease: lock up to batch_size PENDING rows, oldest first, skipping rows another
