@@ -101,7 +101,7 @@ def test_bearer_tokens_work_as_before_and_win_over_a_cookie(
 def test_a_forbidden_answer_names_the_roles_needed(client: TestClient, make_token: Tokens, role: str) -> None:
     headers = {"Authorization": f"Bearer {make_token('ivan', role)}"}
     problem = assert_problem(client.post("/leases", json={}, headers=headers), 403, "FORBIDDEN")
-    assert problem["required_roles"] == ["reviewer", "admin"]
+    assert problem["required_roles"] == ["reviewer", "approver", "admin"]
 
 
 def test_the_desk_is_served_with_a_strict_csp(client: TestClient) -> None:
