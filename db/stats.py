@@ -15,6 +15,7 @@ from sqlalchemy import (
     literal_column,
     select,
     true,
+    union_all,
 )
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -38,15 +39,30 @@ def _count(*where: ColumnElement[bool]) -> ScalarSelect[int]:
     return select(func.count()).where(*where).scalar_subquery()
 
 
-# Open: not RESOLVED (PENDING, ASSIGNED, QUARANTINED and any later open state). Written exactly as
-# the predicate of ix_review_queue_item_open_due, so that the planner can use that index.
-_OPEN = item.c.state != RESOLVED
-_OVERDUE = and_(_OPEN, item.c.due_at < func.now())
+# Open items are the PENDING ones and the others that are not RESOLVED (leased, quarantined, and any
+# open state added later); each part is read through its own partial index, written exactly as that
+# index's predicate so that the planner can match it.
+_OTHER_OPEN = item.c.state.not_in([PENDING, RESOLVED])  # ix_review_queue_item_open_due
+_OPEN_PARTS = (item.c.state == PENDING, _OTHER_OPEN)
+_PAST_DUE = item.c.due_at < func.now()
+
+
+def _earliest_due(part: ColumnElement[bool]) -> ScalarSelect[Any]:
+    return select(func.min(item.c.due_at)).where(part, _PAST_DUE).scalar_subquery()
+
+
+# One pass over the PENDING rows gives their count and the oldest: with count(*) beside it, min() is
+# not answered from the (created_at, id) index, which would walk the resolved history first.
+_pending = (
+    select(func.count().label("n"), func.min(item.c.created_at).label("oldest"))
+    .where(item.c.state == PENDING)
+    .subquery("pending")
+)
 
 # Every subquery matches a partial index (pending rows, assigned rows, open rows by due_at), so the
 # cost follows the live queue, not the resolved history.
 _GAUGES = select(
-    _count(item.c.state == PENDING).label("pending"),
+    _pending.c.n.label("pending"),
     _count(item.c.state == ASSIGNED).label("assigned"),
     _count(item.c.state == QUARANTINED).label("quarantined"),
     _count(item.c.state == ASSIGNED, item.c.lease_expires_at < func.now()).label("expired"),
@@ -54,16 +70,12 @@ _GAUGES = select(
         item.c.state == ASSIGNED,
         item.c.lease_expires_at < func.now() - bindparam("grace", type_=Interval),
     ).label("reclaimable"),
-    select(extract("epoch", func.now() - func.min(item.c.created_at)))
-    .where(item.c.state == PENDING)
-    .scalar_subquery()
-    .label("oldest_pending_age_s"),
-    _count(_OVERDUE).label("overdue"),
-    select(extract("epoch", func.now() - func.min(item.c.due_at)))
-    .where(_OVERDUE)
-    .scalar_subquery()
-    .label("oldest_overdue_s"),
-)
+    extract("epoch", func.now() - _pending.c.oldest).label("oldest_pending_age_s"),
+    (_count(item.c.state == PENDING, _PAST_DUE) + _count(_OTHER_OPEN, _PAST_DUE)).label("overdue"),
+    extract("epoch", func.now() - func.least(*(_earliest_due(part) for part in _OPEN_PARTS))).label(
+        "oldest_overdue_s"
+    ),
+).select_from(_pending)
 
 
 async def queue_gauges(conn: AsyncConnection, *, grace: timedelta) -> QueueGauges:
@@ -118,23 +130,31 @@ def _days_ago(days: int) -> ColumnElement[Any]:
     return func.now() - literal_column(f"interval '{days} days'")
 
 
-def _in_bucket(lo: int, hi: int | None) -> list[ColumnElement[bool]]:
+def _in_bucket(created_at: ColumnElement[Any], lo: int, hi: int | None) -> list[ColumnElement[bool]]:
     return [
-        *([item.c.created_at <= _days_ago(lo)] if lo else []),
-        *([item.c.created_at > _days_ago(hi)] if hi is not None else []),
+        *([created_at <= _days_ago(lo)] if lo else []),
+        *([created_at > _days_ago(hi)] if hi is not None else []),
     ]
 
 
+_open = union_all(
+    *(select(item.c.created_at, item.c.ledger_entity, item.c.due_at).where(p) for p in _OPEN_PARTS)
+)
+_open_items = _open.subquery("open_items")
+
 _AGING = select(
-    *(func.count().filter(and_(true(), *_in_bucket(lo, hi))).label(name) for name, lo, hi in AGING_BUCKETS)
-).where(_OPEN)
+    *(
+        func.count().filter(and_(true(), *_in_bucket(_open_items.c.created_at, lo, hi))).label(name)
+        for name, lo, hi in AGING_BUCKETS
+    )
+)
 
 OVERDUE_ENTITIES = 20  # /stats lists the ledger entities with the most overdue items, this many
 _OVERDUE_BY_ENTITY = (
-    select(item.c.ledger_entity, func.count())
-    .where(_OVERDUE)
-    .group_by(item.c.ledger_entity)
-    .order_by(func.count().desc(), item.c.ledger_entity)
+    select(_open_items.c.ledger_entity, func.count())
+    .where(_open_items.c.due_at < func.now())
+    .group_by(_open_items.c.ledger_entity)
+    .order_by(func.count().desc(), _open_items.c.ledger_entity)
     .limit(OVERDUE_ENTITIES)
 )
 

@@ -132,9 +132,14 @@ review_queue_item = Table(
         "created_at",
         postgresql_where=text("state = 'PENDING'"),
     ),
-    # Open items by deadline: the overdue gauges read the head of it, the aging figures all of it
-    # (the open items, never the resolved history).
-    Index("ix_review_queue_item_open_due", "due_at", postgresql_where=text("state <> 'RESOLVED'")),
+    # The other open items (leased, quarantined, ...) by deadline: with the PENDING index, the
+    # overdue gauges read the head of it, the aging figures all of it, never the resolved history.
+    # No PENDING rows, so the lease cannot choose it over its own index.
+    Index(
+        "ix_review_queue_item_open_due",
+        "due_at",
+        postgresql_where=text("state NOT IN ('PENDING', 'RESOLVED')"),
+    ),
     # Reclaim scans only ASSIGNED rows, by expiry.
     Index(
         "ix_review_queue_item_lease_expiry", "lease_expires_at", postgresql_where=text("state = 'ASSIGNED'")

@@ -5,9 +5,13 @@ REVIEW_QUEUE_SLA_TIERS, frozen here as it was when this migration was written: a
 not change meaning when a setting does). A row inserted later without a due_at (by SQL, not the
 API, which always sets one) gets now() + 168 h, the lowest default tier.
 
-The lease's partial index of PENDING rows becomes (due_at, created_at), the lease order; a second
-one leads with ledger_entity for a reviewer who handles one entity; a third, over open items by
-due_at, serves the overdue gauges and the aging figures without reading the resolved history.
+The lease's partial index of PENDING rows becomes (due_at, created_at), the lease order: with a
+second index of PENDING rows by created_at beside it, the planner sorted all pending rows when
+their deadlines did not follow the table's physical order (tests/db/test_query_plans.py). A second
+one leads with ledger_entity, for a reviewer who handles one entity. A third, of the other open
+items (neither PENDING nor RESOLVED: leased, quarantined, and any open state added later) by
+due_at, gives the overdue gauges and the aging figures, with the PENDING index, without reading
+the resolved history; it leaves PENDING rows out so that the lease cannot choose it.
 
 Revision ID: d8e2b5a17c40
 Revises: c2a9e4f1d873
@@ -55,7 +59,7 @@ def upgrade() -> None:
         "ix_review_queue_item_open_due",
         "review_queue_item",
         ["due_at"],
-        postgresql_where=sa.text("state <> 'RESOLVED'"),
+        postgresql_where=sa.text("state NOT IN ('PENDING', 'RESOLVED')"),
     )
     op.drop_index("ix_review_queue_item_pending", table_name="review_queue_item")
 
