@@ -62,6 +62,17 @@ function since(iso) {
   return duration((Date.now() - Date.parse(iso)) / 1000);
 }
 
+// The deadline as local time, and whether it has passed: said in words, not by colour alone.
+function dueField(iso) {
+  const late = (Date.now() - Date.parse(iso)) / 1000;
+  const when = new Date(iso).toLocaleString();
+  if (late <= 0) return field("Due", h("span", { "data-testid": "due" }, `${when} (in ${duration(-late)})`));
+  return field(
+    "Due",
+    h("span", { class: "overdue", "data-testid": "due" }, h("strong", {}, "Overdue"), ` by ${duration(late)} (was due ${when})`),
+  );
+}
+
 // --- shortcuts: one table, also rendered as the ? help -----------------------------------------
 
 const typing = (ev) => ev.target instanceof HTMLElement && ev.target.matches("input, textarea, select");
@@ -223,6 +234,7 @@ function itemFields(item) {
     field("Trace id", item.trace_id, { class: "mono" }),
     field("Idempotency key", item.idempotency_key, { class: "mono" }),
     field("State", item.state),
+    dueField(item.due_at),
     field("Waited", since(item.created_at)),
     field("Attempts", String(item.attempts)),
   );
@@ -295,6 +307,26 @@ function renderAdmin() {
       ),
       h("p", {}, `Oldest pending: ${s.oldest_pending_age_s === null ? "none" : duration(s.oldest_pending_age_s)}`),
       h("p", {}, `Expired leases not yet reclaimed: ${s.expired_unreclaimed} (reclaimable now: ${s.reclaimable})`),
+      h(
+        "p",
+        { class: s.overdue ? "overdue" : null },
+        `Overdue: ${s.overdue}` +
+          (s.oldest_overdue_s === null ? "" : ` (the most overdue by ${duration(s.oldest_overdue_s)})`),
+      ),
+      h(
+        "table",
+        { "aria-label": "Open items by age" },
+        h("tr", {}, h("th", {}, "Age"), h("th", {}, "Open items")),
+        Object.entries(s.aging).map(([k, v]) => h("tr", {}, h("td", {}, k), h("td", { class: "num" }, String(v)))),
+      ),
+      h(
+        "table",
+        { "aria-label": "Overdue items per ledger entity" },
+        h("tr", {}, h("th", {}, "Ledger entity"), h("th", {}, "Overdue")),
+        Object.entries(s.overdue_by_ledger_entity).map(([k, v]) =>
+          h("tr", {}, h("td", {}, k), h("td", { class: "num" }, String(v))),
+        ),
+      ),
       h(
         "table",
         { "aria-label": "Open leases per reviewer" },
