@@ -634,6 +634,26 @@ def audit_chain(server_url: str, events: int) -> dict[str, Any]:
     }
 
 
+def report_dequeue(dq: dict[str, Any]) -> list[str]:
+    lines = ["4. POST /leases (batch 20) as the table grows:"]
+    for name, label in [
+        ("a_empty_history", "(a) empty history"),
+        ("b_1m_resolved", "(b) 1,000,000 RESOLVED rows"),
+        ("c_10k_assigned_at_head", "(c) 10,000 ASSIGNED at the head"),
+        ("d_both", "(d) both"),
+        ("e_one_entity_of_20", "(e) (b), ledger_entity 1 of 20"),
+    ]:
+        ratio = dq[name].get("p50_ratio_to_a", 1.0)
+        lines.append(
+            f"     {label:<33}{'':>10}{dq[name]['p50_ms']:>10}{dq[name]['p99_ms']:>10}   x{ratio} of (a)"
+        )
+    lines.append(
+        f"     lease statement alone in (d): {dq['raw_statement_p50_ms_d']} ms with the split indexes, "
+        f"{dq['raw_statement_p50_ms_d_seed_index']} ms with the seed's index shape"
+    )
+    return lines
+
+
 def report(results: dict[str, Any]) -> str:
     if "raw" not in results:
         api = results["api"]
@@ -659,22 +679,9 @@ def report(results: dict[str, Any]) -> str:
         f"{api['complete_p50_ms']:>10}{api['complete_p99_ms']:>10}",
         f"     API items/s by quarter of the run: {api['items_per_s_by_quarter']}",
         f"3. API / raw ratio: {results['api_raw_ratio']}   (target >= 0.5)",
-        "4. POST /leases (batch 20) as the table grows:",
     ]
-    for name, label in [
-        ("a_empty_history", "(a) empty history"),
-        ("b_1m_resolved", "(b) 1,000,000 RESOLVED rows"),
-        ("c_10k_assigned_at_head", "(c) 10,000 ASSIGNED at the head"),
-        ("d_both", "(d) both"),
-        ("e_one_entity_of_20", "(e) (b), ledger_entity 1 of 20"),
-    ]:
-        ratio = dq[name].get("p50_ratio_to_a", 1.0)
-        lines.append(
-            f"     {label:<33}{'':>10}{dq[name]['p50_ms']:>10}{dq[name]['p99_ms']:>10}   x{ratio} of (a)"
-        )
+    lines += report_dequeue(dq)
     lines += [
-        f"     lease statement alone in (d): {dq['raw_statement_p50_ms_d']} ms with the split indexes, "
-        f"{dq['raw_statement_p50_ms_d_seed_index']} ms with the seed's index shape",
         f"5. peak RSS per API process under load (MB): {api['peak_rss_mb_per_process']}   (target < 200)",
         f"   CPU per item (ms): API {api['cpu_ms_per_item']['api']}, load generator "
         f"{api['cpu_ms_per_item']['load_generator']}, PostgreSQL and the rest "
@@ -713,6 +720,7 @@ def main(
     wakeup_samples: Annotated[int, typer.Option(help="Enqueue-to-lease samples per mode.")] = 30,
     notify_seconds: Annotated[float, typer.Option(help="Length of each NOTIFY on/off run.")] = 5.0,
     only_wakeup: Annotated[bool, typer.Option(help="Run part 6 (wake-up, NOTIFY cost) alone.")] = False,
+    only_dequeue: Annotated[bool, typer.Option(help="Run part 4 (dequeue scaling) alone.")] = False,
     sealer: Annotated[
         bool,
         typer.Option("--sealer/--no-sealer", help="Seal the audit chain every second during the API run."),
@@ -741,6 +749,14 @@ def main(
             server_url, port, settings.poll_interval_ms, wakeup_samples, notify_seconds
         )
         typer.echo(report_wakeup(results["wakeup"]))
+        if json_path:
+            json_path.write_text(json.dumps(results, indent=2))
+        return
+    if only_dequeue:
+        results["dequeue"] = dequeue_scaling(server_url, workers, port, lease_samples)
+        with psycopg.connect(libpq(server_url, "postgres"), autocommit=True) as conn:
+            conn.execute("DROP DATABASE IF EXISTS rq_bench_dequeue WITH (FORCE)")
+        typer.echo("\n".join(report_dequeue(results["dequeue"])))
         if json_path:
             json_path.write_text(json.dumps(results, indent=2))
         return

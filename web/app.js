@@ -255,7 +255,7 @@ function renderCurrent() {
     box,
     itemFields(item),
     h("p", {}, "Lease: ", h("span", { id: "countdown", class: "countdown", role: "timer" }, "")),
-    state.held.length > 1 ? h("p", { class: "muted" }, `You hold ${state.held.length} items; this is the oldest.`) : null,
+    state.held.length > 1 ? h("p", { class: "muted" }, `You hold ${state.held.length} items; this is the first of them.`) : null,
     h("h3", {}, "Event history"),
     h("ol", { class: "events", "aria-label": "Event history" }, state.events.map(eventLine)),
   );
