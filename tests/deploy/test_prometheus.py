@@ -100,6 +100,7 @@ def test_dashboard_has_the_operators_panels() -> None:
         "review_queue_oldest_pending_age_seconds",
         "review_queue_http_request_duration_seconds_bucket",  # latency
         "review_queue_database_unavailable_total",  # 503s
+        "review_queue_overdue_items",  # the SLA
     ):
         assert metric in text, f"no panel queries {metric}"
 
