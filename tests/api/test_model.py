@@ -188,6 +188,7 @@ class ReviewQueueMachine(RuleBasedStateMachine):
         self.since = self.sql.execute("SELECT clock_timestamp()").fetchone()[0]  # type: ignore[index]
         self.model: dict[str, Model] = {}
         self.seq = itertools.count()
+        self.payloads = itertools.count()
         self.expired_seq = itertools.count(1)
         self.all_tokens: set[str] = set()
         TALLY["examples"] += 1
@@ -203,13 +204,15 @@ class ReviewQueueMachine(RuleBasedStateMachine):
         return self.client.post(path, json=body, headers=self.headers(subject))
 
     def new_payload(self) -> dict[str, Any]:
-        n = next(KEYS)
-        due = {0: EARLY, 3: LATE}.get(n % 7)
+        # The key is unique across examples; everything that decides the queue order (amount,
+        # due_at, entity) counts within the example, so that a replayed example behaves the same.
+        n, k = next(KEYS), next(self.payloads)
+        due = {0: EARLY, 3: LATE}.get(k % 7)
         return {
             "idempotency_key": f"model-{n}",
-            "ledger_entity": ENTITIES[n % 3],
-            "variance_amount": f"{n * 337 % 2000}.{n % 100:02d}",  # both SLA tiers
-            "match_decision": ("MATCHED", "PARTIAL", "UNMATCHED")[n % 3],
+            "ledger_entity": ENTITIES[k % 3],
+            "variance_amount": f"{k * 337 % 2000}.{k % 100:02d}",  # both SLA tiers
+            "match_decision": ("MATCHED", "PARTIAL", "UNMATCHED")[k % 3],
             "source_hash": f"sha256:{n:08x}",
             **({"due_at": due} if due else {}),
         }
