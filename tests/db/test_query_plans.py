@@ -36,7 +36,8 @@ def busy_table(sql: psycopg.Connection) -> psycopg.Connection:
     )
     # Deadlines spread around now: some open items overdue, most not.
     sql.execute(
-        "UPDATE review_queue_item SET due_at = created_at + (hashtext(idempotency_key) % 48) * interval '1 hour'"
+        "UPDATE review_queue_item"
+        " SET due_at = created_at + (hashtext(idempotency_key) % 48) * interval '1 hour'"
     )
     sql.execute("VACUUM ANALYZE review_queue_item")
     return sql
