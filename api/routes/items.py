@@ -205,7 +205,8 @@ async def release(
     settings: SettingsDep,
     body: Annotated[ReleaseIn | None, Body()] = None,
 ) -> ItemOut:
-    """Hand an item you hold back; it is first in line again (QUARANTINED if its attempts are used up)."""
+    """Hand an item you hold back; it goes back to its place in line (QUARANTINED if its attempts are
+    used up)."""
     body = body or ReleaseIn()
     outcome, item = await queue.release_lease(
         conn,
