@@ -3,6 +3,7 @@ how they carry on, idempotency on source_hash, a revision racing a completion (e
 two outcomes, read from the event table), and the audit chain over the new events."""
 
 import asyncio
+import logging
 import threading
 from collections.abc import Callable
 from decimal import Decimal
@@ -10,6 +11,7 @@ from typing import Any
 
 import httpx
 import psycopg
+import pytest
 from fastapi.testclient import TestClient
 
 from cli import reclaimer
@@ -345,3 +347,31 @@ def test_a_revision_racing_a_completion_has_exactly_one_outcome(
                 assert events == ["ENQUEUED", "LEASED", "REVISED"], trail
                 assert row == ("ASSIGNED", Decimal("7.77"), None)
     assert set(outcomes) == {"completion first", "revision first"}, outcomes
+
+
+def test_the_log_line_has_the_seeds_fields_and_only_follows_a_commit(
+    client: TestClient, auth: Auth, caplog: pytest.LogCaptureFixture
+) -> None:
+    ingest = auth("ivan", "ingest")
+    item = client.post("/items", json=item_body(source_hash="sha256:first"), headers=ingest).json()
+    caplog.set_level(logging.INFO, logger="reconciliation.review_queue.lease")
+    _revise(client, item["id"], ingest)
+    (line,) = [r for r in caplog.records if r.getMessage() == "review_item_revised"]
+    fields = {
+        k: getattr(line, k) for k in ("trace_id", "source_hash", "match_decision", "item_id", "worker_id")
+    }
+    assert fields == {
+        "trace_id": item["trace_id"],
+        "source_hash": NEW["source_hash"],
+        "match_decision": NEW["match_decision"],
+        "item_id": item["id"],
+        "worker_id": "ivan",
+    }
+    assert (line.previous_source_hash, line.previous_variance_amount, line.variance_amount) == (
+        "sha256:first", "12.50", "99.10",
+    )  # fmt: skip
+    caplog.clear()
+    # Refused (a conflict) or a retry: nothing changed, nothing is said.
+    _revise(client, item["id"], ingest, **{**NEW, "variance_amount": "1.00"})
+    _revise(client, item["id"], ingest)
+    assert not [r for r in caplog.records if r.getMessage() == "review_item_revised"]
