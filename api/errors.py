@@ -36,6 +36,7 @@ PROBLEMS: dict[str, tuple[int, str]] = {
     "NOT_ASSIGNED": (409, "Item is not assigned"),
     "ALREADY_HELD": (409, "Item already held by that reviewer"),
     "NOT_A_REVIEWER": (409, "No reviewer by that name"),
+    "REVIEWER_AT_CAP": (409, "That reviewer holds as many items as anyone may"),
     "SOURCE_CHANGED": (409, "The figures changed under your lease"),
     "PAYLOAD_TOO_LARGE": (413, "Request body too large"),
     "UNSUPPORTED_MEDIA_TYPE": (415, "Unsupported media type"),

@@ -263,6 +263,7 @@ def admin_reassign(
             actor=admin,
             reason=reason,
             lease_duration=timedelta(milliseconds=settings.lock_timeout_ms),
+            cap=settings.max_leases_per_reviewer,
         )
     )
     if done is None:
@@ -270,6 +271,7 @@ def admin_reassign(
             "not_found": f"no item {item}",
             "already_held": f"{to} already holds item {item}",
             "not_a_reviewer": f"{to!r} has no live reviewer or admin token",
+            "at_cap": f"{to} already holds as many items as anyone may",
         }.get(outcome, f"item {item} is {current.state if current else 'gone'}, not ASSIGNED")
         typer.echo(f"review-queue: {why}; nothing reassigned", err=True)
         raise typer.Exit(1)

@@ -317,10 +317,7 @@ _LEASE = _changed_items(
 )
 
 
-async def lease_items(
-    conn: AsyncConnection, *, reviewer: str, batch_size: int, lease_duration: timedelta, cap: int
-) -> list[Item]:
-    """Lease up to batch_size items to reviewer, never leaving them holding more than cap."""
+async def _lock_reviewer(conn: AsyncConnection, reviewer: str) -> None:
     try:
         await conn.execute(_LOCK_REVIEWER, {"actor": reviewer})
     except DBAPIError as error:
@@ -329,6 +326,13 @@ async def lease_items(
                 f"lock timeout: another lease call of {reviewer!r} held the per-reviewer lock too long"
             ) from error
         raise
+
+
+async def lease_items(
+    conn: AsyncConnection, *, reviewer: str, batch_size: int, lease_duration: timedelta, cap: int
+) -> list[Item]:
+    """Lease up to batch_size items to reviewer, never leaving them holding more than cap."""
+    await _lock_reviewer(conn, reviewer)
     result = await conn.execute(
         _LEASE, {"actor": reviewer, "batch_size": batch_size, "cap": cap, "lease_duration": lease_duration}
     )
@@ -853,6 +857,11 @@ _CAN_LEASE = exists(
         or_(api_token.c.expires_at.is_(None), api_token.c.expires_at > func.now()),
     )
 )
+_target_holds = (
+    select(func.count())
+    .where(item.c.state == ASSIGNED, item.c.leased_by == bindparam("to_reviewer", type_=Text))
+    .scalar_subquery()
+)
 _reassign_target = (
     select(item.c.id, item.c.leased_by.label("previous_holder"))
     .where(
@@ -860,6 +869,8 @@ _reassign_target = (
         item.c.state == ASSIGNED,
         item.c.leased_by != bindparam("to_reviewer", type_=Text),
         _CAN_LEASE,
+        # The per-reviewer cap holds for an admin's move too (counted under the reviewer's lock).
+        _target_holds < bindparam("cap", type_=Integer),
     )
     .with_for_update()
     .cte("reassign_target")
@@ -897,7 +908,7 @@ _REASSIGN: Any = select(*[_reassigned.c[n] for n in _ITEM_FIELDS], _reassigned.c
 )
 _IS_REVIEWER = select(_CAN_LEASE)
 
-ReassignOutcome = Literal["done", "not_assigned", "already_held", "not_a_reviewer", "not_found"]
+ReassignOutcome = Literal["done", "not_assigned", "already_held", "not_a_reviewer", "at_cap", "not_found"]
 
 
 async def reassign_item(
@@ -908,15 +919,18 @@ async def reassign_item(
     actor: str,
     reason: str,
     lease_duration: timedelta,
+    cap: int,
 ) -> tuple[ReassignOutcome, Overridden | None, Item | None]:
-    """An admin moves an ASSIGNED item's lease to another reviewer."""
+    """An admin moves an ASSIGNED item's lease to another reviewer (never past their cap)."""
     params = {
         "item_id": item_id,
         "to_reviewer": to_reviewer,
         "actor": actor,
         "reason": reason,
         "lease_duration": lease_duration,
+        "cap": cap,
     }
+    await _lock_reviewer(conn, to_reviewer)
     row = (await conn.execute(_REASSIGN, params)).first()
     if row is not None:
         return "done", Overridden(_item(row), row.previous_holder), None
@@ -930,6 +944,8 @@ async def reassign_item(
         outcome = "already_held"
     elif not (await conn.execute(_IS_REVIEWER, {"to_reviewer": to_reviewer})).scalar():
         outcome = "not_a_reviewer"
+    elif (await conn.execute(select(_target_holds), {"to_reviewer": to_reviewer})).scalar_one() >= cap:
+        outcome = "at_cap"
     else:  # the item changed between the statement and this read: refused all the same
         outcome = "not_assigned"
     return outcome, None, current

@@ -103,7 +103,9 @@ async def release_reviewer(
     "/admin/items/{item_id}/reassign",
     operation_id="reassignItem",
     summary="Move an item's lease to another reviewer (admin)",
-    responses=problem_responses("NOT_FOUND", "NOT_ASSIGNED", "ALREADY_HELD", "NOT_A_REVIEWER"),
+    responses=problem_responses(
+        "NOT_FOUND", "NOT_ASSIGNED", "ALREADY_HELD", "NOT_A_REVIEWER", "REVIEWER_AT_CAP"
+    ),
 )
 async def reassign(
     item_id: ItemId,
@@ -113,9 +115,9 @@ async def reassign(
     settings: SettingsDep,
     after_commit: AfterCommit,
 ) -> ItemOut:
-    """Move an ASSIGNED item's lease to `reviewer` (a live reviewer or admin token): a full lease from
-    now, a new epoch and lease token; the old holder's token is refused from now on. The new holder
-    finds it in `GET /items?state=ASSIGNED&leased_by=me`."""
+    """Move an ASSIGNED item's lease to `reviewer` (a live reviewer or admin token, below the
+    per-reviewer cap): a full lease from now, a new epoch and lease token; the old holder's token
+    is refused from now on. The new holder finds it in `GET /items?state=ASSIGNED&leased_by=me`."""
     outcome, done, current = await queue.reassign_item(
         conn,
         item_id=item_id,
@@ -123,6 +125,7 @@ async def reassign(
         actor=principal.subject,
         reason=body.reason,
         lease_duration=timedelta(milliseconds=settings.lock_timeout_ms),
+        cap=settings.max_leases_per_reviewer,
     )
     if done is None:
         if outcome == "not_found" or current is None:
@@ -132,6 +135,10 @@ async def reassign(
         if outcome == "not_a_reviewer":
             raise ProblemError(
                 "NOT_A_REVIEWER", f"{body.reviewer!r} has no live reviewer or admin token to lease with"
+            )
+        if outcome == "at_cap":
+            raise ProblemError(
+                "REVIEWER_AT_CAP", f"{body.reviewer} already holds as many items as anyone may"
             )
         raise ProblemError("NOT_ASSIGNED", f"item {item_id} is {current.state}, not ASSIGNED")
     after_commit.append(

@@ -12,7 +12,9 @@ import psycopg
 import pytest
 from fastapi.testclient import TestClient
 
+from api.app import create_app
 from tests.api.helpers import assert_problem, item_body
+from tests.conftest import make_settings
 from tests.test_cli import cli
 
 Auth = Callable[[str, str], dict[str, str]]
@@ -276,3 +278,16 @@ def test_cli_release_and_reassign(
         ("RELEASED", "ada", "alice"),
         ("RELEASED", "ada", "alice"),
     ]
+
+
+def test_reassign_respects_the_per_reviewer_cap(db_url: str, auth: Auth) -> None:
+    with TestClient(create_app(make_settings(db_url, max_leases_per_reviewer=1))) as capped:
+        ada, alice, bob = auth("ada", "admin"), auth("alice", "reviewer"), auth("bob", "reviewer")
+        for _ in range(2):
+            capped.post("/items", json=item_body(), headers=ada)
+        (mine,) = _lease(capped, alice, 1)
+        _lease(capped, bob, 1)
+        body = {"reviewer": "bob", "reason": "bob is full"}
+        refused = capped.post(f"/admin/items/{mine['id']}/reassign", json=body, headers=ada)
+        assert_problem(refused, 409, "REVIEWER_AT_CAP")
+        assert capped.get(f"/items/{mine['id']}", headers=ada).json()["leased_by"] == "alice"
