@@ -5,7 +5,7 @@ two outcomes, read from the event table), and the audit chain over the new event
 import asyncio
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from decimal import Decimal
 from typing import Any
 
@@ -17,7 +17,7 @@ from fastapi.testclient import TestClient
 from cli import reclaimer
 from db import audit
 from tests.api.helpers import assert_problem, item_body
-from tests.conftest import libpq, make_settings
+from tests.conftest import libpq, make_settings, start_server, stop_server
 from tests.support import lock_waiters, wait_for
 
 Auth = Callable[[str, str], dict[str, str]]
@@ -280,8 +280,23 @@ def test_the_audit_chain_verifies_with_revision_events(client: TestClient, auth:
 RACES = 6
 
 
+@pytest.fixture
+def patient_server(db_url: str) -> Iterator[str]:
+    """A server whose requests wait for a row lock as long as the test holds it (the default
+    lock_timeout, 500 ms, would turn a waiter into a 503 on a loaded machine)."""
+    process, base = start_server(
+        {
+            "DATABASE_URL": db_url,
+            "REVIEW_QUEUE_PG_LOCK_TIMEOUT_MS": "60000",
+            "REVIEW_QUEUE_STATEMENT_TIMEOUT_MS": "120000",
+        }
+    )
+    yield base
+    stop_server(process)
+
+
 def test_a_revision_racing_a_completion_has_exactly_one_outcome(
-    live_server: str, make_token: Callable[[str, str], str], sql: psycopg.Connection, superuser_url: str
+    patient_server: str, make_token: Callable[[str, str], str], sql: psycopg.Connection, superuser_url: str
 ) -> None:
     """Both requests are held behind a row lock a third connection takes, then let go together, on
     their own connections through the live server. Either the completion won (RESOLVED, then REVISED
@@ -291,7 +306,7 @@ def test_a_revision_racing_a_completion_has_exactly_one_outcome(
     ingest = {"Authorization": f"Bearer {make_token('ivan', 'ingest')}"}
     alice = {"Authorization": f"Bearer {make_token('alice', 'reviewer')}"}
     outcomes: list[str] = []
-    with httpx.Client(base_url=live_server, timeout=60) as http:
+    with httpx.Client(base_url=patient_server, timeout=60) as http:
         for n in range(RACES):
             # Only this round's item is PENDING (earlier ones are set aside), so it is the one leased.
             sql.execute("UPDATE review_queue_item SET state = 'QUARANTINED' WHERE state = 'PENDING'")
@@ -314,7 +329,7 @@ def test_a_revision_racing_a_completion_has_exactly_one_outcome(
 
             def call(name: str, calls: dict[str, Any] = calls, answers: dict[str, Any] = answers) -> None:
                 path, payload, headers = calls[name]
-                with httpx.Client(base_url=live_server, timeout=60) as own:
+                with httpx.Client(base_url=patient_server, timeout=60) as own:
                     answers[name] = own.post(path, json=payload, headers=headers)
 
             order = ("complete", "revise") if n % 2 == 0 else ("revise", "complete")
@@ -323,7 +338,7 @@ def test_a_revision_racing_a_completion_has_exactly_one_outcome(
                 blocker.execute("SELECT 1 FROM review_queue_item WHERE id = %s FOR UPDATE", (item_id,))
                 for waiting, thread in enumerate(threads, start=1):
                     thread.start()
-                    wait_for(lambda w=waiting: lock_waiters(sql) >= w, timeout=60)
+                    wait_for(lambda w=waiting: lock_waiters(sql) >= w, timeout=30)
                 blocker.rollback()  # both go now
             for thread in threads:
                 thread.join(timeout=60)
