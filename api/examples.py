@@ -56,7 +56,12 @@ ITEM_RESOLVED: dict[str, Any] = {
 
 LEASE_IN = {"batch_size": 5, "ledger_entity": "ACME-CORP"}
 LEASE_OUT = {"items": [ITEM_ASSIGNED]}
-COMPLETE_IN = {"resolution": "APPROVED", "note": "FX rounding", "lease_token": LEASE_TOKEN}
+COMPLETE_IN = {
+    "resolution": "APPROVED",
+    "note": "FX rounding",
+    "lease_token": LEASE_TOKEN,
+    "source_hash": "sha256:9f2c",
+}
 COMPLETE_OUT = {"outcome": "resolved", "item": ITEM_RESOLVED}
 RENEW_IN = {"lease_token": LEASE_TOKEN}
 RELEASE_IN = {"reason": "needs the FX desk", "lease_token": LEASE_TOKEN}
@@ -136,6 +141,19 @@ PROBLEM = {
     "instance": f"/items/{ITEM_ID}/complete",
 }
 
+REVISION_IN = {"variance_amount": "14.75", "source_hash": "sha256:a41d", "match_decision": "UNMATCHED"}
+REVISION_OUT = {
+    "outcome": "revised",
+    "item": {
+        **ITEM_PENDING,
+        "variance_amount": "14.75",
+        "source_hash": "sha256:a41d",
+        "match_decision": "UNMATCHED",
+    },
+}
+ADMIN_RELEASE_IN = {"reason": "alice is on leave until the 14th"}
+REASSIGN_IN = {"reviewer": "bob", "reason": "alice is on leave; bob covers ACME"}
+RELEASED_OUT = {"released": 1, "items": [ITEM_PENDING]}
 
 # Component schema name -> its examples.
 BY_SCHEMA: dict[str, list[dict[str, Any]]] = {
@@ -163,6 +181,11 @@ BY_SCHEMA: dict[str, list[dict[str, Any]]] = {
     "Problem": [PROBLEM],
     "SessionIn": [SESSION_IN],
     "SessionOut": [SESSION_OUT],
+    "RevisionIn": [REVISION_IN],
+    "RevisionOut": [REVISION_OUT],
+    "AdminReleaseIn": [ADMIN_RELEASE_IN],
+    "ReassignIn": [REASSIGN_IN],
+    "ReleasedOut": [RELEASED_OUT],
 }
 
 

@@ -382,6 +382,47 @@ class CompleteIn(Strict):
     resolution: Resolution
     note: Note | None = None
     lease_token: LeaseToken | None = None
+    source_hash: Text200 | None = Field(
+        default=None,
+        description="The source_hash of the figures you decided on; anything but the item's current"
+        " one is a 409 SOURCE_CHANGED. Without a lease_token, required once a revision moved your lease on.",
+    )
+
+
+class RevisionIn(Strict):
+    variance_amount: Money
+    source_hash: Text200 = Field(description="Of the new figures; a revision is idempotent on it.")
+    match_decision: MatchDecision | None = Field(default=None, description="Unchanged when omitted.")
+
+
+class RevisionOut(BaseModel):
+    outcome: Literal["revised", "unchanged", "superseded"] = Field(
+        description="`revised`: applied now; `unchanged`: the item already has this source_hash (a"
+        " retry); `superseded`: the item had this source_hash before and has moved on (nothing changes)."
+    )
+    item: ItemOut
+
+
+Subject = Annotated[
+    str,
+    StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._@+-]{0,127}$"),
+    Field(description="A token's subject (a reviewer's name).", examples=["bob"]),
+]
+AdminReason = Annotated[Reason, StringConstraints(min_length=1)]
+
+
+class AdminReleaseIn(Strict):
+    reason: AdminReason = Field(description="Why; kept in each RELEASED event with the previous holder.")
+
+
+class ReassignIn(Strict):
+    reviewer: Subject = Field(description="Who takes the lease over: a reviewer or admin with a live token.")
+    reason: AdminReason = Field(description="Why; kept in the REASSIGNED event with both holders.")
+
+
+class ReleasedOut(BaseModel):
+    released: int
+    items: list[ItemOut]
 
 
 class RenewIn(Strict):
@@ -456,6 +497,8 @@ class EventOut(BaseModel):
         "QUARANTINED",
         "REQUEUED",
         "REOPENED",
+        "REVISED",
+        "REASSIGNED",
     ]
     actor: str
     at: Timestamp

@@ -31,8 +31,11 @@ from sqlalchemy import (
     bindparam,
     case,
     cast,
+    exists,
     func,
     literal_column,
+    null,
+    or_,
     select,
     tuple_,
 )
@@ -45,7 +48,7 @@ from sqlalchemy.sql.selectable import CTE
 from db import telemetry
 from db.errors import DatabaseUnavailable, is_lock_timeout
 from db.notify import notify_work
-from db.tables import DEFAULT_MAX_ATTEMPTS
+from db.tables import DEFAULT_MAX_ATTEMPTS, api_token
 from db.tables import review_queue_event as event
 from db.tables import review_queue_item as item
 
@@ -79,6 +82,12 @@ class Item:
     attempts: int
     context: dict[str, Any] | None
     due_at: datetime
+    revised_epoch: int | None
+
+    @property
+    def revised_during_lease(self) -> bool:
+        """A source revision moved this lease on (and nothing has leased or reassigned it since)."""
+        return self.state == "ASSIGNED" and self.revised_epoch == self.lease_epoch
 
 
 _ITEM_FIELDS = [f.name for f in dataclasses.fields(Item)]
@@ -334,6 +343,17 @@ _LEASE = _lease_statement(by_entity=False)
 _LEASE_ENTITY = _lease_statement(by_entity=True)
 
 
+async def _lock_reviewer(conn: AsyncConnection, reviewer: str) -> None:
+    try:
+        await conn.execute(_LOCK_REVIEWER, {"actor": reviewer})
+    except DBAPIError as error:
+        if is_lock_timeout(error):
+            raise DatabaseUnavailable(
+                f"lock timeout: another lease call of {reviewer!r} held the per-reviewer lock too long"
+            ) from error
+        raise
+
+
 async def lease_items(
     conn: AsyncConnection,
     *,
@@ -345,14 +365,7 @@ async def lease_items(
 ) -> list[Item]:
     """Lease up to batch_size items (of ledger_entity only, when given) to reviewer, never leaving
     them holding more than cap."""
-    try:
-        await conn.execute(_LOCK_REVIEWER, {"actor": reviewer})
-    except DBAPIError as error:
-        if is_lock_timeout(error):
-            raise DatabaseUnavailable(
-                f"lock timeout: another lease call of {reviewer!r} held the per-reviewer lock too long"
-            ) from error
-        raise
+    await _lock_reviewer(conn, reviewer)
     params = {"actor": reviewer, "batch_size": batch_size, "cap": cap, "lease_duration": lease_duration}
     if ledger_entity is None:
         result = await conn.execute(_LEASE, params)
@@ -406,11 +419,29 @@ _RELEASE = select(*[_released.c[n] for n in _ITEM_FIELDS]).add_cte(
     )
 )
 
+
+def _saw_current_source() -> list[ColumnElement[bool]]:
+    # Nobody decides on figures they have not seen. A completion carrying a source_hash must carry
+    # the current one; once a revision moved the lease on, a completion must show it saw the new
+    # figures: by the new lease_token (only the 409 SOURCE_CHANGED or a re-read hands it out) or
+    # by the current source_hash.
+    expected = bindparam("expected_source_hash", type_=Text)
+    return [
+        item.c.source_hash == func.coalesce(expected, item.c.source_hash),
+        or_(
+            cast(bindparam("fence_nonce", type_=PG_UUID(as_uuid=True)), PG_UUID(as_uuid=True)).is_not(None),
+            cast(expected, Text).is_not(None),
+            item.c.revised_epoch.is_distinct_from(item.c.lease_epoch),
+        ),
+    ]
+
+
 # Guarded by holder, state and epoch in the one UPDATE: a late completion from a worker whose
 # lease was reclaimed (and maybe re-leased) matches zero rows instead of resolving it.
 _resolved = (
     item.update()
     .where(*_held_by_caller())
+    .where(*_saw_current_source())
     .values(
         state=RESOLVED,
         resolution=bindparam("resolution", type_=Text),
@@ -596,9 +627,386 @@ async def reopen_item(
     return ("not_found" if current is None else "not_resolved"), current
 
 
+# --- source revisions --------------------------------------------------------------------
+
+# A revision is one statement: the CTE locks the item (unless the revision's source_hash is its
+# current one or one it had before: a retry), the UPDATE writes the new figures and, by the state
+# it finds, moves the lease on (ASSIGNED: new epoch and nonce, the holder keeps it) or reopens the
+# decision (RESOLVED: PENDING in its old place, fresh attempts), and the events (REVISED, then
+# REOPENED for a decertified decision) read the old values from the CTE. A completion racing it
+# either commits first (and is then decertified here) or finds the lease moved on.
+_earlier_hash = exists(
+    select(event.c.id).where(
+        event.c.item_id == item.c.id,
+        event.c.event == "REVISED",
+        event.c.details["previous"]["source_hash"].astext == bindparam("new_hash", type_=Text),
+    )
+)
+_revision_target = (
+    select(
+        item.c.id,
+        item.c.state.label("previous_state"),
+        item.c.variance_amount.label("previous_amount"),
+        item.c.match_decision.label("previous_decision"),
+        item.c.source_hash.label("previous_hash"),
+        item.c.leased_by.label("previous_holder"),
+        item.c.resolution.label("previous_resolution"),
+        item.c.resolution_note.label("previous_note"),
+        item.c.resolved_by.label("previous_resolved_by"),
+        item.c.resolved_at.label("previous_resolved_at"),
+    )
+    .where(
+        item.c.id == bindparam("item_id"),
+        item.c.source_hash != bindparam("new_hash", type_=Text),
+        ~_earlier_hash,
+    )
+    .with_for_update()
+    .cte("revision_target")
+)
+_was_resolved = item.c.state == RESOLVED
+_was_assigned = item.c.state == ASSIGNED
+
+
+def _unless_resolved(column: Any, value: Any = None) -> Any:
+    """`column` kept, or `value` (NULL by default) when the revision reopens a resolved item."""
+    return case((_was_resolved, null() if value is None else value), else_=column)
+
+
+_revised = (
+    item.update()
+    .where(item.c.id == _revision_target.c.id, item.c.source_hash == _revision_target.c.previous_hash)
+    .values(
+        variance_amount=bindparam("new_amount", type_=Numeric(18, 2)),
+        match_decision=func.coalesce(bindparam("new_decision", type_=Text), item.c.match_decision),
+        source_hash=bindparam("new_hash", type_=Text),
+        # Reopened in its old place (due_at and created_at are kept).
+        state=case((_was_resolved, PENDING), else_=item.c.state),
+        resolution=_unless_resolved(item.c.resolution),
+        resolution_note=_unless_resolved(item.c.resolution_note),
+        resolved_by=_unless_resolved(item.c.resolved_by),
+        resolved_at=_unless_resolved(item.c.resolved_at),
+        leased_by=_unless_resolved(item.c.leased_by),
+        leased_at=_unless_resolved(item.c.leased_at),
+        lease_expires_at=_unless_resolved(item.c.lease_expires_at),
+        attempts=_unless_resolved(item.c.attempts, literal_column("0", Integer)),
+        # The holder keeps the item under a new lease: every token of the old one is dead.
+        lease_epoch=case((_was_assigned, item.c.lease_epoch + 1), else_=item.c.lease_epoch),
+        lease_nonce=case(
+            (_was_assigned, func.gen_random_uuid()), (_was_resolved, null()), else_=item.c.lease_nonce
+        ),
+        revised_epoch=case((_was_assigned, item.c.lease_epoch + 1), else_=item.c.revised_epoch),
+    )
+    .returning(*_ITEM_COLUMNS, *[c for c in _revision_target.c if c.name != "id"])
+    .cte("revised")
+)
+
+
+def _figures(amount: Any, decision: Any, source_hash: Any) -> Any:
+    # The amount as text: a JSON number would be read back as a float.
+    return func.jsonb_build_object(
+        "variance_amount", cast(amount, Text), "match_decision", decision, "source_hash", source_hash
+    )
+
+
+_revised_logged = _logged(
+    _revised,
+    "REVISED",
+    details=func.jsonb_build_object(
+        "previous",
+        _figures(_revised.c.previous_amount, _revised.c.previous_decision, _revised.c.previous_hash),
+        "current",
+        _figures(_revised.c.variance_amount, _revised.c.match_decision, _revised.c.source_hash),
+        "previous_state",
+        _revised.c.previous_state,
+        "holder",
+        _revised.c.previous_holder,
+    ),
+)
+# After REVISED (it reads that insert's RETURNING): the decision that rested on the old figures.
+_decertified_logged = _logged(
+    _revised,
+    "REOPENED",
+    details=func.jsonb_build_object(
+        "reason",
+        "source revised",
+        "decertified",
+        True,
+        "previous_resolution",
+        _revised.c.previous_resolution,
+        "previous_note",
+        _revised.c.previous_note,
+        "previous_resolved_by",
+        _revised.c.previous_resolved_by,
+        "previous_resolved_at",
+        _revised.c.previous_resolved_at,
+    ),
+    where=and_(_revised.c.previous_state == RESOLVED, _revised.c.id.in_(select(_revised_logged.c.item_id))),
+)
+_REVISE: Any = select(
+    *[_revised.c[n] for n in _ITEM_FIELDS],
+    _revised.c.previous_state,
+    _revised.c.previous_amount,
+    _revised.c.previous_decision,
+    _revised.c.previous_hash,
+    _revised.c.previous_resolution,
+).add_cte(_revised_logged, _decertified_logged)
+
+RevisionOutcome = Literal["revised", "unchanged", "superseded", "conflict", "not_found"]
+
+
+@dataclass(frozen=True, slots=True)
+class Revision:
+    outcome: RevisionOutcome
+    item: Item | None
+    previous_state: str | None = None
+    previous_amount: Decimal | None = None
+    previous_decision: str | None = None
+    previous_hash: str | None = None
+    previous_resolution: str | None = None
+
+
+async def revise_item(
+    conn: AsyncConnection,
+    *,
+    item_id: UUID,
+    actor: str,
+    variance_amount: Decimal,
+    source_hash: str,
+    match_decision: str | None,
+) -> Revision:
+    """New figures for an item; idempotent on source_hash (its current one: `unchanged`, or a
+    `conflict` when the figures differ; an earlier one: `superseded`, nothing changes)."""
+    params = {
+        "item_id": item_id,
+        "actor": actor,
+        "new_amount": variance_amount,
+        "new_hash": source_hash,
+        "new_decision": match_decision,
+    }
+    row = (await conn.execute(_REVISE, params)).first()
+    if row is not None:
+        revised = _item(row)
+        if revised.state == "PENDING":
+            await notify_work(conn)  # a reopened decision is leasable again
+        return Revision(
+            "revised",
+            revised,
+            row.previous_state,
+            row.previous_amount,
+            row.previous_decision,
+            row.previous_hash,
+            row.previous_resolution,
+        )
+    current = await get_item(conn, item_id=item_id)
+    if current is None:
+        return Revision("not_found", None)
+    if current.source_hash != source_hash:
+        return Revision("superseded", current)
+    same = current.variance_amount == variance_amount and match_decision in (None, current.match_decision)
+    return Revision("unchanged" if same else "conflict", current)
+
+
+# --- the admin's override: release someone's leases, reassign an item ----------------------
+
+
+def _admin_released(holding: ColumnElement[bool], name: str) -> Any:
+    """Release every lease matching `holding`, whoever holds it: one statement, rows locked in id
+    order (two overlapping releases cannot deadlock), each with a RELEASED event by the admin that
+    names the holder. PENDING again in its old place, never quarantined: the lease ended because of
+    an admin, not because the item failed."""
+    target = (
+        select(item.c.id, item.c.leased_by.label("previous_holder"))
+        .where(item.c.state == ASSIGNED, holding)
+        .order_by(item.c.id)
+        .with_for_update()
+        .cte(f"{name}_target")
+    )
+    released = (
+        item.update()
+        .where(item.c.id == target.c.id, item.c.state == ASSIGNED)
+        .values(state=PENDING, leased_by=None, leased_at=None, lease_expires_at=None)
+        .returning(*_ITEM_COLUMNS, target.c.previous_holder)
+        .cte(name)
+    )
+    return select(*[released.c[n] for n in _ITEM_FIELDS], released.c.previous_holder).add_cte(
+        _logged(
+            released,
+            "RELEASED",
+            details=func.jsonb_build_object(
+                "reason",
+                bindparam("reason", type_=Text),
+                "previous_holder",
+                released.c.previous_holder,
+                "override",
+                True,
+            ),
+        )
+    )
+
+
+_ADMIN_RELEASE_ITEM = _admin_released(item.c.id == bindparam("item_id"), "admin_released_item")
+_ADMIN_RELEASE_REVIEWER = _admin_released(
+    item.c.leased_by == bindparam("holder", type_=Text), "admin_released_reviewer"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Overridden:
+    item: Item
+    previous_holder: str
+
+
+async def admin_release_item(
+    conn: AsyncConnection, *, item_id: UUID, actor: str, reason: str
+) -> tuple[Literal["done", "not_assigned", "not_found"], Overridden | None, Item | None]:
+    """An admin hands an ASSIGNED item back to the queue, whoever holds it."""
+    row = (
+        await conn.execute(_ADMIN_RELEASE_ITEM, {"item_id": item_id, "actor": actor, "reason": reason})
+    ).first()
+    if row is not None:
+        await notify_work(conn)
+        return "done", Overridden(_item(row), row.previous_holder), None
+    current = await get_item(conn, item_id=item_id)
+    return ("not_found" if current is None else "not_assigned"), None, current
+
+
+async def admin_release_reviewer(
+    conn: AsyncConnection, *, reviewer: str, actor: str, reason: str
+) -> list[Overridden]:
+    """An admin hands every item `reviewer` holds back to the queue (the reviewer went on leave)."""
+    rows = await conn.execute(_ADMIN_RELEASE_REVIEWER, {"holder": reviewer, "actor": actor, "reason": reason})
+    released = sorted(
+        (Overridden(_item(r), r.previous_holder) for r in rows),
+        key=lambda o: (o.item.due_at, o.item.created_at, o.item.id),
+    )
+    if released:
+        await notify_work(conn)
+    return released
+
+
+# Someone who can take a lease: a live token with a reviewer's or an admin's role.
+_CAN_LEASE = exists(
+    select(api_token.c.id).where(
+        api_token.c.subject == bindparam("to_reviewer", type_=Text),
+        api_token.c.role.in_(("reviewer", "admin")),
+        api_token.c.revoked_at.is_(None),
+        or_(api_token.c.expires_at.is_(None), api_token.c.expires_at > func.now()),
+    )
+)
+_target_holds = (
+    select(func.count())
+    .where(item.c.state == ASSIGNED, item.c.leased_by == bindparam("to_reviewer", type_=Text))
+    .scalar_subquery()
+)
+_reassign_target = (
+    select(item.c.id, item.c.leased_by.label("previous_holder"))
+    .where(
+        item.c.id == bindparam("item_id"),
+        item.c.state == ASSIGNED,
+        item.c.leased_by != bindparam("to_reviewer", type_=Text),
+        _CAN_LEASE,
+        # The per-reviewer cap holds for an admin's move too (counted under the reviewer's lock).
+        _target_holds < bindparam("cap", type_=Integer),
+    )
+    .with_for_update()
+    .cte("reassign_target")
+)
+# The lease moves: a new holder, a full lease from now, a new epoch and nonce (every token of
+# the old holder is dead). Not a new attempt: the item did not fail anyone.
+_reassigned = (
+    item.update()
+    .where(item.c.id == _reassign_target.c.id, item.c.state == ASSIGNED)
+    .values(
+        leased_by=bindparam("to_reviewer", type_=Text),
+        leased_at=func.now(),
+        lease_expires_at=func.now() + bindparam("lease_duration", type_=Interval),
+        lease_epoch=item.c.lease_epoch + 1,
+        lease_nonce=func.gen_random_uuid(),
+    )
+    .returning(*_ITEM_COLUMNS, _reassign_target.c.previous_holder)
+    .cte("reassigned")
+)
+_REASSIGN: Any = select(*[_reassigned.c[n] for n in _ITEM_FIELDS], _reassigned.c.previous_holder).add_cte(
+    _logged(
+        _reassigned,
+        "REASSIGNED",
+        details=func.jsonb_build_object(
+            "reason",
+            bindparam("reason", type_=Text),
+            "previous_holder",
+            _reassigned.c.previous_holder,
+            "leased_by",
+            _reassigned.c.leased_by,
+            "lease_expires_at",
+            _reassigned.c.lease_expires_at,
+        ),
+    )
+)
+_IS_REVIEWER = select(_CAN_LEASE)
+
+ReassignOutcome = Literal["done", "not_assigned", "already_held", "not_a_reviewer", "at_cap", "not_found"]
+
+
+async def reassign_item(
+    conn: AsyncConnection,
+    *,
+    item_id: UUID,
+    to_reviewer: str,
+    actor: str,
+    reason: str,
+    lease_duration: timedelta,
+    cap: int,
+) -> tuple[ReassignOutcome, Overridden | None, Item | None]:
+    """An admin moves an ASSIGNED item's lease to another reviewer (never past their cap)."""
+    params = {
+        "item_id": item_id,
+        "to_reviewer": to_reviewer,
+        "actor": actor,
+        "reason": reason,
+        "lease_duration": lease_duration,
+        "cap": cap,
+    }
+    await _lock_reviewer(conn, to_reviewer)
+    row = (await conn.execute(_REASSIGN, params)).first()
+    if row is not None:
+        return "done", Overridden(_item(row), row.previous_holder), None
+    current = await get_item(conn, item_id=item_id)
+    outcome: ReassignOutcome
+    if current is None:
+        outcome = "not_found"
+    elif current.state != "ASSIGNED":
+        outcome = "not_assigned"
+    elif current.leased_by == to_reviewer:
+        outcome = "already_held"
+    elif not (await conn.execute(_IS_REVIEWER, {"to_reviewer": to_reviewer})).scalar():
+        outcome = "not_a_reviewer"
+    elif (await conn.execute(select(_target_holds), {"to_reviewer": to_reviewer})).scalar_one() >= cap:
+        outcome = "at_cap"
+    else:  # the item changed between the statement and this read: refused all the same
+        outcome = "not_assigned"
+    return outcome, None, current
+
+
 CompleteOutcome = Literal[
-    "resolved", "already_resolved", "resolution_conflict", "lease_not_held", "not_found"
+    "resolved", "already_resolved", "resolution_conflict", "lease_not_held", "source_changed", "not_found"
 ]
+
+
+# api.schemas.NO_LEASE: the nonce a token that cannot be one of the item's leases stands for.
+NO_LEASE = UUID(int=0)
+
+
+def source_changed(current: Item, reviewer: str, lease_nonce: UUID | None, source_hash: str | None) -> bool:
+    """Was a holder's refused call refused because the figures changed under their lease (409
+    SOURCE_CHANGED, answered with the new values and lease token) rather than because the lease
+    is not theirs? `lease_nonce` is the nonce the call's token claims (None without a token)."""
+    if current.state != "ASSIGNED" or current.leased_by != reviewer or lease_nonce == NO_LEASE:
+        return False
+    if source_hash is not None and source_hash != current.source_hash:
+        return True
+    if not current.revised_during_lease:
+        return False
+    return lease_nonce != current.lease_nonce if lease_nonce is not None else source_hash is None
 
 
 async def complete_item(
@@ -609,6 +1017,7 @@ async def complete_item(
     resolution: str,
     note: str | None,
     lease_nonce: UUID | None = None,
+    source_hash: str | None = None,
 ) -> tuple[CompleteOutcome, Item | None]:
     params = {
         "item_id": item_id,
@@ -616,6 +1025,7 @@ async def complete_item(
         "resolution": resolution,
         "note": note,
         "fence_nonce": lease_nonce,
+        "expected_source_hash": source_hash,
     }
     outcome, current = await _holder_change(conn, _COMPLETE, params)
     if outcome == "done" and current is not None:
@@ -632,7 +1042,9 @@ async def complete_item(
     # Nothing changed; the row only tells the caller why.
     result: CompleteOutcome = "lease_not_held"
     retry = current.state == "RESOLVED" and current.resolved_by == reviewer
-    if retry and lease_nonce in (None, current.lease_nonce):
+    if source_changed(current, reviewer, lease_nonce, source_hash):
+        result = "source_changed"
+    elif retry and lease_nonce in (None, current.lease_nonce) and source_hash in (None, current.source_hash):
         result = "already_resolved" if current.resolution == resolution else "resolution_conflict"
     telemetry.completion_noop(current, reviewer, result)
     return result, current

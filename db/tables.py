@@ -101,6 +101,9 @@ review_queue_item = Table(
     # The deadline: given at enqueue, or created_at + the SLA tier of the amount. Leases go
     # earliest due_at first; never changed after enqueue, so a released item keeps its place.
     Column("due_at", DateTime(timezone=True), nullable=False, server_default=text(FALLBACK_DUE)),
+    # The lease_epoch a source revision moved a leased item to (db.queue.revise_item): while it
+    # equals lease_epoch, the current lease has seen new figures.
+    Column("revised_epoch", BigInteger),
     CheckConstraint("state IN ('PENDING', 'ASSIGNED', 'RESOLVED', 'QUARANTINED')", name="valid_state"),
     CheckConstraint("match_decision IN ('MATCHED', 'PARTIAL', 'UNMATCHED')", name="valid_match_decision"),
     # At most 16 KiB of compact JSON (api.schemas); this is the database's looser backstop.
@@ -168,6 +171,8 @@ EVENTS = (
     "QUARANTINED",
     "REQUEUED",
     "REOPENED",
+    "REVISED",
+    "REASSIGNED",
 )
 
 # Append-only: a trigger (see the migration) refuses UPDATE, DELETE and TRUNCATE. Each row
@@ -187,7 +192,7 @@ review_queue_event = Table(
     Column("xid", Xid8(), nullable=False, server_default=func.pg_current_xact_id()),
     CheckConstraint(
         "event IN ('ENQUEUED', 'LEASED', 'RENEWED', 'RELEASED', 'RECLAIMED', 'RESOLVED',"
-        " 'QUARANTINED', 'REQUEUED', 'REOPENED')",
+        " 'QUARANTINED', 'REQUEUED', 'REOPENED', 'REVISED', 'REASSIGNED')",
         name="valid_event",
     ),
     Index("ix_review_queue_event_item_id_id", "item_id", "id"),

@@ -95,6 +95,13 @@ MUTANTS = (
         ),
     ),
     Mutant(
+        # A source revision moves the lease on; without this guard a tokenless completion would
+        # decide on figures the reviewer never saw.
+        "completion ignores a source revision",
+        "tests/api/test_revisions.py::test_tokenless_completion_must_carry_the_current_source_hash_after_a_revision",
+        (Edit(QUEUE, "    .where(*_saw_current_source())\n", ""),),
+    ),
+    Mutant(
         "append-only trigger dropped",
         "tests/api/test_events.py::test_the_database_refuses_to_edit_events",
         (

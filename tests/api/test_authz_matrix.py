@@ -85,6 +85,27 @@ MATRIX: dict[tuple[str, str], Route] = {
     ("POST", "/items/{item_id}/reopen"): Route(
         ADMIN, item=True, conflict="NOT_RESOLVED", body=lambda: {"reason": "authz matrix"}
     ),
+    # A revision changes any item, leased by anyone (its holder keeps it under a new lease).
+    ("POST", "/items/{item_id}/revisions"): Route(
+        INGEST,
+        item=True,
+        writes=True,
+        body=lambda: {"variance_amount": "1.00", "source_hash": f"authz-{uuid.uuid4()}"},
+    ),
+    # The admin's override: any holder's lease (own is the admin's, other is bob's).
+    ("POST", "/admin/items/{item_id}/release"): Route(
+        ADMIN, item=True, writes=True, body=lambda: {"reason": "authz matrix"}
+    ),
+    ("POST", "/admin/items/{item_id}/reassign"): Route(
+        ADMIN,
+        item=True,
+        writes=True,
+        body=lambda: {"reviewer": SUBJECT["reviewer"], "reason": "authz matrix"},
+    ),
+    # Releases every lease of bob (OTHER), who holds one item in this world.
+    ("POST", "/admin/reviewers/{reviewer}/release"): Route(
+        ADMIN, writes=True, body=lambda: {"reason": "authz"}
+    ),
     # An allowed reclaim writes only when a lease is past its grace; none is in this world.
     ("POST", "/admin/reclaim"): Route(ADMIN, body=lambda: {}),
     ("GET", "/stats"): Route(STATS_READERS),
@@ -181,6 +202,7 @@ class World:
     def call(self, method: str, path: str, caller: str, target: str | None) -> httpx.Response:
         item_id = self.item_id(caller, target)
         url = path.replace("{item_id}", item_id) if item_id else path
+        url = url.replace("{reviewer}", OTHER)
         body = MATRIX[(method, path)].body
         response: httpx.Response = self.client.request(
             method, url, json=body() if body else None, headers=self.headers[caller]
@@ -342,6 +364,21 @@ def test_allowed_writes_change_exactly_their_item_as_the_caller(
     elif path == "/leases":
         assert [i["id"] for i in response.json()["items"]] == [item_id]
         assert (row["state"], row["leased_by"], event) == ("ASSIGNED", subject, "LEASED")
+    elif path == "/admin/reviewers/{reviewer}/release":
+        assert item_id == world.other
+        assert (row["state"], row["leased_by"], event) == ("PENDING", None, "RELEASED")
+    elif path.startswith("/admin/items/") or path.endswith("/revisions"):
+        assert item_id == world.item_id(caller, target)
+        before = items_before[item_id]
+        if path.endswith("/revisions"):
+            assert (row["state"], row["leased_by"], row["variance_amount"], event) == (
+                "ASSIGNED", before["leased_by"], 1.0, "REVISED",
+            )  # fmt: skip
+            assert row["lease_epoch"] == before["lease_epoch"] + 1
+        elif path.endswith("/reassign"):
+            assert (row["state"], row["leased_by"], event) == ("ASSIGNED", SUBJECT["reviewer"], "REASSIGNED")
+        else:
+            assert (row["state"], row["leased_by"], event) == ("PENDING", None, "RELEASED")
     else:
         assert item_id == world.own[caller]
         before = items_before[item_id]
@@ -382,6 +419,9 @@ SMUGGLE_ROUTES = [
     (("POST", "/items/{item_id}/renew"), "reviewer", "own", ()),
     (("POST", "/items/{item_id}/release"), "reviewer", "own", ()),
     (("POST", "/admin/reclaim"), "admin", None, ()),
+    (("POST", "/items/{item_id}/revisions"), "ingest", "own", ()),
+    (("POST", "/admin/items/{item_id}/reassign"), "admin", "own", ()),
+    (("POST", "/admin/items/{item_id}/release"), "admin", "own", ()),
 ]
 
 

@@ -7,8 +7,10 @@ some with a due_at of their own), lease (three reviewers, the per-reviewer cap i
 entity or one), renew, release and complete (by the last holder or anybody; with no
 token, the current token, a stale token of an earlier lease, or another item's token), retry
 completions, backdate leases in SQL (within and past the reclaim grace; one lease, or all of a
-reviewer's), reclaim as admin (with and without a batch limit), and make calls that must be
-refused (wrong role, no token, unknown item).
+reviewer's), reclaim as admin (with and without a batch limit), revise an item's figures (new ones,
+a retry, a conflicting one, an earlier hash; in every state, and under an open lease followed by
+the holder's old token), let an admin release or reassign a lease or release all of a reviewer's,
+and make calls that must be refused (wrong role, no token, unknown item).
 
 A plain-Python model predicts every answer exactly: which items a lease hands out and in which
 order, which items a reclaim returns and in which order, and the status and problem `code` of every
@@ -75,7 +77,7 @@ TOKENS = ("none", "current", "current", "stale", "foreign")
 CALLERS = ("last_holder", "last_holder", "last_holder", *REVIEWERS)
 EVENTS = (
     "ENQUEUED", "LEASED", "RENEWED", "RELEASED", "RECLAIMED", "RESOLVED",
-    "QUARANTINED", "REQUEUED", "REOPENED",
+    "QUARANTINED", "REQUEUED", "REOPENED", "REVISED", "REASSIGNED",
 )  # fmt: skip
 UNKNOWN = "00000000-0000-4000-8000-000000000000"
 # Calls that must be refused whatever the state: (path, caller or None for no token, status, code).
@@ -95,7 +97,22 @@ REFUSED = (
     (f"/items/{UNKNOWN}/release", "bob", 404, "NOT_FOUND"),
     (f"/items/{UNKNOWN}/complete", "carol", 404, "NOT_FOUND"),
     (f"/items/{UNKNOWN}/events", "alice", 404, "NOT_FOUND"),
+    # Revisions are the feeder's (ingest); the override is an admin's.
+    (f"/items/{UNKNOWN}/revisions", "alice", 403, "FORBIDDEN"),
+    (f"/items/{UNKNOWN}/revisions", "audrey", 403, "FORBIDDEN"),
+    (f"/items/{UNKNOWN}/revisions", "feeder", 404, "NOT_FOUND"),
+    (f"/admin/items/{UNKNOWN}/release", "alice", 403, "FORBIDDEN"),
+    (f"/admin/items/{UNKNOWN}/release", "root", 404, "NOT_FOUND"),
+    (f"/admin/items/{UNKNOWN}/reassign", "feeder", 403, "FORBIDDEN"),
+    (f"/admin/items/{UNKNOWN}/reassign", "root", 404, "NOT_FOUND"),
+    ("/admin/reviewers/alice/release", "bob", 403, "FORBIDDEN"),
 )
+# The body each refused path is sent with (the rest take none, or an empty one).
+REFUSED_BODIES = {
+    "/revisions": {"variance_amount": "1.00", "source_hash": "sha256:refused"},
+    "/reassign": {"reviewer": "bob", "reason": "refused"},
+    "/release": {"reason": "refused"},
+}
 
 # REVIEW_QUEUE_SLA_TIERS: an item of 1000 or more is due a day after enqueue, any other a week after.
 SLA_TIERS = "1000:24h,0:168h"
@@ -117,6 +134,10 @@ KEY_MINIMUMS = {
     "reclaim took leases back": 0.2,
     "retry answered already_resolved": 0.2,
     "lease of one ledger entity handed out items": 0.2,
+    "revision applied": 0.5,
+    "revision moved a lease on": 0.2,
+    "old token after a revision answered SOURCE_CHANGED": 0.1,
+    "admin released or reassigned a lease": 0.3,
 }
 KEY: Counter[str] = Counter()
 
@@ -154,15 +175,23 @@ class Model:
     note: str | None = None
     resolvers: list[str] = field(default_factory=list)  # every resolution, reopened ones too
     events: Counter[str] = field(default_factory=Counter)
+    revised_epoch: int | None = None  # the epoch a revision moved the lease to
+    hashes: list[str] = field(default_factory=list)  # earlier source hashes (revised away)
+
+    tier: int = 0  # set from the enqueued payload: a revision changes the amount, never due_at
+
+    def __post_init__(self) -> None:
+        due = self.payload.get("due_at")
+        if due is not None:
+            self.tier = 0 if due == EARLY else 3
+        else:
+            self.tier = 1 if Decimal(self.payload["variance_amount"]) >= 1000 else 2
 
     @property
     def place(self) -> tuple[int, int]:
-        """Queue position, kept across release, reclaim, requeue and reopen: due_at first (a named
-        EARLY one, then the 24 h tier, the 168 h tier, a named LATE one), then created_at."""
-        due = self.payload.get("due_at")
-        if due is not None:
-            return (0 if due == EARLY else 3), self.seq
-        return (1 if Decimal(self.payload["variance_amount"]) >= 1000 else 2), self.seq
+        """Queue position, kept across release, reclaim, requeue, reopen and revisions: due_at first
+        (a named EARLY one, then the 24 h tier, the 168 h tier, a named LATE one), then created_at."""
+        return self.tier, self.seq
 
 
 class ReviewQueueMachine(RuleBasedStateMachine):
@@ -256,7 +285,7 @@ class ReviewQueueMachine(RuleBasedStateMachine):
         tally(f"{action} by {caller}, token {kind}: {response.status_code}")
         self.tally_stale(item_id, reviewer, kind)
         if not self.holds(item_id, reviewer, epoch, foreign):
-            assert_problem(response, 409, "LEASE_NOT_HELD")
+            self.check_refusal(response, item_id, reviewer, epoch, foreign, complete=False)
             return reviewer, None
         assert response.status_code == 200, response.text
         return reviewer, response
@@ -266,6 +295,34 @@ class ReviewQueueMachine(RuleBasedStateMachine):
         m = self.model[item_id]
         if kind == "stale" and m.state == "ASSIGNED" and m.leased_by == reviewer:
             key("stale token refused, the same reviewer holding the newer lease")
+
+    def source_changed(
+        self, item_id: str, reviewer: str, epoch: int | None, foreign: bool, *, complete: bool
+    ) -> bool:
+        """Is the holder's call refused because a revision moved their lease on? With a token of an
+        earlier epoch, any action; without a token, a completion (which sends no source_hash here)."""
+        m = self.model[item_id]
+        if foreign or m.state != "ASSIGNED" or m.leased_by != reviewer or m.revised_epoch != m.epoch:
+            return False
+        return complete if epoch is None else epoch != m.epoch
+
+    def check_refusal(
+        self,
+        response: httpx.Response,
+        item_id: str,
+        reviewer: str,
+        epoch: int | None,
+        foreign: bool,
+        *,
+        complete: bool,
+    ) -> None:
+        """409 SOURCE_CHANGED (with the current item and the holder's new token) or LEASE_NOT_HELD."""
+        if self.source_changed(item_id, reviewer, epoch, foreign, complete=complete):
+            problem = assert_problem(response, 409, "SOURCE_CHANGED")
+            self.check_item(problem["item"], item_id, reviewer)
+            key("old token after a revision answered SOURCE_CHANGED")
+        else:
+            assert_problem(response, 409, "LEASE_NOT_HELD")
 
     def holds(self, item_id: str, reviewer: str, epoch: int | None, foreign: bool) -> bool:
         """Does this call pass the holder guard (and the fence, when it carries a token)?"""
@@ -319,7 +376,8 @@ class ReviewQueueMachine(RuleBasedStateMachine):
             and m.resolved_by == reviewer
             and (epoch is None or epoch == m.epoch)
         )
-        if self.holds(item_id, reviewer, epoch, foreign):
+        changed = self.source_changed(item_id, reviewer, epoch, foreign, complete=True)
+        if self.holds(item_id, reviewer, epoch, foreign) and not changed:
             assert response.status_code == 200, response.text
             assert answer["outcome"] == "resolved", answer
             key("completion resolved an item")
@@ -336,7 +394,7 @@ class ReviewQueueMachine(RuleBasedStateMachine):
             assert_problem(response, 409, "RESOLUTION_CONFLICT")
             return False
         else:
-            assert_problem(response, 409, "LEASE_NOT_HELD")
+            self.check_refusal(response, item_id, reviewer, epoch, foreign, complete=True)
             return False
         assert set(answer) == {"outcome", "item"}, answer
         self.check_item(answer["item"], item_id, reviewer)
@@ -537,6 +595,13 @@ class ReviewQueueMachine(RuleBasedStateMachine):
         (and retried) otherwise."""
         assigned = self.assigned()
         item_id = assigned[nth % len(assigned)]
+        m = self.model[item_id]
+        if token == "none" and m.revised_epoch == m.epoch:
+            # Without a token the holder must show the new figures: refused, then done with the token.
+            assert not self.complete_as(
+                item_id, "last_holder", token, resolution, note, "tokenless after revision"
+            )
+            token = "current"
         assert self.complete_as(item_id, "last_holder", token, resolution, note, "complete held")
         if retry:  # the answer was lost and the client sends the same call again
             self.complete_as(item_id, "last_holder", token, resolution, note, "retry held")
@@ -670,6 +735,144 @@ class ReviewQueueMachine(RuleBasedStateMachine):
             m.events["RECLAIMED"] += 1
             self.back_to_queue(m)
 
+    @rule(
+        item_id=items,
+        kind=st.sampled_from(("new", "new", "new", "retry", "conflict", "earlier")),
+        decision=st.sampled_from((None, "MATCHED", "UNMATCHED")),
+    )
+    def revise(self, item_id: str, kind: str, decision: str | None) -> None:
+        """The matcher re-ran: new figures (by state: updated; the lease moved on; the decision
+        reopened), or the current ones again (unchanged), the current hash with other figures
+        (a conflict), or an earlier hash (superseded)."""
+        m = self.model[item_id]
+        n = next(KEYS)
+        if kind == "earlier" and not m.hashes:
+            kind = "new"
+        current = m.payload
+        body: dict[str, Any] = {
+            "new": {"variance_amount": f"{n}.05", "source_hash": f"sha256:rev-{n:08x}"},
+            "retry": {"variance_amount": current["variance_amount"], "source_hash": current["source_hash"]},
+            "conflict": {
+                "variance_amount": "0.02" if current["variance_amount"] == "0.01" else "0.01",
+                "source_hash": current["source_hash"],
+            },
+            "earlier": {"variance_amount": "1.00", "source_hash": m.hashes[0] if m.hashes else ""},
+        }[kind]
+        if kind == "new" and decision is not None:
+            body["match_decision"] = decision
+        response = self.post(f"/items/{item_id}/revisions", "feeder", body)
+        tally(f"revise ({kind}) of {m.state}: {response.status_code}")
+        if kind == "conflict":
+            assert assert_problem(response, 409, "IDEMPOTENCY_CONFLICT")["item_id"] == item_id
+            return
+        assert response.status_code == 200, response.text
+        answer = response.json()
+        assert answer["outcome"] == {"new": "revised", "retry": "unchanged", "earlier": "superseded"}[kind], (
+            answer
+        )
+        if kind == "new":
+            key("revision applied")
+            m.hashes.append(current["source_hash"])
+            m.payload = {**current, **body}
+            m.events["REVISED"] += 1
+            if m.state == "ASSIGNED":
+                assert m.leased_by is not None
+                m.epoch += 1
+                m.revised_epoch = m.epoch
+                self.new_token(item_id, m.leased_by)
+                key("revision moved a lease on")
+            elif m.state == "RESOLVED":
+                m.state, m.attempts, m.leased_by = "PENDING", 0, None
+                m.resolution = m.resolved_by = m.note = None
+                m.events["REOPENED"] += 1
+                tally("revision decertified a decision")
+        self.check_item(answer["item"], item_id, "feeder")
+
+    def new_token(self, item_id: str, holder: str) -> None:
+        """The holder re-reads the item for the token of its new epoch (how a page carries on)."""
+        m = self.model[item_id]
+        token = self.client.get(f"/items/{item_id}", headers=self.headers(holder)).json()["lease_token"]
+        assert token and token not in self.all_tokens, f"lease_token missing or reused: {token!r}"
+        self.all_tokens.add(token)
+        m.tokens[m.epoch] = token
+
+    @precondition(lambda self: bool(self.assigned()))
+    @rule(nth=st.integers(0, 3 * CAP), to=st.sampled_from((None, *REVIEWERS)))
+    def override(self, nth: int, to: str | None) -> None:
+        """An admin releases someone's lease (to None) or reassigns it to a reviewer."""
+        assigned = self.assigned()
+        item_id = assigned[nth % len(assigned)]
+        m = self.model[item_id]
+        if to is None:
+            response = self.post(f"/admin/items/{item_id}/release", "root", {"reason": "on leave"})
+            assert response.status_code == 200, response.text
+            m.state, m.leased_by, m.expiry = "PENDING", None, "live"  # never quarantined
+            m.events["RELEASED"] += 1
+        else:
+            held = sum(1 for o in self.model.values() if o.state == "ASSIGNED" and o.leased_by == to)
+            response = self.post(
+                f"/admin/items/{item_id}/reassign", "root", {"reviewer": to, "reason": "cover"}
+            )
+            tally(f"reassign: {response.status_code}")
+            if m.leased_by == to:
+                assert_problem(response, 409, "ALREADY_HELD")
+                return
+            if held >= CAP:
+                assert_problem(response, 409, "REVIEWER_AT_CAP")
+                return
+            assert response.status_code == 200, response.text
+            m.leased_by = m.last_holder = to
+            m.epoch += 1
+            m.expiry = "live"
+            m.events["REASSIGNED"] += 1
+            self.new_token(item_id, to)
+        key("admin released or reassigned a lease")
+        self.check_item(response.json(), item_id, "root")
+
+    @precondition(lambda self: bool(self.assigned()))
+    @rule(
+        nth=st.integers(0, 3 * CAP),
+        action=st.sampled_from(("complete", "renew", "release", "tokenless")),
+        resolution=st.sampled_from(RESOLUTIONS),
+    )
+    def figures_changed_under_holder(self, nth: int, action: str, resolution: str) -> None:
+        """A revision moves an open lease on; the holder's next call still carries the old token (or
+        completes without one): refused with SOURCE_CHANGED, nothing written."""
+        assigned = self.assigned()
+        item_id = assigned[nth % len(assigned)]
+        holder = self.model[item_id].leased_by
+        assert holder is not None
+        self.revise(item_id, "new", None)
+        if action == "tokenless":
+            assert not self.complete_as(item_id, holder, "none", resolution, None, "tokenless after revision")
+        elif action == "complete":
+            assert not self.complete_as(
+                item_id, holder, "stale", resolution, None, "old token after revision"
+            )
+        else:
+            self.holder_call(action, item_id, holder, "stale", {})
+
+    @precondition(lambda self: bool(self.assigned()))
+    @rule(reviewer=st.sampled_from(REVIEWERS))
+    def release_reviewer(self, reviewer: str) -> None:
+        """An admin releases every lease of a reviewer, in one statement, in queue order."""
+        expected = sorted(
+            (i for i in self.assigned() if self.model[i].leased_by == reviewer),
+            key=lambda i: self.model[i].place,
+        )
+        response = self.post(f"/admin/reviewers/{reviewer}/release", "root", {"reason": "on leave"})
+        assert response.status_code == 200, response.text
+        answer = response.json()
+        assert [i["id"] for i in answer["items"]] == expected and answer["released"] == len(expected), answer
+        tally(f"release reviewer: {'some' if expected else 'none'}")
+        for body in answer["items"]:
+            m = self.model[body["id"]]
+            m.state, m.leased_by, m.expiry = "PENDING", None, "live"
+            m.events["RELEASED"] += 1
+            self.check_item(body, body["id"], "root")
+        if expected:
+            key("admin released or reassigned a lease")
+
     @rule(case=st.sampled_from(REFUSED))
     def refused(self, case: tuple[str, str | None, int, str]) -> None:
         path, subject, status, code = case
@@ -679,6 +882,8 @@ class ReviewQueueMachine(RuleBasedStateMachine):
             response = self.post(path, subject, {"items": [self.new_payload()]})
         elif path.endswith("/complete"):
             response = self.post(path, subject, {"resolution": "APPROVED"})
+        elif (suffix := "/" + path.rsplit("/", 1)[1]) in REFUSED_BODIES:
+            response = self.post(path, subject, REFUSED_BODIES[suffix])
         else:
             response = self.post(path, subject)
         assert_problem(response, status, code)

@@ -111,6 +111,7 @@ def test_holder_statements_read_by_primary_key(busy_table: psycopg.Connection) -
         "SELECT id FROM review_queue_item WHERE state = 'ASSIGNED' LIMIT 1"
     ).fetchone()[0]
     params = {"item_id": item_id, "actor": "r1", "fence_nonce": None, "resolution": "OK", "note": None}
+    params["expected_source_hash"] = None
     found = scans(plan(busy_table, queue._COMPLETE, params))
     assert found - {("CTE Scan", "")} == {("Index Scan", "pk_review_queue_item")}, found
 
