@@ -18,14 +18,23 @@ import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
+from datetime import datetime
 from decimal import Decimal
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import quote, urlencode
 from uuid import UUID
 
 import httpx
 
-from api.schemas import ApproveOut, CompleteOut, EventOut, ItemOut, ResolutionCodeOut
+from api.schemas import (
+    ApproveOut,
+    CompleteOut,
+    EventOut,
+    ItemOut,
+    ReleasedOut,
+    ResolutionCodeOut,
+    RevisionOut,
+)
 
 log = logging.getLogger("review_queue.client")
 
@@ -73,6 +82,27 @@ class NotResolved(ReviewQueueError): ...
 class SegregationOfDuties(ReviewQueueError): ...
 
 
+class SourceChanged(ReviewQueueError):
+    """The figures changed under your lease (a source revision). `item` is the item now, with the
+    new lease_token: look at the new figures, then carry on with that token."""
+
+    @property
+    def item(self) -> ItemOut:
+        return ItemOut.model_validate(self.problem["item"])
+
+
+class NotAssigned(ReviewQueueError): ...
+
+
+class AlreadyHeld(ReviewQueueError): ...
+
+
+class NotAReviewer(ReviewQueueError): ...
+
+
+class ReviewerAtCap(ReviewQueueError): ...
+
+
 _BY_CODE: dict[str, type[ReviewQueueError]] = {
     "UNAUTHENTICATED": Unauthenticated,
     "FORBIDDEN": Forbidden,
@@ -83,6 +113,11 @@ _BY_CODE: dict[str, type[ReviewQueueError]] = {
     "NOT_QUARANTINED": NotQuarantined,
     "NOT_RESOLVED": NotResolved,
     "SEGREGATION_OF_DUTIES": SegregationOfDuties,
+    "SOURCE_CHANGED": SourceChanged,
+    "NOT_ASSIGNED": NotAssigned,
+    "ALREADY_HELD": AlreadyHeld,
+    "NOT_A_REVIEWER": NotAReviewer,
+    "REVIEWER_AT_CAP": ReviewerAtCap,
     "VALIDATION_ERROR": ValidationFailed,
     "DATABASE_UNAVAILABLE": DatabaseUnavailable,
 }
@@ -94,6 +129,12 @@ class WorkStats:
     resolved: int = 0
     released: int = 0
     lost: int = 0  # the lease was gone (reclaimed) by the time the handler finished
+    revised: int = 0  # decisions made again because the figures changed under the lease
+
+
+# A handler decides again on new figures this many times for one item; an item whose source keeps
+# changing faster than that is handed back.
+MAX_REDECISIONS = 3
 
 
 def _raise_for_problem(response: httpx.Response) -> None:
@@ -152,6 +193,8 @@ def _enqueue_body(fields: dict[str, Any]) -> dict[str, Any]:
         body["variance_amount"] = str(body["variance_amount"])  # exact, never via float
     if isinstance(body.get("trace_id"), UUID):
         body["trace_id"] = str(body["trace_id"])
+    if isinstance(body.get("due_at"), datetime):
+        body["due_at"] = body["due_at"].isoformat()  # the server refuses one without an offset
     return body
 
 
@@ -182,20 +225,30 @@ class _Calls:
 
     @staticmethod
     def lease(
-        batch_size: int | None, wait_s: int, queue: str = "review"
+        batch_size: int | None, wait_s: int, ledger_entity: str | None, queue: str = "review"
     ) -> tuple[str, str, dict[str, Any] | None]:
         body = {
             "batch_size": batch_size,
             "wait_s": wait_s or None,
+            "ledger_entity": ledger_entity,
             "queue": None if queue == "review" else queue,
         }
         return "POST", "/leases", {k: v for k, v in body.items() if v is not None} or None
 
     @staticmethod
     def complete(
-        item_id: UUID, resolution: str, note: str | None, lease_token: str | None
+        item_id: UUID,
+        resolution: str,
+        note: str | None,
+        lease_token: str | None,
+        source_hash: str | None = None,
     ) -> tuple[str, str, dict[str, Any] | None]:
-        body = {"resolution": resolution, "note": note, "lease_token": lease_token}
+        body = {
+            "resolution": resolution,
+            "note": note,
+            "lease_token": lease_token,
+            "source_hash": source_hash,
+        }
         return "POST", f"/items/{item_id}/complete", {k: v for k, v in body.items() if v is not None}
 
     @staticmethod
@@ -231,6 +284,29 @@ class _Calls:
         if fields.get("approval_threshold") is not None:
             fields = {**fields, "approval_threshold": str(fields["approval_threshold"])}
         return "PUT", f"/resolutions/{code}", fields
+
+    @staticmethod
+    def revise(
+        item_id: UUID, variance_amount: Decimal | str, source_hash: str, match_decision: str | None
+    ) -> tuple[str, str, dict[str, Any] | None]:
+        body = {
+            "variance_amount": str(variance_amount),
+            "source_hash": source_hash,
+            "match_decision": match_decision,
+        }
+        return "POST", f"/items/{item_id}/revisions", {k: v for k, v in body.items() if v is not None}
+
+    @staticmethod
+    def admin_release(item_id: UUID, reason: str) -> tuple[str, str, dict[str, Any] | None]:
+        return "POST", f"/admin/items/{item_id}/release", {"reason": reason}
+
+    @staticmethod
+    def admin_release_reviewer(reviewer: str, reason: str) -> tuple[str, str, dict[str, Any] | None]:
+        return "POST", f"/admin/reviewers/{quote(reviewer, safe='')}/release", {"reason": reason}
+
+    @staticmethod
+    def reassign(item_id: UUID, reviewer: str, reason: str) -> tuple[str, str, dict[str, Any] | None]:
+        return "POST", f"/admin/items/{item_id}/reassign", {"reviewer": reviewer, "reason": reason}
 
 
 class ReviewQueueClient:
@@ -277,18 +353,31 @@ class ReviewQueueClient:
         return ItemOut.model_validate(self._call(*_Calls.enqueue(fields)))
 
     def lease(
-        self, batch_size: int | None = None, *, wait_s: int = 0, queue: str = "review"
+        self,
+        batch_size: int | None = None,
+        *,
+        wait_s: int = 0,
+        ledger_entity: str | None = None,
+        queue: str = "review",
     ) -> list[ItemOut]:
-        """Lease up to batch_size items; with wait_s (0-20), wait that long for work to arrive.
-        queue="approval" leases other people's proposals awaiting approval (approver, admin)."""
-        answer = self._call(*_Calls.lease(batch_size, wait_s, queue), wait_s=wait_s)
+        """Lease up to batch_size items (of ledger_entity only, when given), earliest due first;
+        with wait_s (0-20), wait that long for work to arrive. queue="approval" leases other
+        people's proposals awaiting approval (approver, admin)."""
+        answer = self._call(*_Calls.lease(batch_size, wait_s, ledger_entity, queue), wait_s=wait_s)
         return [ItemOut.model_validate(i) for i in answer["items"]]
 
     def complete(
-        self, item_id: UUID, resolution: str, *, note: str | None = None, lease_token: str | None = None
+        self,
+        item_id: UUID,
+        resolution: str,
+        *,
+        note: str | None = None,
+        lease_token: str | None = None,
+        source_hash: str | None = None,
     ) -> CompleteOut:
+        """Resolve an item you hold; SourceChanged (with the new item) when its figures changed."""
         return CompleteOut.model_validate(
-            self._call(*_Calls.complete(item_id, resolution, note, lease_token))
+            self._call(*_Calls.complete(item_id, resolution, note, lease_token, source_hash))
         )
 
     def renew(self, item_id: UUID, *, lease_token: str | None = None) -> ItemOut:
@@ -322,6 +411,31 @@ class ReviewQueueClient:
         approval_threshold (Decimal or None), active."""
         return ResolutionCodeOut.model_validate(self._call(*_Calls.put_resolution(code, fields)))
 
+    def revise(
+        self,
+        item_id: UUID,
+        *,
+        variance_amount: Decimal | str,
+        source_hash: str,
+        match_decision: str | None = None,
+    ) -> RevisionOut:
+        """New figures for an item (ingest, admin); idempotent on source_hash."""
+        return RevisionOut.model_validate(
+            self._call(*_Calls.revise(item_id, variance_amount, source_hash, match_decision))
+        )
+
+    def admin_release(self, item_id: UUID, *, reason: str) -> ItemOut:
+        """Hand an item back to the queue, whoever holds it (admin)."""
+        return ItemOut.model_validate(self._call(*_Calls.admin_release(item_id, reason)))
+
+    def admin_release_reviewer(self, reviewer: str, *, reason: str) -> ReleasedOut:
+        """Hand every item `reviewer` holds back to the queue (admin)."""
+        return ReleasedOut.model_validate(self._call(*_Calls.admin_release_reviewer(reviewer, reason)))
+
+    def reassign(self, item_id: UUID, *, reviewer: str, reason: str) -> ItemOut:
+        """Move an item's lease to `reviewer` (admin)."""
+        return ItemOut.model_validate(self._call(*_Calls.reassign(item_id, reviewer, reason)))
+
     def get(self, item_id: UUID) -> ItemOut:
         return ItemOut.model_validate(self._call("GET", f"/items/{item_id}"))
 
@@ -349,6 +463,8 @@ class ReviewQueueClient:
                 for item in list(held.values()):
                     try:
                         self.renew(item.id, lease_token=item.lease_token)
+                    except SourceChanged as changed:
+                        held[item.id] = changed.item  # renewed from now on under the new token
                     except LeaseNotHeld:
                         lost.add(item.id)
                         held.pop(item.id, None)
@@ -366,22 +482,32 @@ class ReviewQueueClient:
     def _process(
         self, item: ItemOut, handler: Callable[[ItemOut], HandlerResult], stats: WorkStats
     ) -> _Failed | None:
-        try:
-            resolution, note = _resolution(handler(item))
-        except Exception as error:
-            log.exception("handler_failed", extra={"item_id": str(item.id)})
-            return _Failed(item, f"handler error: {error!r}"[:500])
-        try:
-            self.complete(item.id, resolution, note=note, lease_token=item.lease_token)
-            stats.resolved += 1
-        except LeaseNotHeld:
-            stats.lost += 1
-        return None
+        for _ in range(MAX_REDECISIONS + 1):
+            try:
+                resolution, note = _resolution(handler(item))
+            except Exception as error:
+                log.exception("handler_failed", extra={"item_id": str(item.id)})
+                return _Failed(item, f"handler error: {error!r}"[:500])
+            try:
+                self.complete(item.id, resolution, note=note, lease_token=item.lease_token)
+                stats.resolved += 1
+            except LeaseNotHeld:
+                stats.lost += 1
+            except SourceChanged as changed:
+                # The figures changed while the handler decided: decide again on the new ones.
+                item = changed.item
+                stats.revised += 1
+                continue
+            return None
+        return _Failed(item, "the figures kept changing while deciding")
 
     def _release_all(self, items: list[_Failed], stats: WorkStats) -> None:
         for failed in items:
             with contextlib.suppress(LeaseNotHeld):
-                self.release(failed.item.id, reason=failed.reason, lease_token=failed.item.lease_token)
+                try:
+                    self.release(failed.item.id, reason=failed.reason, lease_token=failed.item.lease_token)
+                except SourceChanged as changed:
+                    self.release(failed.item.id, reason=failed.reason, lease_token=changed.item.lease_token)
                 stats.released += 1
         items.clear()
 
@@ -393,8 +519,10 @@ class ReviewQueueClient:
         wait_s: int = 5,
         renew_every_s: float | None = None,
         handle_signals: bool = True,
+        ledger_entity: str | None = None,
     ) -> WorkStats:
-        """Lease and adjudicate until `stop()` or SIGINT/SIGTERM; returns what happened.
+        """Lease (of ledger_entity only, when given) and adjudicate until `stop()` or SIGINT/SIGTERM;
+        returns what happened.
 
         An empty queue is waited on by the server (`wait_s`, long poll), not by sleeping here;
         `stop()` takes effect when the current wait ends, within wait_s."""
@@ -405,7 +533,7 @@ class ReviewQueueClient:
         failures = 0  # batches in a row in which the handler failed
         try:
             while not self._stop.is_set():
-                batch = self.lease(batch_size, wait_s=wait_s)
+                batch = self.lease(batch_size, wait_s=wait_s, ledger_entity=ledger_entity)
                 stats.leased += len(batch)
                 self._release_all(failed, stats)
                 if not batch:
@@ -421,6 +549,7 @@ class ReviewQueueClient:
                         if item.id in lost:
                             stats.lost += 1
                             continue
+                        item = held.get(item.id, item)  # the heartbeat's, if the figures changed
                         if (failure := self._process(item, handler, stats)) is not None:
                             failed.append(failure)
                         held.pop(item.id, None)
@@ -485,16 +614,27 @@ class AsyncReviewQueueClient:
         return ItemOut.model_validate(await self._call(*_Calls.enqueue(fields)))
 
     async def lease(
-        self, batch_size: int | None = None, *, wait_s: int = 0, queue: str = "review"
+        self,
+        batch_size: int | None = None,
+        *,
+        wait_s: int = 0,
+        ledger_entity: str | None = None,
+        queue: str = "review",
     ) -> list[ItemOut]:
-        answer = await self._call(*_Calls.lease(batch_size, wait_s, queue), wait_s=wait_s)
+        answer = await self._call(*_Calls.lease(batch_size, wait_s, ledger_entity, queue), wait_s=wait_s)
         return [ItemOut.model_validate(i) for i in answer["items"]]
 
     async def complete(
-        self, item_id: UUID, resolution: str, *, note: str | None = None, lease_token: str | None = None
+        self,
+        item_id: UUID,
+        resolution: str,
+        *,
+        note: str | None = None,
+        lease_token: str | None = None,
+        source_hash: str | None = None,
     ) -> CompleteOut:
         return CompleteOut.model_validate(
-            await self._call(*_Calls.complete(item_id, resolution, note, lease_token))
+            await self._call(*_Calls.complete(item_id, resolution, note, lease_token, source_hash))
         )
 
     async def renew(self, item_id: UUID, *, lease_token: str | None = None) -> ItemOut:
@@ -524,6 +664,27 @@ class AsyncReviewQueueClient:
     async def put_resolution(self, code: str, **fields: Any) -> ResolutionCodeOut:
         return ResolutionCodeOut.model_validate(await self._call(*_Calls.put_resolution(code, fields)))
 
+    async def revise(
+        self,
+        item_id: UUID,
+        *,
+        variance_amount: Decimal | str,
+        source_hash: str,
+        match_decision: str | None = None,
+    ) -> RevisionOut:
+        return RevisionOut.model_validate(
+            await self._call(*_Calls.revise(item_id, variance_amount, source_hash, match_decision))
+        )
+
+    async def admin_release(self, item_id: UUID, *, reason: str) -> ItemOut:
+        return ItemOut.model_validate(await self._call(*_Calls.admin_release(item_id, reason)))
+
+    async def admin_release_reviewer(self, reviewer: str, *, reason: str) -> ReleasedOut:
+        return ReleasedOut.model_validate(await self._call(*_Calls.admin_release_reviewer(reviewer, reason)))
+
+    async def reassign(self, item_id: UUID, *, reviewer: str, reason: str) -> ItemOut:
+        return ItemOut.model_validate(await self._call(*_Calls.reassign(item_id, reviewer, reason)))
+
     async def get(self, item_id: UUID) -> ItemOut:
         return ItemOut.model_validate(await self._call("GET", f"/items/{item_id}"))
 
@@ -546,6 +707,8 @@ class AsyncReviewQueueClient:
             for item in list(held.values()):
                 try:
                     await self.renew(item.id, lease_token=item.lease_token)
+                except SourceChanged as changed:
+                    held[item.id] = changed.item
                 except LeaseNotHeld:
                     lost.add(item.id)
                     held.pop(item.id, None)
@@ -555,22 +718,35 @@ class AsyncReviewQueueClient:
     async def _process(
         self, item: ItemOut, handler: Callable[[ItemOut], Awaitable[HandlerResult]], stats: WorkStats
     ) -> _Failed | None:
-        try:
-            resolution, note = _resolution(await handler(item))
-        except Exception as error:
-            log.exception("handler_failed", extra={"item_id": str(item.id)})
-            return _Failed(item, f"handler error: {error!r}"[:500])
-        try:
-            await self.complete(item.id, resolution, note=note, lease_token=item.lease_token)
-            stats.resolved += 1
-        except LeaseNotHeld:
-            stats.lost += 1
-        return None
+        for _ in range(MAX_REDECISIONS + 1):
+            try:
+                resolution, note = _resolution(await handler(item))
+            except Exception as error:
+                log.exception("handler_failed", extra={"item_id": str(item.id)})
+                return _Failed(item, f"handler error: {error!r}"[:500])
+            try:
+                await self.complete(item.id, resolution, note=note, lease_token=item.lease_token)
+                stats.resolved += 1
+            except LeaseNotHeld:
+                stats.lost += 1
+            except SourceChanged as changed:
+                item = changed.item
+                stats.revised += 1
+                continue
+            return None
+        return _Failed(item, "the figures kept changing while deciding")
 
     async def _release_all(self, items: list[_Failed], stats: WorkStats) -> None:
         for failed in items:
             with contextlib.suppress(LeaseNotHeld):
-                await self.release(failed.item.id, reason=failed.reason, lease_token=failed.item.lease_token)
+                try:
+                    await self.release(
+                        failed.item.id, reason=failed.reason, lease_token=failed.item.lease_token
+                    )
+                except SourceChanged as changed:
+                    await self.release(
+                        failed.item.id, reason=failed.reason, lease_token=changed.item.lease_token
+                    )
                 stats.released += 1
         items.clear()
 
@@ -586,6 +762,7 @@ class AsyncReviewQueueClient:
         wait_s: int = 5,
         renew_every_s: float | None = None,
         handle_signals: bool = True,
+        ledger_entity: str | None = None,
     ) -> WorkStats:
         """`work` of the sync client, for async handlers; `stop()` also ends a wait in progress (the
         lease request is cancelled, the server sees the disconnect and stops waiting)."""
@@ -599,7 +776,9 @@ class AsyncReviewQueueClient:
         failures = 0  # batches in a row in which the handler failed
         try:
             while not self._stop.is_set():
-                leasing = asyncio.ensure_future(self.lease(batch_size, wait_s=wait_s))
+                leasing = asyncio.ensure_future(
+                    self.lease(batch_size, wait_s=wait_s, ledger_entity=ledger_entity)
+                )
                 stop_wait = asyncio.ensure_future(self._stop.wait())
                 await asyncio.wait({leasing, stop_wait}, return_when=asyncio.FIRST_COMPLETED)
                 stop_wait.cancel()
@@ -625,6 +804,7 @@ class AsyncReviewQueueClient:
                         if item.id in lost:
                             stats.lost += 1
                             continue
+                        item = held.get(item.id, item)
                         if (failure := await self._process(item, handler, stats)) is not None:
                             failed.append(failure)
                         held.pop(item.id, None)

@@ -39,6 +39,7 @@ ITEM_PENDING: dict[str, Any] = {
     "proposed_note": None,
     "approved_by": None,
     "approved_at": None,
+    "due_at": "2026-12-08T09:00:00+00:00",
 }
 ITEM_ASSIGNED: dict[str, Any] = {
     **ITEM_PENDING,
@@ -98,9 +99,14 @@ RESOLUTION_CODE_OUT = {
     "updated_at": "2026-12-03T08:00:00+00:00",
 }
 
-LEASE_IN = {"batch_size": 5}
+LEASE_IN = {"batch_size": 5, "ledger_entity": "ACME-CORP"}
 LEASE_OUT = {"items": [ITEM_ASSIGNED]}
-COMPLETE_IN = {"resolution": "APPROVED", "note": "FX rounding", "lease_token": LEASE_TOKEN}
+COMPLETE_IN = {
+    "resolution": "APPROVED",
+    "note": "FX rounding",
+    "lease_token": LEASE_TOKEN,
+    "source_hash": "sha256:9f2c",
+}
 COMPLETE_OUT = {"outcome": "resolved", "item": ITEM_RESOLVED}
 RENEW_IN = {"lease_token": LEASE_TOKEN}
 RELEASE_IN = {"reason": "needs the FX desk", "lease_token": LEASE_TOKEN}
@@ -157,6 +163,10 @@ STATS_OUT = {
     "open_leases_by_reviewer": {"alice": 5, "bob": 9},
     "next_lease_expires_in_s": 12.5,
     "approval_leases": 1,
+    "overdue": 3,
+    "oldest_overdue_s": 5400.0,
+    "aging": {"0-1d": 98, "1-3d": 30, "3-7d": 4, "7-30d": 2, "30d+": 0},
+    "overdue_by_ledger_entity": {"ACME-CORP": 2, "GLOBEX": 1},
 }
 SESSION_IN = {"token": "rq_" + "x" * 43}
 SESSION_OUT = {
@@ -177,10 +187,26 @@ PROBLEM = {
     "instance": f"/items/{ITEM_ID}/complete",
 }
 
+REVISION_IN = {"variance_amount": "14.75", "source_hash": "sha256:a41d", "match_decision": "UNMATCHED"}
+REVISION_OUT = {
+    "outcome": "revised",
+    "item": {
+        **ITEM_PENDING,
+        "variance_amount": "14.75",
+        "source_hash": "sha256:a41d",
+        "match_decision": "UNMATCHED",
+    },
+}
+ADMIN_RELEASE_IN = {"reason": "alice is on leave until the 14th"}
+REASSIGN_IN = {"reviewer": "bob", "reason": "alice is on leave; bob covers ACME"}
+RELEASED_OUT = {"released": 1, "items": [ITEM_PENDING]}
 
 # Component schema name -> its examples.
 BY_SCHEMA: dict[str, list[dict[str, Any]]] = {
-    "ItemIn": [ITEM_IN],
+    "ItemIn": [
+        ITEM_IN,
+        {**ITEM_IN, "idempotency_key": "ACME-2026-11-30-0043", "due_at": "2026-12-04T17:00:00Z"},
+    ],
     "ItemOut": [ITEM_ASSIGNED, ITEM_PENDING, ITEM_AWAITING_APPROVAL],
     "LeaseIn": [LEASE_IN, {"batch_size": 1, "queue": "approval", "wait_s": 20}],
     "LeaseOut": [LEASE_OUT],
@@ -207,6 +233,11 @@ BY_SCHEMA: dict[str, list[dict[str, Any]]] = {
     "Problem": [PROBLEM],
     "SessionIn": [SESSION_IN],
     "SessionOut": [SESSION_OUT],
+    "RevisionIn": [REVISION_IN],
+    "RevisionOut": [REVISION_OUT],
+    "AdminReleaseIn": [ADMIN_RELEASE_IN],
+    "ReassignIn": [REASSIGN_IN],
+    "ReleasedOut": [RELEASED_OUT],
 }
 
 

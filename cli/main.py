@@ -10,6 +10,7 @@ from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from enum import StrEnum
 from typing import Annotated, TypeVar
+from uuid import UUID
 
 import psycopg
 import typer
@@ -39,6 +40,12 @@ resolutions_app = typer.Typer(
     no_args_is_help=True, help="The resolution catalogue: list, set, deactivate.", rich_markup_mode=None
 )
 app.add_typer(resolutions_app, name="resolutions")
+admin_app = typer.Typer(
+    no_args_is_help=True,
+    help="An admin's override of leases: release someone's items, reassign one.",
+    rich_markup_mode=None,
+)
+app.add_typer(admin_app, name="admin")
 
 T = TypeVar("T")
 
@@ -264,6 +271,97 @@ def resolutions_deactivate(
     typer.echo(f"deactivated {code}")
 
 
+def _reason(value: str) -> str:
+    if not 1 <= len(value) <= 500 or "\x00" in value:
+        raise typer.BadParameter("1-500 characters (kept in the audit trail)")
+    return value
+
+
+AdminName = Annotated[
+    str, typer.Option("--admin", callback=_subject, help="Who is doing this: the audit trail's actor.")
+]
+AdminReason = Annotated[
+    str, typer.Option(callback=_reason, help="Why (1-500 characters), kept in the trail.")
+]
+
+
+@admin_app.command("release")
+def admin_release(
+    reason: AdminReason,
+    admin: AdminName,
+    item: Annotated[UUID | None, typer.Option(help="Release this item, whoever holds it.")] = None,
+    reviewer: Annotated[str | None, typer.Option(help="Release every item this reviewer holds.")] = None,
+) -> None:
+    """Hand another reviewer's leases back to the queue: one item, or all of a reviewer's.
+    Releasing nothing is an error (exit 1)."""
+    from db import queue, telemetry
+
+    if (item is None) == (reviewer is None):
+        raise typer.BadParameter("give either --item or --reviewer")
+    settings = get_settings()
+    configure_logging(settings.log_format, settings.log_level)
+    if item is not None:
+        _, done, current = in_transaction(
+            lambda conn: queue.admin_release_item(conn, item_id=item, actor=admin, reason=reason)
+        )
+        released = [done] if done is not None else []
+        nothing = f"item {item} is {current.state}, not ASSIGNED" if current else f"no item {item}"
+    else:
+        released = in_transaction(
+            lambda conn: queue.admin_release_reviewer(
+                conn, reviewer=str(reviewer), actor=admin, reason=reason
+            )
+        )
+        nothing = f"{reviewer} holds no items"
+    for o in released:  # committed: the log lines are true now
+        telemetry.admin_released(o.item, admin, o.previous_holder, reason)
+    if not released:
+        typer.echo(f"review-queue: {nothing}; nothing released", err=True)
+        raise typer.Exit(1)
+    for o in released:
+        typer.echo(f"released {o.item.id} (held by {o.previous_holder}): PENDING")
+    typer.echo(f"released {len(released)} item(s)")
+
+
+@admin_app.command("reassign")
+def admin_reassign(
+    item: Annotated[UUID, typer.Argument(help="The ASSIGNED item to move.")],
+    to: Annotated[
+        str, typer.Option("--to", callback=_subject, help="The reviewer who takes the lease over.")
+    ],
+    reason: AdminReason,
+    admin: AdminName,
+) -> None:
+    """Move an item's lease to another reviewer: a full lease from now, a new token; the old holder's
+    token is refused from then on."""
+    from db import queue, telemetry
+
+    settings = get_settings()
+    configure_logging(settings.log_format, settings.log_level)
+    outcome, done, current = in_transaction(
+        lambda conn: queue.reassign_item(
+            conn,
+            item_id=item,
+            to_reviewer=to,
+            actor=admin,
+            reason=reason,
+            lease_duration=timedelta(milliseconds=settings.lock_timeout_ms),
+            cap=settings.max_leases_per_reviewer,
+        )
+    )
+    if done is None:
+        why = {
+            "not_found": f"no item {item}",
+            "already_held": f"{to} already holds item {item}",
+            "not_a_reviewer": f"{to!r} has no live reviewer or admin token",
+            "at_cap": f"{to} already holds as many items as anyone may",
+        }.get(outcome, f"item {item} is {current.state if current else 'gone'}, not ASSIGNED")
+        typer.echo(f"review-queue: {why}; nothing reassigned", err=True)
+        raise typer.Exit(1)
+    telemetry.reassigned(done.item, admin, done.previous_holder, to, reason)
+    typer.echo(f"reassigned {item} from {done.previous_holder} to {to}")
+
+
 @app.command()
 def reclaim(
     once: Annotated[
@@ -388,18 +486,26 @@ def audit_export(
 
 @app.command()
 def stats() -> None:
-    """Print queue depth, age and leases in flight."""
+    """Print queue depth, age, leases in flight, overdue items and the aging of open items."""
     from datetime import timedelta
 
     from db import stats as queue_stats
 
     settings = get_settings()
 
-    async def read(conn: AsyncConnection) -> tuple[queue_stats.QueueGauges, int, dict[str, int]]:
+    async def read(
+        conn: AsyncConnection,
+    ) -> tuple[queue_stats.QueueGauges, int, dict[str, int], dict[str, int], dict[str, int]]:
         gauges = await queue_stats.queue_gauges(conn, grace=timedelta(seconds=settings.reclaim_after_s))
-        return gauges, await queue_stats.resolved_count(conn), await queue_stats.open_leases_by_reviewer(conn)
+        return (
+            gauges,
+            await queue_stats.resolved_count(conn),
+            await queue_stats.open_leases_by_reviewer(conn),
+            await queue_stats.aging(conn),
+            await queue_stats.overdue_by_ledger_entity(conn),
+        )
 
-    gauges, resolved, by_reviewer = in_transaction(read)
+    gauges, resolved, by_reviewer, aging, overdue_by_entity = in_transaction(read)
     age = f"{gauges.oldest_pending_age_s:.1f} s" if gauges.oldest_pending_age_s is not None else "-"
     rows = [
         ("pending", str(gauges.pending)),
@@ -413,6 +519,10 @@ def stats() -> None:
         ("past the reclaim grace", str(gauges.reclaimable)),
     ]
     rows += [(f"  leased by {reviewer}", str(count)) for reviewer, count in by_reviewer.items()]
+    overdue_s = f"{gauges.oldest_overdue_s:.1f} s" if gauges.oldest_overdue_s is not None else "-"
+    rows += [("overdue", str(gauges.overdue)), ("most overdue by", overdue_s)]
+    rows += [(f"  overdue in {entity}", str(count)) for entity, count in overdue_by_entity.items()]
+    rows += [("open items by age", "")] + [(f"  {bucket}", str(count)) for bucket, count in aging.items()]
     for label, value in rows:
         typer.echo(f"{label:<26} {value}")
 

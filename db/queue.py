@@ -21,6 +21,7 @@ from uuid import UUID
 from sqlalchemy import (
     BigInteger,
     ColumnElement,
+    DateTime,
     Integer,
     Interval,
     Numeric,
@@ -30,8 +31,10 @@ from sqlalchemy import (
     bindparam,
     case,
     cast,
+    exists,
     func,
     literal_column,
+    null,
     or_,
     select,
     tuple_,
@@ -45,7 +48,7 @@ from sqlalchemy.sql.selectable import CTE
 from db import telemetry
 from db.errors import DatabaseUnavailable, is_lock_timeout
 from db.notify import notify_work
-from db.tables import DEFAULT_MAX_ATTEMPTS
+from db.tables import DEFAULT_MAX_ATTEMPTS, api_token
 from db.tables import resolution_code as catalogue
 from db.tables import review_queue_event as event
 from db.tables import review_queue_item as item
@@ -88,6 +91,13 @@ class Item:
     proposed_note: str | None
     approved_by: str | None
     approved_at: datetime | None
+    due_at: datetime
+    revised_epoch: int | None
+
+    @property
+    def revised_during_lease(self) -> bool:
+        """A source revision moved this lease on (and nothing has leased or reassigned it since)."""
+        return self.state == "ASSIGNED" and self.revised_epoch == self.lease_epoch
 
 
 _ITEM_FIELDS = [f.name for f in dataclasses.fields(Item)]
@@ -162,16 +172,21 @@ class NewItem:
     source_hash: str
     trace_id: UUID | None = None
     context: dict[str, Any] | None = None
+    due_at: datetime | None = None  # None: created_at + sla_hours
+    sla_hours: int = 168  # the SLA tier of the amount (api.settings.sla_hours)
 
     def matches(self, existing: Item) -> bool:
-        """Same payload as a stored item? A retry that omits trace_id matches any trace_id; the
-        context is part of the payload (none and none match)."""
+        """Same payload as a stored item? A retry that omits trace_id matches any trace_id, and one
+        that omits due_at any due_at (a derived deadline depends on when the item first came and on
+        the policy then, neither of which the sender chose); the context is part of the payload
+        (none and none match)."""
         return (
             self.ledger_entity == existing.ledger_entity
             and self.variance_amount == existing.variance_amount
             and self.match_decision == existing.match_decision
             and self.source_hash == existing.source_hash
             and (self.trace_id is None or self.trace_id == existing.trace_id)
+            and (self.due_at is None or self.due_at == existing.due_at)
             and self.context == existing.context
         )
 
@@ -192,10 +207,15 @@ _batch = (
         bindparam("positions", type_=ARRAY(BigInteger)),
         # JSON text, cast below: a text[] binds without a JSON serializer per element.
         bindparam("contexts", type_=ARRAY(Text)),
+        bindparam("due_ats", type_=ARRAY(DateTime(timezone=True))),
+        bindparam("sla_hours", type_=ARRAY(Integer)),
     )
-    .table_valued("k", "e", "a", "d", "h", "t", "p", "c")
+    .table_valued("k", "e", "a", "d", "h", "t", "p", "c", "due", "sla")
     .render_derived()
 )
+# One transaction shares one now(); a microsecond per position keeps a batch in request order in
+# the queue.
+_created_at = func.now() + _batch.c.p * literal_column("interval '1 microsecond'")
 _inserted = (
     insert(item)
     .from_select(
@@ -208,6 +228,7 @@ _inserted = (
             "trace_id",
             "created_at",
             "context",
+            "due_at",
         ],
         select(
             _batch.c.k,
@@ -216,10 +237,10 @@ _inserted = (
             _batch.c.d,
             _batch.c.h,
             func.coalesce(_batch.c.t, func.gen_random_uuid()),
-            # One transaction shares one now(); a microsecond per position keeps a batch in
-            # request order in the queue.
-            func.now() + _batch.c.p * literal_column("interval '1 microsecond'"),
+            _created_at,
             cast(_batch.c.c, JSONB),
+            # The database's clock, like every other time here (the SLA tier is chosen in Python).
+            func.coalesce(_batch.c.due, _created_at + func.make_interval(0, 0, 0, 0, _batch.c.sla)),
         ).order_by(_batch.c.k),
     )
     .on_conflict_do_nothing(index_elements=[item.c.idempotency_key])
@@ -249,6 +270,8 @@ async def enqueue_items(
         "trace_ids": [n.trace_id for n in unique],
         "positions": list(first.values()),
         "contexts": [None if n.context is None else json.dumps(n.context) for n in unique],
+        "due_ats": [n.due_at for n in unique],
+        "sla_hours": [n.sla_hours for n in unique],
         "actor": actor,
     }
     created = {i.idempotency_key: i for i in map(_item, await conn.execute(_ENQUEUE, params))}
@@ -295,74 +318,103 @@ _held = (
     .where(item.c.leased_by == bindparam("actor", type_=Text))
     .scalar_subquery()
 )
-# The seed's lease: lock up to batch_size PENDING rows, oldest first, skipping rows another
-# transaction holds, and stamp them in the same statement.
-_candidate = (
-    select(item.c.id)
-    .where(item.c.state == PENDING)
-    .order_by(item.c.created_at)
-    .limit(func.least(bindparam("batch_size"), func.greatest(bindparam("cap") - _held, 0)))
-    .with_for_update(skip_locked=True)
-    .cte("candidate")
-)
-_leased = (
-    item.update()
-    .where(item.c.id == _candidate.c.id)
-    .values(
-        state=ASSIGNED,
-        leased_by=bindparam("actor", type_=Text),
-        leased_at=func.now(),
-        lease_expires_at=func.now() + bindparam("lease_duration", type_=Interval),
-        lease_epoch=item.c.lease_epoch + 1,
-        lease_nonce=func.gen_random_uuid(),
-        attempts=item.c.attempts + 1,
+
+
+def _lease_statement(*, by_entity: bool) -> Any:
+    """The seed's lease: lock up to batch_size PENDING rows (of one ledger entity, by_entity),
+    earliest due_at first, then oldest, skipping rows another transaction holds, and stamp them in
+    the same statement. Each variant reads its own partial index in exactly this order."""
+    wanted = [item.c.state == PENDING]
+    if by_entity:
+        wanted.append(item.c.ledger_entity == bindparam("entity", type_=Text))
+    candidate = (
+        select(item.c.id)
+        .where(*wanted)
+        .order_by(item.c.due_at, item.c.created_at)
+        .limit(func.least(bindparam("batch_size"), func.greatest(bindparam("cap") - _held, 0)))
+        .with_for_update(skip_locked=True)
+        .cte("candidate")
     )
-    .returning(*_ITEM_COLUMNS)
-    .cte("leased")
-)
-_LEASE = _changed_items(
-    _leased, "LEASED", details=func.jsonb_build_object("lease_expires_at", _leased.c.lease_expires_at)
-)
+    leased = (
+        item.update()
+        .where(item.c.id == candidate.c.id)
+        .values(
+            state=ASSIGNED,
+            leased_by=bindparam("actor", type_=Text),
+            leased_at=func.now(),
+            lease_expires_at=func.now() + bindparam("lease_duration", type_=Interval),
+            lease_epoch=item.c.lease_epoch + 1,
+            lease_nonce=func.gen_random_uuid(),
+            attempts=item.c.attempts + 1,
+        )
+        .returning(*_ITEM_COLUMNS)
+        .cte("leased")
+    )
+    return _changed_items(
+        leased, "LEASED", details=func.jsonb_build_object("lease_expires_at", leased.c.lease_expires_at)
+    )
 
 
-# The approval queue: the same discipline over AWAITING_APPROVAL rows nobody holds. Segregation
-# of duties is part of the row lock's WHERE, so no prior read decides it: a preparer's own
-# proposal is never a candidate for them, however the calls race (and the approval_lease_not_preparer
-# CHECK would refuse the write if it were). The item stays AWAITING_APPROVAL while leased.
-_approval_candidate = (
-    select(item.c.id)
-    .where(
+def _approval_lease_statement(*, by_entity: bool) -> Any:
+    """The approval queue: the same discipline over AWAITING_APPROVAL rows nobody holds, in the
+    same order (due_at, then created_at). Segregation of duties is part of the row lock's WHERE, so
+    no prior read decides it: a preparer's own proposal is never a candidate for them, however the
+    calls race (and the approval_lease_not_preparer CHECK would refuse the write if it were). The
+    item stays AWAITING_APPROVAL while leased."""
+    wanted = [
         item.c.state == AWAITING_APPROVAL,
         item.c.leased_by.is_(None),
         item.c.prepared_by != bindparam("actor", type_=Text),
+    ]
+    if by_entity:
+        wanted.append(item.c.ledger_entity == bindparam("entity", type_=Text))
+    candidate = (
+        select(item.c.id)
+        .where(*wanted)
+        .order_by(item.c.due_at, item.c.created_at)
+        .limit(func.least(bindparam("batch_size"), func.greatest(bindparam("cap") - _held, 0)))
+        .with_for_update(skip_locked=True)
+        .cte("approval_candidate")
     )
-    .order_by(item.c.created_at)
-    .limit(func.least(bindparam("batch_size"), func.greatest(bindparam("cap") - _held, 0)))
-    .with_for_update(skip_locked=True)
-    .cte("approval_candidate")
-)
-_approval_leased = (
-    item.update()
-    .where(
-        item.c.id == _approval_candidate.c.id, item.c.state == AWAITING_APPROVAL, item.c.leased_by.is_(None)
+    leased = (
+        item.update()
+        .where(item.c.id == candidate.c.id, item.c.state == AWAITING_APPROVAL, item.c.leased_by.is_(None))
+        .values(
+            leased_by=bindparam("actor", type_=Text),
+            leased_at=func.now(),
+            lease_expires_at=func.now() + bindparam("lease_duration", type_=Interval),
+            lease_epoch=item.c.lease_epoch + 1,
+            lease_nonce=func.gen_random_uuid(),
+        )
+        .returning(*_ITEM_COLUMNS)
+        .cte("approval_leased")
     )
-    .values(
-        leased_by=bindparam("actor", type_=Text),
-        leased_at=func.now(),
-        lease_expires_at=func.now() + bindparam("lease_duration", type_=Interval),
-        lease_epoch=item.c.lease_epoch + 1,
-        lease_nonce=func.gen_random_uuid(),
+    return _changed_items(
+        leased,
+        "LEASED",
+        details=func.jsonb_build_object("lease_expires_at", leased.c.lease_expires_at, "queue", "approval"),
     )
-    .returning(*_ITEM_COLUMNS)
-    .cte("approval_leased")
-)
-_LEASE_APPROVALS = _changed_items(
-    _approval_leased,
-    "LEASED",
-    details=func.jsonb_build_object(
-        "lease_expires_at", _approval_leased.c.lease_expires_at, "queue", "approval"
-    ),
-)
+
+
+_LEASE = _lease_statement(by_entity=False)
+_LEASE_ENTITY = _lease_statement(by_entity=True)
+_LEASE_APPROVALS = _approval_lease_statement(by_entity=False)
+_LEASE_APPROVALS_ENTITY = _approval_lease_statement(by_entity=True)
+_LEASES = {
+    "review": {False: _LEASE, True: _LEASE_ENTITY},
+    "approval": {False: _LEASE_APPROVALS, True: _LEASE_APPROVALS_ENTITY},
+}
+
+
+async def _lock_reviewer(conn: AsyncConnection, reviewer: str) -> None:
+    try:
+        await conn.execute(_LOCK_REVIEWER, {"actor": reviewer})
+    except DBAPIError as error:
+        if is_lock_timeout(error):
+            raise DatabaseUnavailable(
+                f"lock timeout: another lease call of {reviewer!r} held the per-reviewer lock too long"
+            ) from error
+        raise
 
 
 async def lease_items(
@@ -372,24 +424,21 @@ async def lease_items(
     batch_size: int,
     lease_duration: timedelta,
     cap: int,
+    ledger_entity: str | None = None,
     queue: Queue = "review",
 ) -> list[Item]:
-    """Lease up to batch_size items to reviewer, never leaving them holding more than cap: PENDING
-    items from the review queue, or other people's proposals from the approval queue."""
-    try:
-        await conn.execute(_LOCK_REVIEWER, {"actor": reviewer})
-    except DBAPIError as error:
-        if is_lock_timeout(error):
-            raise DatabaseUnavailable(
-                f"lock timeout: another lease call of {reviewer!r} held the per-reviewer lock too long"
-            ) from error
-        raise
-    result = await conn.execute(
-        _LEASE if queue == "review" else _LEASE_APPROVALS,
-        {"actor": reviewer, "batch_size": batch_size, "cap": cap, "lease_duration": lease_duration},
-    )
+    """Lease up to batch_size items (of ledger_entity only, when given) to reviewer, never leaving
+    them holding more than cap: PENDING items from the review queue, or other people's proposals
+    from the approval queue."""
+    await _lock_reviewer(conn, reviewer)
+    params = {"actor": reviewer, "batch_size": batch_size, "cap": cap, "lease_duration": lease_duration}
+    statements = _LEASES[queue]
+    if ledger_entity is None:
+        result = await conn.execute(statements[False], params)
+    else:
+        result = await conn.execute(statements[True], {**params, "entity": ledger_entity})
     # RETURNING has no order; callers get the queue order.
-    items = sorted(map(_item, result), key=lambda i: (i.created_at, i.id))
+    items = sorted(map(_item, result), key=lambda i: (i.due_at, i.created_at, i.id))
     telemetry.leased(items, reviewer)
     return items
 
@@ -472,6 +521,22 @@ def _unless_approval(resolved: Any, submitted: Any) -> Any:
     return case((_needs_approval, submitted), else_=resolved)
 
 
+def _saw_current_source() -> list[ColumnElement[bool]]:
+    # Nobody decides on figures they have not seen. A completion carrying a source_hash must carry
+    # the current one; once a revision moved the lease on, a completion must show it saw the new
+    # figures: by the new lease_token (only the 409 SOURCE_CHANGED or a re-read hands it out) or
+    # by the current source_hash.
+    expected = bindparam("expected_source_hash", type_=Text)
+    return [
+        item.c.source_hash == func.coalesce(expected, item.c.source_hash),
+        or_(
+            cast(bindparam("fence_nonce", type_=PG_UUID(as_uuid=True)), PG_UUID(as_uuid=True)).is_not(None),
+            cast(expected, Text).is_not(None),
+            item.c.revised_epoch.is_distinct_from(item.c.lease_epoch),
+        ),
+    ]
+
+
 # Guarded by holder, state and epoch in the one UPDATE: a late completion from a worker whose
 # lease was reclaimed (and maybe re-leased) matches zero rows instead of resolving it. Above the
 # threshold the same statement submits the proposal instead: AWAITING_APPROVAL, lease cleared, so
@@ -480,6 +545,7 @@ _resolved = (
     item.update()
     .where(*_held_by_caller())
     .where(item.c.id == _code.c.item_id)  # joins the catalogue row: UPDATE ... FROM code
+    .where(*_saw_current_source())
     .values(
         state=_unless_approval(RESOLVED, AWAITING_APPROVAL),
         resolution=_unless_approval(_code.c.code, item.c.resolution),
@@ -625,7 +691,7 @@ async def release_lease(
     reason: str | None,
     max_attempts: int = DEFAULT_MAX_ATTEMPTS,
 ) -> tuple[HolderOutcome, Item | None]:
-    """Hand the item back: PENDING and first in line, or QUARANTINED once its attempts are used up."""
+    """Hand the item back: PENDING in its place again, or QUARANTINED once its attempts are used up."""
     params = {
         "item_id": item_id,
         "actor": reviewer,
@@ -646,7 +712,7 @@ async def release_lease(
 _requeued = (
     item.update()
     .where(item.c.id == bindparam("item_id"), item.c.state == QUARANTINED)
-    # In its old place (created_at is kept), with a fresh allowance of attempts.
+    # In its old place (due_at and created_at are kept), with a fresh allowance of attempts.
     .values(state=PENDING, attempts=0)
     .returning(*_ITEM_COLUMNS)
     .cte("requeued")
@@ -691,7 +757,7 @@ _before_reopen = (
 _reopened = (
     item.update()
     .where(item.c.id == _before_reopen.c.id, item.c.state == RESOLVED)
-    # created_at is kept: the item is back in its old place, with a fresh allowance of attempts.
+    # due_at and created_at are kept: the item is back in its old place, with a fresh allowance of attempts.
     .values(
         state=PENDING,
         resolution=None,
@@ -754,6 +820,409 @@ async def reopen_item(
     return ("not_found" if current is None else "not_resolved"), current
 
 
+# --- source revisions --------------------------------------------------------------------
+
+# A revision is one statement: the CTE locks the item (unless the revision's source_hash is its
+# current one or one it had before: a retry), the UPDATE writes the new figures and, by the state
+# it finds, moves the lease on (ASSIGNED: new epoch and nonce, the holder keeps it) or reopens the
+# decision (RESOLVED: PENDING in its old place, fresh attempts), and the events (REVISED, then
+# REOPENED for a decertified decision) read the old values from the CTE. A completion racing it
+# either commits first (and is then decertified here) or finds the lease moved on.
+_earlier_hash = exists(
+    select(event.c.id).where(
+        event.c.item_id == item.c.id,
+        event.c.event == "REVISED",
+        event.c.details["previous"]["source_hash"].astext == bindparam("new_hash", type_=Text),
+    )
+)
+_revision_target = (
+    select(
+        item.c.id,
+        item.c.state.label("previous_state"),
+        item.c.variance_amount.label("previous_amount"),
+        item.c.match_decision.label("previous_decision"),
+        item.c.source_hash.label("previous_hash"),
+        item.c.leased_by.label("previous_holder"),
+        item.c.resolution.label("previous_resolution"),
+        item.c.resolution_note.label("previous_note"),
+        item.c.resolved_by.label("previous_resolved_by"),
+        item.c.resolved_at.label("previous_resolved_at"),
+        item.c.approved_by.label("previous_approved_by"),
+    )
+    .where(
+        item.c.id == bindparam("item_id"),
+        item.c.source_hash != bindparam("new_hash", type_=Text),
+        ~_earlier_hash,
+    )
+    .with_for_update()
+    .cte("revision_target")
+)
+_was_resolved = item.c.state == RESOLVED
+_was_assigned = item.c.state == ASSIGNED
+_was_awaiting = item.c.state == AWAITING_APPROVAL
+
+
+def _unless_reopened(column: Any) -> Any:
+    """`column` kept, or NULL when the revision puts a resolved or proposed item back to PENDING."""
+    return case((or_(_was_resolved, _was_awaiting), null()), else_=column)
+
+
+def _unless_resolved(column: Any, value: Any = None) -> Any:
+    """`column` kept, or `value` (NULL by default) when the revision reopens a resolved item."""
+    return case((_was_resolved, null() if value is None else value), else_=column)
+
+
+_revised = (
+    item.update()
+    .where(item.c.id == _revision_target.c.id, item.c.source_hash == _revision_target.c.previous_hash)
+    .values(
+        variance_amount=bindparam("new_amount", type_=Numeric(18, 2)),
+        match_decision=func.coalesce(bindparam("new_decision", type_=Text), item.c.match_decision),
+        source_hash=bindparam("new_hash", type_=Text),
+        # Reopened in its old place (due_at and created_at are kept). A proposal awaiting approval
+        # rested on the old figures: back to PENDING too (any approval lease ends), its proposal kept
+        # on the row until the next completion, as after a rejection.
+        state=case((_was_resolved, PENDING), (_was_awaiting, PENDING), else_=item.c.state),
+        resolution=_unless_resolved(item.c.resolution),
+        resolution_note=_unless_resolved(item.c.resolution_note),
+        resolved_by=_unless_resolved(item.c.resolved_by),
+        resolved_at=_unless_resolved(item.c.resolved_at),
+        leased_by=_unless_reopened(item.c.leased_by),
+        leased_at=_unless_reopened(item.c.leased_at),
+        lease_expires_at=_unless_reopened(item.c.lease_expires_at),
+        approved_by=_unless_resolved(item.c.approved_by),
+        approved_at=_unless_resolved(item.c.approved_at),
+        attempts=_unless_resolved(item.c.attempts, literal_column("0", Integer)),
+        # The holder keeps the item under a new lease: every token of the old one is dead.
+        lease_epoch=case((_was_assigned, item.c.lease_epoch + 1), else_=item.c.lease_epoch),
+        lease_nonce=case(
+            (_was_assigned, func.gen_random_uuid()), (_was_resolved, null()), else_=item.c.lease_nonce
+        ),
+        revised_epoch=case((_was_assigned, item.c.lease_epoch + 1), else_=item.c.revised_epoch),
+    )
+    .returning(*_ITEM_COLUMNS, *[c for c in _revision_target.c if c.name != "id"])
+    .cte("revised")
+)
+
+
+def _figures(amount: Any, decision: Any, source_hash: Any) -> Any:
+    # The amount as text: a JSON number would be read back as a float.
+    return func.jsonb_build_object(
+        "variance_amount", cast(amount, Text), "match_decision", decision, "source_hash", source_hash
+    )
+
+
+_revised_logged = _logged(
+    _revised,
+    "REVISED",
+    details=func.jsonb_build_object(
+        "previous",
+        _figures(_revised.c.previous_amount, _revised.c.previous_decision, _revised.c.previous_hash),
+        "current",
+        _figures(_revised.c.variance_amount, _revised.c.match_decision, _revised.c.source_hash),
+        "previous_state",
+        _revised.c.previous_state,
+        "holder",
+        _revised.c.previous_holder,
+    ),
+)
+# After REVISED (it reads that insert's RETURNING): the decision that rested on the old figures.
+_decertified_logged = _logged(
+    _revised,
+    "REOPENED",
+    details=func.jsonb_build_object(
+        "reason",
+        "source revised",
+        "decertified",
+        True,
+        "previous_resolution",
+        _revised.c.previous_resolution,
+        "previous_note",
+        _revised.c.previous_note,
+        "previous_resolved_by",
+        _revised.c.previous_resolved_by,
+        "previous_resolved_at",
+        _revised.c.previous_resolved_at,
+        "previous_approved_by",
+        _revised.c.previous_approved_by,
+    ),
+    where=and_(_revised.c.previous_state == RESOLVED, _revised.c.id.in_(select(_revised_logged.c.item_id))),
+)
+_REVISE: Any = select(
+    *[_revised.c[n] for n in _ITEM_FIELDS],
+    _revised.c.previous_state,
+    _revised.c.previous_amount,
+    _revised.c.previous_decision,
+    _revised.c.previous_hash,
+    _revised.c.previous_resolution,
+).add_cte(_revised_logged, _decertified_logged)
+
+RevisionOutcome = Literal["revised", "unchanged", "superseded", "conflict", "not_found"]
+
+
+@dataclass(frozen=True, slots=True)
+class Revision:
+    outcome: RevisionOutcome
+    item: Item | None
+    previous_state: str | None = None
+    previous_amount: Decimal | None = None
+    previous_decision: str | None = None
+    previous_hash: str | None = None
+    previous_resolution: str | None = None
+
+
+async def revise_item(
+    conn: AsyncConnection,
+    *,
+    item_id: UUID,
+    actor: str,
+    variance_amount: Decimal,
+    source_hash: str,
+    match_decision: str | None,
+) -> Revision:
+    """New figures for an item; idempotent on source_hash (its current one: `unchanged`, or a
+    `conflict` when the figures differ; an earlier one: `superseded`, nothing changes)."""
+    params = {
+        "item_id": item_id,
+        "actor": actor,
+        "new_amount": variance_amount,
+        "new_hash": source_hash,
+        "new_decision": match_decision,
+    }
+    row = (await conn.execute(_REVISE, params)).first()
+    if row is not None:
+        revised = _item(row)
+        if revised.state == "PENDING":
+            await notify_work(conn)  # a reopened decision is leasable again
+        return Revision(
+            "revised",
+            revised,
+            row.previous_state,
+            row.previous_amount,
+            row.previous_decision,
+            row.previous_hash,
+            row.previous_resolution,
+        )
+    current = await get_item(conn, item_id=item_id)
+    if current is None:
+        return Revision("not_found", None)
+    if current.source_hash != source_hash:
+        return Revision("superseded", current)
+    same = current.variance_amount == variance_amount and match_decision in (None, current.match_decision)
+    return Revision("unchanged" if same else "conflict", current)
+
+
+# --- the admin's override: release someone's leases, reassign an item ----------------------
+
+
+# A lease of either queue: a review lease (ASSIGNED) or an approval lease (AWAITING_APPROVAL, held).
+_any_lease = or_(
+    item.c.state == ASSIGNED, and_(item.c.state == AWAITING_APPROVAL, item.c.leased_by.is_not(None))
+)
+# An ended review lease goes back to PENDING, an approval lease back to the approval queue.
+_BACK_FROM_LEASE = case((item.c.state == AWAITING_APPROVAL, AWAITING_APPROVAL), else_=PENDING)
+
+
+def _admin_released(holding: ColumnElement[bool], name: str) -> Any:
+    """Release every lease matching `holding`, whoever holds it: one statement, rows locked in id
+    order (two overlapping releases cannot deadlock), each with a RELEASED event by the admin that
+    names the holder. PENDING again in its old place, never quarantined: the lease ended because of
+    an admin, not because the item failed."""
+    target = (
+        select(item.c.id, item.c.leased_by.label("previous_holder"))
+        .where(_any_lease, holding)
+        .order_by(item.c.id)
+        .with_for_update()
+        .cte(f"{name}_target")
+    )
+    released = (
+        item.update()
+        .where(item.c.id == target.c.id, _any_lease)
+        .values(state=_BACK_FROM_LEASE, leased_by=None, leased_at=None, lease_expires_at=None)
+        .returning(*_ITEM_COLUMNS, target.c.previous_holder)
+        .cte(name)
+    )
+    return select(*[released.c[n] for n in _ITEM_FIELDS], released.c.previous_holder).add_cte(
+        _logged(
+            released,
+            "RELEASED",
+            details=func.jsonb_build_object(
+                "reason",
+                bindparam("reason", type_=Text),
+                "previous_holder",
+                released.c.previous_holder,
+                "override",
+                True,
+            ),
+        )
+    )
+
+
+_ADMIN_RELEASE_ITEM = _admin_released(item.c.id == bindparam("item_id"), "admin_released_item")
+_ADMIN_RELEASE_REVIEWER = _admin_released(
+    item.c.leased_by == bindparam("holder", type_=Text), "admin_released_reviewer"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Overridden:
+    item: Item
+    previous_holder: str
+
+
+async def admin_release_item(
+    conn: AsyncConnection, *, item_id: UUID, actor: str, reason: str
+) -> tuple[Literal["done", "not_assigned", "not_found"], Overridden | None, Item | None]:
+    """An admin hands a leased item back to its queue, whoever holds it (an approval lease back to
+    the approval queue)."""
+    row = (
+        await conn.execute(_ADMIN_RELEASE_ITEM, {"item_id": item_id, "actor": actor, "reason": reason})
+    ).first()
+    if row is not None:
+        await notify_work(conn)
+        return "done", Overridden(_item(row), row.previous_holder), None
+    current = await get_item(conn, item_id=item_id)
+    return ("not_found" if current is None else "not_assigned"), None, current
+
+
+async def admin_release_reviewer(
+    conn: AsyncConnection, *, reviewer: str, actor: str, reason: str
+) -> list[Overridden]:
+    """An admin hands every item `reviewer` holds back to the queue (the reviewer went on leave)."""
+    rows = await conn.execute(_ADMIN_RELEASE_REVIEWER, {"holder": reviewer, "actor": actor, "reason": reason})
+    released = sorted(
+        (Overridden(_item(r), r.previous_holder) for r in rows),
+        key=lambda o: (o.item.due_at, o.item.created_at, o.item.id),
+    )
+    if released:
+        await notify_work(conn)
+    return released
+
+
+def _live_token(*roles: str) -> Any:
+    return exists(
+        select(api_token.c.id).where(
+            api_token.c.subject == bindparam("to_reviewer", type_=Text),
+            api_token.c.role.in_(roles),
+            api_token.c.revoked_at.is_(None),
+            or_(api_token.c.expires_at.is_(None), api_token.c.expires_at > func.now()),
+        )
+    )
+
+
+# Someone who can take the lease: a live token with a reviewer's or an admin's role (a review
+# lease), an approver's or an admin's (an approval lease).
+_CAN_LEASE = _live_token("reviewer", "admin")
+_CAN_APPROVE = _live_token("approver", "admin")
+_CAN_TAKE = case((item.c.state == AWAITING_APPROVAL, _CAN_APPROVE), else_=_CAN_LEASE)
+# Review and approval leases count together against the cap, as in the lease itself.
+_target_holds = (
+    select(func.count())
+    .where(_any_lease, item.c.leased_by == bindparam("to_reviewer", type_=Text))
+    .scalar_subquery()
+)
+_reassign_target = (
+    select(item.c.id, item.c.leased_by.label("previous_holder"))
+    .where(
+        item.c.id == bindparam("item_id"),
+        _any_lease,
+        item.c.leased_by != bindparam("to_reviewer", type_=Text),
+        # Segregation of duties: an approval lease never goes to the proposal's preparer.
+        or_(item.c.state != AWAITING_APPROVAL, item.c.prepared_by != bindparam("to_reviewer", type_=Text)),
+        _CAN_TAKE,
+        # The per-reviewer cap holds for an admin's move too (counted under the reviewer's lock).
+        _target_holds < bindparam("cap", type_=Integer),
+    )
+    .with_for_update()
+    .cte("reassign_target")
+)
+# The lease moves: a new holder, a full lease from now, a new epoch and nonce (every token of
+# the old holder is dead). Not a new attempt: the item did not fail anyone.
+_reassigned = (
+    item.update()
+    .where(item.c.id == _reassign_target.c.id, _any_lease)
+    .values(
+        leased_by=bindparam("to_reviewer", type_=Text),
+        leased_at=func.now(),
+        lease_expires_at=func.now() + bindparam("lease_duration", type_=Interval),
+        lease_epoch=item.c.lease_epoch + 1,
+        lease_nonce=func.gen_random_uuid(),
+    )
+    .returning(*_ITEM_COLUMNS, _reassign_target.c.previous_holder)
+    .cte("reassigned")
+)
+_REASSIGN: Any = select(*[_reassigned.c[n] for n in _ITEM_FIELDS], _reassigned.c.previous_holder).add_cte(
+    _logged(
+        _reassigned,
+        "REASSIGNED",
+        details=func.jsonb_build_object(
+            "reason",
+            bindparam("reason", type_=Text),
+            "previous_holder",
+            _reassigned.c.previous_holder,
+            "leased_by",
+            _reassigned.c.leased_by,
+            "lease_expires_at",
+            _reassigned.c.lease_expires_at,
+        ),
+    )
+)
+_IS_REVIEWER = select(_CAN_LEASE)
+_IS_APPROVER = select(_CAN_APPROVE)
+
+ReassignOutcome = Literal[
+    "done", "not_assigned", "already_held", "segregation_of_duties", "not_a_reviewer", "at_cap", "not_found"
+]
+
+
+async def reassign_item(
+    conn: AsyncConnection,
+    *,
+    item_id: UUID,
+    to_reviewer: str,
+    actor: str,
+    reason: str,
+    lease_duration: timedelta,
+    cap: int,
+) -> tuple[ReassignOutcome, Overridden | None, Item | None]:
+    """An admin moves an item's lease (a review lease, or an approval lease: never to the proposal's
+    preparer) to another reviewer or approver (never past their cap)."""
+    params = {
+        "item_id": item_id,
+        "to_reviewer": to_reviewer,
+        "actor": actor,
+        "reason": reason,
+        "lease_duration": lease_duration,
+        "cap": cap,
+    }
+    await _lock_reviewer(conn, to_reviewer)
+    row = (await conn.execute(_REASSIGN, params)).first()
+    if row is not None:
+        return "done", Overridden(_item(row), row.previous_holder), None
+    current = await get_item(conn, item_id=item_id)
+    outcome: ReassignOutcome
+    if current is None:
+        outcome = "not_found"
+    elif not (
+        current.state == "ASSIGNED"
+        or (current.state == "AWAITING_APPROVAL" and current.leased_by is not None)
+    ):
+        outcome = "not_assigned"
+    elif current.leased_by == to_reviewer:
+        outcome = "already_held"
+    elif current.state == "AWAITING_APPROVAL" and current.prepared_by == to_reviewer:
+        outcome = "segregation_of_duties"
+    elif not (
+        await conn.execute(_IS_APPROVER if current.state == "AWAITING_APPROVAL" else _IS_REVIEWER, params)
+    ).scalar():
+        outcome = "not_a_reviewer"
+    elif (await conn.execute(select(_target_holds), {"to_reviewer": to_reviewer})).scalar_one() >= cap:
+        outcome = "at_cap"
+    else:  # the item changed between the statement and this read: refused all the same
+        outcome = "not_assigned"
+    return outcome, None, current
+
+
 CompleteOutcome = Literal[
     "resolved",
     "already_resolved",
@@ -763,6 +1232,7 @@ CompleteOutcome = Literal[
     "invalid_resolution",
     "note_required",
     "lease_not_held",
+    "source_changed",
     "not_found",
 ]
 
@@ -841,6 +1311,23 @@ def _holds(current: Item, actor: str, lease_nonce: UUID | None, state: str) -> b
     )
 
 
+# api.schemas.NO_LEASE: the nonce a token that cannot be one of the item's leases stands for.
+NO_LEASE = UUID(int=0)
+
+
+def source_changed(current: Item, reviewer: str, lease_nonce: UUID | None, source_hash: str | None) -> bool:
+    """Was a holder's refused call refused because the figures changed under their lease (409
+    SOURCE_CHANGED, answered with the new values and lease token) rather than because the lease
+    is not theirs? `lease_nonce` is the nonce the call's token claims (None without a token)."""
+    if current.state != "ASSIGNED" or current.leased_by != reviewer or lease_nonce == NO_LEASE:
+        return False
+    if source_hash is not None and source_hash != current.source_hash:
+        return True
+    if not current.revised_during_lease:
+        return False
+    return lease_nonce != current.lease_nonce if lease_nonce is not None else source_hash is None
+
+
 async def complete_item(
     conn: AsyncConnection,
     *,
@@ -849,6 +1336,7 @@ async def complete_item(
     resolution: str,
     note: str | None,
     lease_nonce: UUID | None = None,
+    source_hash: str | None = None,
 ) -> tuple[CompleteOutcome, Item | None]:
     """Resolve an item the reviewer holds, or submit it for approval when its code's threshold is
     met. A refusal changes nothing; the row read afterwards only tells the caller why."""
@@ -858,6 +1346,7 @@ async def complete_item(
         "chosen_code": resolution,
         "note": note,
         "fence_nonce": lease_nonce,
+        "expected_source_hash": source_hash,
     }
     outcome, current = await _holder_change(conn, _COMPLETE, params)
     if outcome == "done" and current is not None:
@@ -878,7 +1367,9 @@ async def complete_item(
     result: CompleteOutcome = "lease_not_held"
     retry = current.state == "RESOLVED" and current.resolved_by == reviewer
     submitted = current.state == "AWAITING_APPROVAL" and current.prepared_by == reviewer
-    if retry and lease_nonce in (None, current.lease_nonce):
+    if source_changed(current, reviewer, lease_nonce, source_hash):
+        result = "source_changed"
+    elif retry and lease_nonce in (None, current.lease_nonce) and source_hash in (None, current.source_hash):
         result = "already_resolved" if current.resolution == resolution else "resolution_conflict"
     elif submitted and lease_nonce in (None, current.lease_nonce):
         result = "already_submitted" if current.proposed_resolution == resolution else "resolution_conflict"
@@ -1101,6 +1592,7 @@ class ItemFilter:
     idempotency_key: str | None = None
     created_after: datetime | None = None  # inclusive
     created_before: datetime | None = None  # exclusive
+    due_before: datetime | None = None  # exclusive
 
 
 async def list_items(
@@ -1116,6 +1608,8 @@ async def list_items(
         query = query.where(item.c.created_at >= where.created_after)
     if where.created_before is not None:
         query = query.where(item.c.created_at < where.created_before)
+    if where.due_before is not None:
+        query = query.where(item.c.due_at < where.due_before)
     if after is not None:
         query = query.where(tuple_(item.c.created_at, item.c.id) > tuple_(*after))
     return [_item(r) for r in await conn.execute(query)]

@@ -51,6 +51,12 @@ metadata = MetaData(
 # first imported, and `serve` sets PROMETHEUS_MULTIPROC_DIR only after the settings are loaded).
 DEFAULT_MAX_ATTEMPTS = 10
 
+# REVIEW_QUEUE_SLA_TIERS' default (api/settings.py): an item whose abs(variance_amount) is at least
+# the amount is due that many hours after its enqueue, the first matching tier from the top.
+DEFAULT_SLA_TIERS = "100000:24h,10000:72h,1000:120h,0:168h"
+# The due_at of a row inserted without one (by SQL, not the API): the lowest default tier.
+FALLBACK_DUE = "now() + interval '168 hours'"
+
 STATES = ("PENDING", "ASSIGNED", "RESOLVED", "QUARANTINED", "AWAITING_APPROVAL")
 MATCH_DECISIONS = ("MATCHED", "PARTIAL", "UNMATCHED")
 ROLES = ("reviewer", "approver", "ingest", "auditor", "admin")
@@ -93,6 +99,12 @@ review_queue_item = Table(
     Column("attempts", Integer, nullable=False, server_default="0"),
     # Free-form facts for the reviewer, set at enqueue; part of the idempotency comparison.
     Column("context", JSONB),
+    # The deadline: given at enqueue, or created_at + the SLA tier of the amount. Leases go
+    # earliest due_at first; never changed after enqueue, so a released item keeps its place.
+    Column("due_at", DateTime(timezone=True), nullable=False, server_default=text(FALLBACK_DUE)),
+    # The lease_epoch a source revision moved a leased item to (db.queue.revise_item): while it
+    # equals lease_epoch, the current lease has seen new figures.
+    Column("revised_epoch", BigInteger),
     # Maker-checker: the preparer's proposal (a completion at or above its code's approval
     # threshold), kept after approval or rejection; approve copies it into the resolution.
     Column("prepared_by", Text),
@@ -133,10 +145,28 @@ review_queue_item = Table(
     CheckConstraint(
         "approved_by IS NULL OR (approved_by <> resolved_by AND approved_at IS NOT NULL)", name="four_eyes"
     ),
-    # The lease scans only PENDING rows, oldest first: neither resolved history nor open
-    # leases at the head of the queue are in its way. (The seed's single index over PENDING
-    # and ASSIGNED made every lease walk past all open leases.)
-    Index("ix_review_queue_item_pending", "created_at", postgresql_where=text("state = 'PENDING'")),
+    # The lease scans only PENDING rows, in lease order (earliest due_at, then oldest): neither
+    # resolved history nor open leases at the head of the queue are in its way. (The seed's single
+    # index over PENDING and ASSIGNED made every lease walk past all open leases.)
+    Index(
+        "ix_review_queue_item_pending_due", "due_at", "created_at", postgresql_where=text("state = 'PENDING'")
+    ),
+    # The lease of a reviewer who handles one ledger entity: that entity's PENDING rows, in order.
+    Index(
+        "ix_review_queue_item_pending_entity_due",
+        "ledger_entity",
+        "due_at",
+        "created_at",
+        postgresql_where=text("state = 'PENDING'"),
+    ),
+    # The other open items (leased, quarantined, ...) by deadline: with the PENDING index, the
+    # overdue gauges read the head of it, the aging figures all of it, never the resolved history.
+    # No PENDING rows, so the lease cannot choose it over its own index.
+    Index(
+        "ix_review_queue_item_open_due",
+        "due_at",
+        postgresql_where=text("state NOT IN ('PENDING', 'RESOLVED')"),
+    ),
     # Reclaim scans only ASSIGNED rows, by expiry.
     Index(
         "ix_review_queue_item_lease_expiry", "lease_expires_at", postgresql_where=text("state = 'ASSIGNED'")
@@ -151,9 +181,10 @@ review_queue_item = Table(
     ),
     # Quarantined items are few and counted on every scrape.
     Index("ix_review_queue_item_quarantined", "created_at", postgresql_where=text("state = 'QUARANTINED'")),
-    # The approval queue (AWAITING_APPROVAL, nobody holds it) and its leases, by expiry.
+    # The approval queue (AWAITING_APPROVAL, nobody holds it) in lease order, and its leases by expiry.
     Index(
         "ix_review_queue_item_awaiting_approval",
+        "due_at",
         "created_at",
         postgresql_where=text("state = 'AWAITING_APPROVAL' AND leased_by IS NULL"),
     ),
@@ -179,6 +210,8 @@ EVENTS = (
     "SUBMITTED_FOR_APPROVAL",
     "APPROVED",
     "REJECTED",
+    "REVISED",
+    "REASSIGNED",
 )
 
 # Append-only: a trigger (see the migration) refuses UPDATE, DELETE and TRUNCATE. Each row
@@ -198,7 +231,8 @@ review_queue_event = Table(
     Column("xid", Xid8(), nullable=False, server_default=func.pg_current_xact_id()),
     CheckConstraint(
         "event IN ('ENQUEUED', 'LEASED', 'RENEWED', 'RELEASED', 'RECLAIMED', 'RESOLVED',"
-        " 'QUARANTINED', 'REQUEUED', 'REOPENED', 'SUBMITTED_FOR_APPROVAL', 'APPROVED', 'REJECTED')",
+        " 'QUARANTINED', 'REQUEUED', 'REOPENED', 'REVISED', 'REASSIGNED', 'SUBMITTED_FOR_APPROVAL',"
+        " 'APPROVED', 'REJECTED')",
         name="valid_event",
     ),
     Index("ix_review_queue_event_item_id_id", "item_id", "id"),

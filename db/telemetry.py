@@ -139,3 +139,33 @@ def approved(item: _Row, approver: str, **extra: Any) -> None:
 def rejected(item: _Row, approver: str, **extra: Any) -> None:
     REJECTED.inc()
     log.info("review_item_rejected", extra=fields(item, worker_id=approver, **extra))
+
+
+REVISED = Counter(
+    "review_queue_items_revised_total", "Source revisions applied, by the state they found.", ["state"]
+)
+REASSIGNED = Counter("review_queue_items_reassigned_total", "Leases an admin moved to another reviewer.")
+OVERRIDDEN = Counter("review_queue_items_admin_released_total", "Leases an admin released for their holder.")
+
+
+def revised(item: _Row, actor: str, **extra: Any) -> None:
+    REVISED.labels(state=str(extra.get("previous_state"))).inc()
+    log.warning("review_item_revised", extra=fields(item, worker_id=actor, **extra))
+
+
+def admin_released(item: _Row, actor: str, previous_holder: str, reason: str) -> None:
+    OVERRIDDEN.inc()
+    log.warning(
+        "review_item_released_by_admin",
+        extra=fields(item, worker_id=actor, previous_holder=previous_holder, reason=reason),
+    )
+
+
+def reassigned(item: _Row, actor: str, previous_holder: str, leased_by: str, reason: str) -> None:
+    REASSIGNED.inc()
+    log.warning(
+        "review_item_reassigned",
+        extra=fields(
+            item, worker_id=actor, previous_holder=previous_holder, leased_by=leased_by, reason=reason
+        ),
+    )

@@ -48,8 +48,8 @@ MUTANTS = (
         (
             Edit(
                 QUEUE,
-                '    .with_for_update(skip_locked=True)\n    .cte("candidate")',
-                '    .cte("candidate")',
+                '        .with_for_update(skip_locked=True)\n        .cte("candidate")',
+                '        .cte("candidate")',
             ),
         ),
     ),
@@ -93,6 +93,13 @@ MUTANTS = (
                 "",
             ),
         ),
+    ),
+    Mutant(
+        # A source revision moves the lease on; without this guard a tokenless completion would
+        # decide on figures the reviewer never saw.
+        "completion ignores a source revision",
+        "tests/api/test_revisions.py::test_tokenless_completion_must_carry_the_current_source_hash_after_a_revision",
+        (Edit(QUEUE, "    .where(*_saw_current_source())\n", ""),),
     ),
     Mutant(
         "append-only trigger dropped",

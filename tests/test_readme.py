@@ -114,6 +114,7 @@ def _trail(out: str, seen: dict[str, Any]) -> None:
 def _batch(out: str, seen: dict[str, Any]) -> None:
     (result,) = _json(out)["results"]
     assert result["outcome"] == "created" and result["item"]["idempotency_key"] == "b-1", result
+    assert result["item"]["due_at"] == "2030-12-31T17:00:00+00:00", result
 
 
 def _released(out: str, seen: dict[str, Any]) -> None:
@@ -163,6 +164,16 @@ def _stats(out: str, seen: dict[str, Any]) -> None:
     }, out
 
 
+def _due_soon(out: str, seen: dict[str, Any]) -> None:
+    assert [i["idempotency_key"] for i in _json(out)["items"]] == ["b-1"], out
+
+
+def _stats(out: str, seen: dict[str, Any]) -> None:
+    stats = _json(out)
+    assert stats["counts"] == {"PENDING": 1, "ASSIGNED": 0, "QUARANTINED": 0, "RESOLVED": 1}, out
+    assert (stats["overdue"], stats["aging"]["0-1d"]) == (0, 1), out
+
+
 def _reclaimed_nothing(out: str, seen: dict[str, Any]) -> None:
     assert _json(out) == {"reclaimed": 0, "items": []}, out
 
@@ -193,6 +204,7 @@ EXPECTED: list[tuple[str, Check]] = [
     ("/items/batch", _batch),
     ("ID=$(curl -s -X POST localhost:8000/leases", _nothing),
     ("/items/$ID/release", _released),
+    ("due_before=", _due_soon),
     ("localhost:8000/stats", _stats),
     ("/admin/reclaim", _reclaimed_nothing),
 ]

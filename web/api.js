@@ -32,6 +32,11 @@ const MESSAGES = {
   LEASE_NOT_HELD: () => "This item was taken back and leased again, so it is no longer yours. Moving on.",
   RESOLUTION_CONFLICT: () => "You already resolved this item with a different resolution.",
   SEGREGATION_OF_DUTIES: () => "You prepared this proposal, so another approver must decide it.",
+  SOURCE_CHANGED: () => "The figures changed while you were reviewing. Check the new values, then decide again.",
+  NOT_ASSIGNED: () => "Nobody holds this item now, so there is no lease to release or move.",
+  ALREADY_HELD: () => "That reviewer already holds this item.",
+  NOT_A_REVIEWER: () => "There is no reviewer by that name with a live token.",
+  REVIEWER_AT_CAP: () => "That reviewer already holds as many items as anyone may.",
   NOT_FOUND: () => "No such item.",
   PAYLOAD_TOO_LARGE: () => "That is too long to send.",
   VALIDATION_ERROR: (p) => {
@@ -95,6 +100,8 @@ export const api = {
       resolution,
       ...(note ? { note } : {}),
       lease_token: item.lease_token,
+      // The figures this decision was made on: anything else is refused with SOURCE_CHANGED.
+      source_hash: item.source_hash,
     }),
   renew: (item) => call("POST", `/items/${item.id}/renew`, { lease_token: item.lease_token }),
   release: (item, reason) =>
@@ -107,4 +114,9 @@ export const api = {
     call("POST", `/items/${item.id}/reject`, { reason, lease_token: item.lease_token }),
   stats: () => call("GET", "/stats"),
   reclaim: () => call("POST", "/admin/reclaim", {}),
+  adminRelease: (id, reason) => call("POST", `/admin/items/${encodeURIComponent(id)}/release`, { reason }),
+  adminReleaseReviewer: (reviewer, reason) =>
+    call("POST", `/admin/reviewers/${encodeURIComponent(reviewer)}/release`, { reason }),
+  reassign: (id, reviewer, reason) =>
+    call("POST", `/admin/items/${encodeURIComponent(id)}/reassign`, { reviewer, reason }),
 };

@@ -12,6 +12,7 @@ const state = {
   me: null, // {subject, role, csrf_token, lease_s, idle_release_s, max_wait_s}
   signInError: null,
   held: [], // items I hold, queue order; held[0] is the current item
+  changed: null, // {before, after}: the current item's figures changed under the lease
   events: [], // audit trail of the current item
   leaseEndsAt: 0, // performance.now() when the current lease ends
   lastRenewAt: 0,
@@ -58,11 +59,23 @@ function duration(seconds) {
   const m = Math.floor(s / 60);
   if (m < 60) return `${m} min`;
   const hours = Math.floor(m / 60);
+  if (hours >= 48) return hours % 24 ? `${Math.floor(hours / 24)} d ${hours % 24} h` : `${hours / 24} d`;
   return m % 60 ? `${hours} h ${m % 60} min` : `${hours} h`;
 }
 
 function since(iso) {
   return duration((Date.now() - Date.parse(iso)) / 1000);
+}
+
+// The deadline as local time, and whether it has passed: said in words, not by colour alone.
+function dueField(iso) {
+  const late = (Date.now() - Date.parse(iso)) / 1000;
+  const when = new Date(iso).toLocaleString();
+  if (late <= 0) return field("Due", h("span", { "data-testid": "due" }, `${when} (in ${duration(-late)})`));
+  return field(
+    "Due",
+    h("span", { class: "overdue", "data-testid": "due" }, h("strong", {}, "Overdue"), ` by ${duration(late)} (was due ${when})`),
+  );
 }
 
 // --- shortcuts: one table, also rendered as the ? help -----------------------------------------
@@ -214,6 +227,10 @@ function eventLine(e) {
   if (d.note) extra.push(`note “${d.note}”`);
   if (d.reason) extra.push(`reason “${d.reason}”`);
   if (d.cause) extra.push(`${d.cause}, was ${d.previous_holder}`);
+  if (d.previous && d.current) extra.push(`figures ${d.previous.variance_amount} → ${d.current.variance_amount}`);
+  if (d.decertified) extra.push(`decision ${d.previous_resolution} by ${d.previous_resolved_by} decertified`);
+  if (d.override) extra.push(`lease of ${d.previous_holder} released`);
+  if (e.event === "REASSIGNED") extra.push(`${d.previous_holder} → ${d.leased_by}`);
   const when = new Date(e.at).toLocaleString();
   return h("li", {}, `${when} · ${e.event} by ${e.actor}${extra.length ? " · " + extra.join(", ") : ""}`);
 }
@@ -229,6 +246,7 @@ function itemFields(item) {
     field("Trace id", item.trace_id, { class: "mono" }),
     field("Idempotency key", item.idempotency_key, { class: "mono" }),
     field("State", item.state),
+    dueField(item.due_at),
     field("Waited", since(item.created_at)),
     field("Attempts", String(item.attempts)),
   );
@@ -265,14 +283,37 @@ function renderCurrent() {
   }
   fill(
     box,
+    state.changed ? changedFigures(state.changed) : null,
     itemFields(item),
     contextFields(item.context),
     h("p", {}, "Lease: ", h("span", { id: "countdown", class: "countdown", role: "timer" }, "")),
-    state.held.length > 1 ? h("p", { class: "muted" }, `You hold ${state.held.length} items; this is the oldest.`) : null,
+    state.held.length > 1 ? h("p", { class: "muted" }, `You hold ${state.held.length} items; this is the first of them.`) : null,
     h("h3", {}, "Event history"),
     h("ol", { class: "events", "aria-label": "Event history" }, state.events.map(eventLine)),
   );
   renderCountdown();
+}
+
+// What changed, old and new side by side: the reviewer decides again on the new figures.
+function changedFigures({ before, after }) {
+  const rows = [
+    ["Variance amount", before.variance_amount, after.variance_amount],
+    ["Match decision", before.match_decision, after.match_decision],
+    ["Source hash", before.source_hash, after.source_hash],
+  ];
+  return h(
+    "div",
+    { role: "alert", "aria-label": "Figures changed", class: "changed" },
+    h("p", {}, "The figures changed while you were reviewing. Check the new values, then decide again."),
+    h(
+      "table",
+      { "aria-label": "Changed figures" },
+      h("tr", {}, h("th", {}, ""), h("th", {}, "Before"), h("th", {}, "Now")),
+      rows.map(([label, was, now]) =>
+        h("tr", { class: was === now ? "" : "diff" }, h("th", {}, label), h("td", {}, was), h("td", {}, now)),
+      ),
+    ),
+  );
 }
 
 function renderCountdown() {
@@ -341,6 +382,14 @@ function renderApprovals() {
   fill(box, parts);
 }
 
+// Inputs made once and reused by every render of their region, so that what is being typed survives
+// a refresh of the numbers around it.
+const keptInputs = {};
+function kept(id, attrs) {
+  keptInputs[id] ??= h("input", { id, ...attrs });
+  return keptInputs[id];
+}
+
 function renderAdmin() {
   const box = $("admin");
   if (!box) return;
@@ -356,6 +405,26 @@ function renderAdmin() {
       ),
       h("p", {}, `Oldest pending: ${s.oldest_pending_age_s === null ? "none" : duration(s.oldest_pending_age_s)}`),
       h("p", {}, `Expired leases not yet reclaimed: ${s.expired_unreclaimed} (reclaimable now: ${s.reclaimable})`),
+      h(
+        "p",
+        { class: s.overdue ? "overdue" : null },
+        `Overdue: ${s.overdue}` +
+          (s.oldest_overdue_s === null ? "" : ` (the most overdue by ${duration(s.oldest_overdue_s)})`),
+      ),
+      h(
+        "table",
+        { "aria-label": "Open items by age" },
+        h("tr", {}, h("th", {}, "Age"), h("th", {}, "Open items")),
+        Object.entries(s.aging).map(([k, v]) => h("tr", {}, h("td", {}, k), h("td", { class: "num" }, String(v)))),
+      ),
+      h(
+        "table",
+        { "aria-label": "Overdue items per ledger entity" },
+        h("tr", {}, h("th", {}, "Ledger entity"), h("th", {}, "Overdue")),
+        Object.entries(s.overdue_by_ledger_entity).map(([k, v]) =>
+          h("tr", {}, h("td", {}, k), h("td", { class: "num" }, String(v))),
+        ),
+      ),
       h(
         "table",
         { "aria-label": "Open leases per reviewer" },
@@ -390,6 +459,39 @@ function renderAdmin() {
       h("button", { type: "submit" }, "Look up"),
     ),
   );
+  // The override: someone went on leave holding work. One reason field for every override.
+  const reason = kept("override-reason", { maxlength: 500, placeholder: "e.g. on leave until the 14th" });
+  const reviewer = kept("override-reviewer", { maxlength: 128 });
+  parts.push(
+    h(
+      "form",
+      {
+        class: "row",
+        on: {
+          submit: (ev) => {
+            ev.preventDefault();
+            override("release-reviewer", reviewer.value.trim(), reason.value.trim());
+          },
+        },
+      },
+      h("label", { for: "override-reason" }, "Override reason", reason),
+      h("label", { for: "override-reviewer" }, "Reviewer", reviewer),
+      h("button", { type: "submit" }, "Release their items"),
+    ),
+  );
+  const found = state.admin.found;
+  if (found && found.state === "ASSIGNED") {
+    const to = kept("reassign-to", { maxlength: 128 });
+    parts.push(
+      h(
+        "div",
+        { class: "row" },
+        h("label", { for: "reassign-to" }, "Reassign to", to),
+        h("button", { type: "button", on: { click: () => override("reassign", to.value.trim(), reason.value.trim()) } }, "Reassign"),
+        h("button", { type: "button", on: { click: () => override("release-item", null, reason.value.trim()) } }, "Release item"),
+      ),
+    );
+  }
   if (state.admin.found) {
     parts.push(
       h(
@@ -474,7 +576,9 @@ function handle(error) {
 
 function endSession(message) {
   stopWaiting();
-  Object.assign(state, { me: null, held: [], events: [], queue: null, signInError: message, paused: null });
+  Object.assign(state, {
+    me: null, held: [], events: [], queue: null, signInError: message, paused: null, changed: null,
+  });
   state.admin = { stats: null, message: null, found: null, foundEvents: [] };
   useCsrfToken(null);
   render();
@@ -538,6 +642,7 @@ async function resume() {
 
 async function showCurrent(renewNow) {
   const item = state.held[0];
+  if (state.changed && state.changed.after.id !== item?.id) state.changed = null;
   if (!item) {
     render();
     return;
@@ -571,6 +676,7 @@ async function nextItem() {
 
 async function takeItem(item) {
   state.held = [item];
+  state.changed = null;
   state.queue = null;
   $("note").value = "";
   $("release-reason").value = "";
@@ -643,12 +749,13 @@ async function resolveAndNext() {
       say(`Resolved ${done.item.ledger_entity} ${done.item.variance_amount} as ${resolution}.`);
     }
     $("note").value = "";
+    state.changed = null;
     state.held.shift();
     state.events = [];
     if (state.held.length) await showCurrent(false);
     else await nextItem();
   } catch (error) {
-    if (await lostLease(error)) return;
+    if (await figuresChanged(error) || (await lostLease(error))) return;
     handle(error);
   }
 }
@@ -660,6 +767,7 @@ async function releaseCurrent(reason) {
   const why = reason || $("release-reason").value.trim() || "skipped";
   try {
     await withRetry(() => api.release(item, why));
+    state.changed = null;
     state.held.shift();
     state.events = [];
     $("release-reason").value = "";
@@ -667,9 +775,28 @@ async function releaseCurrent(reason) {
     if (state.held.length) await showCurrent(false);
     else render();
   } catch (error) {
-    if (await lostLease(error)) return;
+    if (await figuresChanged(error) || (await lostLease(error))) return;
     handle(error);
   }
+}
+
+// A source revision moved the lease on: the answer carries the item as it is now, with the new
+// lease token. Show old and new figures; the reviewer decides again (nothing was resolved).
+async function figuresChanged(error) {
+  if (!(error instanceof ApiError && error.code === "SOURCE_CHANGED" && error.problem?.item)) return false;
+  const before = state.held[0];
+  const after = error.problem.item;
+  if (!before || before.id !== after.id) return false;
+  state.changed = { before: state.changed?.before ?? before, after };
+  state.held[0] = after;
+  say(error.message, true);
+  try {
+    state.events = (await withRetry(() => api.events(after.id))).events;
+  } catch (failure) {
+    handle(failure);
+  }
+  render();
+  return true;
 }
 
 // A stale tab: the lease was reclaimed and leased again (maybe to this very reviewer elsewhere).
@@ -694,7 +821,7 @@ async function renew() {
     state.leaseEndsAt = performance.now() + state.me.lease_s * 1000;
     renderCountdown();
   } catch (error) {
-    if (await lostLease(error)) return;
+    if (await figuresChanged(error) || (await lostLease(error))) return;
     handle(error);
   }
 }
@@ -729,11 +856,14 @@ async function heartbeat() {
       try {
         await withRetry(() => api.release(item, "idle"));
       } catch (error) {
-        if (!(error instanceof ApiError && error.code === "LEASE_NOT_HELD")) handle(error);
+        if (error instanceof ApiError && error.code === "SOURCE_CHANGED" && error.problem?.item) {
+          await withRetry(() => api.release(error.problem.item, "idle")).catch(handle);
+        } else if (!(error instanceof ApiError && error.code === "LEASE_NOT_HELD")) handle(error);
       }
     }
     state.held = [];
     state.events = [];
+    state.changed = null;
     state.paused = `Released your ${items.length === 1 ? "item" : "items"} after ${minutes} without activity. Press Next item (n) to carry on.`;
     say(state.paused);
     render();
@@ -824,6 +954,38 @@ async function loadAdmin() {
     handle(error);
   }
   renderAdmin();
+}
+
+async function override(kind, who, reason) {
+  touch();
+  if (!reason) {
+    state.admin.message = "Give a reason: it goes into the audit trail.";
+    renderAdmin();
+    return;
+  }
+  const item = state.admin.found;
+  try {
+    if (kind === "release-reviewer") {
+      if (!who) return;
+      const result = await withRetry(() => api.adminReleaseReviewer(who, reason));
+      state.admin.message = `Released ${result.released} ${result.released === 1 ? "item" : "items"} of ${who}.`;
+    } else if (kind === "reassign") {
+      if (!who || !item) return;
+      await withRetry(() => api.reassign(item.id, who, reason));
+      state.admin.message = `Reassigned the item to ${who}.`;
+    } else if (item) {
+      await withRetry(() => api.adminRelease(item.id, reason));
+      state.admin.message = "Released the item back to the queue.";
+    }
+  } catch (error) {
+    state.admin.message = error.message;
+  }
+  if (item) {
+    const message = state.admin.message;
+    await lookUp(item.id);
+    state.admin.message = message;
+  }
+  await loadAdmin();
 }
 
 async function reclaimNow() {

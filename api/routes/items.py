@@ -6,7 +6,7 @@ from uuid import UUID
 
 from fastapi import APIRouter, Body, Path, Query, Response, status
 
-from api.deps import Admin, AnyRole, Approver, Conn, Ingest, Reviewer, SettingsDep
+from api.deps import Admin, AfterCommit, AnyRole, Approver, Conn, Ingest, Reviewer, SettingsDep
 from api.errors import ProblemError, problem_body, problem_responses
 from api.routing import QueueRoute
 from api.schemas import (
@@ -30,18 +30,25 @@ from api.schemas import (
     RenewIn,
     ReopenIn,
     RequeueIn,
+    RevisionIn,
+    RevisionOut,
     decode_cursor,
     decode_event_cursor,
     encode_cursor,
     encode_event_cursor,
     lease_nonce_for,
 )
-from db import queue
+from api.settings import Settings, sla_hours
+from db import queue, telemetry
 from db.tokens import Principal
 
 router = APIRouter(route_class=QueueRoute, tags=["items"])
 
 ItemId = Annotated[UUID, Path(description="The item's id (a UUID).")]
+
+
+def _new_item(body: ItemIn, settings: Settings) -> queue.NewItem:
+    return queue.NewItem(**body.model_dump(), sla_hours=sla_hours(settings.sla_tiers, body.variance_amount))
 
 
 def _conflict_detail(key: str) -> str:
@@ -58,11 +65,12 @@ def _conflict_detail(key: str) -> str:
         **problem_responses("IDEMPOTENCY_CONFLICT"),
     },
 )
-async def enqueue(body: ItemIn, conn: Conn, principal: Ingest, response: Response) -> ItemOut:
-    """Enqueue an item for review; idempotent on `idempotency_key`."""
-    outcome, item = await queue.enqueue_item(
-        conn, new=queue.NewItem(**body.model_dump()), actor=principal.subject
-    )
+async def enqueue(
+    body: ItemIn, conn: Conn, principal: Ingest, response: Response, settings: SettingsDep
+) -> ItemOut:
+    """Enqueue an item for review; idempotent on `idempotency_key`. Without `due_at`, the item is
+    due its SLA tier's hours after enqueue (REVIEW_QUEUE_SLA_TIERS, by abs(variance_amount))."""
+    outcome, item = await queue.enqueue_item(conn, new=_new_item(body, settings), actor=principal.subject)
     if outcome == "conflict":
         raise ProblemError(
             "IDEMPOTENCY_CONFLICT", _conflict_detail(body.idempotency_key), extra={"item_id": str(item.id)}
@@ -73,10 +81,10 @@ async def enqueue(body: ItemIn, conn: Conn, principal: Ingest, response: Respons
 
 
 @router.post("/items/batch", operation_id="enqueueItems", summary="Enqueue items in one transaction")
-async def enqueue_batch(body: BatchIn, conn: Conn, principal: Ingest) -> BatchOut:
+async def enqueue_batch(body: BatchIn, conn: Conn, principal: Ingest, settings: SettingsDep) -> BatchOut:
     """Enqueue up to 1000 items in one transaction; one result per item, in request order."""
     results = await queue.enqueue_items(
-        conn, new=[queue.NewItem(**i.model_dump()) for i in body.items], actor=principal.subject
+        conn, new=[_new_item(i, settings) for i in body.items], actor=principal.subject
     )
     out = []
     for (outcome, item), sent in zip(results, body.items, strict=True):
@@ -103,6 +111,7 @@ async def list_items(query: Annotated[ItemQuery, Query()], conn: Conn, principal
         idempotency_key=query.idempotency_key,
         created_after=query.created_after,
         created_before=query.created_before,
+        due_before=query.due_before,
     )
     # One row more than asked tells whether there is a next page without a count.
     rows = await queue.list_items(conn, where=where, after=after, limit=query.limit + 1)
@@ -157,17 +166,35 @@ def _nonce(item_id: UUID, token: str | None) -> UUID | None:
     return None if token is None else lease_nonce_for(item_id, token)
 
 
+def source_changed(item: queue.Item, principal: Principal) -> ProblemError:
+    """409 SOURCE_CHANGED for the holder: the current item, with the new lease_token to carry on with
+    once they have looked at the new figures."""
+    figures = f"variance_amount {item.variance_amount:.2f}, match_decision {item.match_decision}"
+    return ProblemError(
+        "SOURCE_CHANGED",
+        f"the figures of item {item.id} changed while you held it: {figures}, source_hash"
+        f" {item.source_hash!r}; decide on these, with the lease_token in `item`",
+        extra={"item": ItemOut.of(item, principal.subject).model_dump(mode="json")},
+    )
+
+
 def _held(
-    outcome: queue.HolderOutcome, item: queue.Item | None, item_id: UUID, principal: Principal
+    outcome: queue.HolderOutcome,
+    item: queue.Item | None,
+    item_id: UUID,
+    principal: Principal,
+    nonce: UUID | None,
 ) -> ItemOut:
     if outcome == "not_found" or item is None:
         raise ProblemError("NOT_FOUND", f"no item {item_id}")
     if outcome == "lease_not_held":
+        if queue.source_changed(item, principal.subject, nonce, None):
+            raise source_changed(item, principal)
         raise ProblemError("LEASE_NOT_HELD", f"you do not hold the current lease on item {item_id}")
     return ItemOut.of(item, principal.subject)
 
 
-_NOT_HELD = problem_responses("NOT_FOUND", "LEASE_NOT_HELD")
+_NOT_HELD = problem_responses("NOT_FOUND", "LEASE_NOT_HELD", "SOURCE_CHANGED")
 
 
 @router.post(
@@ -181,14 +208,15 @@ async def renew(
     body: Annotated[RenewIn | None, Body()] = None,
 ) -> ItemOut:
     """Heartbeat: extend your lease to now + the lease duration (database clock)."""
+    nonce = _nonce(item_id, body.lease_token if body else None)
     outcome, item = await queue.renew_lease(
         conn,
         item_id=item_id,
         reviewer=principal.subject,
-        lease_nonce=_nonce(item_id, body.lease_token if body else None),
+        lease_nonce=nonce,
         lease_duration=timedelta(milliseconds=settings.lock_timeout_ms),
     )
-    return _held(outcome, item, item_id, principal)
+    return _held(outcome, item, item_id, principal, nonce)
 
 
 @router.post(
@@ -201,17 +229,19 @@ async def release(
     settings: SettingsDep,
     body: Annotated[ReleaseIn | None, Body()] = None,
 ) -> ItemOut:
-    """Hand an item you hold back; it is first in line again (QUARANTINED if its attempts are used up)."""
+    """Hand an item you hold back; it goes back to its place in line (QUARANTINED if its attempts are
+    used up)."""
     body = body or ReleaseIn()
+    nonce = _nonce(item_id, body.lease_token)
     outcome, item = await queue.release_lease(
         conn,
         item_id=item_id,
         reviewer=principal.subject,
-        lease_nonce=_nonce(item_id, body.lease_token),
+        lease_nonce=nonce,
         reason=body.reason,
         max_attempts=settings.max_attempts,
     )
-    return _held(outcome, item, item_id, principal)
+    return _held(outcome, item, item_id, principal, nonce)
 
 
 @router.post(
@@ -258,7 +288,7 @@ async def reopen(item_id: ItemId, body: ReopenIn, principal: Admin, conn: Conn) 
     "/items/{item_id}/complete",
     operation_id="completeItem",
     summary="Resolve an item you hold",
-    responses=problem_responses("NOT_FOUND", "LEASE_NOT_HELD", "RESOLUTION_CONFLICT"),
+    responses=problem_responses("NOT_FOUND", "LEASE_NOT_HELD", "RESOLUTION_CONFLICT", "SOURCE_CHANGED"),
 )
 async def complete(item_id: ItemId, body: CompleteIn, conn: Conn, principal: Reviewer) -> CompleteOut:
     """Resolve an item you hold with an active code of the catalogue (`GET /resolutions`).
@@ -267,6 +297,8 @@ async def complete(item_id: ItemId, body: CompleteIn, conn: Conn, principal: Rev
     it becomes AWAITING_APPROVAL (`submitted_for_approval`) until an approver approves or rejects
     it. A retry with the same resolution answers `already_resolved` (`already_submitted`). An
     unknown or inactive code, or a missing note the code requires, is a 422 naming the codes.
+    Refused with SOURCE_CHANGED (the current item and a new lease_token in the answer) when the
+    figures changed under your lease and this call does not show you saw the new ones.
     """
     outcome, item = await queue.complete_item(
         conn,
@@ -275,7 +307,10 @@ async def complete(item_id: ItemId, body: CompleteIn, conn: Conn, principal: Rev
         resolution=body.resolution,
         note=body.note,
         lease_nonce=_nonce(item_id, body.lease_token),
+        source_hash=body.source_hash,
     )
+    if outcome == "source_changed" and item is not None:
+        raise source_changed(item, principal)
     if outcome == "not_found" or item is None:
         raise ProblemError("NOT_FOUND", f"no item {item_id}")
     if outcome == "resolution_conflict":
@@ -363,3 +398,50 @@ async def reject(item_id: ItemId, body: RejectIn, conn: Conn, principal: Approve
     _approval_refused(outcome, item, item_id)
     assert item is not None
     return ItemOut.of(item, principal.subject)
+
+
+@router.post(
+    "/items/{item_id}/revisions",
+    operation_id="reviseItem",
+    summary="Revise an item's figures (ingest, admin)",
+    responses=problem_responses("NOT_FOUND", "IDEMPOTENCY_CONFLICT"),
+)
+async def revise(
+    item_id: ItemId, body: RevisionIn, conn: Conn, principal: Ingest, after_commit: AfterCommit
+) -> RevisionOut:
+    """New figures from a re-run of the matcher; idempotent on `source_hash`. PENDING and QUARANTINED
+    items are updated; an ASSIGNED one stays with its holder under a new lease (their old token is
+    refused with SOURCE_CHANGED); a RESOLVED one is reopened (PENDING in its old place), its decision
+    kept in the trail as decertified."""
+    revision = await queue.revise_item(
+        conn,
+        item_id=item_id,
+        actor=principal.subject,
+        variance_amount=body.variance_amount,
+        source_hash=body.source_hash,
+        match_decision=body.match_decision,
+    )
+    item = revision.item
+    if revision.outcome == "not_found" or item is None:
+        raise ProblemError("NOT_FOUND", f"no item {item_id}")
+    if revision.outcome == "conflict":
+        raise ProblemError(
+            "IDEMPOTENCY_CONFLICT",
+            f"item {item_id} already has source_hash {body.source_hash!r} with other figures",
+            extra={"item_id": str(item_id)},
+        )
+    if revision.outcome == "revised":
+        after_commit.append(
+            lambda: telemetry.revised(
+                item,
+                principal.subject,
+                previous_state=revision.previous_state,
+                previous_source_hash=revision.previous_hash,
+                previous_variance_amount=f"{revision.previous_amount:.2f}",
+                previous_match_decision=revision.previous_decision,
+                variance_amount=f"{item.variance_amount:.2f}",
+                decertified_resolution=revision.previous_resolution,
+                state=item.state,
+            )
+        )
+    return RevisionOut(outcome=revision.outcome, item=ItemOut.of(item, principal.subject))

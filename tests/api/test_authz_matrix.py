@@ -101,6 +101,27 @@ MATRIX: dict[tuple[str, str], Route] = {
     ("PUT", "/resolutions/{code}"): Route(
         ADMIN, body=lambda: {"label": "Match confirmed", "description": MATCH_CONFIRMED_DESCRIPTION}
     ),
+    # A revision changes any item, leased by anyone (its holder keeps it under a new lease).
+    ("POST", "/items/{item_id}/revisions"): Route(
+        INGEST,
+        item=True,
+        writes=True,
+        body=lambda: {"variance_amount": "1.00", "source_hash": f"authz-{uuid.uuid4()}"},
+    ),
+    # The admin's override: any holder's lease (own is the admin's, other is bob's).
+    ("POST", "/admin/items/{item_id}/release"): Route(
+        ADMIN, item=True, writes=True, body=lambda: {"reason": "authz matrix"}
+    ),
+    ("POST", "/admin/items/{item_id}/reassign"): Route(
+        ADMIN,
+        item=True,
+        writes=True,
+        body=lambda: {"reviewer": SUBJECT["reviewer"], "reason": "authz matrix"},
+    ),
+    # Releases every lease of bob (OTHER), who holds one item in this world.
+    ("POST", "/admin/reviewers/{reviewer}/release"): Route(
+        ADMIN, writes=True, body=lambda: {"reason": "authz"}
+    ),
     # An allowed reclaim writes only when a lease is past its grace; none is in this world.
     ("POST", "/admin/reclaim"): Route(ADMIN, body=lambda: {}),
     ("GET", "/stats"): Route(STATS_READERS),
@@ -205,6 +226,7 @@ class World:
         item_id = self.item_id(caller, target)
         url = path.replace("{item_id}", item_id) if item_id else path
         url = url.replace("{code}", "MATCH_CONFIRMED")
+        url = url.replace("{reviewer}", OTHER)
         body = MATRIX[(method, path)].body
         response: httpx.Response = self.client.request(
             method, url, json=body() if body else None, headers=self.headers[caller]
@@ -371,6 +393,21 @@ def test_allowed_writes_change_exactly_their_item_as_the_caller(
     elif path == "/leases":
         assert [i["id"] for i in response.json()["items"]] == [item_id]
         assert (row["state"], row["leased_by"], event) == ("ASSIGNED", subject, "LEASED")
+    elif path == "/admin/reviewers/{reviewer}/release":
+        assert item_id == world.other
+        assert (row["state"], row["leased_by"], event) == ("PENDING", None, "RELEASED")
+    elif path.startswith("/admin/items/") or path.endswith("/revisions"):
+        assert item_id == world.item_id(caller, target)
+        before = items_before[item_id]
+        if path.endswith("/revisions"):
+            assert (row["state"], row["leased_by"], row["variance_amount"], event) == (
+                "ASSIGNED", before["leased_by"], 1.0, "REVISED",
+            )  # fmt: skip
+            assert row["lease_epoch"] == before["lease_epoch"] + 1
+        elif path.endswith("/reassign"):
+            assert (row["state"], row["leased_by"], event) == ("ASSIGNED", SUBJECT["reviewer"], "REASSIGNED")
+        else:
+            assert (row["state"], row["leased_by"], event) == ("PENDING", None, "RELEASED")
     else:
         assert item_id == world.own[caller]
         before = items_before[item_id]
@@ -413,6 +450,9 @@ SMUGGLE_ROUTES = [
     (("POST", "/items/{item_id}/approve"), "approver", "own", ()),
     (("POST", "/items/{item_id}/reject"), "approver", "own", ()),
     (("POST", "/admin/reclaim"), "admin", None, ()),
+    (("POST", "/items/{item_id}/revisions"), "ingest", "own", ()),
+    (("POST", "/admin/items/{item_id}/reassign"), "admin", "own", ()),
+    (("POST", "/admin/items/{item_id}/release"), "admin", "own", ()),
 ]
 
 

@@ -12,11 +12,14 @@ import psycopg
 import pytest
 
 from api.client import (
+    AlreadyHeld,
     AsyncReviewQueueClient,
     IdempotencyConflict,
     LeaseNotHeld,
+    NotAssigned,
     NotFound,
     ReviewQueueClient,
+    SourceChanged,
     Unauthenticated,
 )
 from api.schemas import ItemOut
@@ -242,3 +245,66 @@ def test_events_follow_every_page(live_server: str, make_token, sql: psycopg.Con
             return [e.id for e in await client.events(item.id)]
 
     assert asyncio.run(read()) == [e.id for e in trail]
+
+
+def test_revision_and_override_calls(live_server: str, make_token: Callable[[str, str], str]) -> None:
+    with (
+        ReviewQueueClient(live_server, make_token("ingest", "ingest")) as ingest,
+        ReviewQueueClient(live_server, make_token("ada", "admin")) as ada,
+        ReviewQueueClient(live_server, make_token("alice", "reviewer")) as alice,
+        ReviewQueueClient(live_server, make_token("bob", "reviewer")) as bob,
+    ):
+        for n in range(3):
+            ingest.enqueue(
+                idempotency_key=f"o-{n}", ledger_entity="ACME", variance_amount="1.00",
+                match_decision="PARTIAL", source_hash=f"h-{n}",
+            )  # fmt: skip
+        first, second, third = alice.lease(3)
+        revision = ingest.revise(first.id, variance_amount=Decimal("2.50"), source_hash="h-0b")
+        assert (revision.outcome, revision.item.variance_amount) == ("revised", Decimal("2.50"))
+        with pytest.raises(SourceChanged) as changed:
+            alice.complete(first.id, "APPROVED", lease_token=first.lease_token)
+        assert changed.value.item.variance_amount == Decimal("2.50") and changed.value.item.lease_token
+        done = alice.complete(first.id, "APPROVED", lease_token=changed.value.item.lease_token)
+        assert done.item.source_hash == "h-0b"
+
+        moved = ada.reassign(second.id, reviewer="bob", reason="cover")
+        assert moved.leased_by == "bob"
+        with pytest.raises(AlreadyHeld):
+            ada.reassign(second.id, reviewer="bob", reason="again")
+        assert bob.get(second.id).lease_token is not None
+        assert ada.admin_release(third.id, reason="leave").state == "PENDING"
+        with pytest.raises(NotAssigned):
+            ada.admin_release(third.id, reason="leave")
+        released = ada.admin_release_reviewer("bob", reason="leave")
+        assert [i.id for i in released.items] == [second.id]
+
+
+def test_work_loop_decides_again_when_the_figures_change(
+    live_server: str, make_token: Callable[[str, str], str]
+) -> None:
+    """The handler's first look is at the old figures; the source is revised meanwhile; the
+    completion is refused with SOURCE_CHANGED and the loop decides again on the new figures."""
+    seen: list[Decimal] = []
+    with (
+        ReviewQueueClient(live_server, make_token("ingest", "ingest")) as ingest,
+        ReviewQueueClient(live_server, make_token("worker", "reviewer")) as worker,
+    ):
+        item = ingest.enqueue(
+            idempotency_key="w-1", ledger_entity="ACME", variance_amount="1.00",
+            match_decision="PARTIAL", source_hash="w-1a",
+        )  # fmt: skip
+
+        def handler(leased: ItemOut) -> str:
+            seen.append(leased.variance_amount)
+            if len(seen) == 1:
+                ingest.revise(leased.id, variance_amount="250.00", source_hash="w-1b")
+            else:
+                worker.stop()
+            return "APPROVED" if leased.variance_amount < 100 else "ESCALATED"
+
+        stats = worker.work(handler, wait_s=1, handle_signals=False)
+        assert seen == [Decimal("1.00"), Decimal("250.00")]
+        assert (stats.resolved, stats.revised) == (1, 1)
+        final = worker.get(item.id)
+        assert (final.state, final.resolution, final.source_hash) == ("RESOLVED", "ESCALATED", "w-1b")

@@ -187,6 +187,10 @@ def _rows(sql: psycopg.Connection) -> list[tuple[str]]:
         "/items/{held}/renew",
         "/items/{held}/release",
         "/admin/reclaim",
+        "/items/{held}/revisions",
+        "/admin/items/{held}/release",
+        "/admin/items/{held}/reassign",
+        "/admin/reviewers/root/release",
     ],
 )
 @pytest.mark.parametrize("number", ["1.5", "-4.889890540256846e+16", "1e400"])

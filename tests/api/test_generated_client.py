@@ -88,6 +88,10 @@ def test_generated_functions_are_named_by_operation_id(generated: ModuleType) ->
         ("items", "get_item"),
         ("items", "get_item_events"),
         ("admin", "reclaim_expired"),
+        ("items", "revise_item"),
+        ("admin", "admin_release_item"),
+        ("admin", "admin_release_reviewer"),
+        ("admin", "reassign_item"),
         ("operations", "get_stats"),
         ("operations", "get_metrics"),
         ("health", "healthz"),
@@ -161,3 +165,51 @@ def test_generated_client_enqueue_lease_complete_retry_conflict(
         trail = events.sync(item.id, client=ann)
         assert isinstance(trail, models.EventsOut)
         assert [e.event.value for e in trail.events] == ["ENQUEUED", "LEASED", "RESOLVED"]
+
+
+def test_generated_client_revision_and_source_changed(generated: ModuleType, live: tuple[str, str]) -> None:
+    base, url = live
+    models = importlib.import_module(f"{PACKAGE}.models")
+    client_of = importlib.import_module(PACKAGE).AuthenticatedClient
+
+    def client(subject: str, role: str) -> Any:
+        return client_of(
+            base_url=base, token=_create_token(url, subject, role), raise_on_unexpected_status=True
+        )
+
+    enqueue = _op(generated, "items", "enqueue_item")
+    lease = _op(generated, "leases", "lease_items")
+    complete = _op(generated, "items", "complete_item")
+    revise = _op(generated, "items", "revise_item")
+    with client("ingest-bot", "ingest") as ingest, client("cy", "reviewer") as cy:
+        new = models.ItemIn(
+            idempotency_key="gen-rev-1",
+            ledger_entity="ACME-CORP",
+            variance_amount="12.50",
+            match_decision=models.ItemInMatchDecision.PARTIAL,
+            source_hash="sha256:gen-a",
+        )
+        item = enqueue.sync(client=ingest, body=new)
+        (leased,) = lease.sync(client=cy, body=models.LeaseIn(batch_size=1)).items
+        assert leased.id == item.id
+        revised = revise.sync(
+            item.id,
+            client=ingest,
+            body=models.RevisionIn(variance_amount="13.00", source_hash="sha256:gen-b"),
+        )
+        assert isinstance(revised, models.RevisionOut), revised
+        assert (
+            revised.outcome == models.RevisionOutOutcome.REVISED and revised.item.variance_amount == "13.00"
+        )
+        refused = complete.sync(
+            item.id, client=cy, body=models.CompleteIn(resolution="APPROVED", lease_token=leased.lease_token)
+        )
+        assert isinstance(refused, models.Problem) and refused.code == "SOURCE_CHANGED"
+        current = refused.additional_properties["item"]
+        assert current["variance_amount"] == "13.00"
+        done = complete.sync(
+            item.id,
+            client=cy,
+            body=models.CompleteIn(resolution="APPROVED", lease_token=current["lease_token"]),
+        )
+        assert isinstance(done, models.CompleteOut), done

@@ -2,17 +2,21 @@
 
 All examples share one database and one in-process app; each example starts from an empty queue
 (the previous examples' items are retired, see ReviewQueueMachine.__init__). The rules enqueue
-(one by one and in batches, and again with the same or another payload), lease (three reviewers,
-the per-reviewer cap in play), renew, release and complete (by the last holder or anybody; with no
+(one by one and in batches, and again with the same or another payload; amounts in two SLA tiers,
+some with a due_at of their own), lease (three reviewers, the per-reviewer cap in play, any ledger
+entity or one), renew, release and complete (by the last holder or anybody; with no
 token, the current token, a stale token of an earlier lease, or another item's token), retry
 completions, backdate leases in SQL (within and past the reclaim grace; one lease, or all of a
-reviewer's), reclaim as admin (with and without a batch limit), and make calls that must be
-refused (wrong role, no token, unknown item). Issue 12: bob and carol are approvers; completions
-of big items with a thresholded code are submitted for approval, approvers lease from the approval
-queue (never their own proposals), approve or reject (the preparer is refused with
-SEGREGATION_OF_DUTIES), and approval leases are released and reclaimed back to that queue. After
-every step the database must show: approved_by never equal to resolved_by, nothing RESOLVED at or
-above its code's threshold without an approval, and no item resolved more than once per reopen.
+reviewer's), reclaim as admin (with and without a batch limit), revise an item's figures (new ones,
+a retry, a conflicting one, an earlier hash; in every state, and under an open lease followed by
+the holder's old token), let an admin release or reassign a lease or release all of a reviewer's,
+and make calls that must be refused (wrong role, no token, unknown item). Issue 12: bob and carol
+are approvers; completions of big items with a thresholded code are submitted for approval,
+approvers lease from the approval queue (never their own proposals, in the same due order), approve
+or reject (the preparer is refused with SEGREGATION_OF_DUTIES), and approval leases are released and
+reclaimed back to that queue; a revision sends a proposal back to PENDING. After every step the
+database must show: approved_by never equal to resolved_by, nothing RESOLVED at or above its code's
+threshold without an approval, and no item resolved more than once per reopen.
 
 A plain-Python model predicts every answer exactly: which items a lease hands out and in which
 order, which items a reclaim returns and in which order, and the status and problem `code` of every
@@ -38,6 +42,7 @@ import itertools
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any, ClassVar
 
 import httpx
@@ -83,7 +88,8 @@ TOKENS = ("none", "current", "current", "stale", "foreign")
 CALLERS = ("last_holder", "last_holder", "last_holder", *REVIEWERS)
 EVENTS = (
     "ENQUEUED", "LEASED", "RENEWED", "RELEASED", "RECLAIMED", "RESOLVED",
-    "QUARANTINED", "REQUEUED", "REOPENED", "SUBMITTED_FOR_APPROVAL", "APPROVED", "REJECTED",
+    "QUARANTINED", "REQUEUED", "REOPENED", "REVISED", "REASSIGNED", "SUBMITTED_FOR_APPROVAL", "APPROVED",
+    "REJECTED",
 )  # fmt: skip
 UNKNOWN = "00000000-0000-4000-8000-000000000000"
 # Calls that must be refused whatever the state: (path, caller or None for no token, status, code).
@@ -103,7 +109,29 @@ REFUSED = (
     (f"/items/{UNKNOWN}/release", "bob", 404, "NOT_FOUND"),
     (f"/items/{UNKNOWN}/complete", "carol", 404, "NOT_FOUND"),
     (f"/items/{UNKNOWN}/events", "alice", 404, "NOT_FOUND"),
+    # Revisions are the feeder's (ingest); the override is an admin's.
+    (f"/items/{UNKNOWN}/revisions", "alice", 403, "FORBIDDEN"),
+    (f"/items/{UNKNOWN}/revisions", "audrey", 403, "FORBIDDEN"),
+    (f"/items/{UNKNOWN}/revisions", "feeder", 404, "NOT_FOUND"),
+    (f"/admin/items/{UNKNOWN}/release", "alice", 403, "FORBIDDEN"),
+    (f"/admin/items/{UNKNOWN}/release", "root", 404, "NOT_FOUND"),
+    (f"/admin/items/{UNKNOWN}/reassign", "feeder", 403, "FORBIDDEN"),
+    (f"/admin/items/{UNKNOWN}/reassign", "root", 404, "NOT_FOUND"),
+    ("/admin/reviewers/alice/release", "bob", 403, "FORBIDDEN"),
 )
+# The body each refused path is sent with (the rest take none, or an empty one).
+REFUSED_BODIES = {
+    "/revisions": {"variance_amount": "1.00", "source_hash": "sha256:refused"},
+    "/reassign": {"reviewer": "bob", "reason": "refused"},
+    "/release": {"reason": "refused"},
+}
+
+# REVIEW_QUEUE_SLA_TIERS: a big item (abs amount BIG or more) is due a day after enqueue, any other a
+# week after.
+SLA_TIERS = f"{BIG}:24h,0:168h"
+# Some items name their due_at: one before every derived deadline, or one after all of them.
+EARLY, LATE = "2001-01-01T00:00:00+00:00", "2999-01-01T00:00:00+00:00"
+ENTITIES = ("ENTITY-0", "ENTITY-1", "ENTITY-2")
 
 MAX_EXAMPLES, STEPS = (400, 150) if LONG else (60, 100)
 
@@ -122,6 +150,12 @@ KEY_MINIMUMS = {
     "proposal approved": 0.2,
     "proposal rejected": 0.1,
     "approval refused: segregation of duties": 0.1,
+    "lease of one ledger entity handed out items": 0.2,
+    "revision applied": 0.5,
+    "revision moved a lease on": 0.2,
+    "revision sent a proposal back to PENDING": 0.02,
+    "old token after a revision answered SOURCE_CHANGED": 0.1,
+    "admin released or reassigned a lease": 0.3,
 }
 KEY: Counter[str] = Counter()
 
@@ -143,7 +177,7 @@ KEYS = itertools.count(1)  # idempotency keys, unique across examples
 class Model:
     """What the queue must hold for one item."""
 
-    seq: int  # queue position: created_at order, kept across release and reclaim
+    seq: int  # created_at order
     payload: dict[str, Any]
     trace_id: str
     state: str = "PENDING"
@@ -178,6 +212,24 @@ class Model:
         """leased_at and lease_expires_at are set (kept once resolved, cleared on submission)."""
         return self.lease_open or self.state == "RESOLVED"
 
+    revised_epoch: int | None = None  # the epoch a revision moved the lease to
+    hashes: list[str] = field(default_factory=list)  # earlier source hashes (revised away)
+
+    tier: int = 0  # set from the enqueued payload: a revision changes the amount, never due_at
+
+    def __post_init__(self) -> None:
+        due = self.payload.get("due_at")
+        if due is not None:
+            self.tier = 0 if due == EARLY else 3
+        else:
+            self.tier = 1 if abs(Decimal(self.payload["variance_amount"])) >= BIG else 2
+
+    @property
+    def place(self) -> tuple[int, int]:
+        """Queue position, kept across release, reclaim, requeue, reopen and revisions: due_at first
+        (a named EARLY one, then the 24 h tier, the 168 h tier, a named LATE one), then created_at."""
+        return self.tier, self.seq
+
 
 class ReviewQueueMachine(RuleBasedStateMachine):
     # Set by the test function: one app and one database for all examples.
@@ -203,8 +255,8 @@ class ReviewQueueMachine(RuleBasedStateMachine):
         self.since = self.sql.execute("SELECT clock_timestamp()").fetchone()[0]  # type: ignore[index]
         self.model: dict[str, Model] = {}
         self.seq = itertools.count()
+        self.payloads = itertools.count()
         self.expired_seq = itertools.count(1)
-        self.payload_count = itertools.count()
         self.all_tokens: set[str] = set()
         TALLY["examples"] += 1
 
@@ -219,17 +271,19 @@ class ReviewQueueMachine(RuleBasedStateMachine):
         return self.client.post(path, json=body, headers=self.headers(subject))
 
     def new_payload(self) -> dict[str, Any]:
-        n = next(KEYS)
-        # Big or not by this example's own count (not the global key), so that a replayed example
-        # makes the same items big and Hypothesis sees the same run.
-        local = next(self.payload_count)
-        amount = f"{BIG + local}.00" if local % 3 == 0 else f"{local % 1000}.{n % 100:02d}"
+        # The key is unique across examples; everything that decides the queue order (amount,
+        # due_at, entity) and whether an item is big counts within the example, so that a replayed
+        # example behaves the same.
+        n, k = next(KEYS), next(self.payloads)
+        due = {0: EARLY, 3: LATE}.get(k % 7)
+        amount = f"{BIG + k}.00" if k % 3 == 0 else f"{k * 337 % 1000}.{k % 100:02d}"  # both SLA tiers
         return {
             "idempotency_key": f"model-{n}",
-            "ledger_entity": f"ENTITY-{n % 3}",
-            "variance_amount": f"-{amount}" if local % 2 else amount,
-            "match_decision": ("MATCHED", "PARTIAL", "UNMATCHED")[n % 3],
+            "ledger_entity": ENTITIES[k % 3],
+            "variance_amount": f"-{amount}" if k % 2 else amount,
+            "match_decision": ("MATCHED", "PARTIAL", "UNMATCHED")[k % 3],
             "source_hash": f"sha256:{n:08x}",
+            **({"due_at": due} if due else {}),
         }
 
     def created(self, item: dict[str, Any], payload: dict[str, Any]) -> str:
@@ -271,7 +325,7 @@ class ReviewQueueMachine(RuleBasedStateMachine):
         tally(f"{action} by {caller}, token {kind}: {response.status_code}")
         self.tally_stale(item_id, reviewer, kind)
         if not self.holds(item_id, reviewer, epoch, foreign, approval=None):
-            assert_problem(response, 409, "LEASE_NOT_HELD")
+            self.check_refusal(response, item_id, reviewer, epoch, foreign, complete=False)
             return reviewer, None
         assert response.status_code == 200, response.text
         return reviewer, response
@@ -281,6 +335,34 @@ class ReviewQueueMachine(RuleBasedStateMachine):
         m = self.model[item_id]
         if kind == "stale" and m.state == "ASSIGNED" and m.leased_by == reviewer:
             key("stale token refused, the same reviewer holding the newer lease")
+
+    def source_changed(
+        self, item_id: str, reviewer: str, epoch: int | None, foreign: bool, *, complete: bool
+    ) -> bool:
+        """Is the holder's call refused because a revision moved their lease on? With a token of an
+        earlier epoch, any action; without a token, a completion (which sends no source_hash here)."""
+        m = self.model[item_id]
+        if foreign or m.state != "ASSIGNED" or m.leased_by != reviewer or m.revised_epoch != m.epoch:
+            return False
+        return complete if epoch is None else epoch != m.epoch
+
+    def check_refusal(
+        self,
+        response: httpx.Response,
+        item_id: str,
+        reviewer: str,
+        epoch: int | None,
+        foreign: bool,
+        *,
+        complete: bool,
+    ) -> None:
+        """409 SOURCE_CHANGED (with the current item and the holder's new token) or LEASE_NOT_HELD."""
+        if self.source_changed(item_id, reviewer, epoch, foreign, complete=complete):
+            problem = assert_problem(response, 409, "SOURCE_CHANGED")
+            self.check_item(problem["item"], item_id, reviewer)
+            key("old token after a revision answered SOURCE_CHANGED")
+        else:
+            assert_problem(response, 409, "LEASE_NOT_HELD")
 
     def holds(
         self, item_id: str, reviewer: str, epoch: int | None, foreign: bool, approval: bool | None = False
@@ -339,7 +421,8 @@ class ReviewQueueMachine(RuleBasedStateMachine):
         fenced = not foreign and (epoch is None or epoch == m.epoch)
         retry = fenced and m.state == "RESOLVED" and m.resolved_by == reviewer
         resubmitted = fenced and m.state == "AWAITING_APPROVAL" and m.prepared_by == reviewer
-        held = self.holds(item_id, reviewer, epoch, foreign)
+        changed = self.source_changed(item_id, reviewer, epoch, foreign, complete=True)
+        held = self.holds(item_id, reviewer, epoch, foreign) and not changed
         if held and resolution in NEEDS_NOTE and not note:
             problem = assert_problem(response, 422, "VALIDATION_ERROR")
             assert problem["errors"][0]["loc"] == ["body", "note"], problem
@@ -379,7 +462,7 @@ class ReviewQueueMachine(RuleBasedStateMachine):
             assert_problem(response, 409, "RESOLUTION_CONFLICT")
             return False
         else:
-            assert_problem(response, 409, "LEASE_NOT_HELD")
+            self.check_refusal(response, item_id, reviewer, epoch, foreign, complete=True)
             return False
         assert set(answer) == {"outcome", "item"}, answer
         self.check_item(answer["item"], item_id, reviewer)
@@ -388,7 +471,7 @@ class ReviewQueueMachine(RuleBasedStateMachine):
     def approval_queue(self) -> list[str]:
         return [
             i
-            for i, m in sorted(self.model.items(), key=lambda kv: kv[1].seq)
+            for i, m in sorted(self.model.items(), key=lambda kv: kv[1].place)
             if m.state == "AWAITING_APPROVAL" and m.leased_by is None
         ]
 
@@ -518,12 +601,14 @@ class ReviewQueueMachine(RuleBasedStateMachine):
         reviewer=st.sampled_from((*REVIEWERS, "least_busy", "least_busy")),
         batch_size=st.integers(1, 5),
         top_up=st.sampled_from([True, True, True, False]),
+        entity=st.sampled_from((None, None, None, *ENTITIES)),
     )
-    def lease(self, reviewer: str, batch_size: int, top_up: bool = False) -> Any:
+    def lease(self, reviewer: str, batch_size: int, top_up: bool = False, entity: str | None = None) -> Any:
         """Lease; with top_up the feeder first enqueues what the queue lacks for this batch. Swarm
         testing disables whole rules in an example (enqueue too), so without it most leases would
         find the queue empty; leases of an empty queue still come up (top_up False). "least_busy"
-        is whoever holds fewest, so that leases at the cap are common but not the rule."""
+        is whoever holds fewest, so that leases at the cap are common but not the rule. With an
+        entity, only that ledger entity's items are leased."""
         if reviewer == "least_busy":
             holding = Counter(m.leased_by for m in self.model.values() if m.lease_open)
             reviewer = min(REVIEWERS, key=lambda r: holding[r])
@@ -531,17 +616,27 @@ class ReviewQueueMachine(RuleBasedStateMachine):
         if top_up and pending_now < batch_size:
             self.enqueue(count=batch_size - pending_now, batch=True)
         held = self.open_leases(reviewer)
-        pending = sorted((m.seq, i) for i, m in self.model.items() if m.state == "PENDING")
+        pending = sorted(
+            (m.place, i)
+            for i, m in self.model.items()
+            if m.state == "PENDING" and entity in (None, m.payload["ledger_entity"])
+        )
         expected = [i for _, i in pending[: max(0, min(batch_size, CAP - held))]]
-        response = self.post("/leases", reviewer, {"batch_size": batch_size})
+        body = {"batch_size": batch_size, **({"ledger_entity": entity} if entity else {})}
+        response = self.post("/leases", reviewer, body)
         assert response.status_code == 200, response.text
         got = response.json()["items"]
-        tally(f"lease: {'some' if got else 'none'}{' (at the cap)' if held == CAP else ''}")
+        tally(
+            f"lease{' of one entity' if entity else ''}: {'some' if got else 'none'}"
+            f"{' (at the cap)' if held == CAP else ''}"
+        )
         if got:
             key("lease handed out items")
+            if entity:
+                key("lease of one ledger entity handed out items")
         assert [i["id"] for i in got] == expected, (
-            f"{reviewer} holding {held} asked for {batch_size}: expected {expected} (oldest first, "
-            f"cap {CAP}), got {[i['id'] for i in got]}"
+            f"{reviewer} holding {held} asked for {batch_size} of {entity or 'any entity'}: expected"
+            f" {expected} (earliest due, then oldest first, cap {CAP}), got {[i['id'] for i in got]}"
         )
         for body in got:
             m = self.model[body["id"]]
@@ -686,6 +781,13 @@ class ReviewQueueMachine(RuleBasedStateMachine):
         (and retried) otherwise."""
         assigned = self.assigned()
         item_id = assigned[nth % len(assigned)]
+        m = self.model[item_id]
+        if token == "none" and m.revised_epoch == m.epoch:
+            # Without a token the holder must show the new figures: refused, then done with the token.
+            assert not self.complete_as(
+                item_id, "last_holder", token, resolution, note, "tokenless after revision"
+            )
+            token = "current"
         # Resolved, or (a big item, a code with a threshold) submitted, or refused for a missing note.
         done = self.complete_as(item_id, "last_holder", token, resolution, note, "complete held")
         if retry:  # the answer was lost and the client sends the same call again
@@ -743,13 +845,13 @@ class ReviewQueueMachine(RuleBasedStateMachine):
                 m.expiry, m.expired_seq = "past_grace", next(self.expired_seq)
 
     def first_in_line_once_released(self) -> list[str]:
-        """Open leases older than every PENDING item, with attempts left (not quarantined on release):
-        released, such an item is leased next."""
-        oldest_pending = min((m.seq for m in self.model.values() if m.state == "PENDING"), default=None)
+        """Open leases ahead of every PENDING item in the queue, with attempts left (not quarantined on
+        release): released, such an item is leased next."""
+        first_pending = min((m.place for m in self.model.values() if m.state == "PENDING"), default=None)
         return [
             i
             for i in self.assigned()
-            if (oldest_pending is None or self.model[i].seq < oldest_pending)
+            if (first_pending is None or self.model[i].place < first_pending)
             and self.model[i].attempts < MAX_ATTEMPTS
         ]
 
@@ -833,6 +935,155 @@ class ReviewQueueMachine(RuleBasedStateMachine):
             if m.state == "ASSIGNED":
                 self.back_to_queue(m)
 
+    @rule(
+        item_id=items,
+        kind=st.sampled_from(("new", "new", "new", "retry", "conflict", "earlier")),
+        decision=st.sampled_from((None, "MATCHED", "UNMATCHED")),
+    )
+    def revise(self, item_id: str, kind: str, decision: str | None) -> None:
+        """The matcher re-ran: new figures (by state: updated; the lease moved on; the decision
+        reopened), or the current ones again (unchanged), the current hash with other figures
+        (a conflict), or an earlier hash (superseded)."""
+        m = self.model[item_id]
+        n = next(KEYS)
+        if kind == "earlier" and not m.hashes:
+            kind = "new"
+        current = m.payload
+        body: dict[str, Any] = {
+            "new": {"variance_amount": self.revised_amount(), "source_hash": f"sha256:rev-{n:08x}"},
+            "retry": {"variance_amount": current["variance_amount"], "source_hash": current["source_hash"]},
+            "conflict": {
+                "variance_amount": "0.02" if current["variance_amount"] == "0.01" else "0.01",
+                "source_hash": current["source_hash"],
+            },
+            "earlier": {"variance_amount": "1.00", "source_hash": m.hashes[0] if m.hashes else ""},
+        }[kind]
+        if kind == "new" and decision is not None:
+            body["match_decision"] = decision
+        response = self.post(f"/items/{item_id}/revisions", "feeder", body)
+        tally(f"revise ({kind}) of {m.state}: {response.status_code}")
+        if kind == "conflict":
+            assert assert_problem(response, 409, "IDEMPOTENCY_CONFLICT")["item_id"] == item_id
+            return
+        assert response.status_code == 200, response.text
+        answer = response.json()
+        assert answer["outcome"] == {"new": "revised", "retry": "unchanged", "earlier": "superseded"}[kind], (
+            answer
+        )
+        if kind == "new":
+            key("revision applied")
+            m.hashes.append(current["source_hash"])
+            m.payload = {**current, **body}
+            m.events["REVISED"] += 1
+            if m.state == "ASSIGNED":
+                assert m.leased_by is not None
+                m.epoch += 1
+                m.revised_epoch = m.epoch
+                self.new_token(item_id, m.leased_by)
+                key("revision moved a lease on")
+            elif m.state == "RESOLVED":
+                m.state, m.attempts, m.leased_by = "PENDING", 0, None
+                m.resolution = m.resolved_by = m.note = None
+                m.approved_by = None
+                m.events["REOPENED"] += 1
+                tally("revision decertified a decision")
+            elif m.state == "AWAITING_APPROVAL":
+                # The proposal rested on the old figures: back to PENDING in its old place (any
+                # approval lease ends); the proposal stays on the row until the next completion.
+                m.state, m.leased_by, m.expiry = "PENDING", None, "live"
+                key("revision sent a proposal back to PENDING")
+        self.check_item(answer["item"], item_id, "feeder")
+
+    def revised_amount(self) -> str:
+        """A revision's amount: big or small by this example's own count (replays behave the same)."""
+        k = next(self.payloads)
+        return f"{BIG + k}.05" if k % 3 == 0 else f"{k * 337 % 1000}.05"
+
+    def new_token(self, item_id: str, holder: str) -> None:
+        """The holder re-reads the item for the token of its new epoch (how a page carries on)."""
+        m = self.model[item_id]
+        token = self.client.get(f"/items/{item_id}", headers=self.headers(holder)).json()["lease_token"]
+        assert token and token not in self.all_tokens, f"lease_token missing or reused: {token!r}"
+        self.all_tokens.add(token)
+        m.tokens[m.epoch] = token
+
+    @precondition(lambda self: bool(self.assigned()))
+    @rule(nth=st.integers(0, 3 * CAP), to=st.sampled_from((None, *REVIEWERS)))
+    def override(self, nth: int, to: str | None) -> None:
+        """An admin releases someone's lease (to None) or reassigns it to a reviewer."""
+        assigned = self.assigned()
+        item_id = assigned[nth % len(assigned)]
+        m = self.model[item_id]
+        if to is None:
+            response = self.post(f"/admin/items/{item_id}/release", "root", {"reason": "on leave"})
+            assert response.status_code == 200, response.text
+            m.state, m.leased_by, m.expiry = "PENDING", None, "live"  # never quarantined
+            m.events["RELEASED"] += 1
+        else:
+            held = sum(1 for o in self.model.values() if o.state == "ASSIGNED" and o.leased_by == to)
+            response = self.post(
+                f"/admin/items/{item_id}/reassign", "root", {"reviewer": to, "reason": "cover"}
+            )
+            tally(f"reassign: {response.status_code}")
+            if m.leased_by == to:
+                assert_problem(response, 409, "ALREADY_HELD")
+                return
+            if held >= CAP:
+                assert_problem(response, 409, "REVIEWER_AT_CAP")
+                return
+            assert response.status_code == 200, response.text
+            m.leased_by = m.last_holder = to
+            m.epoch += 1
+            m.expiry = "live"
+            m.events["REASSIGNED"] += 1
+            self.new_token(item_id, to)
+        key("admin released or reassigned a lease")
+        self.check_item(response.json(), item_id, "root")
+
+    @precondition(lambda self: bool(self.assigned()))
+    @rule(
+        nth=st.integers(0, 3 * CAP),
+        action=st.sampled_from(("complete", "renew", "release", "tokenless")),
+        resolution=st.sampled_from(RESOLUTIONS),
+    )
+    def figures_changed_under_holder(self, nth: int, action: str, resolution: str) -> None:
+        """A revision moves an open lease on; the holder's next call still carries the old token (or
+        completes without one): refused with SOURCE_CHANGED, nothing written."""
+        assigned = self.assigned()
+        item_id = assigned[nth % len(assigned)]
+        holder = self.model[item_id].leased_by
+        assert holder is not None
+        self.revise(item_id, "new", None)
+        if action == "tokenless":
+            assert not self.complete_as(item_id, holder, "none", resolution, None, "tokenless after revision")
+        elif action == "complete":
+            assert not self.complete_as(
+                item_id, holder, "stale", resolution, None, "old token after revision"
+            )
+        else:
+            self.holder_call(action, item_id, holder, "stale", {})
+
+    @precondition(lambda self: bool(self.assigned()))
+    @rule(reviewer=st.sampled_from(REVIEWERS))
+    def release_reviewer(self, reviewer: str) -> None:
+        """An admin releases every lease of a reviewer, in one statement, in queue order."""
+        expected = sorted(
+            (i for i in self.assigned() if self.model[i].leased_by == reviewer),
+            key=lambda i: self.model[i].place,
+        )
+        response = self.post(f"/admin/reviewers/{reviewer}/release", "root", {"reason": "on leave"})
+        assert response.status_code == 200, response.text
+        answer = response.json()
+        assert [i["id"] for i in answer["items"]] == expected and answer["released"] == len(expected), answer
+        tally(f"release reviewer: {'some' if expected else 'none'}")
+        for body in answer["items"]:
+            m = self.model[body["id"]]
+            m.state, m.leased_by, m.expiry = "PENDING", None, "live"
+            m.events["RELEASED"] += 1
+            self.check_item(body, body["id"], "root")
+        if expected:
+            key("admin released or reassigned a lease")
+
     @rule(case=st.sampled_from(REFUSED))
     def refused(self, case: tuple[str, str | None, int, str]) -> None:
         path, subject, status, code = case
@@ -842,6 +1093,8 @@ class ReviewQueueMachine(RuleBasedStateMachine):
             response = self.post(path, subject, {"items": [self.new_payload()]})
         elif path.endswith("/complete"):
             response = self.post(path, subject, {"resolution": "APPROVED"})
+        elif (suffix := "/" + path.rsplit("/", 1)[1]) in REFUSED_BODIES:
+            response = self.post(path, subject, REFUSED_BODIES[suffix])
         else:
             response = self.post(path, subject)
         assert_problem(response, status, code)
@@ -952,6 +1205,7 @@ def test_api_behaves_like_the_model(db_url: str, make_token: Callable[[str, str]
         max_attempts=MAX_ATTEMPTS,
         lock_timeout_ms=LEASE_S * 1000,
         reclaim_after_s=GRACE_S,
+        sla_tiers=SLA_TIERS,
     )
     TALLY.clear()
     KEY.clear()

@@ -423,6 +423,8 @@ def test_admin_sees_stats_reclaims_and_looks_up_an_audit_trail(
         expect(region.get_by_role("table", name="Items by state")).to_contain_text("ASSIGNED2")
         expect(region.get_by_role("table", name="Open leases per reviewer")).to_contain_text("bob2")
         expect(region).to_contain_text("Oldest pending:")
+        expect(region).to_contain_text("Overdue: 0")
+        expect(region.get_by_role("table", name="Open items by age")).to_contain_text("0-1d3")
         shot(page, "desk-admin")
         region.get_by_role("button", name="Reclaim now").click()
         expect(region).to_contain_text("Reclaimed 1 expired lease.")
@@ -436,6 +438,39 @@ def test_admin_sees_stats_reclaims_and_looks_up_an_audit_trail(
         region.get_by_label("Item id or idempotency key").fill(items[1]["id"])
         region.get_by_role("button", name="Look up").click()
         expect(trail).to_contain_text("LEASED by bob")
+
+
+def test_the_due_time_is_shown_and_overdue_items_are_marked_in_words(
+    db_url: str, make_token: Tokens, sql: psycopg.Connection, contexts: Callable[[], BrowserContext]
+) -> None:
+    token, admin = make_token("alice", "reviewer"), make_token("ada", "admin")
+    with desk(db_url) as base:
+        enqueue(base, admin, ledger_entity="ON-TIME", due_at="2999-01-01T00:00:00Z")
+        enqueue(base, admin, ledger_entity="LATE-CO", due_at="2020-01-01T00:00:00Z")
+        page = contexts().new_page()
+        sign_in(page, base, token)
+        page.keyboard.press("n")
+        region = current(page)
+        expect(region).to_contain_text("LATE-CO")  # earliest due first
+        due = region.get_by_test_id("due")
+        expect(due).to_contain_text("Overdue")
+        expect(due).to_contain_text("was due")
+        assert "overdue" in (due.get_attribute("class") or "")
+        shot(page, "desk-overdue")
+        page.get_by_role("button", name="Resolve").click()
+        expect(region).to_contain_text("ON-TIME")
+        expect(due).to_contain_text("(in ")
+        expect(due).not_to_contain_text("Overdue")
+        assert "overdue" not in (due.get_attribute("class") or "")
+        page.get_by_role("button", name="Sign out").click()
+
+        sign_in(page, base, admin)
+        stats = page.get_by_role("region", name="Admin")
+        expect(stats).to_contain_text("Overdue: 0")  # the late item was resolved
+        sql.execute("UPDATE review_queue_item SET due_at = now() - interval '2 hours'")
+        stats.get_by_role("button", name="Refresh").click()
+        expect(stats).to_contain_text("Overdue: 1 (the most overdue by 2 h")
+        expect(stats.get_by_role("table", name="Overdue items per ledger entity")).to_contain_text("ON-TIME1")
 
 
 XSS = '<img src=x onerror="window.__pwned=1">'
@@ -554,3 +589,111 @@ def test_the_desk_is_served_at_the_root_too(db_url: str) -> None:
         response = httpx.get(f"{base}/", follow_redirects=True)
     assert response.url.path == "/desk/"
     assert "Reviewer desk" in response.text
+
+
+def test_the_figures_changed_while_you_were_reviewing(
+    db_url: str, make_token: Tokens, sql: psycopg.Connection, contexts: Callable[[], BrowserContext]
+) -> None:
+    admin, ingest = make_token("ada", "admin"), make_token("ivan", "ingest")
+    with desk(db_url) as base:
+        item = enqueue(
+            base, admin, ledger_entity="REVISED-CO", variance_amount="12.50", source_hash="sha256:old"
+        )
+        page = contexts().new_page()
+        sign_in(page, base, make_token("alice", "reviewer"))
+        page.get_by_role("button", name="Next item").click()
+        region = current(page)
+        expect(region.get_by_test_id("amount")).to_have_text("12.50")
+
+        # The matcher re-runs while alice looks at the item.
+        revised = httpx.post(
+            f"{base}/items/{item['id']}/revisions",
+            json={"variance_amount": "99.10", "source_hash": "sha256:new", "match_decision": "MATCHED"},
+            headers={"Authorization": f"Bearer {ingest}"},
+        )
+        assert revised.status_code == 200, revised.text
+        page.get_by_role("button", name="Resolve").click()
+        changed = region.get_by_role("alert", name="Figures changed")
+        expect(changed).to_contain_text("The figures changed while you were reviewing")
+        table = changed.get_by_role("table", name="Changed figures")
+        expect(table).to_contain_text("Variance amount12.5099.10")
+        expect(table).to_contain_text("Source hashsha256:oldsha256:new")
+        expect(region.get_by_test_id("amount")).to_have_text("99.10")
+        expect(region.get_by_role("list", name="Event history")).to_contain_text("REVISED by ivan")
+        shot(page, "desk-figures-changed")
+        assert "SOURCE_CHANGED" not in page.content()
+        # Nothing was resolved on the old figures.
+        assert [e[0] for e in events_of(sql, item["id"])] == ["ENQUEUED", "LEASED", "REVISED"]
+
+        # Deciding again, on the new figures, goes through (with the new lease token).
+        page.get_by_role("button", name="Resolve").click()
+        expect(notice(page, "Resolved REVISED-CO 99.10")).to_be_visible()
+        expect(region.get_by_role("alert", name="Figures changed")).to_have_count(0)
+        row = sql.execute(
+            "SELECT state, resolved_by, variance_amount::text FROM review_queue_item WHERE id = %s",
+            (item["id"],),
+        ).fetchone()
+        assert row == ("RESOLVED", "alice", "99.10")
+
+
+def test_a_revision_is_noticed_by_the_heartbeat_before_resolving(
+    db_url: str, make_token: Tokens, sql: psycopg.Connection, contexts: Callable[[], BrowserContext]
+) -> None:
+    admin, ingest = make_token("ada", "admin"), make_token("ivan", "ingest")
+    lease_s = 3
+    with desk(db_url, REVIEW_QUEUE_LOCK_TIMEOUT_MS=str(lease_s * 1000)) as base:
+        item = enqueue(base, admin, variance_amount="5.00")
+        page = contexts().new_page()
+        sign_in(page, base, make_token("alice", "reviewer"))
+        page.get_by_role("button", name="Next item").click()
+        expect(current(page).get_by_test_id("amount")).to_have_text("5.00")
+        httpx.post(
+            f"{base}/items/{item['id']}/revisions",
+            json={"variance_amount": "6.00", "source_hash": "sha256:again"},
+            headers={"Authorization": f"Bearer {ingest}"},
+        )
+        # Active reviewer: the renewals go on, and the first one after the revision shows it.
+        deadline = time.monotonic() + SOON / 1000 + 2 * lease_s
+        alert = current(page).get_by_role("alert", name="Figures changed")
+        while alert.count() == 0 and time.monotonic() < deadline:
+            page.keyboard.press("Shift")
+            time.sleep(0.3)
+        expect(alert).to_contain_text("5.006.00")
+        assert sql.execute("SELECT state FROM review_queue_item WHERE id = %s", (item["id"],)).fetchone() == (
+            "ASSIGNED",
+        )
+
+
+def test_admin_releases_a_reviewers_items_and_reassigns_one(
+    db_url: str, make_token: Tokens, sql: psycopg.Connection, contexts: Callable[[], BrowserContext]
+) -> None:
+    admin = make_token("ada", "admin")
+    make_token("bob", "reviewer")
+    with desk(db_url) as base:
+        items = [enqueue(base, admin, idempotency_key=f"OVR-{n}") for n in range(3)]
+        carol = {"Authorization": f"Bearer {make_token('carol', 'reviewer')}"}
+        httpx.post(f"{base}/leases", json={"batch_size": 3}, headers=carol)
+        page = contexts().new_page()
+        sign_in(page, base, admin)
+        region = page.get_by_role("region", name="Admin")
+        expect(region.get_by_role("table", name="Open leases per reviewer")).to_contain_text("carol3")
+
+        region.get_by_label("Item id or idempotency key").fill("OVR-0")
+        region.get_by_role("button", name="Look up").click()
+        region.get_by_label("Override reason").fill("carol is on leave")
+        region.get_by_label("Reassign to").fill("bob")
+        region.get_by_role("button", name="Reassign").click()
+        expect(region).to_contain_text("Reassigned the item to bob.")
+        expect(region.get_by_role("list", name="Audit trail")).to_contain_text("REASSIGNED by ada")
+        expect(region.get_by_role("list", name="Audit trail")).to_contain_text("carol → bob")
+
+        region.get_by_label("Override reason").fill("carol is on leave")
+        region.get_by_label("Reviewer", exact=True).fill("carol")
+        region.get_by_role("button", name="Release their items").click()
+        expect(region).to_contain_text("Released 2 items of carol.")
+        shot(page, "desk-admin-override")
+        states = dict(
+            sql.execute("SELECT idempotency_key, coalesce(leased_by, state) FROM review_queue_item")
+        )
+        assert states == {"OVR-0": "bob", "OVR-1": "PENDING", "OVR-2": "PENDING"}
+        assert [e[:2] for e in events_of(sql, items[1]["id"])][-1] == ("RELEASED", "ada")

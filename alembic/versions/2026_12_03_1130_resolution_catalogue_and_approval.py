@@ -9,7 +9,7 @@ and the columns of a proposal and its approval. An approval lease is an AWAITING
 with leased_by set; the database itself refuses one held by the item's preparer.
 
 Revision ID: 5e1c0a7d2b94
-Revises: c2a9e4f1d873
+Revises: a9d3c5e7f120
 Create Date: 2026-12-03 11:00:00+00:00
 """
 
@@ -21,7 +21,7 @@ from alembic import context, op
 from db.roles import APP_ROLE
 
 revision: str = "5e1c0a7d2b94"
-down_revision: str | None = "c2a9e4f1d873"
+down_revision: str | None = "a9d3c5e7f120"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
@@ -29,11 +29,12 @@ _STATES_BEFORE = "state IN ('PENDING', 'ASSIGNED', 'RESOLVED', 'QUARANTINED')"
 _STATES_AFTER = "state IN ('PENDING', 'ASSIGNED', 'RESOLVED', 'QUARANTINED', 'AWAITING_APPROVAL')"
 _EVENTS_BEFORE = (
     "event IN ('ENQUEUED', 'LEASED', 'RENEWED', 'RELEASED', 'RECLAIMED', 'RESOLVED',"
-    " 'QUARANTINED', 'REQUEUED', 'REOPENED')"
+    " 'QUARANTINED', 'REQUEUED', 'REOPENED', 'REVISED', 'REASSIGNED')"
 )
 _EVENTS_AFTER = (
     "event IN ('ENQUEUED', 'LEASED', 'RENEWED', 'RELEASED', 'RECLAIMED', 'RESOLVED',"
-    " 'QUARANTINED', 'REQUEUED', 'REOPENED', 'SUBMITTED_FOR_APPROVAL', 'APPROVED', 'REJECTED')"
+    " 'QUARANTINED', 'REQUEUED', 'REOPENED', 'REVISED', 'REASSIGNED', 'SUBMITTED_FOR_APPROVAL',"
+    " 'APPROVED', 'REJECTED')"
 )
 _ROLES_BEFORE = "role IN ('reviewer', 'ingest', 'auditor', 'admin')"
 _ROLES_AFTER = "role IN ('reviewer', 'approver', 'ingest', 'auditor', 'admin')"
@@ -130,7 +131,7 @@ def upgrade() -> None:
     op.create_index(
         "ix_review_queue_item_awaiting_approval",
         "review_queue_item",
-        ["created_at"],
+        ["due_at", "created_at"],
         postgresql_where=sa.text("state = 'AWAITING_APPROVAL' AND leased_by IS NULL"),
     )
     op.create_index(
