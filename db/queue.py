@@ -1110,9 +1110,9 @@ def _live_token(*roles: str) -> Any:
     )
 
 
-# Someone who can take the lease: a live token with a reviewer's or an admin's role (a review
-# lease), an approver's or an admin's (an approval lease).
-_CAN_LEASE = _live_token("reviewer", "admin")
+# Someone who can take the lease: a live token of a role that leases from the review queue
+# (reviewer, approver, admin: api.deps.Reviewer) for a review lease, approver or admin for an approval lease.
+_CAN_LEASE = _live_token("reviewer", "approver", "admin")
 _CAN_APPROVE = _live_token("approver", "admin")
 _CAN_TAKE = case((item.c.state == AWAITING_APPROVAL, _CAN_APPROVE), else_=_CAN_LEASE)
 # Review and approval leases count together against the cap, as in the lease itself.

@@ -149,7 +149,7 @@ async def reassign(
             raise ProblemError(
                 "NOT_A_REVIEWER",
                 f"{body.reviewer!r} has no live token of a role that can take this lease"
-                " (reviewer or admin; approver or admin for an approval lease)",
+                " (reviewer, approver or admin; approver or admin for an approval lease)",
             )
         if outcome == "at_cap":
             raise ProblemError(

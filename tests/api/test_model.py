@@ -1020,7 +1020,7 @@ class ReviewQueueMachine(RuleBasedStateMachine):
             m.state, m.leased_by, m.expiry = "PENDING", None, "live"  # never quarantined
             m.events["RELEASED"] += 1
         else:
-            held = sum(1 for o in self.model.values() if o.state == "ASSIGNED" and o.leased_by == to)
+            held = self.open_leases(to)  # review and approval leases count together
             response = self.post(
                 f"/admin/items/{item_id}/reassign", "root", {"reviewer": to, "reason": "cover"}
             )
@@ -1067,8 +1067,9 @@ class ReviewQueueMachine(RuleBasedStateMachine):
     @rule(reviewer=st.sampled_from(REVIEWERS))
     def release_reviewer(self, reviewer: str) -> None:
         """An admin releases every lease of a reviewer, in one statement, in queue order."""
+        # Review and approval leases alike (an approval lease goes back to the approval queue).
         expected = sorted(
-            (i for i in self.assigned() if self.model[i].leased_by == reviewer),
+            (i for i, m in self.model.items() if m.lease_open and m.leased_by == reviewer),
             key=lambda i: self.model[i].place,
         )
         response = self.post(f"/admin/reviewers/{reviewer}/release", "root", {"reason": "on leave"})
@@ -1078,7 +1079,9 @@ class ReviewQueueMachine(RuleBasedStateMachine):
         tally(f"release reviewer: {'some' if expected else 'none'}")
         for body in answer["items"]:
             m = self.model[body["id"]]
-            m.state, m.leased_by, m.expiry = "PENDING", None, "live"
+            if m.state == "ASSIGNED":
+                m.state = "PENDING"
+            m.leased_by, m.expiry = None, "live"
             m.events["RELEASED"] += 1
             self.check_item(body, body["id"], "root")
         if expected:
