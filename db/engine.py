@@ -8,6 +8,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
+from db import telemetry
 from db.embedded import embedded_owner_url, embedded_url
 
 
@@ -89,17 +90,21 @@ async def transaction(
     """One transaction with lock_timeout and statement_timeout set; commits unless an error escapes.
 
     SET LOCAL, never SET: the limits end with the transaction, so nothing leaks to the next user
-    of a pooled or PgBouncer-shared server connection.
+    of a pooled or PgBouncer-shared server connection. The log lines and metrics of the changes
+    made in it (db/telemetry.py) are emitted after the COMMIT, and never without it.
     """
     conn = await _begin(
         engine,
         f"BEGIN; SET LOCAL lock_timeout = {int(lock_timeout_ms)};"
         f" SET LOCAL statement_timeout = {int(statement_timeout_ms)}",
     )
+    pending, collecting = telemetry.collect()
     try:
         yield conn
         await conn.exec_driver_sql("COMMIT")
     finally:
+        telemetry.stop_collecting(collecting)
         # Without a COMMIT the transaction is still open on the server; returning the connection
         # to the pool rolls it back (psycopg's rollback() asks the server, not the autocommit flag).
         await conn.close()  # rolls back whatever was not committed
+    telemetry.emit(pending)  # only reached after the COMMIT

@@ -30,15 +30,19 @@ from sqlalchemy import (
     bindparam,
     case,
     cast,
+    false,
     func,
     literal_column,
     select,
+    true,
     tuple_,
 )
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB, insert
 from sqlalchemy.dialects.postgresql import UUID as PG_UUID
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.sql import visitors
+from sqlalchemy.sql.elements import BindParameter
 from sqlalchemy.sql.selectable import CTE
 
 from db import telemetry
@@ -565,6 +569,105 @@ CompleteOutcome = Literal[
     "resolved", "already_resolved", "resolution_conflict", "lease_not_held", "not_found"
 ]
 
+# Batch completion runs _COMPLETE above, the single-item statement exactly as written, once per
+# entry of a batch: its per-entry bind parameters become the columns of an `entries` CTE (an
+# unnest of arrays), so the guards, values and event of every completion are those of _COMPLETE,
+# and a change to them applies to POST /items/{id}/complete and POST /items/complete alike.
+# Both routes run this one statement (the single route is a batch of one).
+_entries = (
+    select(
+        func.unnest(
+            bindparam("item_ids", type_=ARRAY(PG_UUID(as_uuid=True))),
+            bindparam("resolutions", type_=ARRAY(Text)),
+            bindparam("notes", type_=ARRAY(Text)),
+            bindparam("fence_nonces", type_=ARRAY(PG_UUID(as_uuid=True))),
+        )
+        .table_valued("item_id", "resolution", "note", "fence_nonce")
+        .render_derived()
+    )
+).cte("entries")
+_PER_ENTRY = {name: _entries.c[name] for name in ("item_id", "resolution", "note", "fence_nonce")}
+
+
+def _per_entry(element: Any, **_: Any) -> Any:
+    if isinstance(element, BindParameter) and element.key in _PER_ENTRY:
+        return _PER_ENTRY[element.key]
+    return None
+
+
+_completed = visitors.replacement_traverse(_COMPLETE, {}, _per_entry).cte("completed")
+# The entries the completion refused, read again FOR SHARE: in READ COMMITTED that waits for a
+# transaction changing the row and then returns its newest version (a snapshot read would show a
+# completion this one queued behind as still ASSIGNED), and it tells the caller why nothing changed.
+_refused = (
+    select(*_ITEM_COLUMNS)
+    .where(
+        item.c.id == func.any(bindparam("item_ids", type_=ARRAY(PG_UUID(as_uuid=True)))),
+        item.c.id.not_in(select(_completed.c.id)),
+    )
+    .with_for_update(read=True)
+    .cte("refused")
+)
+_COMPLETE_ITEMS = select(true().label("done"), *[_completed.c[n] for n in _ITEM_FIELDS]).union_all(
+    select(false().label("done"), *[_refused.c[n] for n in _ITEM_FIELDS])
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    item_id: UUID
+    resolution: str
+    note: str | None = None
+    lease_nonce: UUID | None = None
+
+
+def _refusal(current: Item, reviewer: str, completion: Completion) -> CompleteOutcome:
+    """Why a completion changed nothing; only a retry of the holder's own completion is answered
+    as such, anything else is LEASE_NOT_HELD."""
+    retry = current.state == "RESOLVED" and current.resolved_by == reviewer
+    if retry and completion.lease_nonce in (None, current.lease_nonce):
+        return "already_resolved" if current.resolution == completion.resolution else "resolution_conflict"
+    return "lease_not_held"
+
+
+async def complete_items(
+    conn: AsyncConnection, *, completions: Sequence[Completion], reviewer: str
+) -> list[tuple[CompleteOutcome, Item | None]]:
+    """Resolve the items in one statement; answer per input, in input order. An id given more than
+    once is applied from its first entry; its later entries answer as a retry of it would."""
+    first: dict[UUID, Completion] = {}
+    for completion in completions:
+        first.setdefault(completion.item_id, completion)
+    params = {
+        "item_ids": list(first),
+        "resolutions": [c.resolution for c in first.values()],
+        "notes": [c.note for c in first.values()],
+        "fence_nonces": [c.lease_nonce for c in first.values()],
+        "actor": reviewer,
+    }
+    rows = {row.id: (row.done, _item(row)) for row in await conn.execute(_COMPLETE_ITEMS, params)}
+    results: list[tuple[CompleteOutcome, Item | None]] = []
+    for completion in completions:
+        done, current = rows.get(completion.item_id, (False, None))
+        if current is None:
+            results.append(("not_found", None))
+            continue
+        if done and completion is first[completion.item_id]:
+            telemetry.resolved(
+                current,
+                reviewer,
+                idempotency_key=current.idempotency_key,
+                resolution=completion.resolution,
+                resolved_at=current.resolved_at.isoformat() if current.resolved_at else None,
+            )
+            results.append(("resolved", current))
+            continue
+        # Nothing changed; the row only tells the caller why.
+        outcome = _refusal(current, reviewer, completion)
+        telemetry.completion_noop(current, reviewer, outcome)
+        results.append((outcome, current))
+    return results
+
 
 async def complete_item(
     conn: AsyncConnection,
@@ -575,32 +678,10 @@ async def complete_item(
     note: str | None,
     lease_nonce: UUID | None = None,
 ) -> tuple[CompleteOutcome, Item | None]:
-    params = {
-        "item_id": item_id,
-        "actor": reviewer,
-        "resolution": resolution,
-        "note": note,
-        "fence_nonce": lease_nonce,
-    }
-    outcome, current = await _holder_change(conn, _COMPLETE, params)
-    if outcome == "done" and current is not None:
-        telemetry.resolved(
-            current,
-            reviewer,
-            idempotency_key=current.idempotency_key,
-            resolution=resolution,
-            resolved_at=current.resolved_at.isoformat() if current.resolved_at else None,
-        )
-        return "resolved", current
-    if current is None:
-        return "not_found", None
-    # Nothing changed; the row only tells the caller why.
-    result: CompleteOutcome = "lease_not_held"
-    retry = current.state == "RESOLVED" and current.resolved_by == reviewer
-    if retry and lease_nonce in (None, current.lease_nonce):
-        result = "already_resolved" if current.resolution == resolution else "resolution_conflict"
-    telemetry.completion_noop(current, reviewer, result)
-    return result, current
+    (result,) = await complete_items(
+        conn, completions=[Completion(item_id, resolution, note, lease_nonce)], reviewer=reviewer
+    )
+    return result
 
 
 # --- reclaim ----------------------------------------------------------------------------

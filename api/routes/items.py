@@ -13,8 +13,11 @@ from api.schemas import (
     BatchIn,
     BatchOut,
     BatchResult,
+    CompleteBatchIn,
+    CompleteBatchOut,
     CompleteIn,
     CompleteOut,
+    CompleteResult,
     EventOut,
     EventQuery,
     EventsOut,
@@ -251,6 +254,21 @@ async def reopen(item_id: ItemId, body: ReopenIn, principal: Admin, conn: Conn) 
     return _moved_by_admin(outcome, item, item_id, principal, needs="RESOLVED")
 
 
+def _completion_problem(
+    outcome: queue.CompleteOutcome, item: queue.Item | None, item_id: UUID, resolution: str
+) -> ProblemError | None:
+    """The problem a completion answers, or None when it succeeded: one rule for both routes."""
+    if outcome == "not_found" or item is None:
+        return ProblemError("NOT_FOUND", f"no item {item_id}")
+    if outcome == "resolution_conflict":
+        return ProblemError(
+            "RESOLUTION_CONFLICT", f"you already resolved this item as {item.resolution}, not {resolution}"
+        )
+    if outcome == "lease_not_held":
+        return ProblemError("LEASE_NOT_HELD", f"you do not hold the current lease on item {item_id}")
+    return None
+
+
 @router.post(
     "/items/{item_id}/complete",
     operation_id="completeItem",
@@ -267,13 +285,29 @@ async def complete(item_id: ItemId, body: CompleteIn, conn: Conn, principal: Rev
         note=body.note,
         lease_nonce=_nonce(item_id, body.lease_token),
     )
-    if outcome == "not_found" or item is None:
-        raise ProblemError("NOT_FOUND", f"no item {item_id}")
-    if outcome == "resolution_conflict":
-        raise ProblemError(
-            "RESOLUTION_CONFLICT",
-            f"you already resolved this item as {item.resolution}, not {body.resolution}",
-        )
-    if outcome == "lease_not_held":
-        raise ProblemError("LEASE_NOT_HELD", f"you do not hold the current lease on item {item_id}")
+    problem = _completion_problem(outcome, item, item_id, body.resolution)
+    if problem is not None:
+        raise problem
+    assert item is not None and outcome in ("resolved", "already_resolved")
     return CompleteOut(outcome=outcome, item=ItemOut.of(item, principal.subject))
+
+
+@router.post("/items/complete", operation_id="completeItems", summary="Resolve items you hold, in one call")
+async def complete_batch(body: CompleteBatchIn, conn: Conn, principal: Reviewer) -> CompleteBatchOut:
+    """Resolve up to 200 items you hold in one transaction and one statement. Each entry gets
+    exactly the answer POST /items/{id}/complete would give it, in request order; a refused entry
+    changes nothing and never undoes the others."""
+    completions = [
+        queue.Completion(e.id, e.resolution, e.note, _nonce(e.id, e.lease_token)) for e in body.items
+    ]
+    results = await queue.complete_items(conn, completions=completions, reviewer=principal.subject)
+    out = []
+    for (outcome, item), entry in zip(results, body.items, strict=True):
+        problem = _completion_problem(outcome, item, entry.id, entry.resolution)
+        if problem is not None:
+            body_ = problem_body(problem.code, problem.detail, **problem.extra)
+            out.append(CompleteResult(id=entry.id, outcome="refused", problem=Problem(**body_)))
+        else:
+            assert item is not None and outcome in ("resolved", "already_resolved")
+            out.append(CompleteResult(id=entry.id, outcome=outcome, item=ItemOut.of(item, principal.subject)))
+    return CompleteBatchOut(results=out)
