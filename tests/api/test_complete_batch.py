@@ -261,10 +261,13 @@ async def test_log_lines_only_after_the_commit(
     def resolved_lines() -> list[str]:
         return [r.__dict__["item_id"] for r in caplog.records if r.getMessage() == "review_item_resolved"]
 
-    with pytest.raises(RuntimeError):
+    async def rolled_back() -> None:
         async with transaction(engine, lock_timeout_ms=1000, statement_timeout_ms=5000) as conn:
             await queue.complete_item(conn, item_id=one.id, reviewer="alice", resolution="OK", note=None)
             raise RuntimeError("the commit never happens")
+
+    with pytest.raises(RuntimeError):
+        await rolled_back()
     assert resolved_lines() == []
     async with transaction(engine, lock_timeout_ms=1000, statement_timeout_ms=5000) as conn:
         await queue.complete_item(conn, item_id=two.id, reviewer="alice", resolution="OK", note=None)
