@@ -15,7 +15,7 @@ from api import session
 from api.errors import ProblemError
 from api.metrics import AUTH_FAILURES
 from api.settings import Settings
-from db.engine import transaction
+from db.engine import OneRoundTrip, transaction
 from db.tokens import Principal, find_principal, hash_token
 
 
@@ -107,6 +107,20 @@ async def _transaction(request: Request, _: Caller) -> AsyncIterator[AsyncConnec
 # scope="function": the transaction commits before the response is sent, so a client never
 # sees a 200 for a change that then fails to commit. Routes and db/ never commit themselves.
 Conn = Annotated[AsyncConnection, Depends(_transaction, scope="function")]
+
+
+async def _one_round_trip(request: Request, _: Caller) -> OneRoundTrip:
+    settings: Settings = request.app.state.settings
+    return OneRoundTrip(
+        request.app.state.engine,
+        lock_timeout_ms=settings.pg_lock_timeout_ms,
+        statement_timeout_ms=settings.statement_timeout_ms,
+    )
+
+
+# The hot routes whose whole transaction is one statement (completion): BEGIN, the statement and
+# COMMIT go to PostgreSQL in one round trip, committed before the response is built, like Conn's.
+OneStatement = Annotated[OneRoundTrip, Depends(_one_round_trip)]
 
 
 def _require(*roles: str) -> object:

@@ -46,6 +46,7 @@ from sqlalchemy.sql.elements import BindParameter
 from sqlalchemy.sql.selectable import CTE
 
 from db import telemetry
+from db.engine import OneRoundTrip, Record
 from db.errors import DatabaseUnavailable, is_lock_timeout
 from db.notify import notify_work
 from db.tables import DEFAULT_MAX_ATTEMPTS
@@ -87,7 +88,7 @@ _ITEM_FIELDS = [f.name for f in dataclasses.fields(Item)]
 _ITEM_COLUMNS = [item.c[name] for name in _ITEM_FIELDS]
 
 
-def _item(row: Row[Any]) -> Item:
+def _item(row: Row[Any] | Record) -> Item:
     return Item(**{name: row._mapping[name] for name in _ITEM_FIELDS})
 
 
@@ -631,7 +632,7 @@ def _refusal(current: Item, reviewer: str, completion: Completion) -> CompleteOu
 
 
 async def complete_items(
-    conn: AsyncConnection, *, completions: Sequence[Completion], reviewer: str
+    conn: AsyncConnection | OneRoundTrip, *, completions: Sequence[Completion], reviewer: str
 ) -> list[tuple[CompleteOutcome, Item | None]]:
     """Resolve the items in one statement; answer per input, in input order. An id given more than
     once is applied from its first entry; its later entries answer as a retry of it would."""
@@ -645,7 +646,8 @@ async def complete_items(
         "fence_nonces": [c.lease_nonce for c in first.values()],
         "actor": reviewer,
     }
-    rows = {row.id: (row.done, _item(row)) for row in await conn.execute(_COMPLETE_ITEMS, params)}
+    result = await conn.execute(_COMPLETE_ITEMS, params)
+    rows = {row.id: (row.done, _item(row)) for row in result}
     results: list[tuple[CompleteOutcome, Item | None]] = []
     for completion in completions:
         done, current = rows.get(completion.item_id, (False, None))
@@ -670,7 +672,7 @@ async def complete_items(
 
 
 async def complete_item(
-    conn: AsyncConnection,
+    conn: AsyncConnection | OneRoundTrip,
     *,
     item_id: UUID,
     reviewer: str,

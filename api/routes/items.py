@@ -6,7 +6,7 @@ from uuid import UUID
 
 from fastapi import APIRouter, Body, Path, Query, Response, status
 
-from api.deps import Admin, AnyRole, Conn, Ingest, Reviewer, SettingsDep
+from api.deps import Admin, AnyRole, Conn, Ingest, OneStatement, Reviewer, SettingsDep
 from api.errors import ProblemError, problem_body, problem_responses
 from api.routing import QueueRoute
 from api.schemas import (
@@ -275,7 +275,7 @@ def _completion_problem(
     summary="Resolve an item you hold",
     responses=problem_responses("NOT_FOUND", "LEASE_NOT_HELD", "RESOLUTION_CONFLICT"),
 )
-async def complete(item_id: ItemId, body: CompleteIn, conn: Conn, principal: Reviewer) -> CompleteOut:
+async def complete(item_id: ItemId, body: CompleteIn, conn: OneStatement, principal: Reviewer) -> CompleteOut:
     """Resolve an item you hold. A retry with the same resolution answers `already_resolved`."""
     outcome, item = await queue.complete_item(
         conn,
@@ -293,7 +293,7 @@ async def complete(item_id: ItemId, body: CompleteIn, conn: Conn, principal: Rev
 
 
 @router.post("/items/complete", operation_id="completeItems", summary="Resolve items you hold, in one call")
-async def complete_batch(body: CompleteBatchIn, conn: Conn, principal: Reviewer) -> CompleteBatchOut:
+async def complete_batch(body: CompleteBatchIn, conn: OneStatement, principal: Reviewer) -> CompleteBatchOut:
     """Resolve up to 200 items you hold in one transaction and one statement. Each entry gets
     exactly the answer POST /items/{id}/complete would give it, in request order; a refused entry
     changes nothing and never undoes the others."""
