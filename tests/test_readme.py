@@ -121,8 +121,14 @@ def _released(out: str, seen: dict[str, Any]) -> None:
     assert (item["idempotency_key"], item["state"], item["leased_by"]) == ("b-1", "PENDING", None), item
 
 
+def _batch_completed(out: str, seen: dict[str, Any]) -> None:
+    resolved, unknown = _json(out)["results"]
+    assert (resolved["outcome"], resolved["item"]["idempotency_key"]) == ("resolved", "b-1"), resolved
+    assert (unknown["outcome"], unknown["problem"]["code"], unknown["item"]) == ("refused", "NOT_FOUND", None)
+
+
 def _stats(out: str, seen: dict[str, Any]) -> None:
-    assert _json(out)["counts"] == {"PENDING": 1, "ASSIGNED": 0, "QUARANTINED": 0, "RESOLVED": 1}, out
+    assert _json(out)["counts"] == {"PENDING": 0, "ASSIGNED": 0, "QUARANTINED": 0, "RESOLVED": 2}, out
 
 
 def _reclaimed_nothing(out: str, seen: dict[str, Any]) -> None:
@@ -146,6 +152,8 @@ EXPECTED: list[tuple[str, Check]] = [
     ("/items/batch", _batch),
     ("ID=$(curl -s -X POST localhost:8000/leases", _nothing),
     ("/items/$ID/release", _released),
+    ("ID=$(curl -s -X POST localhost:8000/leases", _nothing),
+    ("localhost:8000/items/complete ", _batch_completed),
     ("localhost:8000/stats", _stats),
     ("/admin/reclaim", _reclaimed_nothing),
 ]
