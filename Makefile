@@ -13,11 +13,15 @@ install:
 run: install
 	$(RUN) review-queue serve
 
+# Two workers (pytest-xdist), each with its own embedded PostgreSQL: the suite is mostly waiting on
+# the database and on the processes it starts, so two workers halve it even on two cores.
+TEST_WORKERS ?= 2
+
 test: install
-	$(RUN) pytest
+	$(RUN) pytest -n $(TEST_WORKERS)
 
 test-long: install
-	REVIEW_QUEUE_TEST_LONG=1 $(RUN) pytest
+	REVIEW_QUEUE_TEST_LONG=1 $(RUN) pytest -n $(TEST_WORKERS)
 
 lint: install
 	$(RUN) ruff check api db cli bench tests alembic

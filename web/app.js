@@ -228,6 +228,25 @@ function itemFields(item) {
   );
 }
 
+// The matcher's `context` (account, counterparty, value dates, document links) as text. Only an
+// http(s) URL becomes a link, so a `javascript:` value stays inert text.
+function contextValue(value) {
+  if (typeof value === "string" && /^https?:\/\//i.test(value)) {
+    return h("a", { href: value, target: "_blank", rel: "noopener noreferrer" }, value);
+  }
+  return typeof value === "string" ? value : JSON.stringify(value);
+}
+
+function contextFields(context) {
+  // JSONB keeps no key order, so sort them for a stable page.
+  const entries = Object.entries(context || {}).sort(([a], [b]) => a.localeCompare(b));
+  if (entries.length === 0) return null;
+  return [
+    h("h3", {}, "Context"),
+    h("dl", { class: "fields", "aria-label": "Context" }, entries.flatMap(([k, v]) => field(k, contextValue(v)))),
+  ];
+}
+
 function renderCurrent() {
   const box = $("item");
   if (!box) return;
@@ -241,6 +260,7 @@ function renderCurrent() {
   fill(
     box,
     itemFields(item),
+    contextFields(item.context),
     h("p", {}, "Lease: ", h("span", { id: "countdown", class: "countdown", role: "timer" }, "")),
     state.held.length > 1 ? h("p", { class: "muted" }, `You hold ${state.held.length} items; this is the oldest.`) : null,
     h("h3", {}, "Event history"),

@@ -414,6 +414,36 @@ def test_script_and_markup_from_ingest_stay_inert_under_a_strict_csp(
         shot(page, "desk-xss-inert")
 
 
+def test_the_matchers_context_is_shown_as_text_with_only_web_links_clickable(
+    db_url: str, make_token: Tokens, contexts: Callable[[], BrowserContext]
+) -> None:
+    admin = make_token("ada", "admin")
+    context = {
+        "account": "2100-AP",
+        "counterparty": XSS,
+        "value_dates": ["2026-11-30", "2026-12-01"],
+        "statement": "https://bank.example/statements/8841",
+        "sneaky": "javascript:window.__pwned=7",
+    }
+    with desk(db_url) as base:
+        enqueue(base, admin, context=context)
+        page = contexts().new_page()
+        sign_in(page, base, make_token("alice", "reviewer"))
+        page.get_by_role("button", name="Next item").click()
+        shown = current(page).get_by_label("Context")
+        expect(shown).to_contain_text("2100-AP")
+        expect(shown).to_contain_text(XSS)  # the text it is, not an image
+        expect(shown).to_contain_text('["2026-11-30","2026-12-01"]')
+        links = shown.get_by_role("link")
+        expect(links).to_have_count(1)
+        assert links.get_attribute("href") == context["statement"]
+        assert links.get_attribute("rel") == "noopener noreferrer"
+        expect(shown).to_contain_text("javascript:window.__pwned=7")
+        assert page.locator("img").count() == 0
+        assert page.evaluate("() => window.__pwned") is None
+        shot(page, "desk-context")
+
+
 @pytest.fixture
 def own_pg() -> Iterator[OwnPostgres]:
     """conftest's own_postgres, made on a worker thread: its migration runs asyncio.run, which
