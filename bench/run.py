@@ -170,7 +170,7 @@ def _raw_worker(url: str, name: str, batch: int, barrier: Any, out: Any) -> None
 def raw_ceiling(url: str, clients: int, items: int, batch: int) -> dict[str, Any]:
     run_sql(url, SEED_PENDING, {"prefix": "raw-", "count": items}, vacuum=True)
     ctx = mp.get_context("spawn")
-    barrier, out = ctx.Barrier(clients + 1, timeout=60), ctx.Queue()
+    barrier, out = ctx.Barrier(clients + 1, timeout=600), ctx.Queue()  # spawning is slow on a loaded machine
     workers = [
         ctx.Process(target=_raw_worker, args=(libpq(url), f"raw-{n}", batch, barrier, out))
         for n in range(clients)
