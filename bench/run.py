@@ -15,6 +15,7 @@ import sys
 import tempfile
 import threading
 import time
+import uuid
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -440,6 +441,64 @@ def api_run(
         stop_server(server)
 
 
+# --- the floor: a bare FastAPI route and one psycopg round trip ---------------------------------
+
+
+async def _floor_client(base: str, requests: int, latencies: list[float], start: asyncio.Event) -> None:
+    connector = aiohttp.TCPConnector(limit=1)
+    async with aiohttp.ClientSession(base, connector=connector) as http:
+        async with http.post(f"/items/{uuid.uuid4()}/complete", json={"resolution": "APPROVED"}) as warm:
+            await warm.read()
+        await start.wait()
+        for _ in range(requests):
+            t0 = time.perf_counter()
+            body = {"resolution": "APPROVED", "lease_token": "x" * 43}
+            async with http.post(f"/items/{uuid.uuid4()}/complete", json=body) as done:
+                await done.read()
+                assert done.status == 200, await done.text()
+            latencies.append(time.perf_counter() - t0)
+
+
+def floor(url: str, workers: int, port: int, clients: int, items: int) -> dict[str, Any]:
+    """Requests/s of bench/floor_app.py, `clients` aiohttp clients sending `items` requests in all."""
+    log = Path(tempfile.mkstemp(prefix="rq-bench-floor-", suffix=".log")[1])
+    process = subprocess.Popen(  # noqa: S603 - fixed arguments
+        [sys.executable, "-m", "uvicorn", "bench.floor_app:app", "--port", str(port), "--host", "127.0.0.1",
+         "--workers", str(workers), "--no-access-log", "--log-level", "warning"],
+        env={**os.environ, "FLOOR_DATABASE_URL": libpq(url)}, stdout=log.open("wb"), stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    base = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(300):
+            try:
+                if httpx.get(f"{base}/docs", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        latencies: list[float] = []
+
+        async def main() -> None:
+            start = asyncio.Event()
+            tasks = []
+            for _ in range(clients):
+                tasks.append(asyncio.create_task(_floor_client(base, items // clients, latencies, start)))
+                await asyncio.sleep(0.05)
+            start.set()
+            await asyncio.gather(*tasks)
+
+        started = time.perf_counter()
+        asyncio.run(main())
+        elapsed = time.perf_counter() - started
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+    return {
+        "items_per_s": round(len(latencies) / elapsed, 1),
+        "p50_ms": round(percentile(latencies, 50) * 1000, 2),
+    }
+
+
 # --- 6. bytes on disk ---------------------------------------------------------------------------
 
 _SIZES = """
@@ -693,6 +752,13 @@ def report_throughput(results: dict[str, Any]) -> str:
         f"machine busy {api['machine_busy_cores']} cores",
         *_extra_rows(results),
     ]
+    if "floor" in results:
+        fl, fl1 = results["floor"], results["floor_one_client"]
+        lines += [
+            f"{'F. floor: bare FastAPI + 1 round trip':38}{fl['items_per_s']:>10}{fl['p50_ms']:>10}"
+            f"   x{results['floor_raw_ratio']} of raw: the most any per-item HTTP row can reach here",
+            f"{'   the same, 1 client':38}{fl1['items_per_s']:>10}{fl1['p50_ms']:>10}",
+        ]
     return "\n".join(lines)
 
 
@@ -831,13 +897,24 @@ def main(
         results["one_client"], _ = api_run(
             server_url, "rq_bench_one", clients=1, items=one_client_items, batch=batch, **common
         )
+        typer.echo("floor: bare FastAPI route + one psycopg round trip ...", err=True)
+        floor_url = fresh_database(server_url, "rq_bench_floor")
+        results["floor"] = floor(floor_url, workers, port, clients, items)
+        results["floor_one_client"] = floor(floor_url, workers, port, 1, one_client_items)
+        results["floor_raw_ratio"] = round(results["floor"]["items_per_s"] / results["raw"]["items_per_s"], 2)
         results["api_raw_ratio"] = round(results["api"]["items_per_s"] / results["raw"]["items_per_s"], 2)
         if "batched" in results:
             results["batched_raw_ratio"] = round(
                 results["batched"]["items_per_s"] / results["raw"]["items_per_s"], 2
             )
         with psycopg.connect(libpq(server_url, "postgres"), autocommit=True) as conn:
-            for name in ("rq_bench_raw", "rq_bench_api", "rq_bench_batched", "rq_bench_one"):
+            for name in (
+                "rq_bench_raw",
+                "rq_bench_api",
+                "rq_bench_batched",
+                "rq_bench_one",
+                "rq_bench_floor",
+            ):
                 conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
         typer.echo(report_throughput(results))
         if json_path:
