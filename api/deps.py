@@ -52,6 +52,7 @@ def _unauthenticated(reason: str, detail: str) -> ProblemError:
 
 
 T = TypeVar("T")
+_UNCACHED = object()
 
 
 async def _briefly(request: Request, read: Callable[[AsyncConnection], Awaitable[T]]) -> T:
@@ -82,8 +83,11 @@ async def _authenticate(
         raise _unauthenticated("malformed", "the token is not a review-queue token")
     cache: TTLCache[str, Principal | None] | None = request.app.state.token_cache
     key = hash_token(token)
-    if cache is not None and key in cache:
-        principal = cache[key]
+    # One lookup, not `in` then `[]`: an entry can expire between the two (a KeyError, a 500,
+    # seen under `make bench` on a loaded machine).
+    cached = cache.get(key, _UNCACHED) if cache is not None else _UNCACHED
+    if cached is not _UNCACHED:
+        principal = cached if isinstance(cached, Principal) else None
     else:
         async with request_transaction(request) as conn:
             principal = await find_principal(conn, token=token)
