@@ -13,7 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_en
 from sqlalchemy.sql import ClauseElement
 from sqlalchemy.sql.compiler import SQLCompiler
 
-from db import telemetry
+from db import post_commit
 from db.embedded import embedded_owner_url, embedded_url
 
 
@@ -96,23 +96,23 @@ async def transaction(
 
     SET LOCAL, never SET: the limits end with the transaction, so nothing leaks to the next user
     of a pooled or PgBouncer-shared server connection. The log lines and metrics of the changes
-    made in it (db/telemetry.py) are emitted after the COMMIT, and never without it.
+    made in it (db/telemetry.py, db/post_commit.py) are emitted after the COMMIT, and never without it.
     """
     conn = await _begin(
         engine,
         f"BEGIN; SET LOCAL lock_timeout = {int(lock_timeout_ms)};"
         f" SET LOCAL statement_timeout = {int(statement_timeout_ms)}",
     )
-    pending, collecting = telemetry.collect()
+    pending, collecting = post_commit.collect()
     try:
         yield conn
         await conn.exec_driver_sql("COMMIT")
     finally:
-        telemetry.stop_collecting(collecting)
+        post_commit.stop_collecting(collecting)
         # Without a COMMIT the transaction is still open on the server; returning the connection
         # to the pool rolls it back (psycopg's rollback() asks the server, not the autocommit flag).
         await conn.close()  # rolls back whatever was not committed
-    telemetry.emit(pending)  # only reached after the COMMIT
+    post_commit.emit(pending)  # only reached after the COMMIT
 
 
 class Record(dict[str, Any]):

@@ -8,46 +8,23 @@ In multiprocess mode (PROMETHEUS_MULTIPROC_DIR, set by `review-queue serve`) the
 every API worker and the reclaimer child are summed at scrape time.
 """
 
-import contextlib
 import functools
 import logging
 from collections.abc import Callable, Iterable
-from contextvars import ContextVar, Token
 from typing import Any, ParamSpec, Protocol
 from uuid import UUID
 
 from prometheus_client import Counter
 
+from db import post_commit
+
 P = ParamSpec("P")
-Report = Callable[[], None]
-
-# The reports of the transaction in progress in this task; None outside `db.engine.transaction`.
-_pending: ContextVar[list[Report] | None] = ContextVar("review_queue_pending_reports", default=None)
-
-
-def collect() -> tuple[list[Report], Token[list[Report] | None]]:
-    """Keep the reports made from now on (until `stop_collecting`) instead of emitting them."""
-    pending: list[Report] = []
-    return pending, _pending.set(pending)
-
-
-def stop_collecting(token: Token[list[Report] | None]) -> None:
-    # A dependency's generator closed from another context (a cancelled request) cannot reset the
-    # variable, and need not: that context ends with it.
-    with contextlib.suppress(ValueError, RuntimeError):
-        _pending.reset(token)
-
-
-def emit(pending: list[Report]) -> None:
-    for report in pending:
-        report()
-    pending.clear()
 
 
 def _after_commit(report: Callable[P, None]) -> Callable[P, None]:
     @functools.wraps(report)
     def deferred(*args: P.args, **kwargs: P.kwargs) -> None:
-        pending = _pending.get()
+        pending = post_commit.pending()
         if pending is None:
             report(*args, **kwargs)
         else:
