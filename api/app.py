@@ -31,7 +31,7 @@ DOCS_ASSETS_URL = "/docs/assets"
 
 # The version of the HTTP contract (OpenAPI info.version), not of the package: semantic versioning,
 # the major bumped only for a breaking change (see the README, "Versioning").
-API_VERSION = "1.0.0"
+API_VERSION = "1.1.0"  # 1.1: due_at, due_before, ledger_entity leases, overdue and aging in /stats
 
 # One tag per resource; generated clients group their functions by these.
 TAGS = [

@@ -23,6 +23,7 @@ import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from decimal import Decimal
 from typing import Any
 from urllib.parse import urlencode
@@ -183,6 +184,8 @@ def _enqueue_body(fields: dict[str, Any]) -> dict[str, Any]:
         body["variance_amount"] = str(body["variance_amount"])  # exact, never via float
     if isinstance(body.get("trace_id"), UUID):
         body["trace_id"] = str(body["trace_id"])
+    if isinstance(body.get("due_at"), datetime):
+        body["due_at"] = body["due_at"].isoformat()  # the server refuses one without an offset
     return body
 
 
@@ -212,8 +215,10 @@ class _Calls:
         return "POST", "/items", _enqueue_body(fields)
 
     @staticmethod
-    def lease(batch_size: int | None, wait_s: int) -> tuple[str, str, dict[str, Any] | None]:
-        body = {"batch_size": batch_size, "wait_s": wait_s or None}
+    def lease(
+        batch_size: int | None, wait_s: int, ledger_entity: str | None
+    ) -> tuple[str, str, dict[str, Any] | None]:
+        body = {"batch_size": batch_size, "wait_s": wait_s or None, "ledger_entity": ledger_entity}
         return "POST", "/leases", {k: v for k, v in body.items() if v is not None} or None
 
     @staticmethod
@@ -298,9 +303,12 @@ class ReviewQueueClient:
     def enqueue(self, **fields: Any) -> ItemOut:
         return ItemOut.model_validate(self._call(*_Calls.enqueue(fields)))
 
-    def lease(self, batch_size: int | None = None, *, wait_s: int = 0) -> list[ItemOut]:
-        """Lease up to batch_size items; with wait_s (0-20), wait that long for work to arrive."""
-        answer = self._call(*_Calls.lease(batch_size, wait_s), wait_s=wait_s)
+    def lease(
+        self, batch_size: int | None = None, *, wait_s: int = 0, ledger_entity: str | None = None
+    ) -> list[ItemOut]:
+        """Lease up to batch_size items (of ledger_entity only, when given), earliest due first;
+        with wait_s (0-20), wait that long for work to arrive."""
+        answer = self._call(*_Calls.lease(batch_size, wait_s, ledger_entity), wait_s=wait_s)
         return [ItemOut.model_validate(i) for i in answer["items"]]
 
     def complete(
@@ -418,8 +426,10 @@ class ReviewQueueClient:
         renew_every_s: float | None = None,
         handle_signals: bool = True,
         batch_complete: bool = False,
+        ledger_entity: str | None = None,
     ) -> WorkStats:
-        """Lease and adjudicate until `stop()` or SIGINT/SIGTERM; returns what happened.
+        """Lease (of ledger_entity only, when given) and adjudicate until `stop()` or SIGINT/SIGTERM;
+        returns what happened.
 
         An empty queue is waited on by the server (`wait_s`, long poll), not by sleeping here;
         `stop()` takes effect when the current wait ends, within wait_s. With `batch_complete`,
@@ -431,7 +441,7 @@ class ReviewQueueClient:
         failures = 0  # batches in a row in which the handler failed
         try:
             while not self._stop.is_set():
-                batch = self.lease(batch_size, wait_s=wait_s)
+                batch = self.lease(batch_size, wait_s=wait_s, ledger_entity=ledger_entity)
                 stats.leased += len(batch)
                 self._release_all(failed, stats)
                 if not batch:
@@ -521,8 +531,10 @@ class AsyncReviewQueueClient:
     async def enqueue(self, **fields: Any) -> ItemOut:
         return ItemOut.model_validate(await self._call(*_Calls.enqueue(fields)))
 
-    async def lease(self, batch_size: int | None = None, *, wait_s: int = 0) -> list[ItemOut]:
-        answer = await self._call(*_Calls.lease(batch_size, wait_s), wait_s=wait_s)
+    async def lease(
+        self, batch_size: int | None = None, *, wait_s: int = 0, ledger_entity: str | None = None
+    ) -> list[ItemOut]:
+        answer = await self._call(*_Calls.lease(batch_size, wait_s, ledger_entity), wait_s=wait_s)
         return [ItemOut.model_validate(i) for i in answer["items"]]
 
     async def complete(
@@ -630,6 +642,7 @@ class AsyncReviewQueueClient:
         renew_every_s: float | None = None,
         handle_signals: bool = True,
         batch_complete: bool = False,
+        ledger_entity: str | None = None,
     ) -> WorkStats:
         """`work` of the sync client, for async handlers; `stop()` also ends a wait in progress (the
         lease request is cancelled, the server sees the disconnect and stops waiting)."""
@@ -643,7 +656,9 @@ class AsyncReviewQueueClient:
         failures = 0  # batches in a row in which the handler failed
         try:
             while not self._stop.is_set():
-                leasing = asyncio.ensure_future(self.lease(batch_size, wait_s=wait_s))
+                leasing = asyncio.ensure_future(
+                    self.lease(batch_size, wait_s=wait_s, ledger_entity=ledger_entity)
+                )
                 stop_wait = asyncio.ensure_future(self._stop.wait())
                 await asyncio.wait({leasing, stop_wait}, return_when=asyncio.FIRST_COMPLETED)
                 stop_wait.cancel()

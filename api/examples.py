@@ -33,6 +33,7 @@ ITEM_PENDING: dict[str, Any] = {
     "resolved_at": None,
     "attempts": 0,
     "lease_token": None,
+    "due_at": "2026-12-08T09:00:00+00:00",
 }
 ITEM_ASSIGNED: dict[str, Any] = {
     **ITEM_PENDING,
@@ -53,7 +54,7 @@ ITEM_RESOLVED: dict[str, Any] = {
     "lease_token": None,
 }
 
-LEASE_IN = {"batch_size": 5}
+LEASE_IN = {"batch_size": 5, "ledger_entity": "ACME-CORP"}
 LEASE_OUT = {"items": [ITEM_ASSIGNED]}
 COMPLETE_IN = {"resolution": "APPROVED", "note": "FX rounding", "lease_token": LEASE_TOKEN}
 COMPLETE_OUT = {"outcome": "resolved", "item": ITEM_RESOLVED}
@@ -134,6 +135,10 @@ STATS_OUT = {
     "reclaimable": 0,
     "open_leases_by_reviewer": {"alice": 5, "bob": 9},
     "next_lease_expires_in_s": 12.5,
+    "overdue": 3,
+    "oldest_overdue_s": 5400.0,
+    "aging": {"0-1d": 98, "1-3d": 30, "3-7d": 4, "7-30d": 2, "30d+": 0},
+    "overdue_by_ledger_entity": {"ACME-CORP": 2, "GLOBEX": 1},
 }
 SESSION_IN = {"token": "rq_" + "x" * 43}
 SESSION_OUT = {
@@ -157,7 +162,10 @@ PROBLEM = {
 
 # Component schema name -> its examples.
 BY_SCHEMA: dict[str, list[dict[str, Any]]] = {
-    "ItemIn": [ITEM_IN],
+    "ItemIn": [
+        ITEM_IN,
+        {**ITEM_IN, "idempotency_key": "ACME-2026-11-30-0043", "due_at": "2026-12-04T17:00:00Z"},
+    ],
     "ItemOut": [ITEM_ASSIGNED, ITEM_PENDING],
     "LeaseIn": [LEASE_IN],
     "LeaseOut": [LEASE_OUT],

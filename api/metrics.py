@@ -106,6 +106,16 @@ class _QueueCollector(Collector):
             value=g.oldest_pending_age_s or 0.0,
         )
         yield GaugeMetricFamily(
+            "review_queue_overdue_items",
+            "Open (not RESOLVED) items past their due_at.",
+            value=g.overdue,
+        )
+        yield GaugeMetricFamily(
+            "review_queue_oldest_overdue_seconds",
+            "How far past its due_at the most overdue open item is; 0 when none is overdue.",
+            value=g.oldest_overdue_s or 0.0,
+        )
+        yield GaugeMetricFamily(
             "review_queue_inflight_ratio",
             "ASSIGNED items / REVIEW_QUEUE_MAX_INFLIGHT (seed: LEASE_LEAK; alert above 0.9).",
             value=g.assigned / self.max_inflight,

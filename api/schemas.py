@@ -117,6 +117,38 @@ def _rfc3339(value: object) -> object:
 
 Rfc3339 = Annotated[AwareDatetime, BeforeValidator(_rfc3339)]
 
+# A deadline: RFC 3339 with its offset, years 1970-2999 (so that it stays a timestamp every
+# client and PostgreSQL round-trip in UTC). The pattern is the whole contract: the documented
+# schema carries it, and the validator applies the same one.
+DUE_AT_PATTERN = (
+    r"^(19[7-9][0-9]|2[0-9]{3})-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])"
+    r"T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\.[0-9]{1,6})?(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])$"
+)
+_DUE_AT = re.compile(DUE_AT_PATTERN)
+
+
+def _due_at(value: object) -> object:
+    if not isinstance(value, str) or not _DUE_AT.fullmatch(value):
+        raise ValueError(
+            "must be an RFC 3339 timestamp with an offset, years 1970-2999, e.g. 2026-12-04T17:00:00Z"
+        )
+    return value
+
+
+DueAt = Annotated[
+    AwareDatetime,
+    BeforeValidator(_due_at),
+    WithJsonSchema(
+        {
+            "type": "string",
+            "format": "date-time",
+            "pattern": DUE_AT_PATTERN,
+            "examples": ["2026-12-04T17:00:00Z"],
+        },
+        mode="validation",
+    ),
+]
+
 
 def _json_integer(value: object) -> object:
     # What JSON Schema calls an integer: a number with no fraction (2 or 2.0, which api.routing
@@ -283,6 +315,11 @@ class ItemIn(Strict):
     source_hash: Text200
     trace_id: UUID | None = None
     context: Context | None = None
+    due_at: DueAt | None = Field(
+        default=None,
+        description="The deadline. Absent or null: created_at plus the SLA tier of abs(variance_amount)"
+        " (REVIEW_QUEUE_SLA_TIERS). Part of the idempotency comparison only when given.",
+    )
 
 
 class ItemOut(BaseModel):
@@ -312,6 +349,9 @@ class ItemOut(BaseModel):
     context: dict[str, Any] | None = Field(
         default=None, description="The context sent at enqueue, as sent; null when none was."
     )
+    due_at: Timestamp = Field(
+        description="The deadline: as given at enqueue, or created_at plus the SLA tier of the amount."
+    )
 
     @classmethod
     def of(cls, item: "Item", viewer: str | None = None) -> "ItemOut":
@@ -325,6 +365,9 @@ class ItemOut(BaseModel):
 
 class LeaseIn(Strict):
     batch_size: BatchSize | None = None
+    ledger_entity: Text200 | None = Field(
+        default=None, description="Lease only items of this ledger entity (a reviewer who handles one)."
+    )
     wait_s: WaitSeconds = Field(
         default=0,
         description="When nothing can be leased, wait up to this many seconds for work (long poll).",
@@ -369,6 +412,9 @@ class ItemQuery(Strict):
     idempotency_key: Text200 | None = Field(default=None, description="The item enqueued with this key.")
     created_after: Rfc3339 | None = Field(default=None, description="Inclusive; RFC 3339 with offset.")
     created_before: Rfc3339 | None = Field(default=None, description="Exclusive; RFC 3339 with offset.")
+    due_before: Rfc3339 | None = Field(
+        default=None, description="Items due before this time (exclusive); RFC 3339 with offset."
+    )
     limit: int = Field(default=50, ge=1, le=200)
     cursor: str | None = Field(
         default=None, pattern=CURSOR_PATTERN, description="`next_cursor` of the previous page."

@@ -1,6 +1,7 @@
 """Every knob of the service, read from the environment once and validated at start-up."""
 
 import re
+from decimal import Decimal
 from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Literal
@@ -9,7 +10,39 @@ from pydantic import AliasChoices, Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from db.roles import APP_ROLE
-from db.tables import DEFAULT_MAX_ATTEMPTS
+from db.tables import DEFAULT_MAX_ATTEMPTS, DEFAULT_SLA_TIERS
+
+# One tier: "AMOUNT:DURATION", DURATION in hours (24h) or days (3d).
+_TIER = re.compile(r"^\s*([0-9]{1,16}(?:\.[0-9]{1,2})?)\s*:\s*([1-9][0-9]{0,5})\s*([hd])\s*$")
+SlaTiers = tuple[tuple[Decimal, int], ...]  # (at least this abs(amount), hours), largest amount first
+
+
+def parse_sla_tiers(value: str) -> SlaTiers:
+    """REVIEW_QUEUE_SLA_TIERS: comma-separated AMOUNT:DURATION tiers, one of them at amount 0."""
+    tiers: dict[Decimal, int] = {}
+    for part in value.split(","):
+        found = _TIER.match(part)
+        if found is None:
+            raise ValueError(
+                f"tier {part.strip()!r} is not AMOUNT:DURATION (an amount with at most two decimals,"
+                " a colon, then hours like 24h or days like 3d)"
+            )
+        floor = Decimal(found[1])
+        if floor in tiers:
+            raise ValueError(f"amount {floor} appears twice")
+        hours = int(found[2]) * (24 if found[3] == "d" else 1)
+        if hours > 24 * 3660:
+            raise ValueError(f"{found[2]}{found[3]} is more than ten years")
+        tiers[floor] = hours
+    if Decimal(0) not in tiers:
+        raise ValueError("needs a tier at amount 0, so that every amount has a deadline (e.g. 0:168h)")
+    return tuple(sorted(tiers.items(), reverse=True))
+
+
+def sla_hours(tiers: SlaTiers, amount: Decimal) -> int:
+    """The hours from enqueue to due_at for an amount: the first tier from the top it reaches."""
+    return next(hours for floor, hours in tiers if abs(amount) >= floor)
+
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 POSTGRESQL_SCHEMES = ("postgresql", "postgres", "postgresql+psycopg")
@@ -52,6 +85,11 @@ class Settings(BaseSettings):
     # lives in db.tables, not db.queue: db.queue creates the Prometheus counters, and `serve` must
     # choose multiprocess mode before they exist (tests/test_cli.py checks both).
     max_attempts: int = _range(DEFAULT_MAX_ATTEMPTS, 1, 1_000, "REVIEW_QUEUE_MAX_ATTEMPTS")
+
+    # Deadlines of items enqueued without a due_at, by abs(variance_amount); see parse_sla_tiers.
+    sla_tiers: Annotated[SlaTiers, NoDecode] = Field(
+        default=parse_sla_tiers(DEFAULT_SLA_TIERS), validation_alias="REVIEW_QUEUE_SLA_TIERS"
+    )
 
     pool_size: int = _range(10, 1, 200, "REVIEW_QUEUE_POOL_SIZE")
     pool_max_overflow: int = _range(5, 0, 200, "REVIEW_QUEUE_POOL_MAX_OVERFLOW")
@@ -105,6 +143,11 @@ class Settings(BaseSettings):
                     f"{scheme + '://' if scheme else 'this'}"
                 )
         return value
+
+    @field_validator("sla_tiers", mode="before")
+    @classmethod
+    def _parse_tiers(cls, value: object) -> object:
+        return parse_sla_tiers(value) if isinstance(value, str) else value
 
     @property
     def idle_release_s(self) -> int:

@@ -61,10 +61,21 @@ WHERE id = %(item_id)s AND state = 'ASSIGNED' AND leased_by = %(worker_id)s
 RETURNING id, idempotency_key, trace_id, source_hash, match_decision;
 """
 
+# Deadlines as the SLA tiers make them (created_at plus 1 to 7 days, interleaved), so that the
+# lease's due order is not the table's physical order.
 SEED_PENDING = """
 INSERT INTO review_queue_item (idempotency_key, ledger_entity, variance_amount, match_decision, source_hash,
-                               created_at)
-SELECT %(prefix)s || i, 'ACME-CORP', 12.50, 'UNMATCHED', 'hash-' || i, now() + i * interval '1 microsecond'
+                               created_at, due_at)
+SELECT %(prefix)s || i, %(entity)s, 12.50, 'UNMATCHED', 'hash-' || i, now() + i * interval '1 microsecond',
+       now() + i * interval '1 microsecond' + (1 + i %% 7) * interval '1 day'
+FROM generate_series(1, %(count)s) i
+"""
+# (e): the pending work of 19 other ledger entities, beside the one leased from.
+SEED_OTHER_ENTITIES = """
+INSERT INTO review_queue_item (idempotency_key, ledger_entity, variance_amount, match_decision, source_hash,
+                               created_at, due_at)
+SELECT 'other-' || i, 'ENTITY-' || (i %% 19), 12.50, 'UNMATCHED', 'h', now() + i * interval '1 microsecond',
+       now() + (1 + i %% 7) * interval '1 day'
 FROM generate_series(1, %(count)s) i
 """
 SEED_ASSIGNED_AT_HEAD = """
@@ -169,7 +180,7 @@ def _raw_worker(url: str, name: str, batch: int, barrier: Any, out: Any) -> None
 
 
 def raw_ceiling(url: str, clients: int, items: int, batch: int) -> dict[str, Any]:
-    run_sql(url, SEED_PENDING, {"prefix": "raw-", "count": items}, vacuum=True)
+    run_sql(url, SEED_PENDING, {"prefix": "raw-", "entity": "ACME-CORP", "count": items}, vacuum=True)
     ctx = mp.get_context("spawn")
     barrier, out = ctx.Barrier(clients + 1, timeout=600), ctx.Queue()  # spawning is slow on a loaded machine
     workers = [
@@ -531,8 +542,11 @@ def storage(url: str) -> dict[str, Any]:
 # --- 4. dequeue scaling -----------------------------------------------------------------------
 
 
-def lease_latencies(server: Server, token: str, url: str, samples: int) -> list[float]:
-    """Sequential POST /leases of 20; the leased items are resolved in SQL, untimed, in between."""
+def lease_latencies(
+    server: Server, token: str, url: str, samples: int, ledger_entity: str | None = None
+) -> list[float]:
+    """Sequential POST /leases of 20 (of one ledger entity, when given); the leased items are
+    resolved in SQL, untimed, in between."""
     latencies = []
     headers = {"Authorization": f"Bearer {token}"}
     with (
@@ -541,7 +555,10 @@ def lease_latencies(server: Server, token: str, url: str, samples: int) -> list[
     ):
         for n in range(samples + 10):
             t0 = time.perf_counter()
-            response = http.post("/leases", json={"batch_size": 20})
+            response = http.post(
+                "/leases",
+                json={"batch_size": 20, **({"ledger_entity": ledger_entity} if ledger_entity else {})},
+            )
             elapsed = time.perf_counter() - t0
             items = response.json()["items"]
             assert len(items) == 20, response.text
@@ -573,7 +590,10 @@ def raw_lease_p50(url: str, samples: int) -> float:
 
 def dequeue_scaling(server_url: str, workers: int, port: int, samples: int) -> dict[str, Any]:
     url = fresh_database(server_url, "rq_bench_dequeue")
-    run_sql(url, SEED_PENDING, {"prefix": "p-", "count": (samples + 10) * 20 * 4 + 1000}, vacuum=True)
+    leases = (samples + 10) * 20  # items one scenario leases
+    run_sql(
+        url, SEED_PENDING, {"prefix": "p-", "entity": "ACME-CORP", "count": leases * 4 + 1000}, vacuum=True
+    )
     (token,) = create_tokens(url, 1)
     server = start_server(url, workers, port)
     result: dict[str, Any] = {}
@@ -583,29 +603,38 @@ def dequeue_scaling(server_url: str, workers: int, port: int, samples: int) -> d
             ("c_10k_assigned_at_head", (SEED_ASSIGNED_AT_HEAD, {"count": 10_000})),
             ("d_both", (SEED_RESOLVED_HISTORY, {"count": 1_000_000})),
             ("b_1m_resolved", (RESOLVE_OPEN, {})),
+            ("e_one_entity_of_20", (SEED_OTHER_ENTITIES, {"count": 20_000})),
         ]  # fmt: skip
         for name, change in scenarios:
             if change:
                 run_sql(url, change[0], change[1], vacuum=True)
-            latencies = lease_latencies(server, token, url, samples)
+            entity = None
+            if name == "e_one_entity_of_20":  # (b)'s history, 20,000 items of 19 other entities pending
+                entity = "ROUTED"
+                run_sql(
+                    url, SEED_PENDING, {"prefix": "e-", "entity": entity, "count": leases + 100}, vacuum=True
+                )
+            latencies = lease_latencies(server, token, url, samples, entity)
             result[name] = {
                 "p50_ms": round(percentile(latencies, 50) * 1000, 2),
                 "p99_ms": round(percentile(latencies, 99) * 1000, 2),
             }
             if name == "d_both":
                 result["raw_statement_p50_ms_d"] = round(raw_lease_p50(url, samples), 3)
-                # The seed's index instead of the split ones, same data: what the fix bought.
-                run_sql(url, "DROP INDEX ix_review_queue_item_pending")
-                run_sql(url, "CREATE INDEX seed_dequeue ON review_queue_item (created_at)"
+                # The seed's index shape (PENDING and ASSIGNED rows in one index; on the lease's
+                # order, due_at then created_at) instead of the split ones, same data: what the
+                # split buys.
+                run_sql(url, "DROP INDEX ix_review_queue_item_pending_due")
+                run_sql(url, "CREATE INDEX seed_dequeue ON review_queue_item (due_at, created_at)"
                              " WHERE state IN ('PENDING', 'ASSIGNED')", vacuum=True)  # fmt: skip
                 result["raw_statement_p50_ms_d_seed_index"] = round(raw_lease_p50(url, samples), 3)
                 run_sql(url, "DROP INDEX seed_dequeue")
-                run_sql(url, "CREATE INDEX ix_review_queue_item_pending ON review_queue_item (created_at)"
-                             " WHERE state = 'PENDING'", vacuum=True)  # fmt: skip
+                run_sql(url, "CREATE INDEX ix_review_queue_item_pending_due ON review_queue_item"
+                             " (due_at, created_at) WHERE state = 'PENDING'", vacuum=True)  # fmt: skip
     finally:
         stop_server(server)
     base = result["a_empty_history"]["p50_ms"]
-    for name in ("b_1m_resolved", "c_10k_assigned_at_head", "d_both"):
+    for name in ("b_1m_resolved", "c_10k_assigned_at_head", "d_both", "e_one_entity_of_20"):
         result[name]["p50_ratio_to_a"] = round(result[name]["p50_ms"] / base, 2)
     return result
 
@@ -686,7 +715,7 @@ def audit_chain(server_url: str, events: int) -> dict[str, Any]:
     from db import audit
 
     url = fresh_database(server_url, "rq_bench_audit")
-    run_sql(url, SEED_PENDING, {"prefix": "audit-", "count": 1000})
+    run_sql(url, SEED_PENDING, {"prefix": "audit-", "entity": "ACME-CORP", "count": 1000})
     run_sql(url, SEED_EVENTS, {"per_item": max(1, events // 1000)}, vacuum=True)
     settings = get_settings().model_copy(update={"statement_timeout_ms": 600_000})
     started = time.perf_counter()
@@ -763,6 +792,26 @@ def report_throughput(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def report_dequeue(dq: dict[str, Any]) -> list[str]:
+    lines = ["4. POST /leases (batch 20) as the table grows:"]
+    for name, label in [
+        ("a_empty_history", "(a) empty history"),
+        ("b_1m_resolved", "(b) 1,000,000 RESOLVED rows"),
+        ("c_10k_assigned_at_head", "(c) 10,000 ASSIGNED at the head"),
+        ("d_both", "(d) both"),
+        ("e_one_entity_of_20", "(e) (b), ledger_entity 1 of 20"),
+    ]:
+        ratio = dq[name].get("p50_ratio_to_a", 1.0)
+        lines.append(
+            f"     {label:<33}{'':>10}{dq[name]['p50_ms']:>10}{dq[name]['p99_ms']:>10}   x{ratio} of (a)"
+        )
+    lines.append(
+        f"     lease statement alone in (d): {dq['raw_statement_p50_ms_d']} ms with the split indexes, "
+        f"{dq['raw_statement_p50_ms_d_seed_index']} ms with the seed's index shape"
+    )
+    return lines
+
+
 def report(results: dict[str, Any]) -> str:
     if "raw" not in results:
         api = results["api"]
@@ -789,21 +838,9 @@ def report(results: dict[str, Any]) -> str:
         f"     API items/s by quarter of the run: {api['items_per_s_by_quarter']}",
         *_extra_rows(results),
         f"3. API / raw ratio: {results['api_raw_ratio']}   (target >= 0.35)",
-        "4. POST /leases (batch 20) as the table grows:",
     ]
-    for name, label in [
-        ("a_empty_history", "(a) empty history"),
-        ("b_1m_resolved", "(b) 1,000,000 RESOLVED rows"),
-        ("c_10k_assigned_at_head", "(c) 10,000 ASSIGNED at the head"),
-        ("d_both", "(d) both"),
-    ]:
-        ratio = dq[name].get("p50_ratio_to_a", 1.0)
-        lines.append(
-            f"     {label:<33}{'':>10}{dq[name]['p50_ms']:>10}{dq[name]['p99_ms']:>10}   x{ratio} of (a)"
-        )
+    lines += report_dequeue(dq)
     lines += [
-        f"     lease statement alone in (d): {dq['raw_statement_p50_ms_d']} ms with the split indexes, "
-        f"{dq['raw_statement_p50_ms_d_seed_index']} ms with the seed's index",
         f"5. peak RSS per API process under load (MB): {api['peak_rss_mb_per_process']}   (target < 200)",
         f"   CPU per item (ms): API {api['cpu_ms_per_item']['api']}, load generator "
         f"{api['cpu_ms_per_item']['load_generator']}, PostgreSQL and the rest "
@@ -842,6 +879,7 @@ def main(
     wakeup_samples: Annotated[int, typer.Option(help="Enqueue-to-lease samples per mode.")] = 30,
     notify_seconds: Annotated[float, typer.Option(help="Length of each NOTIFY on/off run.")] = 5.0,
     only_wakeup: Annotated[bool, typer.Option(help="Run part 6 (wake-up, NOTIFY cost) alone.")] = False,
+    only_dequeue: Annotated[bool, typer.Option(help="Run part 4 (dequeue scaling) alone.")] = False,
     sealer: Annotated[
         bool,
         typer.Option("--sealer/--no-sealer", help="Seal the audit chain every second during the API run."),
@@ -929,12 +967,20 @@ def main(
         if json_path:
             json_path.write_text(json.dumps(results, indent=2))
         return
+    if only_dequeue:
+        results["dequeue"] = dequeue_scaling(server_url, workers, port, lease_samples)
+        with psycopg.connect(libpq(server_url, "postgres"), autocommit=True) as conn:
+            conn.execute("DROP DATABASE IF EXISTS rq_bench_dequeue WITH (FORCE)")
+        typer.echo("\n".join(report_dequeue(results["dequeue"])))
+        if json_path:
+            json_path.write_text(json.dumps(results, indent=2))
+        return
     if not api_only:
         typer.echo("1/4 raw SQL ceiling ...", err=True)
         results["raw"] = raw_ceiling(fresh_database(server_url, "rq_bench_raw"), clients, items, batch)
     typer.echo("2/4 HTTP API ...", err=True)
     api_url = fresh_database(server_url, "rq_bench_api")
-    run_sql(api_url, SEED_PENDING, {"prefix": "api-", "count": items}, vacuum=True)
+    run_sql(api_url, SEED_PENDING, {"prefix": "api-", "entity": "ACME-CORP", "count": items}, vacuum=True)
     tokens = create_tokens(api_url, clients)
     server = start_server(api_url, workers, port, sealer=sealer)
     try:

@@ -305,18 +305,26 @@ def audit_export(
 
 @app.command()
 def stats() -> None:
-    """Print queue depth, age and leases in flight."""
+    """Print queue depth, age, leases in flight, overdue items and the aging of open items."""
     from datetime import timedelta
 
     from db import stats as queue_stats
 
     settings = get_settings()
 
-    async def read(conn: AsyncConnection) -> tuple[queue_stats.QueueGauges, int, dict[str, int]]:
+    async def read(
+        conn: AsyncConnection,
+    ) -> tuple[queue_stats.QueueGauges, int, dict[str, int], dict[str, int], dict[str, int]]:
         gauges = await queue_stats.queue_gauges(conn, grace=timedelta(seconds=settings.reclaim_after_s))
-        return gauges, await queue_stats.resolved_count(conn), await queue_stats.open_leases_by_reviewer(conn)
+        return (
+            gauges,
+            await queue_stats.resolved_count(conn),
+            await queue_stats.open_leases_by_reviewer(conn),
+            await queue_stats.aging(conn),
+            await queue_stats.overdue_by_ledger_entity(conn),
+        )
 
-    gauges, resolved, by_reviewer = in_transaction(read)
+    gauges, resolved, by_reviewer, aging, overdue_by_entity = in_transaction(read)
     age = f"{gauges.oldest_pending_age_s:.1f} s" if gauges.oldest_pending_age_s is not None else "-"
     rows = [
         ("pending", str(gauges.pending)),
@@ -328,6 +336,10 @@ def stats() -> None:
         ("past the reclaim grace", str(gauges.reclaimable)),
     ]
     rows += [(f"  leased by {reviewer}", str(count)) for reviewer, count in by_reviewer.items()]
+    overdue_s = f"{gauges.oldest_overdue_s:.1f} s" if gauges.oldest_overdue_s is not None else "-"
+    rows += [("overdue", str(gauges.overdue)), ("most overdue by", overdue_s)]
+    rows += [(f"  overdue in {entity}", str(count)) for entity, count in overdue_by_entity.items()]
+    rows += [("open items by age", "")] + [(f"  {bucket}", str(count)) for bucket, count in aging.items()]
     for label, value in rows:
         typer.echo(f"{label:<26} {value}")
 

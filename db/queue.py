@@ -21,6 +21,7 @@ from uuid import UUID
 from sqlalchemy import (
     BigInteger,
     ColumnElement,
+    DateTime,
     Integer,
     Interval,
     Numeric,
@@ -82,6 +83,7 @@ class Item:
     lease_nonce: UUID | None
     attempts: int
     context: dict[str, Any] | None
+    due_at: datetime
 
 
 _ITEM_FIELDS = [f.name for f in dataclasses.fields(Item)]
@@ -156,16 +158,21 @@ class NewItem:
     source_hash: str
     trace_id: UUID | None = None
     context: dict[str, Any] | None = None
+    due_at: datetime | None = None  # None: created_at + sla_hours
+    sla_hours: int = 168  # the SLA tier of the amount (api.settings.sla_hours)
 
     def matches(self, existing: Item) -> bool:
-        """Same payload as a stored item? A retry that omits trace_id matches any trace_id; the
-        context is part of the payload (none and none match)."""
+        """Same payload as a stored item? A retry that omits trace_id matches any trace_id, and one
+        that omits due_at any due_at (a derived deadline depends on when the item first came and on
+        the policy then, neither of which the sender chose); the context is part of the payload
+        (none and none match)."""
         return (
             self.ledger_entity == existing.ledger_entity
             and self.variance_amount == existing.variance_amount
             and self.match_decision == existing.match_decision
             and self.source_hash == existing.source_hash
             and (self.trace_id is None or self.trace_id == existing.trace_id)
+            and (self.due_at is None or self.due_at == existing.due_at)
             and self.context == existing.context
         )
 
@@ -186,10 +193,15 @@ _batch = (
         bindparam("positions", type_=ARRAY(BigInteger)),
         # JSON text, cast below: a text[] binds without a JSON serializer per element.
         bindparam("contexts", type_=ARRAY(Text)),
+        bindparam("due_ats", type_=ARRAY(DateTime(timezone=True))),
+        bindparam("sla_hours", type_=ARRAY(Integer)),
     )
-    .table_valued("k", "e", "a", "d", "h", "t", "p", "c")
+    .table_valued("k", "e", "a", "d", "h", "t", "p", "c", "due", "sla")
     .render_derived()
 )
+# One transaction shares one now(); a microsecond per position keeps a batch in request order in
+# the queue.
+_created_at = func.now() + _batch.c.p * literal_column("interval '1 microsecond'")
 _inserted = (
     insert(item)
     .from_select(
@@ -202,6 +214,7 @@ _inserted = (
             "trace_id",
             "created_at",
             "context",
+            "due_at",
         ],
         select(
             _batch.c.k,
@@ -210,10 +223,10 @@ _inserted = (
             _batch.c.d,
             _batch.c.h,
             func.coalesce(_batch.c.t, func.gen_random_uuid()),
-            # One transaction shares one now(); a microsecond per position keeps a batch in
-            # request order in the queue.
-            func.now() + _batch.c.p * literal_column("interval '1 microsecond'"),
+            _created_at,
             cast(_batch.c.c, JSONB),
+            # The database's clock, like every other time here (the SLA tier is chosen in Python).
+            func.coalesce(_batch.c.due, _created_at + func.make_interval(0, 0, 0, 0, _batch.c.sla)),
         ).order_by(_batch.c.k),
     )
     .on_conflict_do_nothing(index_elements=[item.c.idempotency_key])
@@ -243,6 +256,8 @@ async def enqueue_items(
         "trace_ids": [n.trace_id for n in unique],
         "positions": list(first.values()),
         "contexts": [None if n.context is None else json.dumps(n.context) for n in unique],
+        "due_ats": [n.due_at for n in unique],
+        "sla_hours": [n.sla_hours for n in unique],
         "actor": actor,
     }
     created = {i.idempotency_key: i for i in map(_item, await conn.execute(_ENQUEUE, params))}
@@ -283,40 +298,58 @@ _held = (
     .where(item.c.state == ASSIGNED, item.c.leased_by == bindparam("actor", type_=Text))
     .scalar_subquery()
 )
-# The seed's lease: lock up to batch_size PENDING rows, oldest first, skipping rows another
-# transaction holds, and stamp them in the same statement.
-_candidate = (
-    select(item.c.id)
-    .where(item.c.state == PENDING)
-    .order_by(item.c.created_at)
-    .limit(func.least(bindparam("batch_size"), func.greatest(bindparam("cap") - _held, 0)))
-    .with_for_update(skip_locked=True)
-    .cte("candidate")
-)
-_leased = (
-    item.update()
-    .where(item.c.id == _candidate.c.id)
-    .values(
-        state=ASSIGNED,
-        leased_by=bindparam("actor", type_=Text),
-        leased_at=func.now(),
-        lease_expires_at=func.now() + bindparam("lease_duration", type_=Interval),
-        lease_epoch=item.c.lease_epoch + 1,
-        lease_nonce=func.gen_random_uuid(),
-        attempts=item.c.attempts + 1,
+
+
+def _lease_statement(*, by_entity: bool) -> Any:
+    """The seed's lease: lock up to batch_size PENDING rows (of one ledger entity, by_entity),
+    earliest due_at first, then oldest, skipping rows another transaction holds, and stamp them in
+    the same statement. Each variant reads its own partial index in exactly this order."""
+    wanted = [item.c.state == PENDING]
+    if by_entity:
+        wanted.append(item.c.ledger_entity == bindparam("entity", type_=Text))
+    candidate = (
+        select(item.c.id)
+        .where(*wanted)
+        .order_by(item.c.due_at, item.c.created_at)
+        .limit(func.least(bindparam("batch_size"), func.greatest(bindparam("cap") - _held, 0)))
+        .with_for_update(skip_locked=True)
+        .cte("candidate")
     )
-    .returning(*_ITEM_COLUMNS)
-    .cte("leased")
-)
-_LEASE = _changed_items(
-    _leased, "LEASED", details=func.jsonb_build_object("lease_expires_at", _leased.c.lease_expires_at)
-)
+    leased = (
+        item.update()
+        .where(item.c.id == candidate.c.id)
+        .values(
+            state=ASSIGNED,
+            leased_by=bindparam("actor", type_=Text),
+            leased_at=func.now(),
+            lease_expires_at=func.now() + bindparam("lease_duration", type_=Interval),
+            lease_epoch=item.c.lease_epoch + 1,
+            lease_nonce=func.gen_random_uuid(),
+            attempts=item.c.attempts + 1,
+        )
+        .returning(*_ITEM_COLUMNS)
+        .cte("leased")
+    )
+    return _changed_items(
+        leased, "LEASED", details=func.jsonb_build_object("lease_expires_at", leased.c.lease_expires_at)
+    )
+
+
+_LEASE = _lease_statement(by_entity=False)
+_LEASE_ENTITY = _lease_statement(by_entity=True)
 
 
 async def lease_items(
-    conn: AsyncConnection, *, reviewer: str, batch_size: int, lease_duration: timedelta, cap: int
+    conn: AsyncConnection,
+    *,
+    reviewer: str,
+    batch_size: int,
+    lease_duration: timedelta,
+    cap: int,
+    ledger_entity: str | None = None,
 ) -> list[Item]:
-    """Lease up to batch_size items to reviewer, never leaving them holding more than cap."""
+    """Lease up to batch_size items (of ledger_entity only, when given) to reviewer, never leaving
+    them holding more than cap."""
     try:
         await conn.execute(_LOCK_REVIEWER, {"actor": reviewer})
     except DBAPIError as error:
@@ -325,11 +358,13 @@ async def lease_items(
                 f"lock timeout: another lease call of {reviewer!r} held the per-reviewer lock too long"
             ) from error
         raise
-    result = await conn.execute(
-        _LEASE, {"actor": reviewer, "batch_size": batch_size, "cap": cap, "lease_duration": lease_duration}
-    )
+    params = {"actor": reviewer, "batch_size": batch_size, "cap": cap, "lease_duration": lease_duration}
+    if ledger_entity is None:
+        result = await conn.execute(_LEASE, params)
+    else:
+        result = await conn.execute(_LEASE_ENTITY, {**params, "entity": ledger_entity})
     # RETURNING has no order; callers get the queue order.
-    items = sorted(map(_item, result), key=lambda i: (i.created_at, i.id))
+    items = sorted(map(_item, result), key=lambda i: (i.due_at, i.created_at, i.id))
     telemetry.leased(items, reviewer)
     return items
 
@@ -365,7 +400,7 @@ _RENEW = _changed_items(
 _released = (
     item.update()
     .where(*_held_by_caller())
-    # created_at is kept, so a released item is first in line again.
+    # due_at and created_at are kept, so a released item is back in its place, ahead of later ones.
     .values(state=_BACK_TO_QUEUE, leased_by=None, leased_at=None, lease_expires_at=None)
     .returning(*_ITEM_COLUMNS)
     .cte("released")
@@ -443,7 +478,7 @@ async def release_lease(
     reason: str | None,
     max_attempts: int = DEFAULT_MAX_ATTEMPTS,
 ) -> tuple[HolderOutcome, Item | None]:
-    """Hand the item back: PENDING and first in line, or QUARANTINED once its attempts are used up."""
+    """Hand the item back: PENDING in its place again, or QUARANTINED once its attempts are used up."""
     params = {
         "item_id": item_id,
         "actor": reviewer,
@@ -464,7 +499,7 @@ async def release_lease(
 _requeued = (
     item.update()
     .where(item.c.id == bindparam("item_id"), item.c.state == QUARANTINED)
-    # In its old place (created_at is kept), with a fresh allowance of attempts.
+    # In its old place (due_at and created_at are kept), with a fresh allowance of attempts.
     .values(state=PENDING, attempts=0)
     .returning(*_ITEM_COLUMNS)
     .cte("requeued")
@@ -508,7 +543,7 @@ _before_reopen = (
 _reopened = (
     item.update()
     .where(item.c.id == _before_reopen.c.id, item.c.state == RESOLVED)
-    # created_at is kept: the item is back in its old place, with a fresh allowance of attempts.
+    # due_at and created_at are kept: the item is back in its old place, with a fresh allowance of attempts.
     .values(
         state=PENDING,
         resolution=None,
@@ -797,6 +832,7 @@ class ItemFilter:
     idempotency_key: str | None = None
     created_after: datetime | None = None  # inclusive
     created_before: datetime | None = None  # exclusive
+    due_before: datetime | None = None  # exclusive
 
 
 async def list_items(
@@ -812,6 +848,8 @@ async def list_items(
         query = query.where(item.c.created_at >= where.created_after)
     if where.created_before is not None:
         query = query.where(item.c.created_at < where.created_before)
+    if where.due_before is not None:
+        query = query.where(item.c.due_at < where.due_before)
     if after is not None:
         query = query.where(tuple_(item.c.created_at, item.c.id) > tuple_(*after))
     return [_item(r) for r in await conn.execute(query)]

@@ -2,8 +2,21 @@
 
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
-from sqlalchemy import ColumnElement, Interval, ScalarSelect, bindparam, extract, func, select
+from sqlalchemy import (
+    ColumnElement,
+    Interval,
+    ScalarSelect,
+    and_,
+    bindparam,
+    extract,
+    func,
+    literal_column,
+    select,
+    true,
+    union_all,
+)
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from db.queue import ASSIGNED, PENDING, QUARANTINED, RESOLVED
@@ -18,16 +31,38 @@ class QueueGauges:
     reclaimable: int  # ... and the reclaim grace has passed too
     quarantined: int  # used up their attempts; wait for an admin's requeue
     oldest_pending_age_s: float | None
+    overdue: int  # open (not RESOLVED) items past their due_at
+    oldest_overdue_s: float | None  # how far past its due_at the most overdue open item is
 
 
 def _count(*where: ColumnElement[bool]) -> ScalarSelect[int]:
     return select(func.count()).where(*where).scalar_subquery()
 
 
-# Every subquery matches a partial index (pending rows, assigned rows), so the cost follows the
-# live queue, not the resolved history.
+# Open items are the PENDING ones and the others that are not RESOLVED (leased, quarantined, and any
+# open state added later); each part is read through its own partial index, written exactly as that
+# index's predicate so that the planner can match it.
+_OTHER_OPEN = item.c.state.not_in([PENDING, RESOLVED])  # ix_review_queue_item_open_due
+_OPEN_PARTS = (item.c.state == PENDING, _OTHER_OPEN)
+_PAST_DUE = item.c.due_at < func.now()
+
+
+def _earliest_due(part: ColumnElement[bool]) -> ScalarSelect[Any]:
+    return select(func.min(item.c.due_at)).where(part, _PAST_DUE).scalar_subquery()
+
+
+# One pass over the PENDING rows gives their count and the oldest: with count(*) beside it, min() is
+# not answered from the (created_at, id) index, which would walk the resolved history first.
+_pending = (
+    select(func.count().label("n"), func.min(item.c.created_at).label("oldest"))
+    .where(item.c.state == PENDING)
+    .subquery("pending")
+)
+
+# Every subquery matches a partial index (pending rows, assigned rows, open rows by due_at), so the
+# cost follows the live queue, not the resolved history.
 _GAUGES = select(
-    _count(item.c.state == PENDING).label("pending"),
+    _pending.c.n.label("pending"),
     _count(item.c.state == ASSIGNED).label("assigned"),
     _count(item.c.state == QUARANTINED).label("quarantined"),
     _count(item.c.state == ASSIGNED, item.c.lease_expires_at < func.now()).label("expired"),
@@ -35,16 +70,17 @@ _GAUGES = select(
         item.c.state == ASSIGNED,
         item.c.lease_expires_at < func.now() - bindparam("grace", type_=Interval),
     ).label("reclaimable"),
-    select(extract("epoch", func.now() - func.min(item.c.created_at)))
-    .where(item.c.state == PENDING)
-    .scalar_subquery()
-    .label("oldest_pending_age_s"),
-)
+    extract("epoch", func.now() - _pending.c.oldest).label("oldest_pending_age_s"),
+    (_count(item.c.state == PENDING, _PAST_DUE) + _count(_OTHER_OPEN, _PAST_DUE)).label("overdue"),
+    extract("epoch", func.now() - func.least(*(_earliest_due(part) for part in _OPEN_PARTS))).label(
+        "oldest_overdue_s"
+    ),
+).select_from(_pending)
 
 
 async def queue_gauges(conn: AsyncConnection, *, grace: timedelta) -> QueueGauges:
     row = (await conn.execute(_GAUGES, {"grace": grace})).one()
-    age = row.oldest_pending_age_s
+    age, overdue_s = row.oldest_pending_age_s, row.oldest_overdue_s
     return QueueGauges(
         pending=row.pending,
         assigned=row.assigned,
@@ -52,6 +88,8 @@ async def queue_gauges(conn: AsyncConnection, *, grace: timedelta) -> QueueGauge
         reclaimable=row.reclaimable,
         quarantined=row.quarantined,
         oldest_pending_age_s=float(age) if age is not None else None,
+        overdue=row.overdue,
+        oldest_overdue_s=float(overdue_s) if overdue_s is not None else None,
     )
 
 
@@ -82,3 +120,51 @@ async def next_lease_expiry_in_s(conn: AsyncConnection) -> float | None:
     """Seconds until the soonest open lease expires; None when nothing is leased."""
     value = await conn.scalar(_NEXT_EXPIRY)
     return float(value) if value is not None else None
+
+
+# Open items by age (now - created_at): [0, 1 d), [1 d, 3 d), [3 d, 7 d), [7 d, 30 d), 30 d and more.
+AGING_BUCKETS = (("0-1d", 0, 1), ("1-3d", 1, 3), ("3-7d", 3, 7), ("7-30d", 7, 30), ("30d+", 30, None))
+
+
+def _days_ago(days: int) -> ColumnElement[Any]:
+    return func.now() - literal_column(f"interval '{days} days'")
+
+
+def _in_bucket(created_at: ColumnElement[Any], lo: int, hi: int | None) -> list[ColumnElement[bool]]:
+    return [
+        *([created_at <= _days_ago(lo)] if lo else []),
+        *([created_at > _days_ago(hi)] if hi is not None else []),
+    ]
+
+
+_open = union_all(
+    *(select(item.c.created_at, item.c.ledger_entity, item.c.due_at).where(p) for p in _OPEN_PARTS)
+)
+_open_items = _open.subquery("open_items")
+
+_AGING = select(
+    *(
+        func.count().filter(and_(true(), *_in_bucket(_open_items.c.created_at, lo, hi))).label(name)
+        for name, lo, hi in AGING_BUCKETS
+    )
+)
+
+OVERDUE_ENTITIES = 20  # /stats lists the ledger entities with the most overdue items, this many
+_OVERDUE_BY_ENTITY = (
+    select(_open_items.c.ledger_entity, func.count())
+    .where(_open_items.c.due_at < func.now())
+    .group_by(_open_items.c.ledger_entity)
+    .order_by(func.count().desc(), _open_items.c.ledger_entity)
+    .limit(OVERDUE_ENTITIES)
+)
+
+
+async def aging(conn: AsyncConnection) -> dict[str, int]:
+    """Open items by age, in AGING_BUCKETS order."""
+    row = (await conn.execute(_AGING)).one()
+    return {name: int(count) for (name, _, _), count in zip(AGING_BUCKETS, row, strict=True)}
+
+
+async def overdue_by_ledger_entity(conn: AsyncConnection) -> dict[str, int]:
+    """Overdue open items per ledger entity: the OVERDUE_ENTITIES with most, most first."""
+    return {entity: count for entity, count in await conn.execute(_OVERDUE_BY_ENTITY)}

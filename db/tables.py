@@ -50,6 +50,12 @@ metadata = MetaData(
 # first imported, and `serve` sets PROMETHEUS_MULTIPROC_DIR only after the settings are loaded).
 DEFAULT_MAX_ATTEMPTS = 10
 
+# REVIEW_QUEUE_SLA_TIERS' default (api/settings.py): an item whose abs(variance_amount) is at least
+# the amount is due that many hours after its enqueue, the first matching tier from the top.
+DEFAULT_SLA_TIERS = "100000:24h,10000:72h,1000:120h,0:168h"
+# The due_at of a row inserted without one (by SQL, not the API): the lowest default tier.
+FALLBACK_DUE = "now() + interval '168 hours'"
+
 STATES = ("PENDING", "ASSIGNED", "RESOLVED", "QUARANTINED")
 MATCH_DECISIONS = ("MATCHED", "PARTIAL", "UNMATCHED")
 ROLES = ("reviewer", "ingest", "auditor", "admin")
@@ -92,6 +98,9 @@ review_queue_item = Table(
     Column("attempts", Integer, nullable=False, server_default="0"),
     # Free-form facts for the reviewer, set at enqueue; part of the idempotency comparison.
     Column("context", JSONB),
+    # The deadline: given at enqueue, or created_at + the SLA tier of the amount. Leases go
+    # earliest due_at first; never changed after enqueue, so a released item keeps its place.
+    Column("due_at", DateTime(timezone=True), nullable=False, server_default=text(FALLBACK_DUE)),
     CheckConstraint("state IN ('PENDING', 'ASSIGNED', 'RESOLVED', 'QUARANTINED')", name="valid_state"),
     CheckConstraint("match_decision IN ('MATCHED', 'PARTIAL', 'UNMATCHED')", name="valid_match_decision"),
     # At most 16 KiB of compact JSON (api.schemas); this is the database's looser backstop.
@@ -109,10 +118,28 @@ review_queue_item = Table(
         "state <> 'RESOLVED' OR (resolution IS NOT NULL AND resolved_by IS NOT NULL)",
         name="resolved_has_resolution",
     ),
-    # The lease scans only PENDING rows, oldest first: neither resolved history nor open
-    # leases at the head of the queue are in its way. (The seed's single index over PENDING
-    # and ASSIGNED made every lease walk past all open leases.)
-    Index("ix_review_queue_item_pending", "created_at", postgresql_where=text("state = 'PENDING'")),
+    # The lease scans only PENDING rows, in lease order (earliest due_at, then oldest): neither
+    # resolved history nor open leases at the head of the queue are in its way. (The seed's single
+    # index over PENDING and ASSIGNED made every lease walk past all open leases.)
+    Index(
+        "ix_review_queue_item_pending_due", "due_at", "created_at", postgresql_where=text("state = 'PENDING'")
+    ),
+    # The lease of a reviewer who handles one ledger entity: that entity's PENDING rows, in order.
+    Index(
+        "ix_review_queue_item_pending_entity_due",
+        "ledger_entity",
+        "due_at",
+        "created_at",
+        postgresql_where=text("state = 'PENDING'"),
+    ),
+    # The other open items (leased, quarantined, ...) by deadline: with the PENDING index, the
+    # overdue gauges read the head of it, the aging figures all of it, never the resolved history.
+    # No PENDING rows, so the lease cannot choose it over its own index.
+    Index(
+        "ix_review_queue_item_open_due",
+        "due_at",
+        postgresql_where=text("state NOT IN ('PENDING', 'RESOLVED')"),
+    ),
     # Reclaim scans only ASSIGNED rows, by expiry.
     Index(
         "ix_review_queue_item_lease_expiry", "lease_expires_at", postgresql_where=text("state = 'ASSIGNED'")

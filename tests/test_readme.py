@@ -114,6 +114,7 @@ def _trail(out: str, seen: dict[str, Any]) -> None:
 def _batch(out: str, seen: dict[str, Any]) -> None:
     (result,) = _json(out)["results"]
     assert result["outcome"] == "created" and result["item"]["idempotency_key"] == "b-1", result
+    assert result["item"]["due_at"] == "2030-12-31T17:00:00+00:00", result
 
 
 def _released(out: str, seen: dict[str, Any]) -> None:
@@ -127,8 +128,14 @@ def _batch_completed(out: str, seen: dict[str, Any]) -> None:
     assert (unknown["outcome"], unknown["problem"]["code"], unknown["item"]) == ("refused", "NOT_FOUND", None)
 
 
+def _due_soon(out: str, seen: dict[str, Any]) -> None:
+    assert [i["idempotency_key"] for i in _json(out)["items"]] == ["b-1"], out
+
+
 def _stats(out: str, seen: dict[str, Any]) -> None:
-    assert _json(out)["counts"] == {"PENDING": 0, "ASSIGNED": 0, "QUARANTINED": 0, "RESOLVED": 2}, out
+    stats = _json(out)
+    assert stats["counts"] == {"PENDING": 0, "ASSIGNED": 0, "QUARANTINED": 0, "RESOLVED": 2}, out
+    assert (stats["overdue"], stats["aging"]["0-1d"]) == (0, 0), out
 
 
 def _reclaimed_nothing(out: str, seen: dict[str, Any]) -> None:
@@ -152,6 +159,7 @@ EXPECTED: list[tuple[str, Check]] = [
     ("/items/batch", _batch),
     ("ID=$(curl -s -X POST localhost:8000/leases", _nothing),
     ("/items/$ID/release", _released),
+    ("due_before=", _due_soon),
     ("ID=$(curl -s -X POST localhost:8000/leases", _nothing),
     ("localhost:8000/items/complete ", _batch_completed),
     ("localhost:8000/stats", _stats),

@@ -55,11 +55,23 @@ function duration(seconds) {
   const m = Math.floor(s / 60);
   if (m < 60) return `${m} min`;
   const hours = Math.floor(m / 60);
+  if (hours >= 48) return hours % 24 ? `${Math.floor(hours / 24)} d ${hours % 24} h` : `${hours / 24} d`;
   return m % 60 ? `${hours} h ${m % 60} min` : `${hours} h`;
 }
 
 function since(iso) {
   return duration((Date.now() - Date.parse(iso)) / 1000);
+}
+
+// The deadline as local time, and whether it has passed: said in words, not by colour alone.
+function dueField(iso) {
+  const late = (Date.now() - Date.parse(iso)) / 1000;
+  const when = new Date(iso).toLocaleString();
+  if (late <= 0) return field("Due", h("span", { "data-testid": "due" }, `${when} (in ${duration(-late)})`));
+  return field(
+    "Due",
+    h("span", { class: "overdue", "data-testid": "due" }, h("strong", {}, "Overdue"), ` by ${duration(late)} (was due ${when})`),
+  );
 }
 
 // --- shortcuts: one table, also rendered as the ? help -----------------------------------------
@@ -223,6 +235,7 @@ function itemFields(item) {
     field("Trace id", item.trace_id, { class: "mono" }),
     field("Idempotency key", item.idempotency_key, { class: "mono" }),
     field("State", item.state),
+    dueField(item.due_at),
     field("Waited", since(item.created_at)),
     field("Attempts", String(item.attempts)),
   );
@@ -262,7 +275,7 @@ function renderCurrent() {
     itemFields(item),
     contextFields(item.context),
     h("p", {}, "Lease: ", h("span", { id: "countdown", class: "countdown", role: "timer" }, "")),
-    state.held.length > 1 ? h("p", { class: "muted" }, `You hold ${state.held.length} items; this is the oldest.`) : null,
+    state.held.length > 1 ? h("p", { class: "muted" }, `You hold ${state.held.length} items; this is the first of them.`) : null,
     h("h3", {}, "Event history"),
     h("ol", { class: "events", "aria-label": "Event history" }, state.events.map(eventLine)),
   );
@@ -315,6 +328,26 @@ function renderAdmin() {
       ),
       h("p", {}, `Oldest pending: ${s.oldest_pending_age_s === null ? "none" : duration(s.oldest_pending_age_s)}`),
       h("p", {}, `Expired leases not yet reclaimed: ${s.expired_unreclaimed} (reclaimable now: ${s.reclaimable})`),
+      h(
+        "p",
+        { class: s.overdue ? "overdue" : null },
+        `Overdue: ${s.overdue}` +
+          (s.oldest_overdue_s === null ? "" : ` (the most overdue by ${duration(s.oldest_overdue_s)})`),
+      ),
+      h(
+        "table",
+        { "aria-label": "Open items by age" },
+        h("tr", {}, h("th", {}, "Age"), h("th", {}, "Open items")),
+        Object.entries(s.aging).map(([k, v]) => h("tr", {}, h("td", {}, k), h("td", { class: "num" }, String(v)))),
+      ),
+      h(
+        "table",
+        { "aria-label": "Overdue items per ledger entity" },
+        h("tr", {}, h("th", {}, "Ledger entity"), h("th", {}, "Overdue")),
+        Object.entries(s.overdue_by_ledger_entity).map(([k, v]) =>
+          h("tr", {}, h("td", {}, k), h("td", { class: "num" }, String(v))),
+        ),
+      ),
       h(
         "table",
         { "aria-label": "Open leases per reviewer" },

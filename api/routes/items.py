@@ -36,12 +36,17 @@ from api.schemas import (
     encode_event_cursor,
     lease_nonce_for,
 )
+from api.settings import Settings, sla_hours
 from db import queue
 from db.tokens import Principal
 
 router = APIRouter(route_class=QueueRoute, tags=["items"])
 
 ItemId = Annotated[UUID, Path(description="The item's id (a UUID).")]
+
+
+def _new_item(body: ItemIn, settings: Settings) -> queue.NewItem:
+    return queue.NewItem(**body.model_dump(), sla_hours=sla_hours(settings.sla_tiers, body.variance_amount))
 
 
 def _conflict_detail(key: str) -> str:
@@ -58,11 +63,12 @@ def _conflict_detail(key: str) -> str:
         **problem_responses("IDEMPOTENCY_CONFLICT"),
     },
 )
-async def enqueue(body: ItemIn, conn: Conn, principal: Ingest, response: Response) -> ItemOut:
-    """Enqueue an item for review; idempotent on `idempotency_key`."""
-    outcome, item = await queue.enqueue_item(
-        conn, new=queue.NewItem(**body.model_dump()), actor=principal.subject
-    )
+async def enqueue(
+    body: ItemIn, conn: Conn, principal: Ingest, response: Response, settings: SettingsDep
+) -> ItemOut:
+    """Enqueue an item for review; idempotent on `idempotency_key`. Without `due_at`, the item is
+    due its SLA tier's hours after enqueue (REVIEW_QUEUE_SLA_TIERS, by abs(variance_amount))."""
+    outcome, item = await queue.enqueue_item(conn, new=_new_item(body, settings), actor=principal.subject)
     if outcome == "conflict":
         raise ProblemError(
             "IDEMPOTENCY_CONFLICT", _conflict_detail(body.idempotency_key), extra={"item_id": str(item.id)}
@@ -73,10 +79,10 @@ async def enqueue(body: ItemIn, conn: Conn, principal: Ingest, response: Respons
 
 
 @router.post("/items/batch", operation_id="enqueueItems", summary="Enqueue items in one transaction")
-async def enqueue_batch(body: BatchIn, conn: Conn, principal: Ingest) -> BatchOut:
+async def enqueue_batch(body: BatchIn, conn: Conn, principal: Ingest, settings: SettingsDep) -> BatchOut:
     """Enqueue up to 1000 items in one transaction; one result per item, in request order."""
     results = await queue.enqueue_items(
-        conn, new=[queue.NewItem(**i.model_dump()) for i in body.items], actor=principal.subject
+        conn, new=[_new_item(i, settings) for i in body.items], actor=principal.subject
     )
     out = []
     for (outcome, item), sent in zip(results, body.items, strict=True):
@@ -103,6 +109,7 @@ async def list_items(query: Annotated[ItemQuery, Query()], conn: Conn, principal
         idempotency_key=query.idempotency_key,
         created_after=query.created_after,
         created_before=query.created_before,
+        due_before=query.due_before,
     )
     # One row more than asked tells whether there is a next page without a count.
     rows = await queue.list_items(conn, where=where, after=after, limit=query.limit + 1)
@@ -201,7 +208,8 @@ async def release(
     settings: SettingsDep,
     body: Annotated[ReleaseIn | None, Body()] = None,
 ) -> ItemOut:
-    """Hand an item you hold back; it is first in line again (QUARANTINED if its attempts are used up)."""
+    """Hand an item you hold back; it goes back to its place in line (QUARANTINED if its attempts are
+    used up)."""
     body = body or ReleaseIn()
     outcome, item = await queue.release_lease(
         conn,

@@ -17,7 +17,7 @@ router = APIRouter(route_class=QueueRoute, tags=["leases"])
 
 
 async def _lease_once(
-    request: Request, settings: Settings, reviewer: str, batch_size: int
+    request: Request, settings: Settings, reviewer: str, batch_size: int, ledger_entity: str | None
 ) -> list[queue.Item]:
     # Not the Conn dependency (it holds one transaction for the whole request): each attempt is
     # its own short transaction, committed before the next wait, so a waiting request holds no
@@ -29,6 +29,7 @@ async def _lease_once(
             batch_size=batch_size,
             lease_duration=timedelta(milliseconds=settings.lock_timeout_ms),
             cap=settings.max_leases_per_reviewer,
+            ledger_entity=ledger_entity,
         )
 
 
@@ -46,7 +47,8 @@ async def lease(
     settings: SettingsDep,
     body: Annotated[LeaseIn | None, Body()] = None,
 ) -> LeaseOut:
-    """Lease up to `batch_size` pending items, oldest first; an empty list when none are pending.
+    """Lease up to `batch_size` pending items, earliest `due_at` first, then oldest; an empty list when
+    none are pending. With `ledger_entity`, only that entity's items.
 
     With `wait_s`, a call that finds nothing waits up to that many seconds and answers as soon as
     something can be leased (woken by PostgreSQL LISTEN/NOTIFY on enqueue, release and reclaim).
@@ -62,7 +64,9 @@ async def lease(
     try:
         while True:
             seen = signal.generation  # before the attempt: a wake-up during it is not lost
-            items = await _lease_once(request, settings, principal.subject, batch_size)
+            # Every attempt applies the entity filter: work of another entity wakes the wait, but
+            # is not handed out, and the wait goes on.
+            items = await _lease_once(request, settings, principal.subject, batch_size, body.ledger_entity)
             remaining = deadline - loop.time()
             if items or remaining <= 0:
                 break

@@ -27,11 +27,23 @@ class StatsOut(BaseModel):
     next_lease_expires_in_s: float | None = Field(
         description="Seconds until the soonest open lease expires (negative: lapsed, not yet reclaimed)."
     )
+    overdue: int = Field(description="Open (not RESOLVED) items past their due_at.")
+    oldest_overdue_s: float | None = Field(
+        description="Seconds the most overdue open item is past its due_at; null when none is overdue."
+    )
+    aging: dict[str, int] = Field(
+        description="Open items by age since enqueue: 0-1d, 1-3d, 3-7d, 7-30d, 30d+ (in that order)."
+    )
+    overdue_by_ledger_entity: dict[str, int] = Field(
+        description=f"Overdue open items per ledger entity: the {stats.OVERDUE_ENTITIES} with most, most"
+        " first."
+    )
 
 
 @router.get("/stats", operation_id="getStats", summary="Queue statistics")
 async def get_stats(conn: Conn, _: StatsReader, settings: SettingsDep) -> StatsOut:
-    """Queue depth, age, leases in flight and per reviewer (roles reviewer, auditor, admin)."""
+    """Queue depth, age, leases in flight and per reviewer, overdue and aging figures (roles reviewer,
+    auditor, admin)."""
     gauges = await stats.queue_gauges(conn, grace=timedelta(seconds=settings.reclaim_after_s))
     return StatsOut(
         counts={
@@ -48,6 +60,10 @@ async def get_stats(conn: Conn, _: StatsReader, settings: SettingsDep) -> StatsO
         reclaimable=gauges.reclaimable,
         open_leases_by_reviewer=await stats.open_leases_by_reviewer(conn),
         next_lease_expires_in_s=await stats.next_lease_expiry_in_s(conn),
+        overdue=gauges.overdue,
+        oldest_overdue_s=gauges.oldest_overdue_s,
+        aging=await stats.aging(conn),
+        overdue_by_ledger_entity=await stats.overdue_by_ledger_entity(conn),
     )
 
 

@@ -52,9 +52,10 @@ class TestEnqueue:
             "id", "idempotency_key", "ledger_entity", "variance_amount", "match_decision", "state",
             "leased_by", "leased_at", "lease_expires_at", "trace_id", "source_hash", "created_at",
             "resolution", "resolution_note", "resolved_by", "resolved_at", "attempts", "lease_token",
-            "context",
+            "context", "due_at",
         }  # fmt: skip
         assert (item["attempts"], item["lease_token"], item["context"]) == (0, None, None)
+        assert item["due_at"].endswith("+00:00")
         assert item["state"] == "PENDING"
         assert item["variance_amount"] == "12.50"
         assert item["trace_id"] == body["trace_id"]

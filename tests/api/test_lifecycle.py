@@ -165,7 +165,9 @@ class TestCap:
         self, db_url: str, make_token, sql: psycopg.Connection
     ) -> None:
         cap = 30
-        settings = make_settings(db_url, max_leases_per_reviewer=cap, pool_size=25)
+        # The 20 calls queue on one per-reviewer lock; on a loaded machine the 500 ms default
+        # lock_timeout turns the last of them into 503s, which is not what this test is about.
+        settings = make_settings(db_url, max_leases_per_reviewer=cap, pool_size=25, pg_lock_timeout_ms=60_000)
         sql.execute(
             """INSERT INTO review_queue_item (idempotency_key, ledger_entity, variance_amount, match_decision,
                source_hash) SELECT 'k' || i, 'E', 1, 'PARTIAL', 'h' FROM generate_series(1, 500) i"""

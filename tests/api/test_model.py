@@ -2,8 +2,9 @@
 
 All examples share one database and one in-process app; each example starts from an empty queue
 (the previous examples' items are retired, see ReviewQueueMachine.__init__). The rules enqueue
-(one by one and in batches, and again with the same or another payload), lease (three reviewers,
-the per-reviewer cap in play), renew, release and complete (by the last holder or anybody; with no
+(one by one and in batches, and again with the same or another payload; amounts in two SLA tiers,
+some with a due_at of their own), lease (three reviewers, the per-reviewer cap in play, any ledger
+entity or one), renew, release and complete (by the last holder or anybody; with no
 token, the current token, a stale token of an earlier lease, or another item's token), retry
 completions, backdate leases in SQL (within and past the reclaim grace; one lease, or all of a
 reviewer's), reclaim as admin (with and without a batch limit), and make calls that must be
@@ -33,6 +34,7 @@ import itertools
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any, ClassVar
 
 import httpx
@@ -95,6 +97,12 @@ REFUSED = (
     (f"/items/{UNKNOWN}/events", "alice", 404, "NOT_FOUND"),
 )
 
+# REVIEW_QUEUE_SLA_TIERS: an item of 1000 or more is due a day after enqueue, any other a week after.
+SLA_TIERS = "1000:24h,0:168h"
+# Some items name their due_at: one before every derived deadline, or one after all of them.
+EARLY, LATE = "2001-01-01T00:00:00+00:00", "2999-01-01T00:00:00+00:00"
+ENTITIES = ("ENTITY-0", "ENTITY-1", "ENTITY-2")
+
 MAX_EXAMPLES, STEPS = (400, 150) if LONG else (60, 100)
 
 # What the runs exercised, over all examples; printed at the end (pytest -s, and on failure) and per
@@ -109,6 +117,7 @@ KEY_MINIMUMS = {
     "reclaim took leases back": 0.2,
     "retry answered already_resolved": 0.2,
     "a batch completion resolved items": 0.2,
+    "lease of one ledger entity handed out items": 0.2,
 }
 KEY: Counter[str] = Counter()
 
@@ -130,7 +139,7 @@ KEYS = itertools.count(1)  # idempotency keys, unique across examples
 class Model:
     """What the queue must hold for one item."""
 
-    seq: int  # queue position: created_at order, kept across release and reclaim
+    seq: int  # created_at order
     payload: dict[str, Any]
     trace_id: str
     state: str = "PENDING"
@@ -146,6 +155,15 @@ class Model:
     note: str | None = None
     resolvers: list[str] = field(default_factory=list)  # every resolution, reopened ones too
     events: Counter[str] = field(default_factory=Counter)
+
+    @property
+    def place(self) -> tuple[int, int]:
+        """Queue position, kept across release, reclaim, requeue and reopen: due_at first (a named
+        EARLY one, then the 24 h tier, the 168 h tier, a named LATE one), then created_at."""
+        due = self.payload.get("due_at")
+        if due is not None:
+            return (0 if due == EARLY else 3), self.seq
+        return (1 if Decimal(self.payload["variance_amount"]) >= 1000 else 2), self.seq
 
 
 class ReviewQueueMachine(RuleBasedStateMachine):
@@ -171,6 +189,7 @@ class ReviewQueueMachine(RuleBasedStateMachine):
         self.since = self.sql.execute("SELECT clock_timestamp()").fetchone()[0]  # type: ignore[index]
         self.model: dict[str, Model] = {}
         self.seq = itertools.count()
+        self.payloads = itertools.count()
         self.expired_seq = itertools.count(1)
         self.all_tokens: set[str] = set()
         TALLY["examples"] += 1
@@ -186,13 +205,17 @@ class ReviewQueueMachine(RuleBasedStateMachine):
         return self.client.post(path, json=body, headers=self.headers(subject))
 
     def new_payload(self) -> dict[str, Any]:
-        n = next(KEYS)
+        # The key is unique across examples; everything that decides the queue order (amount,
+        # due_at, entity) counts within the example, so that a replayed example behaves the same.
+        n, k = next(KEYS), next(self.payloads)
+        due = {0: EARLY, 3: LATE}.get(k % 7)
         return {
             "idempotency_key": f"model-{n}",
-            "ledger_entity": f"ENTITY-{n % 3}",
-            "variance_amount": f"{n}.{n % 100:02d}",
-            "match_decision": ("MATCHED", "PARTIAL", "UNMATCHED")[n % 3],
+            "ledger_entity": ENTITIES[k % 3],
+            "variance_amount": f"{k * 337 % 2000}.{k % 100:02d}",  # both SLA tiers
+            "match_decision": ("MATCHED", "PARTIAL", "UNMATCHED")[k % 3],
             "source_hash": f"sha256:{n:08x}",
+            **({"due_at": due} if due else {}),
         }
 
     def created(self, item: dict[str, Any], payload: dict[str, Any]) -> str:
@@ -423,12 +446,14 @@ class ReviewQueueMachine(RuleBasedStateMachine):
         reviewer=st.sampled_from((*REVIEWERS, "least_busy", "least_busy")),
         batch_size=st.integers(1, 5),
         top_up=st.sampled_from([True, True, True, False]),
+        entity=st.sampled_from((None, None, None, *ENTITIES)),
     )
-    def lease(self, reviewer: str, batch_size: int, top_up: bool = False) -> Any:
+    def lease(self, reviewer: str, batch_size: int, top_up: bool = False, entity: str | None = None) -> Any:
         """Lease; with top_up the feeder first enqueues what the queue lacks for this batch. Swarm
         testing disables whole rules in an example (enqueue too), so without it most leases would
         find the queue empty; leases of an empty queue still come up (top_up False). "least_busy"
-        is whoever holds fewest, so that leases at the cap are common but not the rule."""
+        is whoever holds fewest, so that leases at the cap are common but not the rule. With an
+        entity, only that ledger entity's items are leased."""
         if reviewer == "least_busy":
             holding = Counter(m.leased_by for m in self.model.values() if m.state == "ASSIGNED")
             reviewer = min(REVIEWERS, key=lambda r: holding[r])
@@ -436,17 +461,27 @@ class ReviewQueueMachine(RuleBasedStateMachine):
         if top_up and pending_now < batch_size:
             self.enqueue(count=batch_size - pending_now, batch=True)
         held = sum(1 for m in self.model.values() if m.state == "ASSIGNED" and m.leased_by == reviewer)
-        pending = sorted((m.seq, i) for i, m in self.model.items() if m.state == "PENDING")
+        pending = sorted(
+            (m.place, i)
+            for i, m in self.model.items()
+            if m.state == "PENDING" and entity in (None, m.payload["ledger_entity"])
+        )
         expected = [i for _, i in pending[: max(0, min(batch_size, CAP - held))]]
-        response = self.post("/leases", reviewer, {"batch_size": batch_size})
+        body = {"batch_size": batch_size, **({"ledger_entity": entity} if entity else {})}
+        response = self.post("/leases", reviewer, body)
         assert response.status_code == 200, response.text
         got = response.json()["items"]
-        tally(f"lease: {'some' if got else 'none'}{' (at the cap)' if held == CAP else ''}")
+        tally(
+            f"lease{' of one entity' if entity else ''}: {'some' if got else 'none'}"
+            f"{' (at the cap)' if held == CAP else ''}"
+        )
         if got:
             key("lease handed out items")
+            if entity:
+                key("lease of one ledger entity handed out items")
         assert [i["id"] for i in got] == expected, (
-            f"{reviewer} holding {held} asked for {batch_size}: expected {expected} (oldest first, "
-            f"cap {CAP}), got {[i['id'] for i in got]}"
+            f"{reviewer} holding {held} asked for {batch_size} of {entity or 'any entity'}: expected"
+            f" {expected} (earliest due, then oldest first, cap {CAP}), got {[i['id'] for i in got]}"
         )
         for body in got:
             m = self.model[body["id"]]
@@ -635,13 +670,13 @@ class ReviewQueueMachine(RuleBasedStateMachine):
                 m.expiry, m.expired_seq = "past_grace", next(self.expired_seq)
 
     def first_in_line_once_released(self) -> list[str]:
-        """Open leases older than every PENDING item, with attempts left (not quarantined on release):
-        released, such an item is leased next."""
-        oldest_pending = min((m.seq for m in self.model.values() if m.state == "PENDING"), default=None)
+        """Open leases ahead of every PENDING item in the queue, with attempts left (not quarantined on
+        release): released, such an item is leased next."""
+        first_pending = min((m.place for m in self.model.values() if m.state == "PENDING"), default=None)
         return [
             i
             for i in self.assigned()
-            if (oldest_pending is None or self.model[i].seq < oldest_pending)
+            if (first_pending is None or self.model[i].place < first_pending)
             and self.model[i].attempts < MAX_ATTEMPTS
         ]
 
@@ -799,6 +834,7 @@ def test_api_behaves_like_the_model(db_url: str, make_token: Callable[[str, str]
         max_attempts=MAX_ATTEMPTS,
         lock_timeout_ms=LEASE_S * 1000,
         reclaim_after_s=GRACE_S,
+        sla_tiers=SLA_TIERS,
     )
     TALLY.clear()
     KEY.clear()

@@ -1,7 +1,9 @@
 """The hot statements' plans: an index regression fails here instead of in production.
 
-With resolved history and open leases in the table, the lease must read the PENDING index,
-reclaim the expiry index, and nothing may scan the whole table.
+With resolved history and open leases in the table, the lease must read the PENDING index in lease
+order (due_at, created_at), the lease of one ledger entity that entity's PENDING index, reclaim the
+expiry index, the overdue and aging figures the index of open items, and nothing may scan the whole
+table.
 """
 
 import json
@@ -21,7 +23,7 @@ def busy_table(sql: psycopg.Connection) -> psycopg.Connection:
         """INSERT INTO review_queue_item (idempotency_key, ledger_entity, variance_amount, match_decision,
                source_hash, state, leased_by, leased_at, lease_expires_at, resolution, resolved_by,
                resolved_at, created_at)
-           SELECT 'k' || i, 'E', 1, 'PARTIAL', 'h',
+           SELECT 'k' || i, 'E' || (i % 50), 1, 'PARTIAL', 'h',
                   CASE WHEN i <= 50000 THEN 'RESOLVED' WHEN i <= 53000 THEN 'ASSIGNED' ELSE 'PENDING' END,
                   CASE WHEN i <= 53000 THEN 'r' || (i % 40) END,
                   CASE WHEN i <= 53000 THEN now() END,
@@ -31,6 +33,11 @@ def busy_table(sql: psycopg.Connection) -> psycopg.Connection:
                   CASE WHEN i <= 50000 THEN now() END,
                   now() - interval '1 day' + i * interval '1 millisecond'
            FROM generate_series(1, 55000) i"""
+    )
+    # Deadlines spread around now: some open items overdue, most not.
+    sql.execute(
+        "UPDATE review_queue_item"
+        " SET due_at = created_at + (hashtext(idempotency_key) % 48) * interval '1 hour'"
     )
     sql.execute("VACUUM ANALYZE review_queue_item")
     return sql
@@ -58,16 +65,32 @@ def assert_no_table_scan(found: set[tuple[str, str]]) -> None:
     assert ("Seq Scan", "review_queue_item") not in found, f"full scan of the queue table: {found}"
 
 
-def test_lease_reads_the_pending_index(busy_table: psycopg.Connection) -> None:
-    found = scans(
-        plan(
-            busy_table,
-            queue._LEASE,
-            {"actor": "r1", "batch_size": 20, "cap": 200, "lease_duration": timedelta(seconds=30)},
-        )
-    )
-    assert any(name == "ix_review_queue_item_pending" for _, name in found), found
+# The partial indexes of PENDING rows: whichever the planner takes, it reads no other rows.
+PENDING_INDEXES = {"ix_review_queue_item_pending_due", "ix_review_queue_item_pending_entity_due"}
+LEASE_PARAMS = {"actor": "r1", "batch_size": 20, "cap": 200, "lease_duration": timedelta(seconds=30)}
+
+
+def lease_order_scan(node: dict[str, Any], index: str) -> None:
+    """The candidates come straight off `index` in lease order: an index scan under the LIMIT,
+    no sort of all pending rows."""
+    found = [n for n in nodes(node) if n.get("Index Name") == index]
+    assert found and found[0]["Node Type"] == "Index Scan", found
+    assert not any(n["Node Type"] in ("Sort", "Incremental Sort") for n in nodes(node)), node
+
+
+def test_lease_reads_the_pending_index_in_due_order(busy_table: psycopg.Connection) -> None:
+    tree = plan(busy_table, queue._LEASE, LEASE_PARAMS)
+    found = scans(tree)
+    lease_order_scan(tree, "ix_review_queue_item_pending_due")
     assert any(name == "ix_review_queue_item_assigned_by_reviewer" for _, name in found), found  # the cap
+    assert_no_table_scan(found)
+
+
+def test_lease_of_one_entity_reads_its_own_index(busy_table: psycopg.Connection) -> None:
+    tree = plan(busy_table, queue._LEASE_ENTITY, {**LEASE_PARAMS, "entity": "E7"})
+    found = scans(tree)
+    lease_order_scan(tree, "ix_review_queue_item_pending_entity_due")
+    assert "ix_review_queue_item_pending_due" not in {name for _, name in found}, found
     assert_no_table_scan(found)
 
 
@@ -95,9 +118,19 @@ def test_holder_statements_read_by_primary_key(busy_table: psycopg.Connection) -
 def test_stats_gauges_never_scan_the_table(busy_table: psycopg.Connection) -> None:
     found = scans(plan(busy_table, stats._GAUGES, {"grace": timedelta(seconds=45)}))
     assert_no_table_scan(found)
-    assert {name for _, name in found} <= {
-        "ix_review_queue_item_pending",
+    assert {name for _, name in found if name} <= PENDING_INDEXES | {
         "ix_review_queue_item_lease_expiry",
         "ix_review_queue_item_assigned_by_reviewer",
         "ix_review_queue_item_quarantined",
+        "ix_review_queue_item_open_due",
     }, found
+    assert any(name == "ix_review_queue_item_open_due" for _, name in found), found  # the overdue gauges
+
+
+@pytest.mark.parametrize("statement", ["_AGING", "_OVERDUE_BY_ENTITY"])
+def test_aging_and_overdue_read_the_open_items_only(busy_table: psycopg.Connection, statement: str) -> None:
+    found = scans(plan(busy_table, getattr(stats, statement), {}))
+    assert_no_table_scan(found)
+    indexes = {name for _, name in found if name.startswith("ix_")}
+    assert "ix_review_queue_item_open_due" in indexes, found
+    assert indexes <= PENDING_INDEXES | {"ix_review_queue_item_open_due"}, found

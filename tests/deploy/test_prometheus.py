@@ -23,7 +23,7 @@ ALERTS = DEPLOY / "prometheus" / "alerts.yml"
 ALERT_TESTS = DEPLOY / "prometheus" / "alerts.test.yml"
 DASHBOARD = DEPLOY / "grafana" / "review-queue.json"
 
-# One rule per row of the README's alert table, plus the quarantine of issue 10.
+# One rule per row of the README's alert table, plus the quarantine of issue 10 and the SLA of issue 12.
 EXPECTED_ALERTS = {
     "ReviewQueueLeaseLeak",
     "ReviewQueueExpiredLeasesNotReclaimed",
@@ -31,6 +31,7 @@ EXPECTED_ALERTS = {
     "ReviewQueueOldestPendingTooOld",
     "ReviewQueueUnavailable",
     "ReviewQueueItemsQuarantined",
+    "ReviewQueueSlaBreached",
 }
 # Metrics a rule or panel may use before the service exposes them (none now). Listed only while
 # absent: the test fails once one appears, so the list cannot go stale.
@@ -99,6 +100,7 @@ def test_dashboard_has_the_operators_panels() -> None:
         "review_queue_oldest_pending_age_seconds",
         "review_queue_http_request_duration_seconds_bucket",  # latency
         "review_queue_database_unavailable_total",  # 503s
+        "review_queue_overdue_items",  # the SLA
     ):
         assert metric in text, f"no panel queries {metric}"
 

@@ -354,6 +354,8 @@ def test_admin_sees_stats_reclaims_and_looks_up_an_audit_trail(
         expect(region.get_by_role("table", name="Items by state")).to_contain_text("ASSIGNED2")
         expect(region.get_by_role("table", name="Open leases per reviewer")).to_contain_text("bob2")
         expect(region).to_contain_text("Oldest pending:")
+        expect(region).to_contain_text("Overdue: 0")
+        expect(region.get_by_role("table", name="Open items by age")).to_contain_text("0-1d3")
         shot(page, "desk-admin")
         region.get_by_role("button", name="Reclaim now").click()
         expect(region).to_contain_text("Reclaimed 1 expired lease.")
@@ -367,6 +369,39 @@ def test_admin_sees_stats_reclaims_and_looks_up_an_audit_trail(
         region.get_by_label("Item id or idempotency key").fill(items[1]["id"])
         region.get_by_role("button", name="Look up").click()
         expect(trail).to_contain_text("LEASED by bob")
+
+
+def test_the_due_time_is_shown_and_overdue_items_are_marked_in_words(
+    db_url: str, make_token: Tokens, sql: psycopg.Connection, contexts: Callable[[], BrowserContext]
+) -> None:
+    token, admin = make_token("alice", "reviewer"), make_token("ada", "admin")
+    with desk(db_url) as base:
+        enqueue(base, admin, ledger_entity="ON-TIME", due_at="2999-01-01T00:00:00Z")
+        enqueue(base, admin, ledger_entity="LATE-CO", due_at="2020-01-01T00:00:00Z")
+        page = contexts().new_page()
+        sign_in(page, base, token)
+        page.keyboard.press("n")
+        region = current(page)
+        expect(region).to_contain_text("LATE-CO")  # earliest due first
+        due = region.get_by_test_id("due")
+        expect(due).to_contain_text("Overdue")
+        expect(due).to_contain_text("was due")
+        assert "overdue" in (due.get_attribute("class") or "")
+        shot(page, "desk-overdue")
+        page.get_by_role("button", name="Resolve").click()
+        expect(region).to_contain_text("ON-TIME")
+        expect(due).to_contain_text("(in ")
+        expect(due).not_to_contain_text("Overdue")
+        assert "overdue" not in (due.get_attribute("class") or "")
+        page.get_by_role("button", name="Sign out").click()
+
+        sign_in(page, base, admin)
+        stats = page.get_by_role("region", name="Admin")
+        expect(stats).to_contain_text("Overdue: 0")  # the late item was resolved
+        sql.execute("UPDATE review_queue_item SET due_at = now() - interval '2 hours'")
+        stats.get_by_role("button", name="Refresh").click()
+        expect(stats).to_contain_text("Overdue: 1 (the most overdue by 2 h")
+        expect(stats.get_by_role("table", name="Overdue items per ledger entity")).to_contain_text("ON-TIME1")
 
 
 XSS = '<img src=x onerror="window.__pwned=1">'
