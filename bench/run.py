@@ -443,7 +443,7 @@ def api_run(
 ) -> tuple[dict[str, Any], str]:
     """One HTTP run on a fresh database: `clients` clients drain `items` items. (results, its URL)"""
     url = fresh_database(server_url, name)
-    run_sql(url, SEED_PENDING, {"prefix": "api-", "count": items}, vacuum=True)
+    run_sql(url, SEED_PENDING, {"prefix": "api-", "entity": "ACME-CORP", "count": items}, vacuum=True)
     tokens = create_tokens(url, clients)
     server = start_server(url, workers, port, sealer=sealer)
     try:
