@@ -32,20 +32,25 @@ from sqlalchemy import (
     case,
     cast,
     exists,
+    false,
     func,
     literal_column,
     null,
     or_,
     select,
+    true,
     tuple_,
 )
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB, insert
 from sqlalchemy.dialects.postgresql import UUID as PG_UUID
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.sql import visitors
+from sqlalchemy.sql.elements import BindParameter
 from sqlalchemy.sql.selectable import CTE
 
 from db import telemetry
+from db.engine import OneRoundTrip, Record
 from db.errors import DatabaseUnavailable, is_lock_timeout
 from db.notify import notify_work
 from db.tables import DEFAULT_MAX_ATTEMPTS, api_token
@@ -94,7 +99,7 @@ _ITEM_FIELDS = [f.name for f in dataclasses.fields(Item)]
 _ITEM_COLUMNS = [item.c[name] for name in _ITEM_FIELDS]
 
 
-def _item(row: Row[Any]) -> Item:
+def _item(row: Row[Any] | Record) -> Item:
     return Item(**{name: row._mapping[name] for name in _ITEM_FIELDS})
 
 
@@ -991,6 +996,62 @@ CompleteOutcome = Literal[
     "resolved", "already_resolved", "resolution_conflict", "lease_not_held", "source_changed", "not_found"
 ]
 
+# Batch completion runs _COMPLETE above, the single-item statement exactly as written, once per
+# entry of a batch: its per-entry bind parameters become the columns of an `entries` CTE (an
+# unnest of arrays), so the guards, values and event of every completion are those of _COMPLETE,
+# and a change to them applies to POST /items/{id}/complete and POST /items/complete alike.
+# Both routes run this one statement (the single route is a batch of one).
+_entries = (
+    select(
+        func.unnest(
+            bindparam("item_ids", type_=ARRAY(PG_UUID(as_uuid=True))),
+            bindparam("resolutions", type_=ARRAY(Text)),
+            bindparam("notes", type_=ARRAY(Text)),
+            bindparam("fence_nonces", type_=ARRAY(PG_UUID(as_uuid=True))),
+            bindparam("expected_source_hashes", type_=ARRAY(Text)),
+        )
+        .table_valued("item_id", "resolution", "note", "fence_nonce", "expected_source_hash")
+        .render_derived()
+    )
+).cte("entries")
+_PER_ENTRY = {
+    name: _entries.c[name]
+    for name in ("item_id", "resolution", "note", "fence_nonce", "expected_source_hash")
+}
+
+
+def _per_entry(element: Any, **_: Any) -> Any:
+    if isinstance(element, BindParameter) and element.key in _PER_ENTRY:
+        return _PER_ENTRY[element.key]
+    return None
+
+
+_completed = visitors.replacement_traverse(_COMPLETE, {}, _per_entry).cte("completed")
+# The entries the completion refused, read again FOR SHARE: in READ COMMITTED that waits for a
+# transaction changing the row and then returns its newest version (a snapshot read would show a
+# completion this one queued behind as still ASSIGNED), and it tells the caller why nothing changed.
+_refused = (
+    select(*_ITEM_COLUMNS)
+    .where(
+        item.c.id == func.any(bindparam("item_ids", type_=ARRAY(PG_UUID(as_uuid=True)))),
+        item.c.id.not_in(select(_completed.c.id)),
+    )
+    .with_for_update(read=True)
+    .cte("refused")
+)
+_COMPLETE_ITEMS = select(true().label("done"), *[_completed.c[n] for n in _ITEM_FIELDS]).union_all(
+    select(false().label("done"), *[_refused.c[n] for n in _ITEM_FIELDS])
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    item_id: UUID
+    resolution: str
+    note: str | None = None
+    lease_nonce: UUID | None = None
+    source_hash: str | None = None  # the figures the caller decided on, when it says
+
 
 # api.schemas.NO_LEASE: the nonce a token that cannot be one of the item's leases stands for.
 NO_LEASE = UUID(int=0)
@@ -1009,8 +1070,64 @@ def source_changed(current: Item, reviewer: str, lease_nonce: UUID | None, sourc
     return lease_nonce != current.lease_nonce if lease_nonce is not None else source_hash is None
 
 
+def _refusal(current: Item, reviewer: str, completion: Completion) -> CompleteOutcome:
+    """Why a completion changed nothing: the figures changed under the holder's lease
+    (SOURCE_CHANGED), a retry of the holder's own completion, or else LEASE_NOT_HELD."""
+    if source_changed(current, reviewer, completion.lease_nonce, completion.source_hash):
+        return "source_changed"
+    retry = current.state == "RESOLVED" and current.resolved_by == reviewer
+    if (
+        retry
+        and completion.lease_nonce in (None, current.lease_nonce)
+        and completion.source_hash in (None, current.source_hash)
+    ):
+        return "already_resolved" if current.resolution == completion.resolution else "resolution_conflict"
+    return "lease_not_held"
+
+
+async def complete_items(
+    conn: AsyncConnection | OneRoundTrip, *, completions: Sequence[Completion], reviewer: str
+) -> list[tuple[CompleteOutcome, Item | None]]:
+    """Resolve the items in one statement; answer per input, in input order. An id given more than
+    once is applied from its first entry; its later entries answer as a retry of it would."""
+    first: dict[UUID, Completion] = {}
+    for completion in completions:
+        first.setdefault(completion.item_id, completion)
+    params = {
+        "item_ids": list(first),
+        "resolutions": [c.resolution for c in first.values()],
+        "notes": [c.note for c in first.values()],
+        "fence_nonces": [c.lease_nonce for c in first.values()],
+        "expected_source_hashes": [c.source_hash for c in first.values()],
+        "actor": reviewer,
+    }
+    result = await conn.execute(_COMPLETE_ITEMS, params)
+    rows = {row.id: (row.done, _item(row)) for row in result}
+    results: list[tuple[CompleteOutcome, Item | None]] = []
+    for completion in completions:
+        done, current = rows.get(completion.item_id, (False, None))
+        if current is None:
+            results.append(("not_found", None))
+            continue
+        if done and completion is first[completion.item_id]:
+            telemetry.resolved(
+                current,
+                reviewer,
+                idempotency_key=current.idempotency_key,
+                resolution=completion.resolution,
+                resolved_at=current.resolved_at.isoformat() if current.resolved_at else None,
+            )
+            results.append(("resolved", current))
+            continue
+        # Nothing changed; the row only tells the caller why.
+        outcome = _refusal(current, reviewer, completion)
+        telemetry.completion_noop(current, reviewer, outcome)
+        results.append((outcome, current))
+    return results
+
+
 async def complete_item(
-    conn: AsyncConnection,
+    conn: AsyncConnection | OneRoundTrip,
     *,
     item_id: UUID,
     reviewer: str,
@@ -1019,35 +1136,10 @@ async def complete_item(
     lease_nonce: UUID | None = None,
     source_hash: str | None = None,
 ) -> tuple[CompleteOutcome, Item | None]:
-    params = {
-        "item_id": item_id,
-        "actor": reviewer,
-        "resolution": resolution,
-        "note": note,
-        "fence_nonce": lease_nonce,
-        "expected_source_hash": source_hash,
-    }
-    outcome, current = await _holder_change(conn, _COMPLETE, params)
-    if outcome == "done" and current is not None:
-        telemetry.resolved(
-            current,
-            reviewer,
-            idempotency_key=current.idempotency_key,
-            resolution=resolution,
-            resolved_at=current.resolved_at.isoformat() if current.resolved_at else None,
-        )
-        return "resolved", current
-    if current is None:
-        return "not_found", None
-    # Nothing changed; the row only tells the caller why.
-    result: CompleteOutcome = "lease_not_held"
-    retry = current.state == "RESOLVED" and current.resolved_by == reviewer
-    if source_changed(current, reviewer, lease_nonce, source_hash):
-        result = "source_changed"
-    elif retry and lease_nonce in (None, current.lease_nonce) and source_hash in (None, current.source_hash):
-        result = "already_resolved" if current.resolution == resolution else "resolution_conflict"
-    telemetry.completion_noop(current, reviewer, result)
-    return result, current
+    (result,) = await complete_items(
+        conn, completions=[Completion(item_id, resolution, note, lease_nonce, source_hash)], reviewer=reviewer
+    )
+    return result
 
 
 # --- reclaim ----------------------------------------------------------------------------

@@ -122,14 +122,20 @@ def _released(out: str, seen: dict[str, Any]) -> None:
     assert (item["idempotency_key"], item["state"], item["leased_by"]) == ("b-1", "PENDING", None), item
 
 
+def _batch_completed(out: str, seen: dict[str, Any]) -> None:
+    resolved, unknown = _json(out)["results"]
+    assert (resolved["outcome"], resolved["item"]["idempotency_key"]) == ("resolved", "b-1"), resolved
+    assert (unknown["outcome"], unknown["problem"]["code"], unknown["item"]) == ("refused", "NOT_FOUND", None)
+
+
 def _due_soon(out: str, seen: dict[str, Any]) -> None:
     assert [i["idempotency_key"] for i in _json(out)["items"]] == ["b-1"], out
 
 
 def _stats(out: str, seen: dict[str, Any]) -> None:
     stats = _json(out)
-    assert stats["counts"] == {"PENDING": 1, "ASSIGNED": 0, "QUARANTINED": 0, "RESOLVED": 1}, out
-    assert (stats["overdue"], stats["aging"]["0-1d"]) == (0, 1), out
+    assert stats["counts"] == {"PENDING": 0, "ASSIGNED": 0, "QUARANTINED": 0, "RESOLVED": 2}, out
+    assert (stats["overdue"], stats["aging"]["0-1d"]) == (0, 0), out
 
 
 def _reclaimed_nothing(out: str, seen: dict[str, Any]) -> None:
@@ -154,6 +160,8 @@ EXPECTED: list[tuple[str, Check]] = [
     ("ID=$(curl -s -X POST localhost:8000/leases", _nothing),
     ("/items/$ID/release", _released),
     ("due_before=", _due_soon),
+    ("ID=$(curl -s -X POST localhost:8000/leases", _nothing),
+    ("localhost:8000/items/complete ", _batch_completed),
     ("localhost:8000/stats", _stats),
     ("/admin/reclaim", _reclaimed_nothing),
 ]

@@ -6,15 +6,18 @@ from uuid import UUID
 
 from fastapi import APIRouter, Body, Path, Query, Response, status
 
-from api.deps import Admin, AfterCommit, AnyRole, Conn, Ingest, Reviewer, SettingsDep
+from api.deps import Admin, AfterCommit, AnyRole, Conn, Ingest, OneStatement, Reviewer, SettingsDep
 from api.errors import ProblemError, problem_body, problem_responses
 from api.routing import QueueRoute
 from api.schemas import (
     BatchIn,
     BatchOut,
     BatchResult,
+    CompleteBatchIn,
+    CompleteBatchOut,
     CompleteIn,
     CompleteOut,
+    CompleteResult,
     EventOut,
     EventQuery,
     EventsOut,
@@ -281,13 +284,34 @@ async def reopen(item_id: ItemId, body: ReopenIn, principal: Admin, conn: Conn) 
     return _moved_by_admin(outcome, item, item_id, principal, needs="RESOLVED")
 
 
+def _completion_problem(
+    outcome: queue.CompleteOutcome,
+    item: queue.Item | None,
+    item_id: UUID,
+    resolution: str,
+    principal: Principal,
+) -> ProblemError | None:
+    """The problem a completion answers, or None when it succeeded: one rule for both routes."""
+    if outcome == "not_found" or item is None:
+        return ProblemError("NOT_FOUND", f"no item {item_id}")
+    if outcome == "source_changed":
+        return source_changed(item, principal)
+    if outcome == "resolution_conflict":
+        return ProblemError(
+            "RESOLUTION_CONFLICT", f"you already resolved this item as {item.resolution}, not {resolution}"
+        )
+    if outcome == "lease_not_held":
+        return ProblemError("LEASE_NOT_HELD", f"you do not hold the current lease on item {item_id}")
+    return None
+
+
 @router.post(
     "/items/{item_id}/complete",
     operation_id="completeItem",
     summary="Resolve an item you hold",
     responses=problem_responses("NOT_FOUND", "LEASE_NOT_HELD", "RESOLUTION_CONFLICT", "SOURCE_CHANGED"),
 )
-async def complete(item_id: ItemId, body: CompleteIn, conn: Conn, principal: Reviewer) -> CompleteOut:
+async def complete(item_id: ItemId, body: CompleteIn, conn: OneStatement, principal: Reviewer) -> CompleteOut:
     """Resolve an item you hold. A retry with the same resolution answers `already_resolved`.
     Refused with SOURCE_CHANGED (the current item and a new lease_token in the answer) when the
     figures changed under your lease and this call does not show you saw the new ones."""
@@ -300,18 +324,33 @@ async def complete(item_id: ItemId, body: CompleteIn, conn: Conn, principal: Rev
         lease_nonce=_nonce(item_id, body.lease_token),
         source_hash=body.source_hash,
     )
-    if outcome == "source_changed" and item is not None:
-        raise source_changed(item, principal)
-    if outcome == "not_found" or item is None:
-        raise ProblemError("NOT_FOUND", f"no item {item_id}")
-    if outcome == "resolution_conflict":
-        raise ProblemError(
-            "RESOLUTION_CONFLICT",
-            f"you already resolved this item as {item.resolution}, not {body.resolution}",
-        )
-    if outcome == "lease_not_held":
-        raise ProblemError("LEASE_NOT_HELD", f"you do not hold the current lease on item {item_id}")
+    problem = _completion_problem(outcome, item, item_id, body.resolution, principal)
+    if problem is not None:
+        raise problem
+    assert item is not None and outcome in ("resolved", "already_resolved")
     return CompleteOut(outcome=outcome, item=ItemOut.of(item, principal.subject))
+
+
+@router.post("/items/complete", operation_id="completeItems", summary="Resolve items you hold, in one call")
+async def complete_batch(body: CompleteBatchIn, conn: OneStatement, principal: Reviewer) -> CompleteBatchOut:
+    """Resolve up to 200 items you hold in one transaction and one statement. Each entry gets
+    exactly the answer POST /items/{id}/complete would give it, in request order; a refused entry
+    changes nothing and never undoes the others."""
+    completions = [
+        queue.Completion(e.id, e.resolution, e.note, _nonce(e.id, e.lease_token), e.source_hash)
+        for e in body.items
+    ]
+    results = await queue.complete_items(conn, completions=completions, reviewer=principal.subject)
+    out = []
+    for (outcome, item), entry in zip(results, body.items, strict=True):
+        problem = _completion_problem(outcome, item, entry.id, entry.resolution, principal)
+        if problem is not None:
+            body_ = problem_body(problem.code, problem.detail, **problem.extra)
+            out.append(CompleteResult(id=entry.id, outcome="refused", problem=Problem(**body_)))
+        else:
+            assert item is not None and outcome in ("resolved", "already_resolved")
+            out.append(CompleteResult(id=entry.id, outcome=outcome, item=ItemOut.of(item, principal.subject)))
+    return CompleteBatchOut(results=out)
 
 
 @router.post(
