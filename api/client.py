@@ -7,6 +7,11 @@
 `renew` while the handler runs, complete with the handler's resolution (fenced by the
 item's `lease_token`), release on handler error, long-poll for work (`wait_s`), stop cleanly on
 SIGINT/SIGTERM or `stop()`. Errors are typed exceptions carrying the problem `code`.
+
+`work(..., batch_complete=True)` sends the handler's results through POST /items/complete
+instead, one request per flush: when the leased batch is done, when a renew of the batch falls
+due, and on stop. A crash loses nothing: an unflushed item is still leased (and renewed until
+flushed), so it is reclaimed and handled again.
 """
 
 import asyncio
@@ -16,7 +21,7 @@ import random
 import signal
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
@@ -27,8 +32,11 @@ from uuid import UUID
 import httpx
 
 from api.schemas import (
+    MAX_COMPLETE_ITEMS,
     ApproveOut,
+    CompleteBatchOut,
     CompleteOut,
+    CompleteResult,
     EventOut,
     ItemOut,
     ReleasedOut,
@@ -135,6 +143,47 @@ class WorkStats:
 # A handler decides again on new figures this many times for one item; an item whose source keeps
 # changing faster than that is handed back.
 MAX_REDECISIONS = 3
+
+
+@dataclass(frozen=True)
+class Completion:
+    """One entry of `complete_many`."""
+
+    item_id: UUID
+    resolution: str
+    note: str | None = None
+    lease_token: str | None = None
+    source_hash: str | None = None  # the figures decided on: a revision since is SOURCE_CHANGED
+
+
+def _problem_error(status: int, problem: dict[str, Any]) -> ReviewQueueError:
+    code, detail = str(problem.get("code", f"HTTP_{status}")), str(problem.get("detail", ""))
+    return _BY_CODE.get(code, ReviewQueueError)(status, code, detail, problem)
+
+
+def _tally(results: list[CompleteResult], stats: "WorkStats") -> list[ItemOut]:
+    """Count a flush like the single completions it replaces: a lease lost meanwhile is `lost`;
+    any other refusal is raised, as `complete` would raise it. Returns the items whose figures
+    changed before the flush (SOURCE_CHANGED): still held, under the new lease in the problem."""
+    refused, changed = None, []
+    for result in results:
+        if result.outcome != "refused":
+            stats.resolved += 1
+        elif result.problem is not None and result.problem.code == "LEASE_NOT_HELD":
+            stats.lost += 1
+        elif result.problem is not None and result.problem.code == "SOURCE_CHANGED":
+            stats.revised += 1
+            changed.append(ItemOut.model_validate(result.problem.model_dump()["item"]))
+        elif result.problem is not None:
+            refused = refused or _problem_error(result.problem.status, result.problem.model_dump())
+    if refused is not None:
+        raise refused
+    return changed
+
+
+# A decision queued for a batch was made on figures that have changed since: hand the item back (in
+# its place) so it is decided again on the new ones, by this worker or another.
+_CHANGED_BEFORE_FLUSH = "the figures changed before the batch was sent"
 
 
 def _raise_for_problem(response: httpx.Response) -> None:
@@ -250,6 +299,24 @@ class _Calls:
             "source_hash": source_hash,
         }
         return "POST", f"/items/{item_id}/complete", {k: v for k, v in body.items() if v is not None}
+
+    @staticmethod
+    def complete_many(completions: Sequence[Completion]) -> tuple[str, str, dict[str, Any] | None]:
+        entries = [
+            {
+                "id": str(c.item_id),
+                "resolution": c.resolution,
+                "note": c.note,
+                "lease_token": c.lease_token,
+                "source_hash": c.source_hash,
+            }
+            for c in completions
+        ]
+        return (
+            "POST",
+            "/items/complete",
+            {"items": [{k: v for k, v in e.items() if v is not None} for e in entries]},
+        )
 
     @staticmethod
     def renew(item_id: UUID, lease_token: str | None) -> tuple[str, str, dict[str, Any] | None]:
@@ -380,6 +447,24 @@ class ReviewQueueClient:
             self._call(*_Calls.complete(item_id, resolution, note, lease_token, source_hash))
         )
 
+    def complete_many(self, completions: Sequence[Completion]) -> list[CompleteResult]:
+        """Up to 200 completions in one request and one transaction; one result per entry, in order
+        (a refused entry has `outcome` "refused" and the `problem` the single route would answer)."""
+        return CompleteBatchOut.model_validate(self._call(*_Calls.complete_many(completions))).results
+
+    def _flush(
+        self, done: list[tuple[ItemOut, Completion]], held: dict[UUID, ItemOut], stats: WorkStats
+    ) -> None:
+        while done:
+            chunk, done[:] = done[:MAX_COMPLETE_ITEMS], done[MAX_COMPLETE_ITEMS:]
+            results = self.complete_many([c for _, c in chunk])
+            for item, _ in chunk:
+                held.pop(item.id, None)
+            for changed in _tally(results, stats):
+                with contextlib.suppress(LeaseNotHeld):
+                    self.release(changed.id, reason=_CHANGED_BEFORE_FLUSH, lease_token=changed.lease_token)
+                    stats.released += 1
+
     def renew(self, item_id: UUID, *, lease_token: str | None = None) -> ItemOut:
         return ItemOut.model_validate(self._call(*_Calls.renew(item_id, lease_token)))
 
@@ -480,7 +565,11 @@ class ReviewQueueClient:
             thread.join()
 
     def _process(
-        self, item: ItemOut, handler: Callable[[ItemOut], HandlerResult], stats: WorkStats
+        self,
+        item: ItemOut,
+        handler: Callable[[ItemOut], HandlerResult],
+        stats: WorkStats,
+        done: list[tuple[ItemOut, Completion]] | None = None,
     ) -> _Failed | None:
         for _ in range(MAX_REDECISIONS + 1):
             try:
@@ -488,6 +577,9 @@ class ReviewQueueClient:
             except Exception as error:
                 log.exception("handler_failed", extra={"item_id": str(item.id)})
                 return _Failed(item, f"handler error: {error!r}"[:500])
+            if done is not None:  # batch mode: completed at the next flush
+                done.append((item, Completion(item.id, resolution, note, item.lease_token, item.source_hash)))
+                return None
             try:
                 self.complete(item.id, resolution, note=note, lease_token=item.lease_token)
                 stats.resolved += 1
@@ -519,13 +611,15 @@ class ReviewQueueClient:
         wait_s: int = 5,
         renew_every_s: float | None = None,
         handle_signals: bool = True,
+        batch_complete: bool = False,
         ledger_entity: str | None = None,
     ) -> WorkStats:
         """Lease (of ledger_entity only, when given) and adjudicate until `stop()` or SIGINT/SIGTERM;
         returns what happened.
 
         An empty queue is waited on by the server (`wait_s`, long poll), not by sleeping here;
-        `stop()` takes effect when the current wait ends, within wait_s."""
+        `stop()` takes effect when the current wait ends, within wait_s. With `batch_complete`,
+        results go through POST /items/complete (see the module's docstring)."""
         stats = WorkStats()
         self._stop.clear()
         restore = self._install_signals() if handle_signals else {}
@@ -539,9 +633,14 @@ class ReviewQueueClient:
                 if not batch:
                     continue
                 held, lost = {i.id: i for i in batch}, set[UUID]()
-                with self._heartbeat(held, lost, _renew_interval(batch[0], renew_every_s)):
+                every_s = _renew_interval(batch[0], renew_every_s)
+                done: list[tuple[ItemOut, Completion]] | None = [] if batch_complete else None
+                flush_by = time.monotonic() + every_s
+                with self._heartbeat(held, lost, every_s):
                     for position, item in enumerate(batch):
                         if self._stop.is_set():
+                            if done:
+                                self._flush(done, held, stats)
                             self._release_all(
                                 [_Failed(i, "worker stopping") for i in batch[position:]], stats
                             )
@@ -550,9 +649,15 @@ class ReviewQueueClient:
                             stats.lost += 1
                             continue
                         item = held.get(item.id, item)  # the heartbeat's, if the figures changed
-                        if (failure := self._process(item, handler, stats)) is not None:
+                        if (failure := self._process(item, handler, stats, done)) is not None:
                             failed.append(failure)
-                        held.pop(item.id, None)
+                        if done is None or failure is not None:
+                            held.pop(item.id, None)
+                        elif time.monotonic() >= flush_by:  # a renew falls due: complete instead
+                            self._flush(done, held, stats)
+                            flush_by = time.monotonic() + every_s
+                    if done:
+                        self._flush(done, held, stats)
                 failures = failures + 1 if failed else 0
                 if failed:
                     self._stop.wait(_failure_backoff(failures))
@@ -637,6 +742,25 @@ class AsyncReviewQueueClient:
             await self._call(*_Calls.complete(item_id, resolution, note, lease_token, source_hash))
         )
 
+    async def complete_many(self, completions: Sequence[Completion]) -> list[CompleteResult]:
+        """Up to 200 completions in one request (see the sync client)."""
+        return CompleteBatchOut.model_validate(await self._call(*_Calls.complete_many(completions))).results
+
+    async def _flush(
+        self, done: list[tuple[ItemOut, Completion]], held: dict[UUID, ItemOut], stats: WorkStats
+    ) -> None:
+        while done:
+            chunk, done[:] = done[:MAX_COMPLETE_ITEMS], done[MAX_COMPLETE_ITEMS:]
+            results = await self.complete_many([c for _, c in chunk])
+            for item, _ in chunk:
+                held.pop(item.id, None)
+            for changed in _tally(results, stats):
+                with contextlib.suppress(LeaseNotHeld):
+                    await self.release(
+                        changed.id, reason=_CHANGED_BEFORE_FLUSH, lease_token=changed.lease_token
+                    )
+                    stats.released += 1
+
     async def renew(self, item_id: UUID, *, lease_token: str | None = None) -> ItemOut:
         return ItemOut.model_validate(await self._call(*_Calls.renew(item_id, lease_token)))
 
@@ -716,7 +840,11 @@ class AsyncReviewQueueClient:
                     log.warning("renew_failed", extra={"item_id": str(item.id), "error": str(error)})
 
     async def _process(
-        self, item: ItemOut, handler: Callable[[ItemOut], Awaitable[HandlerResult]], stats: WorkStats
+        self,
+        item: ItemOut,
+        handler: Callable[[ItemOut], Awaitable[HandlerResult]],
+        stats: WorkStats,
+        done: list[tuple[ItemOut, Completion]] | None = None,
     ) -> _Failed | None:
         for _ in range(MAX_REDECISIONS + 1):
             try:
@@ -724,12 +852,16 @@ class AsyncReviewQueueClient:
             except Exception as error:
                 log.exception("handler_failed", extra={"item_id": str(item.id)})
                 return _Failed(item, f"handler error: {error!r}"[:500])
+            if done is not None:  # batch mode: completed at the next flush
+                done.append((item, Completion(item.id, resolution, note, item.lease_token, item.source_hash)))
+                return None
             try:
                 await self.complete(item.id, resolution, note=note, lease_token=item.lease_token)
                 stats.resolved += 1
             except LeaseNotHeld:
                 stats.lost += 1
             except SourceChanged as changed:
+                # The figures changed while the handler decided: decide again on the new ones.
                 item = changed.item
                 stats.revised += 1
                 continue
@@ -762,6 +894,7 @@ class AsyncReviewQueueClient:
         wait_s: int = 5,
         renew_every_s: float | None = None,
         handle_signals: bool = True,
+        batch_complete: bool = False,
         ledger_entity: str | None = None,
     ) -> WorkStats:
         """`work` of the sync client, for async handlers; `stop()` also ends a wait in progress (the
@@ -792,22 +925,31 @@ class AsyncReviewQueueClient:
                 if not batch:
                     continue
                 held, lost = {i.id: i for i in batch}, set[UUID]()
-                heartbeat = asyncio.create_task(
-                    self._beat(held, lost, _renew_interval(batch[0], renew_every_s))
-                )
+                every_s = _renew_interval(batch[0], renew_every_s)
+                heartbeat = asyncio.create_task(self._beat(held, lost, every_s))
+                done: list[tuple[ItemOut, Completion]] | None = [] if batch_complete else None
+                flush_by = loop.time() + every_s
                 try:
                     for position, item in enumerate(batch):
                         if self._stop.is_set():
+                            if done:
+                                await self._flush(done, held, stats)
                             stopping = [_Failed(i, "worker stopping") for i in batch[position:]]
                             await self._release_all(stopping, stats)
                             break
                         if item.id in lost:
                             stats.lost += 1
                             continue
-                        item = held.get(item.id, item)
-                        if (failure := await self._process(item, handler, stats)) is not None:
+                        item = held.get(item.id, item)  # the heartbeat's, if the figures changed
+                        if (failure := await self._process(item, handler, stats, done)) is not None:
                             failed.append(failure)
-                        held.pop(item.id, None)
+                        if done is None or failure is not None:
+                            held.pop(item.id, None)
+                        elif loop.time() >= flush_by:  # a renew falls due: complete instead
+                            await self._flush(done, held, stats)
+                            flush_by = loop.time() + every_s
+                    if done:
+                        await self._flush(done, held, stats)
                 finally:
                     heartbeat.cancel()
                 failures = failures + 1 if failed else 0

@@ -108,6 +108,29 @@ COMPLETE_IN = {
     "source_hash": "sha256:9f2c",
 }
 COMPLETE_OUT = {"outcome": "resolved", "item": ITEM_RESOLVED}
+COMPLETE_BATCH_IN = {
+    "items": [
+        {"id": ITEM_ID, "resolution": "APPROVED", "note": "FX rounding", "lease_token": LEASE_TOKEN},
+        {"id": TRACE_ID, "resolution": "APPROVED"},
+    ]
+}
+COMPLETE_BATCH_OUT = {
+    "results": [
+        {"id": ITEM_ID, "outcome": "resolved", "item": ITEM_RESOLVED, "problem": None},
+        {
+            "id": TRACE_ID,
+            "outcome": "refused",
+            "item": None,
+            "problem": {
+                "type": "/problems/not-found",
+                "title": "Not found",
+                "status": 404,
+                "detail": f"no item {TRACE_ID}",
+                "code": "NOT_FOUND",
+            },
+        },
+    ]
+}
 RENEW_IN = {"lease_token": LEASE_TOKEN}
 RELEASE_IN = {"reason": "needs the FX desk", "lease_token": LEASE_TOKEN}
 BATCH_IN = {"items": [ITEM_IN]}
@@ -218,6 +241,8 @@ BY_SCHEMA: dict[str, list[dict[str, Any]]] = {
     "ResolutionCodeIn": [RESOLUTION_CODE_IN],
     "ResolutionCodeOut": [RESOLUTION_CODE_OUT],
     "ResolutionsOut": [{"resolutions": [RESOLUTION_CODE_OUT]}],
+    "CompleteBatchIn": [COMPLETE_BATCH_IN],
+    "CompleteBatchOut": [COMPLETE_BATCH_OUT],
     "RenewIn": [RENEW_IN],
     "ReleaseIn": [RELEASE_IN],
     "RequeueIn": [REQUEUE_IN],

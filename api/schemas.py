@@ -640,6 +640,40 @@ class ResolutionsOut(BaseModel):
     resolutions: list[ResolutionCodeOut]
 
 
+MAX_COMPLETE_ITEMS = 200
+
+
+class CompleteEntry(Strict):
+    id: UUID = Field(description="The item's id.")
+    resolution: Resolution
+    note: Note | None = None
+    lease_token: LeaseToken | None = None
+    source_hash: Text200 | None = Field(default=None, description="As in POST /items/{id}/complete.")
+
+
+class CompleteBatchIn(Strict):
+    items: list[CompleteEntry] = Field(min_length=1, max_length=MAX_COMPLETE_ITEMS)
+
+
+class CompleteResult(BaseModel):
+    id: UUID
+    outcome: Literal[
+        "resolved", "already_resolved", "submitted_for_approval", "already_submitted", "refused"
+    ] = Field(
+        description="`resolved`, `already_resolved`, `submitted_for_approval` (the code's approval"
+        " threshold was met: AWAITING_APPROVAL) and `already_submitted` as POST /items/{id}/complete"
+        " answers them (with the item); `refused` with the problem the single route would answer"
+        " (LEASE_NOT_HELD, RESOLUTION_CONFLICT, SOURCE_CHANGED, NOT_FOUND, VALIDATION_ERROR for an"
+        " unknown or inactive code or a missing note), nothing changed for this entry."
+    )
+    item: "ItemOut | None" = None
+    problem: "Problem | None" = None
+
+
+class CompleteBatchOut(BaseModel):
+    results: list[CompleteResult]
+
+
 class ReclaimIn(Strict):
     reclaim_batch: ReclaimBatch = 100
 

@@ -15,6 +15,7 @@ import sys
 import tempfile
 import threading
 import time
+import uuid
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -181,7 +182,7 @@ def _raw_worker(url: str, name: str, batch: int, barrier: Any, out: Any) -> None
 def raw_ceiling(url: str, clients: int, items: int, batch: int) -> dict[str, Any]:
     run_sql(url, SEED_PENDING, {"prefix": "raw-", "entity": "ACME-CORP", "count": items}, vacuum=True)
     ctx = mp.get_context("spawn")
-    barrier, out = ctx.Barrier(clients + 1, timeout=60), ctx.Queue()
+    barrier, out = ctx.Barrier(clients + 1, timeout=600), ctx.Queue()  # spawning is slow on a loaded machine
     workers = [
         ctx.Process(target=_raw_worker, args=(libpq(url), f"raw-{n}", batch, barrier, out))
         for n in range(clients)
@@ -293,12 +294,14 @@ class MemorySampler(threading.Thread):
 @dataclass
 class ApiRun:
     lease_s: list[float] = field(default_factory=list)
-    complete_s: list[float] = field(default_factory=list)
-    finished_at: list[float] = field(default_factory=list)
+    complete_s: list[float] = field(default_factory=list)  # one per complete request
+    finished_at: list[float] = field(default_factory=list)  # one per item resolved
     errors: int = 0
 
 
-async def _api_client(base: str, token: str, batch: int, run: ApiRun, start: asyncio.Event) -> None:
+async def _api_client(
+    base: str, token: str, batch: int, run: ApiRun, start: asyncio.Event, batch_complete: bool = False
+) -> None:
     # aiohttp, not httpx: at ~1000 requests/s the client's own CPU matters on 2 cores, and
     # aiohttp's C parser costs about half of httpx's per request (measured in this bench).
     headers = {"Authorization": f"Bearer {token}"}
@@ -317,6 +320,20 @@ async def _api_client(base: str, token: str, batch: int, run: ApiRun, start: asy
                 continue
             if not body["items"]:
                 return
+            if batch_complete:  # the whole lease in one POST /items/complete
+                entries = [
+                    {"id": i["id"], "resolution": "APPROVED", "lease_token": i["lease_token"]}
+                    for i in body["items"]
+                ]
+                t0 = time.perf_counter()
+                async with http.post("/items/complete", json={"items": entries}) as done:
+                    results = (await done.json())["results"]
+                t1 = time.perf_counter()
+                run.complete_s.append(t1 - t0)
+                run.finished_at += [t1] * sum(r["outcome"] == "resolved" for r in results)
+                if done.status != 200 or any(r["outcome"] != "resolved" for r in results):
+                    run.errors += 1
+                continue
             for item in body["items"]:
                 t0 = time.perf_counter()
                 payload = {"resolution": "APPROVED", "lease_token": item["lease_token"]}
@@ -345,7 +362,9 @@ def _machine_busy_seconds() -> float:
     return float(sum(times) - times.idle - getattr(times, "iowait", 0.0))
 
 
-def api_throughput(server: Server, tokens: list[str], items: int, batch: int, url: str) -> dict[str, Any]:
+def api_throughput(
+    server: Server, tokens: list[str], items: int, batch: int, url: str, *, batch_complete: bool = False
+) -> dict[str, Any]:
     run = ApiRun()
     postgres = PostgresCpu(url)
     sampler = MemorySampler(server.process.pid)
@@ -361,7 +380,9 @@ def api_throughput(server: Server, tokens: list[str], items: int, batch: int, ur
         for token in tokens:
             # Connect one client at a time, as real reviewers arrive: a burst of simultaneous
             # connects is accepted by whichever worker wakes first, all of them on one process.
-            clients.append(asyncio.create_task(_api_client(server.base, token, batch, run, start)))
+            clients.append(
+                asyncio.create_task(_api_client(server.base, token, batch, run, start, batch_complete))
+            )
             await asyncio.sleep(0.05)
         start.set()
         await asyncio.gather(*clients)
@@ -375,8 +396,8 @@ def api_throughput(server: Server, tokens: list[str], items: int, batch: int, ur
     pg_s = None if pg0 is None or pg1 is None else pg1 - pg0
     sampler.stop.set()
     sampler.join()
-    assert len(run.complete_s) == items and run.errors == 0, (
-        f"{len(run.complete_s)} done, {run.errors} errors"
+    assert len(run.finished_at) == items and run.errors == 0, (
+        f"{len(run.finished_at)} done, {run.errors} errors"
     )
     quarters = [started + elapsed * q / 4 for q in range(5)]
     decay = [
@@ -405,6 +426,87 @@ def api_throughput(server: Server, tokens: list[str], items: int, batch: int, ur
         },
         "machine_busy_cores": round(machine_s / elapsed, 2),
         "peak_rss_mb_per_process": sorted(round(v / 2**20, 1) for v in sampler.peaks.values()),
+    }
+
+
+def api_run(
+    server_url: str,
+    name: str,
+    *,
+    clients: int,
+    items: int,
+    batch: int,
+    workers: int,
+    port: int,
+    sealer: bool,
+    batch_complete: bool = False,
+) -> tuple[dict[str, Any], str]:
+    """One HTTP run on a fresh database: `clients` clients drain `items` items. (results, its URL)"""
+    url = fresh_database(server_url, name)
+    run_sql(url, SEED_PENDING, {"prefix": "api-", "entity": "ACME-CORP", "count": items}, vacuum=True)
+    tokens = create_tokens(url, clients)
+    server = start_server(url, workers, port, sealer=sealer)
+    try:
+        return api_throughput(server, tokens, items, batch, url, batch_complete=batch_complete), url
+    finally:
+        stop_server(server)
+
+
+# --- the floor: a bare FastAPI route and one psycopg round trip ---------------------------------
+
+
+async def _floor_client(base: str, requests: int, latencies: list[float], start: asyncio.Event) -> None:
+    connector = aiohttp.TCPConnector(limit=1)
+    async with aiohttp.ClientSession(base, connector=connector) as http:
+        async with http.post(f"/items/{uuid.uuid4()}/complete", json={"resolution": "APPROVED"}) as warm:
+            await warm.read()
+        await start.wait()
+        for _ in range(requests):
+            t0 = time.perf_counter()
+            body = {"resolution": "APPROVED", "lease_token": "x" * 43}
+            async with http.post(f"/items/{uuid.uuid4()}/complete", json=body) as done:
+                await done.read()
+                assert done.status == 200, await done.text()
+            latencies.append(time.perf_counter() - t0)
+
+
+def floor(url: str, workers: int, port: int, clients: int, items: int) -> dict[str, Any]:
+    """Requests/s of bench/floor_app.py, `clients` aiohttp clients sending `items` requests in all."""
+    log = Path(tempfile.mkstemp(prefix="rq-bench-floor-", suffix=".log")[1])
+    process = subprocess.Popen(  # noqa: S603 - fixed arguments
+        [sys.executable, "-m", "uvicorn", "bench.floor_app:app", "--port", str(port), "--host", "127.0.0.1",
+         "--workers", str(workers), "--no-access-log", "--log-level", "warning"],
+        env={**os.environ, "FLOOR_DATABASE_URL": libpq(url)}, stdout=log.open("wb"), stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    base = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(300):
+            try:
+                if httpx.get(f"{base}/docs", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        latencies: list[float] = []
+
+        async def main() -> None:
+            start = asyncio.Event()
+            tasks = []
+            for _ in range(clients):
+                tasks.append(asyncio.create_task(_floor_client(base, items // clients, latencies, start)))
+                await asyncio.sleep(0.05)
+            start.set()
+            await asyncio.gather(*tasks)
+
+        started = time.perf_counter()
+        asyncio.run(main())
+        elapsed = time.perf_counter() - started
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+    return {
+        "items_per_s": round(len(latencies) / elapsed, 1),
+        "p50_ms": round(percentile(latencies, 50) * 1000, 2),
     }
 
 
@@ -634,6 +736,62 @@ def audit_chain(server_url: str, events: int) -> dict[str, Any]:
     }
 
 
+def _extra_rows(results: dict[str, Any]) -> list[str]:
+    """The batched row (2b) and the one-client row (2c), when they ran."""
+    lines = []
+    raw = results.get("raw")
+    if "batched" in results:
+        b = results["batched"]
+        ratio = f"x{results['batched_raw_ratio']} of raw" if raw else ""
+        lines += [
+            f"{'2b. HTTP API, POST /items/complete':38}{b['items_per_s']:>10}"
+            f"   {ratio}   (target >= x1.5; {results['complete_batch']} items per lease and per completion)",
+            f"{'     POST /items/complete':38}{'':>10}{b['complete_p50_ms']:>10}{b['complete_p99_ms']:>10}"
+            f"   CPU per item (ms): API {b['cpu_ms_per_item']['api']},"
+            f" PostgreSQL {b['cpu_ms_per_item']['postgres']}",
+        ]
+    if "one_client" in results:
+        one = results["one_client"]
+        lines += [
+            f"{'2c. HTTP API, 1 client':38}{one['items_per_s']:>10}",
+            f"{'     POST /items/{id}/complete':38}{'':>10}{one['complete_p50_ms']:>10}"
+            f"{one['complete_p99_ms']:>10}   (target p50 <= 1.5 ms; API CPU per item"
+            f" {one['cpu_ms_per_item']['api']} ms)",
+        ]
+    return lines
+
+
+def report_throughput(results: dict[str, Any]) -> str:
+    """--throughput-only: the raw, per-item, batched and one-client rows of one run, as ratios."""
+    raw, api = results["raw"], results["api"]
+    lines = [
+        f"review-queue bench (throughput)  {results['clients']} clients, {results['items']} items, "
+        f"batch {results['batch']}, {results['workers']} API worker(s), {results['machine']}, "
+        f"load average at start {results['loadavg']}",
+        "",
+        f"{'':38}{'items/s':>10}{'p50 ms':>10}{'p99 ms':>10}",
+        f"{'1. raw SQL (seed loop, psycopg)':38}{raw['items_per_s']:>10}"
+        f"   ({raw['cpu_ms_per_item']} ms CPU per item, {raw['postgres_cpu_ms_per_item']} of it PostgreSQL)",
+        f"{'2. HTTP API, per item':38}{api['items_per_s']:>10}   x{results['api_raw_ratio']} of raw"
+        "   (target >= x0.35)",
+        f"{'     POST /leases':38}{'':>10}{api['lease_p50_ms']:>10}{api['lease_p99_ms']:>10}",
+        f"{'     POST /items/{id}/complete':38}{'':>10}"
+        f"{api['complete_p50_ms']:>10}{api['complete_p99_ms']:>10}",
+        f"     CPU per item (ms): API {api['cpu_ms_per_item']['api']}, load generator "
+        f"{api['cpu_ms_per_item']['load_generator']}, PostgreSQL {api['cpu_ms_per_item']['postgres']}; "
+        f"machine busy {api['machine_busy_cores']} cores",
+        *_extra_rows(results),
+    ]
+    if "floor" in results:
+        fl, fl1 = results["floor"], results["floor_one_client"]
+        lines += [
+            f"{'F. floor: bare FastAPI + 1 round trip':38}{fl['items_per_s']:>10}{fl['p50_ms']:>10}"
+            f"   x{results['floor_raw_ratio']} of raw: the most any per-item HTTP row can reach here",
+            f"{'   the same, 1 client':38}{fl1['items_per_s']:>10}{fl1['p50_ms']:>10}",
+        ]
+    return "\n".join(lines)
+
+
 def report_dequeue(dq: dict[str, Any]) -> list[str]:
     lines = ["4. POST /leases (batch 20) as the table grows:"]
     for name, label in [
@@ -678,7 +836,8 @@ def report(results: dict[str, Any]) -> str:
         f"{'     POST /items/{id}/complete':38}{'':>10}"
         f"{api['complete_p50_ms']:>10}{api['complete_p99_ms']:>10}",
         f"     API items/s by quarter of the run: {api['items_per_s_by_quarter']}",
-        f"3. API / raw ratio: {results['api_raw_ratio']}   (target >= 0.5)",
+        *_extra_rows(results),
+        f"3. API / raw ratio: {results['api_raw_ratio']}   (target >= 0.35)",
     ]
     lines += report_dequeue(dq)
     lines += [
@@ -731,6 +890,19 @@ def main(
     audit_events: Annotated[
         int, typer.Option(help="Events sealed and verified in part 6 (0: skip).")
     ] = 1_000_000,
+    complete_batch: Annotated[
+        int,
+        typer.Option(
+            help="Items per lease and per POST /items/complete in the batched run (2b); 0 skips it."
+        ),
+    ] = 100,
+    one_client_items: Annotated[int, typer.Option(help="Items the one-client run (2c) drains.")] = 2_000,
+    throughput_only: Annotated[
+        bool,
+        typer.Option(
+            "--throughput-only", help="Only rows 1, 2, 2b and 2c (raw, per item, batched, 1 client)."
+        ),
+    ] = False,
 ) -> None:
     settings = get_settings()
     # The owner creates the bench's databases (the application role cannot) and the API runs as it.
@@ -743,7 +915,50 @@ def main(
         "workers": workers,
         "machine": f"{os.cpu_count()} cores, {round(psutil.virtual_memory().total / 2**30)} GiB",
         "sealer": sealer,
+        "complete_batch": complete_batch,
+        "loadavg": [round(x, 2) for x in os.getloadavg()],
     }
+    if throughput_only:
+        typer.echo("1/4 raw SQL ceiling ...", err=True)
+        results["raw"] = raw_ceiling(fresh_database(server_url, "rq_bench_raw"), clients, items, batch)
+        common: dict[str, Any] = {"workers": workers, "port": port, "sealer": sealer}
+        typer.echo("2/4 HTTP API, per item ...", err=True)
+        results["api"], _ = api_run(
+            server_url, "rq_bench_api", clients=clients, items=items, batch=batch, **common
+        )
+        if complete_batch:  # 0: a server without POST /items/complete (a before/after run)
+            typer.echo("3/4 HTTP API, batched ...", err=True)
+            results["batched"], _ = api_run(
+                server_url, "rq_bench_batched", clients=clients, items=items, batch=complete_batch,
+                batch_complete=True, **common,
+            )  # fmt: skip
+        typer.echo("4/4 HTTP API, one client ...", err=True)
+        results["one_client"], _ = api_run(
+            server_url, "rq_bench_one", clients=1, items=one_client_items, batch=batch, **common
+        )
+        typer.echo("floor: bare FastAPI route + one psycopg round trip ...", err=True)
+        floor_url = fresh_database(server_url, "rq_bench_floor")
+        results["floor"] = floor(floor_url, workers, port, clients, items)
+        results["floor_one_client"] = floor(floor_url, workers, port, 1, one_client_items)
+        results["floor_raw_ratio"] = round(results["floor"]["items_per_s"] / results["raw"]["items_per_s"], 2)
+        results["api_raw_ratio"] = round(results["api"]["items_per_s"] / results["raw"]["items_per_s"], 2)
+        if "batched" in results:
+            results["batched_raw_ratio"] = round(
+                results["batched"]["items_per_s"] / results["raw"]["items_per_s"], 2
+            )
+        with psycopg.connect(libpq(server_url, "postgres"), autocommit=True) as conn:
+            for name in (
+                "rq_bench_raw",
+                "rq_bench_api",
+                "rq_bench_batched",
+                "rq_bench_one",
+                "rq_bench_floor",
+            ):
+                conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        typer.echo(report_throughput(results))
+        if json_path:
+            json_path.write_text(json.dumps(results, indent=2))
+        return
     if only_wakeup:
         results["wakeup"] = work_arrives(
             server_url, port, settings.poll_interval_ms, wakeup_samples, notify_seconds
@@ -774,6 +989,19 @@ def main(
         stop_server(server)
     results["storage"] = storage(api_url)
     if not api_only:
+        common = {"workers": workers, "port": port, "sealer": sealer}
+        typer.echo("2b HTTP API, batched ...", err=True)
+        results["batched"], _ = api_run(
+            server_url, "rq_bench_batched", clients=clients, items=items, batch=complete_batch,
+            batch_complete=True, **common,
+        )  # fmt: skip
+        typer.echo("2c HTTP API, one client ...", err=True)
+        results["one_client"], _ = api_run(
+            server_url, "rq_bench_one", clients=1, items=one_client_items, batch=batch, **common
+        )
+        results["batched_raw_ratio"] = round(
+            results["batched"]["items_per_s"] / results["raw"]["items_per_s"], 2
+        )
         results["api_raw_ratio"] = round(results["api"]["items_per_s"] / results["raw"]["items_per_s"], 2)
         typer.echo("3/4 dequeue scaling (seeds 1,000,000 rows) ...", err=True)
         results["dequeue"] = dequeue_scaling(server_url, workers, port, lease_samples)
@@ -786,7 +1014,8 @@ def main(
             results["audit"] = audit_chain(server_url, audit_events)
     typer.echo("done", err=True)
     with psycopg.connect(libpq(server_url, "postgres"), autocommit=True) as conn:
-        for name in ("rq_bench_raw", "rq_bench_api", "rq_bench_dequeue", "rq_bench_audit"):
+        for name in ("rq_bench_raw", "rq_bench_api", "rq_bench_batched", "rq_bench_one",
+                     "rq_bench_dequeue", "rq_bench_audit"):  # fmt: skip
             conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
     typer.echo(report(results))
     if "wakeup" in results:

@@ -354,7 +354,7 @@ def admin_reassign(
             "not_found": f"no item {item}",
             "already_held": f"{to} already holds item {item}",
             "not_a_reviewer": f"{to!r} has no live token of a role that can take this lease",
-            "segregation_of_duties": f"{to} prepared the proposal of item {item}; another approver must decide it",
+            "segregation_of_duties": f"{to} prepared the proposal of item {item}: another approver decides",
             "at_cap": f"{to} already holds as many items as anyone may",
         }.get(outcome, f"item {item} is {current.state if current else 'gone'}, not ASSIGNED")
         typer.echo(f"review-queue: {why}; nothing reassigned", err=True)

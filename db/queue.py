@@ -32,20 +32,25 @@ from sqlalchemy import (
     case,
     cast,
     exists,
+    false,
     func,
     literal_column,
     null,
     or_,
     select,
+    true,
     tuple_,
 )
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB, insert
 from sqlalchemy.dialects.postgresql import UUID as PG_UUID
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.sql import visitors
+from sqlalchemy.sql.elements import BindParameter
 from sqlalchemy.sql.selectable import CTE
 
 from db import telemetry
+from db.engine import OneRoundTrip, Record
 from db.errors import DatabaseUnavailable, is_lock_timeout
 from db.notify import notify_work
 from db.tables import DEFAULT_MAX_ATTEMPTS, api_token
@@ -104,7 +109,7 @@ _ITEM_FIELDS = [f.name for f in dataclasses.fields(Item)]
 _ITEM_COLUMNS = [item.c[name] for name in _ITEM_FIELDS]
 
 
-def _item(row: Row[Any]) -> Item:
+def _item(row: Row[Any] | Record) -> Item:
     return Item(**{name: row._mapping[name] for name in _ITEM_FIELDS})
 
 
@@ -492,29 +497,23 @@ _RELEASE = select(*[_released.c[n] for n in _ITEM_FIELDS]).add_cte(
     )
 )
 
-# The catalogue entry the completion names, if it is active and its note rule is met. Read by
-# the completion statement itself (UPDATE ... FROM), so a deactivation or a threshold change
-# committed by an admin is either wholly before or wholly after it: never between a read and the
-# write. No row: the UPDATE matches nothing and complete_item says why.
-_code = (
-    select(
-        catalogue.c.code,
-        catalogue.c.approval_threshold,
-        cast(bindparam("item_id"), PG_UUID(as_uuid=True)).label("item_id"),
-    )
-    .where(
-        # Not "resolution": a bind named like a column would join the UPDATE's SET clause.
-        catalogue.c.code == bindparam("chosen_code", type_=Text),
-        catalogue.c.active,
-        or_(
-            ~catalogue.c.requires_note,
-            func.length(func.btrim(func.coalesce(bindparam("note", type_=Text), ""))) > 0,
-        ),
-    )
-    .cte("code")
-)
+# The catalogue entry the completion names, if it is active and its note rule is met: the
+# completion's UPDATE joins the catalogue row itself (UPDATE ... FROM resolution_code), so a
+# deactivation or a threshold change committed by an admin is either wholly before or wholly
+# after it: never between a read and the write. No row: the UPDATE matches nothing and
+# complete_items says why. (Plain binds in the UPDATE, not a CTE of its own, so that the batch
+# completion's rewrite of the per-entry binds reaches them.)
+_code_ok = [
+    # Not "resolution": a bind named like a column would join the UPDATE's SET clause.
+    catalogue.c.code == bindparam("chosen_code", type_=Text),
+    catalogue.c.active,
+    or_(
+        ~catalogue.c.requires_note,
+        func.length(func.btrim(func.coalesce(bindparam("note", type_=Text), ""))) > 0,
+    ),
+]
 # At or above the code's threshold (by absolute amount) the item needs an approver; NULL never does.
-_needs_approval = func.abs(item.c.variance_amount) >= _code.c.approval_threshold
+_needs_approval = func.abs(item.c.variance_amount) >= catalogue.c.approval_threshold
 
 
 def _unless_approval(resolved: Any, submitted: Any) -> Any:
@@ -544,17 +543,17 @@ def _saw_current_source() -> list[ColumnElement[bool]]:
 _resolved = (
     item.update()
     .where(*_held_by_caller())
-    .where(item.c.id == _code.c.item_id)  # joins the catalogue row: UPDATE ... FROM code
+    .where(*_code_ok)  # joins the catalogue row: UPDATE ... FROM resolution_code
     .where(*_saw_current_source())
     .values(
         state=_unless_approval(RESOLVED, AWAITING_APPROVAL),
-        resolution=_unless_approval(_code.c.code, item.c.resolution),
+        resolution=_unless_approval(catalogue.c.code, item.c.resolution),
         resolution_note=_unless_approval(bindparam("note", type_=Text), item.c.resolution_note),
         resolved_by=_unless_approval(bindparam("actor", type_=Text), item.c.resolved_by),
         resolved_at=_unless_approval(func.now(), item.c.resolved_at),
         prepared_by=_unless_approval(None, bindparam("actor", type_=Text)),
         prepared_at=_unless_approval(None, func.now()),
-        proposed_resolution=_unless_approval(None, _code.c.code),
+        proposed_resolution=_unless_approval(None, catalogue.c.code),
         proposed_note=_unless_approval(None, bindparam("note", type_=Text)),
         approved_by=None,
         approved_at=None,
@@ -562,10 +561,10 @@ _resolved = (
         leased_at=_unless_approval(item.c.leased_at, None),
         lease_expires_at=_unless_approval(item.c.lease_expires_at, None),
     )
-    .returning(*_ITEM_COLUMNS, _code.c.approval_threshold)
+    .returning(*_ITEM_COLUMNS, catalogue.c.approval_threshold)
     .cte("resolved")
 )
-_COMPLETE = select(*[_resolved.c[n] for n in _ITEM_FIELDS]).add_cte(
+_COMPLETE: Any = select(*[_resolved.c[n] for n in _ITEM_FIELDS]).add_cte(
     _logged(
         _resolved,
         "RESOLVED",
@@ -1236,6 +1235,80 @@ CompleteOutcome = Literal[
     "not_found",
 ]
 
+# Batch completion runs _COMPLETE above, the single-item statement exactly as written, once per
+# entry of a batch: its per-entry bind parameters become the columns of an `entries` CTE (an
+# unnest of arrays), so the guards, values and event of every completion are those of _COMPLETE,
+# and a change to them applies to POST /items/{id}/complete and POST /items/complete alike.
+# Both routes run this one statement (the single route is a batch of one).
+_entries = (
+    select(
+        func.unnest(
+            bindparam("item_ids", type_=ARRAY(PG_UUID(as_uuid=True))),
+            bindparam("resolutions", type_=ARRAY(Text)),
+            bindparam("notes", type_=ARRAY(Text)),
+            bindparam("fence_nonces", type_=ARRAY(PG_UUID(as_uuid=True))),
+            bindparam("expected_source_hashes", type_=ARRAY(Text)),
+        )
+        .table_valued("item_id", "resolution", "note", "fence_nonce", "expected_source_hash")
+        .render_derived()
+    )
+).cte("entries")
+_PER_ENTRY = {
+    name: _entries.c[name] for name in ("item_id", "note", "fence_nonce", "expected_source_hash")
+} | {"chosen_code": _entries.c.resolution}  # the catalogue check's bind (see _code_ok)
+
+
+def _per_entry(element: Any, **_: Any) -> Any:
+    if isinstance(element, BindParameter) and element.key in _PER_ENTRY:
+        return _PER_ENTRY[element.key]
+    return None
+
+
+_completed = visitors.replacement_traverse(_COMPLETE, {}, _per_entry).cte("completed")
+# The entries the completion refused, read again FOR SHARE: in READ COMMITTED that waits for a
+# transaction changing the row and then returns its newest version (a snapshot read would show a
+# completion this one queued behind as still ASSIGNED), and it tells the caller why nothing changed.
+_refused = (
+    select(*_ITEM_COLUMNS)
+    .where(
+        item.c.id == func.any(bindparam("item_ids", type_=ARRAY(PG_UUID(as_uuid=True)))),
+        item.c.id.not_in(select(_completed.c.id)),
+    )
+    .with_for_update(read=True)
+    .cte("refused")
+)
+# For a refused entry, the catalogue row its code names (NULL: no such code), read in the same
+# statement so that the caller can say why (an unknown or inactive code, a missing note) without
+# a second read; it only explains: the completion itself checked the code.
+_refused_code = (
+    select(_entries.c.resolution)
+    .where(_entries.c.item_id == _refused.c.id)
+    .correlate_except(_entries)  # the refused row of the outer SELECT, two levels up
+    .scalar_subquery()
+)
+_COMPLETE_ITEMS = select(
+    true().label("done"),
+    *[_completed.c[n] for n in _ITEM_FIELDS],
+    null().label("code_active"),
+    null().label("code_requires_note"),
+).union_all(
+    select(
+        false().label("done"),
+        *[_refused.c[n] for n in _ITEM_FIELDS],
+        select(catalogue.c.active).where(catalogue.c.code == _refused_code).scalar_subquery(),
+        select(catalogue.c.requires_note).where(catalogue.c.code == _refused_code).scalar_subquery(),
+    )
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    item_id: UUID
+    resolution: str
+    note: str | None = None
+    lease_nonce: UUID | None = None
+    source_hash: str | None = None  # the figures the caller decided on, when it says
+
 
 @dataclass(frozen=True, slots=True)
 class ResolutionCode:
@@ -1328,8 +1401,84 @@ def source_changed(current: Item, reviewer: str, lease_nonce: UUID | None, sourc
     return lease_nonce != current.lease_nonce if lease_nonce is not None else source_hash is None
 
 
+def _refusal(
+    current: Item, reviewer: str, completion: Completion, code_active: bool | None, requires_note: bool | None
+) -> CompleteOutcome:
+    """Why a completion changed nothing: the figures changed under the holder's lease
+    (SOURCE_CHANGED), a retry of the holder's own completion or submission, the catalogue (an
+    unknown or inactive code, a missing note: the holder passed every other guard), or else
+    LEASE_NOT_HELD."""
+    if source_changed(current, reviewer, completion.lease_nonce, completion.source_hash):
+        return "source_changed"
+    submitted = current.state == "AWAITING_APPROVAL" and current.prepared_by == reviewer
+    if submitted and completion.lease_nonce in (None, current.lease_nonce):
+        return (
+            "already_submitted"
+            if current.proposed_resolution == completion.resolution
+            else "resolution_conflict"
+        )
+    if _holds(current, reviewer, completion.lease_nonce, "ASSIGNED"):
+        if not code_active:
+            return "invalid_resolution"
+        if requires_note and not (completion.note or "").strip():
+            return "note_required"
+    retry = current.state == "RESOLVED" and current.resolved_by == reviewer
+    if (
+        retry
+        and completion.lease_nonce in (None, current.lease_nonce)
+        and completion.source_hash in (None, current.source_hash)
+    ):
+        return "already_resolved" if current.resolution == completion.resolution else "resolution_conflict"
+    return "lease_not_held"
+
+
+async def complete_items(
+    conn: AsyncConnection | OneRoundTrip, *, completions: Sequence[Completion], reviewer: str
+) -> list[tuple[CompleteOutcome, Item | None]]:
+    """Resolve the items in one statement; answer per input, in input order. An id given more than
+    once is applied from its first entry; its later entries answer as a retry of it would."""
+    first: dict[UUID, Completion] = {}
+    for completion in completions:
+        first.setdefault(completion.item_id, completion)
+    params = {
+        "item_ids": list(first),
+        "resolutions": [c.resolution for c in first.values()],
+        "notes": [c.note for c in first.values()],
+        "fence_nonces": [c.lease_nonce for c in first.values()],
+        "expected_source_hashes": [c.source_hash for c in first.values()],
+        "actor": reviewer,
+    }
+    result = await conn.execute(_COMPLETE_ITEMS, params)
+    rows = {row.id: (row.done, _item(row), row.code_active, row.code_requires_note) for row in result}
+    results: list[tuple[CompleteOutcome, Item | None]] = []
+    for completion in completions:
+        done, current, code_active, requires_note = rows.get(completion.item_id, (False, None, None, None))
+        if current is None:
+            results.append(("not_found", None))
+            continue
+        if done and completion is first[completion.item_id] and current.state == "AWAITING_APPROVAL":
+            telemetry.submitted(current, reviewer, resolution=completion.resolution)
+            results.append(("submitted_for_approval", current))
+            continue
+        if done and completion is first[completion.item_id]:
+            telemetry.resolved(
+                current,
+                reviewer,
+                idempotency_key=current.idempotency_key,
+                resolution=completion.resolution,
+                resolved_at=current.resolved_at.isoformat() if current.resolved_at else None,
+            )
+            results.append(("resolved", current))
+            continue
+        # Nothing changed; the row only tells the caller why.
+        outcome = _refusal(current, reviewer, completion, code_active, requires_note)
+        telemetry.completion_noop(current, reviewer, outcome)
+        results.append((outcome, current))
+    return results
+
+
 async def complete_item(
-    conn: AsyncConnection,
+    conn: AsyncConnection | OneRoundTrip,
     *,
     item_id: UUID,
     reviewer: str,
@@ -1338,50 +1487,10 @@ async def complete_item(
     lease_nonce: UUID | None = None,
     source_hash: str | None = None,
 ) -> tuple[CompleteOutcome, Item | None]:
-    """Resolve an item the reviewer holds, or submit it for approval when its code's threshold is
-    met. A refusal changes nothing; the row read afterwards only tells the caller why."""
-    params = {
-        "item_id": item_id,
-        "actor": reviewer,
-        "chosen_code": resolution,
-        "note": note,
-        "fence_nonce": lease_nonce,
-        "expected_source_hash": source_hash,
-    }
-    outcome, current = await _holder_change(conn, _COMPLETE, params)
-    if outcome == "done" and current is not None:
-        if current.state == "AWAITING_APPROVAL":
-            await notify_work(conn)  # the approval queue has work
-            telemetry.submitted(current, reviewer, resolution=resolution)
-            return "submitted_for_approval", current
-        telemetry.resolved(
-            current,
-            reviewer,
-            idempotency_key=current.idempotency_key,
-            resolution=resolution,
-            resolved_at=current.resolved_at.isoformat() if current.resolved_at else None,
-        )
-        return "resolved", current
-    if current is None:
-        return "not_found", None
-    result: CompleteOutcome = "lease_not_held"
-    retry = current.state == "RESOLVED" and current.resolved_by == reviewer
-    submitted = current.state == "AWAITING_APPROVAL" and current.prepared_by == reviewer
-    if source_changed(current, reviewer, lease_nonce, source_hash):
-        result = "source_changed"
-    elif retry and lease_nonce in (None, current.lease_nonce) and source_hash in (None, current.source_hash):
-        result = "already_resolved" if current.resolution == resolution else "resolution_conflict"
-    elif submitted and lease_nonce in (None, current.lease_nonce):
-        result = "already_submitted" if current.proposed_resolution == resolution else "resolution_conflict"
-    elif _holds(current, reviewer, lease_nonce, "ASSIGNED"):
-        # Held, so the catalogue refused it (at the statement's snapshot; this read only explains).
-        code = await get_resolution_code(conn, code=resolution)
-        if code is None or not code.active:
-            result = "invalid_resolution"
-        elif code.requires_note and not (note or "").strip():
-            result = "note_required"
-    telemetry.completion_noop(current, reviewer, result)
-    return result, current
+    (result,) = await complete_items(
+        conn, completions=[Completion(item_id, resolution, note, lease_nonce, source_hash)], reviewer=reviewer
+    )
+    return result
 
 
 ApprovalOutcome = Literal[

@@ -64,13 +64,14 @@ MUTANTS = (
             ),
             Edit(
                 QUEUE,
-                "    outcome, current = await _holder_change(conn, _COMPLETE, params)\n",
-                "    seen = await get_item(conn, item_id=item_id)\n"
-                '    held = seen is not None and seen.state == "ASSIGNED" and seen.leased_by == reviewer\n'
-                "    if held and seen is not None and lease_nonce in (None, seen.lease_nonce):\n"
-                "        outcome, current = await _holder_change(conn, _COMPLETE, params)\n"
-                "    else:\n"
-                '        outcome, current = ("not_found" if seen is None else "lease_not_held"), seen\n',
+                "    result = await conn.execute(_COMPLETE_ITEMS, params)\n",
+                '    seen = [await get_item(conn, item_id=i) for i in params["item_ids"]]\n'
+                '    params["item_ids"] = [\n'
+                '        i if s is not None and s.state == "ASSIGNED" and s.leased_by == reviewer\n'
+                "        else UUID(int=0)\n"
+                '        for i, s in zip(params["item_ids"], seen, strict=True)\n'
+                "    ]\n"
+                "    result = await conn.execute(_COMPLETE_ITEMS, params)\n",
             ),
         ),
     ),

@@ -154,14 +154,10 @@ def _approved(out: str, seen: dict[str, Any]) -> None:
     ), item
 
 
-def _stats(out: str, seen: dict[str, Any]) -> None:
-    assert _json(out)["counts"] == {
-        "PENDING": 1,
-        "ASSIGNED": 0,
-        "QUARANTINED": 0,
-        "RESOLVED": 2,
-        "AWAITING_APPROVAL": 0,
-    }, out
+def _batch_completed(out: str, seen: dict[str, Any]) -> None:
+    resolved, unknown = _json(out)["results"]
+    assert (resolved["outcome"], resolved["item"]["idempotency_key"]) == ("resolved", "b-1"), resolved
+    assert (unknown["outcome"], unknown["problem"]["code"], unknown["item"]) == ("refused", "NOT_FOUND", None)
 
 
 def _due_soon(out: str, seen: dict[str, Any]) -> None:
@@ -170,8 +166,14 @@ def _due_soon(out: str, seen: dict[str, Any]) -> None:
 
 def _stats(out: str, seen: dict[str, Any]) -> None:
     stats = _json(out)
-    assert stats["counts"] == {"PENDING": 1, "ASSIGNED": 0, "QUARANTINED": 0, "RESOLVED": 1}, out
-    assert (stats["overdue"], stats["aging"]["0-1d"]) == (0, 1), out
+    assert stats["counts"] == {
+        "PENDING": 0,
+        "ASSIGNED": 0,
+        "QUARANTINED": 0,
+        "RESOLVED": 3,
+        "AWAITING_APPROVAL": 0,
+    }, out
+    assert (stats["overdue"], stats["aging"]["0-1d"]) == (0, 0), out
 
 
 def _reclaimed_nothing(out: str, seen: dict[str, Any]) -> None:
@@ -205,6 +207,8 @@ EXPECTED: list[tuple[str, Check]] = [
     ("ID=$(curl -s -X POST localhost:8000/leases", _nothing),
     ("/items/$ID/release", _released),
     ("due_before=", _due_soon),
+    ("ID=$(curl -s -X POST localhost:8000/leases", _nothing),
+    ("localhost:8000/items/complete ", _batch_completed),
     ("localhost:8000/stats", _stats),
     ("/admin/reclaim", _reclaimed_nothing),
 ]

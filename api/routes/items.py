@@ -4,9 +4,20 @@ from datetime import timedelta
 from typing import Annotated
 from uuid import UUID
 
-from fastapi import APIRouter, Body, Path, Query, Response, status
+from fastapi import APIRouter, Body, Path, Query, Request, Response, status
 
-from api.deps import Admin, AfterCommit, AnyRole, Approver, Conn, Ingest, Reviewer, SettingsDep
+from api.deps import (
+    Admin,
+    AfterCommit,
+    AnyRole,
+    Approver,
+    Conn,
+    Ingest,
+    OneStatement,
+    Reviewer,
+    SettingsDep,
+    request_transaction,
+)
 from api.errors import ProblemError, problem_body, problem_responses
 from api.routing import QueueRoute
 from api.schemas import (
@@ -15,8 +26,11 @@ from api.schemas import (
     BatchIn,
     BatchOut,
     BatchResult,
+    CompleteBatchIn,
+    CompleteBatchOut,
     CompleteIn,
     CompleteOut,
+    CompleteResult,
     EventOut,
     EventQuery,
     EventsOut,
@@ -284,13 +298,61 @@ async def reopen(item_id: ItemId, body: ReopenIn, principal: Admin, conn: Conn) 
     return _moved_by_admin(outcome, item, item_id, principal, needs="RESOLVED")
 
 
+async def _allowed_codes(request: Request, outcomes: list[queue.CompleteOutcome]) -> list[str]:
+    """The active codes, read only when a completion was refused by the catalogue: the completion
+    itself is one statement (OneStatement), so this is a read of its own, after it."""
+    if not any(o in ("invalid_resolution", "note_required") for o in outcomes):
+        return []
+    async with request_transaction(request) as conn:
+        return [c.code for c in await queue.list_resolution_codes(conn)]
+
+
+def _completion_problem(
+    outcome: queue.CompleteOutcome,
+    item: queue.Item | None,
+    item_id: UUID,
+    resolution: str,
+    principal: Principal,
+    allowed: list[str],
+) -> ProblemError | None:
+    """The problem a completion answers, or None when it succeeded: one rule for both routes."""
+    if outcome == "not_found" or item is None:
+        return ProblemError("NOT_FOUND", f"no item {item_id}")
+    if outcome == "source_changed":
+        return source_changed(item, principal)
+    if outcome == "resolution_conflict":
+        chosen = item.resolution if item.state == "RESOLVED" else item.proposed_resolution
+        return ProblemError(
+            "RESOLUTION_CONFLICT", f"you already resolved this item as {chosen}, not {resolution}"
+        )
+    if outcome in ("invalid_resolution", "note_required"):
+        if outcome == "invalid_resolution":
+            field, message = "resolution", f"{resolution} is not an active resolution code; use one of "
+            message += ", ".join(allowed)
+        else:
+            field, message = "note", f"resolution {resolution} requires a note"
+        return ProblemError(
+            "VALIDATION_ERROR",
+            f"body.{field}: {message}",
+            extra={
+                "allowed_resolutions": allowed,
+                "errors": [{"loc": ["body", field], "msg": message, "type": outcome}],
+            },
+        )
+    if outcome == "lease_not_held":
+        return ProblemError("LEASE_NOT_HELD", f"you do not hold the current lease on item {item_id}")
+    return None
+
+
 @router.post(
     "/items/{item_id}/complete",
     operation_id="completeItem",
     summary="Resolve an item you hold",
     responses=problem_responses("NOT_FOUND", "LEASE_NOT_HELD", "RESOLUTION_CONFLICT", "SOURCE_CHANGED"),
 )
-async def complete(item_id: ItemId, body: CompleteIn, conn: Conn, principal: Reviewer) -> CompleteOut:
+async def complete(
+    item_id: ItemId, body: CompleteIn, conn: OneStatement, principal: Reviewer, request: Request
+) -> CompleteOut:
     """Resolve an item you hold with an active code of the catalogue (`GET /resolutions`).
 
     When `abs(variance_amount)` reaches the code's `approval_threshold`, the item is not resolved:
@@ -309,35 +371,47 @@ async def complete(item_id: ItemId, body: CompleteIn, conn: Conn, principal: Rev
         lease_nonce=_nonce(item_id, body.lease_token),
         source_hash=body.source_hash,
     )
-    if outcome == "source_changed" and item is not None:
-        raise source_changed(item, principal)
-    if outcome == "not_found" or item is None:
-        raise ProblemError("NOT_FOUND", f"no item {item_id}")
-    if outcome == "resolution_conflict":
-        chosen = item.resolution if item.state == "RESOLVED" else item.proposed_resolution
-        raise ProblemError(
-            "RESOLUTION_CONFLICT", f"you already resolved this item as {chosen}, not {body.resolution}"
-        )
-    if outcome in ("invalid_resolution", "note_required"):
-        codes = await queue.list_resolution_codes(conn)
-        allowed = [c.code for c in codes]
-        if outcome == "invalid_resolution":
-            field, message = "resolution", f"{body.resolution} is not an active resolution code; use one of "
-            message += ", ".join(allowed)
-        else:
-            field, message = "note", f"resolution {body.resolution} requires a note"
-        raise ProblemError(
-            "VALIDATION_ERROR",
-            f"body.{field}: {message}",
-            extra={
-                "allowed_resolutions": allowed,
-                "errors": [{"loc": ["body", field], "msg": message, "type": outcome}],
-            },
-        )
-    if outcome == "lease_not_held":
-        raise ProblemError("LEASE_NOT_HELD", f"you do not hold the current lease on item {item_id}")
-    assert outcome in ("resolved", "already_resolved", "submitted_for_approval", "already_submitted")
+    allowed = await _allowed_codes(request, [outcome])
+    problem = _completion_problem(outcome, item, item_id, body.resolution, principal, allowed)
+    if problem is not None:
+        raise problem
+    assert item is not None and outcome in (
+        "resolved",
+        "already_resolved",
+        "submitted_for_approval",
+        "already_submitted",
+    )
     return CompleteOut(outcome=outcome, item=ItemOut.of(item, principal.subject))
+
+
+@router.post("/items/complete", operation_id="completeItems", summary="Resolve items you hold, in one call")
+async def complete_batch(
+    body: CompleteBatchIn, conn: OneStatement, principal: Reviewer, request: Request
+) -> CompleteBatchOut:
+    """Resolve up to 200 items you hold in one transaction and one statement. Each entry gets
+    exactly the answer POST /items/{id}/complete would give it, in request order; a refused entry
+    changes nothing and never undoes the others."""
+    completions = [
+        queue.Completion(e.id, e.resolution, e.note, _nonce(e.id, e.lease_token), e.source_hash)
+        for e in body.items
+    ]
+    results = await queue.complete_items(conn, completions=completions, reviewer=principal.subject)
+    allowed = await _allowed_codes(request, [outcome for outcome, _ in results])
+    out = []
+    for (outcome, item), entry in zip(results, body.items, strict=True):
+        problem = _completion_problem(outcome, item, entry.id, entry.resolution, principal, allowed)
+        if problem is not None:
+            body_ = problem_body(problem.code, problem.detail, **problem.extra)
+            out.append(CompleteResult(id=entry.id, outcome="refused", problem=Problem(**body_)))
+        else:
+            assert item is not None and outcome in (
+                "resolved",
+                "already_resolved",
+                "submitted_for_approval",
+                "already_submitted",
+            )
+            out.append(CompleteResult(id=entry.id, outcome=outcome, item=ItemOut.of(item, principal.subject)))
+    return CompleteBatchOut(results=out)
 
 
 _APPROVAL_PROBLEMS = problem_responses("NOT_FOUND", "LEASE_NOT_HELD", "SEGREGATION_OF_DUTIES")

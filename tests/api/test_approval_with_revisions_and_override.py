@@ -178,3 +178,53 @@ def test_the_database_refuses_a_reassign_to_the_preparer_even_without_the_guard(
     except psycopg.errors.CheckViolation:
         return
     raise AssertionError("the approval_lease_not_preparer CHECK let the preparer hold the approval lease")
+
+
+def test_batch_completion_applies_the_catalogue_and_the_threshold_per_entry(
+    client: TestClient, auth: Auth, sql: psycopg.Connection
+) -> None:
+    admin, alice = auth("ada", "admin"), auth("alice", "reviewer")
+    big, small, unknown, no_note = (
+        client.post("/items", json=item_body(variance_amount=amount), headers=admin).json()["id"]
+        for amount in ("25000.00", "12.50", "13.50", "14.50")
+    )
+    leased = client.post("/leases", json={"batch_size": 4}, headers=alice).json()["items"]
+    tokens = {i["id"]: i["lease_token"] for i in leased}
+    assert set(tokens) == {big, small, unknown, no_note}
+    entries = [
+        {"id": big, "resolution": "ADJUSTMENT_POSTED", "note": "JE-9", "lease_token": tokens[big]},
+        {"id": unknown, "resolution": "NO_SUCH_CODE", "lease_token": tokens[unknown]},
+        {"id": small, "resolution": "ADJUSTMENT_POSTED", "note": "JE-10", "lease_token": tokens[small]},
+        {"id": no_note, "resolution": "WRITE_OFF", "lease_token": tokens[no_note]},
+    ]
+    response = client.post("/items/complete", json={"items": entries}, headers=alice)
+    assert response.status_code == 200, response.text
+    results = {r["id"]: r for r in response.json()["results"]}
+    assert results[big]["outcome"] == "submitted_for_approval"
+    assert (results[big]["item"]["state"], results[big]["item"]["prepared_by"]) == (
+        "AWAITING_APPROVAL",
+        "alice",
+    )
+    assert results[small]["outcome"] == "resolved" and results[small]["item"]["state"] == "RESOLVED"
+    refused = results[unknown]
+    assert (refused["outcome"], refused["problem"]["code"], refused["problem"]["status"]) == (
+        "refused",
+        "VALIDATION_ERROR",
+        422,
+    )
+    assert "ADJUSTMENT_POSTED" in refused["problem"]["allowed_resolutions"]
+    assert refused["problem"]["errors"][0]["loc"] == ["body", "resolution"]
+    assert results[no_note]["problem"]["errors"][0]["loc"] == ["body", "note"]
+    states = dict(sql.execute("SELECT id::text, state FROM review_queue_item").fetchall())
+    assert (states[big], states[small], states[unknown], states[no_note]) == (
+        "AWAITING_APPROVAL",
+        "RESOLVED",
+        "ASSIGNED",
+        "ASSIGNED",
+    )
+    assert [e for e, _, _ in events_of(sql, big)][-1] == "SUBMITTED_FOR_APPROVAL"
+    # A retry of the batch answers per entry as the single route would.
+    again = client.post("/items/complete", json={"items": entries[:1]}, headers=alice).json()["results"]
+    assert again[0]["outcome"] == "already_submitted"
+    # The approver finds it in the approval queue.
+    assert lease_one(client, auth("bob", "approver"), "approval")["id"] == big

@@ -57,8 +57,11 @@ class Route:
     # Allowed callers get this 409 code on every existing item of the world (none is in the state
     # the route needs); the route's success path is tested on its own.
     conflict: str | None = None
-    body: Callable[[], Any] | None = None
+    body: Callable[..., Any] | None = None
     code: str | None = None  # the problem code of a public route whose answer is a refusal
+    # The item goes in the body (`body(item_id)`), as one entry of a batch: a refused entry is
+    # answered 200 with the problem the single route gives (checked per entry), and changes nothing.
+    body_item: bool = False
 
 
 MATRIX: dict[tuple[str, str], Route] = {
@@ -72,6 +75,14 @@ MATRIX: dict[tuple[str, str], Route] = {
     ("POST", "/leases"): Route(REVIEWERS, writes=True, body=lambda: {"batch_size": 1}),
     ("POST", "/items/{item_id}/complete"): Route(
         REVIEWERS, item=True, holder_only=True, writes=True, body=lambda: {"resolution": "APPROVED"}
+    ),
+    ("POST", "/items/complete"): Route(
+        REVIEWERS,
+        item=True,
+        holder_only=True,
+        writes=True,
+        body_item=True,
+        body=lambda item_id: {"items": [{"id": item_id, "resolution": "APPROVED"}]},
     ),
     ("POST", "/items/{item_id}/renew"): Route(
         REVIEWERS, item=True, holder_only=True, writes=True, body=lambda: {}
@@ -164,6 +175,8 @@ def expected(route: Route, caller: str, target: str | None) -> tuple[int, str | 
         return 401, "UNAUTHENTICATED"
     if caller not in route.roles:
         return 403, "FORBIDDEN"
+    if route.body_item:
+        return route.ok, None  # the entry's own answer: expected_entry
     if target == "unknown":
         return 404, "NOT_FOUND"
     if route.holder_only and target == "other":
@@ -173,12 +186,24 @@ def expected(route: Route, caller: str, target: str | None) -> tuple[int, str | 
     return route.ok, None
 
 
+def expected_entry(route: Route, target: str | None) -> str | None:
+    """The problem code of the one entry of a body_item route called by an allowed caller."""
+    if target == "unknown":
+        return "NOT_FOUND"
+    if route.holder_only and target == "other":
+        return "LEASE_NOT_HELD"
+    return None
+
+
 def _cases(*, writing: bool) -> Iterator[Any]:
     for (method, path), route in MATRIX.items():
         for caller in CALLERS:
             for target in targets(route, caller):
                 status, code = expected(route, caller, target)
-                if (route.writes and status < 300) == writing:
+                writes = route.writes and status < 300
+                if route.body_item:
+                    writes = writes and expected_entry(route, target) is None
+                if writes == writing:
                     yield pytest.param(
                         method, path, caller, target, status, code, id=f"{method} {path} {caller} {target}"
                     )
@@ -227,10 +252,10 @@ class World:
         url = path.replace("{item_id}", item_id) if item_id else path
         url = url.replace("{code}", "MATCH_CONFIRMED")
         url = url.replace("{reviewer}", OTHER)
-        body = MATRIX[(method, path)].body
-        response: httpx.Response = self.client.request(
-            method, url, json=body() if body else None, headers=self.headers[caller]
-        )
+        route = MATRIX[(method, path)]
+        body = route.body
+        sent = (body(item_id) if route.body_item else body()) if body else None
+        response: httpx.Response = self.client.request(method, url, json=sent, headers=self.headers[caller])
         return response
 
 
@@ -352,6 +377,12 @@ def test_refused_and_reading_calls_change_nothing(
     response = shared_world.call(method, path, caller, target)
     check_answer(response, status, code)
     assert snapshot(shared_world.sql) == before, f"{method} {path} by {caller} changed the database"
+    route = MATRIX[(method, path)]
+    if route.body_item and status == 200:
+        (entry,) = response.json()["results"]
+        assert (entry["outcome"], entry["problem"]["code"]) == ("refused", expected_entry(route, target)), (
+            entry
+        )
     if status == 200 and response.headers["content-type"].startswith("application/json"):
         # A lease_token is shown to its holder only (bob's, for one, to nobody here).
         for item in _items_in(response.json()):
@@ -412,7 +443,8 @@ def test_allowed_writes_change_exactly_their_item_as_the_caller(
         assert item_id == world.own[caller]
         before = items_before[item_id]
         if path.endswith("/complete"):
-            assert response.json()["outcome"] == "resolved"
+            answer = response.json()["results"][0] if path == "/items/complete" else response.json()
+            assert answer["outcome"] == "resolved"
             assert (row["state"], row["resolved_by"], row["resolution"], event) == (
                 "RESOLVED",
                 subject,
@@ -445,6 +477,7 @@ SMUGGLE_ROUTES = [
     (("POST", "/items/batch"), "ingest", None, ("items", 0)),
     (("POST", "/leases"), "reviewer", None, ()),
     (("POST", "/items/{item_id}/complete"), "reviewer", "own", ()),
+    (("POST", "/items/complete"), "reviewer", "own", ("items", 0)),
     (("POST", "/items/{item_id}/renew"), "reviewer", "own", ()),
     (("POST", "/items/{item_id}/release"), "reviewer", "own", ()),
     (("POST", "/items/{item_id}/approve"), "approver", "own", ()),
@@ -471,12 +504,12 @@ def test_a_body_cannot_set_server_owned_fields(
     method, path = route
     body = MATRIX[route].body
     assert body is not None
-    sent = body()
+    item_id = shared_world.item_id(caller, target)
+    sent = body(item_id) if MATRIX[route].body_item else body()
     container = sent
     for step in where:
         container = container[step]
     container[field] = SMUGGLED[field]
-    item_id = shared_world.item_id(caller, target)
     url = path.replace("{item_id}", item_id) if item_id else path
 
     before = snapshot(shared_world.sql)

@@ -184,6 +184,7 @@ def _rows(sql: psycopg.Connection) -> list[tuple[str]]:
         "/items/batch",
         "/leases",
         "/items/{held}/complete",
+        "/items/complete",
         "/items/{held}/renew",
         "/items/{held}/release",
         "/admin/reclaim",

@@ -77,6 +77,7 @@ def test_generated_functions_are_named_by_operation_id(generated: ModuleType) ->
         ("items", "enqueue_item"),
         ("items", "enqueue_items"),
         ("items", "complete_item"),
+        ("items", "complete_items"),
         ("items", "renew_item"),
         ("items", "release_item"),
         ("items", "requeue_item"),

@@ -376,7 +376,7 @@ def test_requests_without_a_usable_token_never_touch_the_pool(db_url: str) -> No
             if route.roles is None:
                 continue
             url = path.replace("{item_id}", UNKNOWN_ID)
-            body = route.body() if route.body else None
+            body = (route.body(UNKNOWN_ID) if route.body_item else route.body()) if route.body else None
             for headers in ({}, {"Authorization": "Bearer x"}, {"Authorization": "Basic YTpi"}):
                 response = client.request(method, url, json=body, headers=headers)
                 assert_problem(response, 401, "UNAUTHENTICATED")

@@ -150,6 +150,7 @@ KEY_MINIMUMS = {
     "proposal approved": 0.2,
     "proposal rejected": 0.1,
     "approval refused: segregation of duties": 0.1,
+    "a batch completion resolved items": 0.2,
     "lease of one ledger entity handed out items": 0.2,
     "revision applied": 0.5,
     "revision moved a lease on": 0.2,
@@ -408,7 +409,6 @@ class ReviewQueueMachine(RuleBasedStateMachine):
         self, item_id: str, caller: str, token: str, resolution: str, note: str | None, rule: str
     ) -> bool:
         """POST complete and check the answer against the model; True when it resolved the item."""
-        m = self.model[item_id]
         reviewer = self.caller(item_id, caller)
         sent, epoch, foreign, kind = self.token_for(item_id, token)
         body = {"resolution": resolution, "note": note, "lease_token": sent}
@@ -418,19 +418,41 @@ class ReviewQueueMachine(RuleBasedStateMachine):
         answer = response.json()
         tally(f"{rule} by {caller}, token {kind}: {answer.get('outcome') or answer.get('code')}")
         self.tally_stale(item_id, reviewer, kind)
+        if response.status_code == 200:
+            assert set(answer) == {"outcome", "item"}, answer
+            return self.judge_completion(item_id, reviewer, epoch, foreign, resolution, note, answer)
+        problem = assert_problem(response, response.status_code, answer.get("code", "?"))
+        return self.judge_completion(
+            item_id, reviewer, epoch, foreign, resolution, note, {"problem": problem}
+        )
+
+    def judge_completion(
+        self,
+        item_id: str,
+        reviewer: str,
+        epoch: int | None,
+        foreign: bool,
+        resolution: str,
+        note: str | None,
+        answer: dict[str, Any],
+    ) -> bool:
+        """Check one completion's answer (the single route's body, or one entry of the batch route's:
+        `outcome` and `item`, or `problem`) against the model and apply it; True when it resolved."""
+        m = self.model[item_id]
         fenced = not foreign and (epoch is None or epoch == m.epoch)
         retry = fenced and m.state == "RESOLVED" and m.resolved_by == reviewer
         resubmitted = fenced and m.state == "AWAITING_APPROVAL" and m.prepared_by == reviewer
+        code = (answer.get("problem") or {}).get("code")
         changed = self.source_changed(item_id, reviewer, epoch, foreign, complete=True)
         held = self.holds(item_id, reviewer, epoch, foreign) and not changed
         if held and resolution in NEEDS_NOTE and not note:
-            problem = assert_problem(response, 422, "VALIDATION_ERROR")
-            assert problem["errors"][0]["loc"] == ["body", "note"], problem
+            assert code == "VALIDATION_ERROR", answer
+            assert answer["problem"]["status"] == 422, answer
+            assert answer["problem"]["errors"][0]["loc"] == ["body", "note"], answer
             tally("completion refused: note required")
             return False
         if held and resolution != "APPROVED" and m.big:
-            assert response.status_code == 200, response.text
-            assert answer["outcome"] == "submitted_for_approval", answer
+            assert answer.get("outcome") == "submitted_for_approval", answer
             key("completion submitted for approval")
             m.state, m.leased_by, m.expiry = "AWAITING_APPROVAL", None, "live"
             m.prepared_by, m.proposed, m.proposed_note, m.approved_by = reviewer, resolution, note, None
@@ -438,8 +460,7 @@ class ReviewQueueMachine(RuleBasedStateMachine):
             self.check_item(answer["item"], item_id, reviewer)
             return False
         if held:
-            assert response.status_code == 200, response.text
-            assert answer["outcome"] == "resolved", answer
+            assert answer.get("outcome") == "resolved", answer
             key("completion resolved an item")
             # leased_by stays: it records who held the item when it was resolved.
             m.state, m.resolution, m.resolved_by, m.note = "RESOLVED", resolution, reviewer, note
@@ -448,23 +469,28 @@ class ReviewQueueMachine(RuleBasedStateMachine):
             m.events["RESOLVED"] += 1
         elif resubmitted:
             if resolution != m.proposed:
-                assert_problem(response, 409, "RESOLUTION_CONFLICT")
+                assert code == "RESOLUTION_CONFLICT", answer
+                assert answer["problem"]["status"] == 409, answer
                 return False
-            assert response.status_code == 200, response.text
-            assert answer["outcome"] == "already_submitted", answer
+            assert answer.get("outcome") == "already_submitted", answer
             tally("retry answered already_submitted")
         elif retry and resolution == m.resolution:
             # A retry changes nothing, not even the note.
-            assert response.status_code == 200, response.text
-            assert answer["outcome"] == "already_resolved", answer
+            assert answer.get("outcome") == "already_resolved", answer
             key("retry answered already_resolved")
         elif retry:
-            assert_problem(response, 409, "RESOLUTION_CONFLICT")
+            assert code == "RESOLUTION_CONFLICT", answer
+            assert answer["problem"]["status"] == 409, answer
             return False
         else:
-            self.check_refusal(response, item_id, reviewer, epoch, foreign, complete=True)
+            if changed:
+                assert code == "SOURCE_CHANGED", answer
+                self.check_item(answer["problem"]["item"], item_id, reviewer)
+                key("old token after a revision answered SOURCE_CHANGED")
+            else:
+                assert code == "LEASE_NOT_HELD", answer
+            assert answer["problem"]["status"] == 409, answer
             return False
-        assert set(answer) == {"outcome", "item"}, answer
         self.check_item(answer["item"], item_id, reviewer)
         return answer["outcome"] == "resolved"
 
@@ -546,6 +572,35 @@ class ReviewQueueMachine(RuleBasedStateMachine):
             tally("retry answered already_approved")
             return
         assert_problem(response, 409, "LEASE_NOT_HELD")
+
+    def complete_many(
+        self, reviewer: str, entries: list[tuple[str, str, str, str | None]], rule: str
+    ) -> list[str]:
+        """POST /items/complete with (item_id, token choice, resolution, note) entries; each entry's
+        answer is checked as the single route's would be, in order. The ids it resolved."""
+        sent_entries, judged = [], []
+        for item_id, token, resolution, note in entries:
+            sent, epoch, foreign, kind = self.token_for(item_id, token)
+            self.tally_stale(item_id, reviewer, kind)
+            entry = {"id": item_id, "resolution": resolution, "note": note, "lease_token": sent}
+            sent_entries.append({k: v for k, v in entry.items() if v is not None})
+            judged.append((item_id, epoch, foreign, resolution, note))
+        response = self.post("/items/complete", reviewer, {"items": sent_entries})
+        assert response.status_code == 200, response.text
+        results = response.json()["results"]
+        assert [r["id"] for r in results] == [e["id"] for e in sent_entries], results
+        done = []
+        for (item_id, epoch, foreign, resolution, note), result in zip(judged, results, strict=True):
+            tally(f"{rule}: {result['outcome']} {(result['problem'] or {}).get('code', '')}")
+            if result["outcome"] == "refused":
+                assert result["item"] is None, result
+            else:
+                assert result["problem"] is None, result
+            if self.judge_completion(item_id, reviewer, epoch, foreign, resolution, note, result):
+                done.append(item_id)
+        if done:
+            key("a batch completion resolved items")
+        return done
 
     # --- rules --------------------------------------------------------------------------
 
@@ -793,6 +848,36 @@ class ReviewQueueMachine(RuleBasedStateMachine):
         if retry:  # the answer was lost and the client sends the same call again
             self.complete_as(item_id, "last_holder", token, resolution, note, "retry held")
         return item_id if done else multiple()
+
+    @precondition(lambda self: bool(self.assigned()))
+    @rule(
+        target=resolved,
+        picks=st.lists(st.integers(0, 3 * CAP), min_size=1, max_size=4),
+        token=st.sampled_from(("current", "none", "stale")),
+        resolution=st.sampled_from(RESOLUTIONS),
+        extra=st.sampled_from(("none", "resolved", "other")),
+    )
+    def complete_held_batch(self, picks: list[int], token: str, resolution: str, extra: str) -> Any:
+        """The holder of several open leases completes them in one POST /items/complete (an id may
+        repeat: applied once, the repeat answers as a retry), with an entry that is refused mixed in:
+        a resolved item, or an item nobody in the batch holds."""
+        assigned = self.assigned()
+        holder = self.model[assigned[picks[0] % len(assigned)]].leased_by
+        assert holder is not None
+        mine = [i for i in assigned if self.model[i].leased_by == holder]
+        # One note for the whole batch (a repeated id answers as a retry of its first entry): with
+        # none, a code that requires one is refused per entry; with one, a big item is submitted.
+        note = "batch" if picks[0] % 2 == 0 else None
+        entries = [(mine[p % len(mine)], token, resolution, note) for p in picks]
+        others = [
+            i
+            for i, m in sorted(self.model.items(), key=lambda kv: kv[1].seq)
+            if (m.state == "RESOLVED") == (extra == "resolved") and i not in mine
+        ]
+        if extra != "none" and others:
+            entries.insert(len(entries) // 2, (others[0], "none", resolution, "batch"))
+        done = self.complete_many(holder, entries, "complete held batch")
+        return multiple(*done)
 
     @rule(
         item_id=resolved,

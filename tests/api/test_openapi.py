@@ -17,6 +17,7 @@ OPERATION_IDS = {
     ("get", "/items/{item_id}"): "getItem",
     ("get", "/items/{item_id}/events"): "getItemEvents",
     ("post", "/items/{item_id}/complete"): "completeItem",
+    ("post", "/items/complete"): "completeItems",
     ("post", "/items/{item_id}/renew"): "renewItem",
     ("post", "/items/{item_id}/release"): "releaseItem",
     ("post", "/items/{item_id}/requeue"): "requeueItem",
