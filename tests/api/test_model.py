@@ -798,10 +798,11 @@ class ReviewQueueMachine(RuleBasedStateMachine):
                 big = [i for i in self.approval_queue() if self.model[i].prepared_by != approver]
                 if not big:
                     self.enqueue(count=3, batch=True)  # every third payload is big
-                    before = {i for i, m in self.model.items() if m.state == "ASSIGNED"}
                     self.lease(preparer, 3, top_up=False)
+                    # Leases go by deadline: the new big item may wait behind earlier ones, so any
+                    # big item the preparer holds is submitted.
                     for item_id in self.assigned():
-                        if item_id not in before and self.model[item_id].big:
+                        if self.model[item_id].leased_by == preparer and self.model[item_id].big:
                             self.complete_as(item_id, preparer, "current", "WRITE_OFF", "big", "submit")
         return multiple(*self.lease_approvals(approver, batch_size))
 
