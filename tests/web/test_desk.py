@@ -680,6 +680,8 @@ def test_admin_releases_a_reviewers_items_and_reassigns_one(
 
         region.get_by_label("Item id or idempotency key").fill("OVR-0")
         region.get_by_role("button", name="Look up").click()
+        # The look-up's answer (the item's trail) before the controls that depend on it.
+        expect(region.get_by_role("list", name="Audit trail")).to_contain_text("LEASED by carol")
         region.get_by_label("Override reason").fill("carol is on leave")
         region.get_by_label("Reassign to").fill("bob")
         region.get_by_role("button", name="Reassign").click()
