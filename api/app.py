@@ -32,8 +32,9 @@ DOCS_ASSETS_URL = "/docs/assets"
 # The version of the HTTP contract (OpenAPI info.version), not of the package: semantic versioning,
 # the major bumped only for a breaking change (see the README, "Versioning").
 # 1.1: due_at, due_before, ledger_entity leases, overdue and aging in /stats.
-# 1.2: source revisions (SOURCE_CHANGED), admin release and reassign.
-API_VERSION = "1.2.0"
+# 1.2: source revisions (SOURCE_CHANGED), admin release and reassign, POST /items/complete.
+# 1.3: the resolution catalogue, maker-checker approval (AWAITING_APPROVAL, approve, reject).
+API_VERSION = "1.3.0"
 
 # One tag per resource; generated clients group their functions by these.
 TAGS = [
