@@ -20,7 +20,7 @@ from api.examples import with_examples
 from api.logs import configure_logging
 from api.metrics import AccessLog
 from api.middleware import BodyLimit
-from api.routes import admin, audit, health, items, leases, ops, session
+from api.routes import admin, audit, health, items, leases, ops, resolutions, session
 from api.settings import Settings, get_settings
 from db.engine import create_engine, database_url, libpq_url
 from db.notify import WorkSignal
@@ -32,13 +32,19 @@ DOCS_ASSETS_URL = "/docs/assets"
 # The version of the HTTP contract (OpenAPI info.version), not of the package: semantic versioning,
 # the major bumped only for a breaking change (see the README, "Versioning").
 # 1.1: due_at, due_before, ledger_entity leases, overdue and aging in /stats.
-# 1.2: source revisions (SOURCE_CHANGED), admin release and reassign.
-API_VERSION = "1.2.0"
+# 1.2: source revisions (SOURCE_CHANGED), admin release and reassign, POST /items/complete.
+# 1.3: the resolution catalogue, maker-checker approval (AWAITING_APPROVAL, approve, reject).
+API_VERSION = "1.3.0"
 
 # One tag per resource; generated clients group their functions by these.
 TAGS = [
-    {"name": "items", "description": "Enqueue, read and list items; the holder's complete, renew, release."},
-    {"name": "leases", "description": "Lease the oldest pending items."},
+    {
+        "name": "items",
+        "description": "Enqueue, read and list items; the holder's complete, renew, release; approve and"
+        " reject.",
+    },
+    {"name": "leases", "description": "Lease the oldest pending items, or proposals awaiting approval."},
+    {"name": "resolutions", "description": "The resolution catalogue: codes, notes, approval thresholds."},
     {"name": "admin", "description": "Operators' actions (admin role)."},
     {"name": "operations", "description": "Queue statistics and Prometheus metrics."},
     {"name": "health", "description": "Liveness and readiness; no token needed."},
@@ -153,7 +159,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(AccessLog)
     app.add_middleware(CorrelationIdMiddleware, header_name="X-Request-ID", validator=_acceptable_request_id)
     app.include_router(health.router)
-    for router in (items.router, leases.router, admin.router, ops.router, session.router, audit.router):
+    for router in (
+        items.router,
+        leases.router,
+        resolutions.router,
+        admin.router,
+        ops.router,
+        session.router,
+        audit.router,
+    ):
         app.include_router(router, responses=COMMON_PROBLEMS)
     desk.install(app)
     return app

@@ -33,12 +33,14 @@ import httpx
 
 from api.schemas import (
     MAX_COMPLETE_ITEMS,
+    ApproveOut,
     CompleteBatchOut,
     CompleteOut,
     CompleteResult,
     EventOut,
     ItemOut,
     ReleasedOut,
+    ResolutionCodeOut,
     RevisionOut,
 )
 
@@ -85,6 +87,9 @@ class NotQuarantined(ReviewQueueError): ...
 class NotResolved(ReviewQueueError): ...
 
 
+class SegregationOfDuties(ReviewQueueError): ...
+
+
 class SourceChanged(ReviewQueueError):
     """The figures changed under your lease (a source revision). `item` is the item now, with the
     new lease_token: look at the new figures, then carry on with that token."""
@@ -115,6 +120,7 @@ _BY_CODE: dict[str, type[ReviewQueueError]] = {
     "RESOLUTION_CONFLICT": ResolutionConflict,
     "NOT_QUARANTINED": NotQuarantined,
     "NOT_RESOLVED": NotResolved,
+    "SEGREGATION_OF_DUTIES": SegregationOfDuties,
     "SOURCE_CHANGED": SourceChanged,
     "NOT_ASSIGNED": NotAssigned,
     "ALREADY_HELD": AlreadyHeld,
@@ -268,9 +274,14 @@ class _Calls:
 
     @staticmethod
     def lease(
-        batch_size: int | None, wait_s: int, ledger_entity: str | None
+        batch_size: int | None, wait_s: int, ledger_entity: str | None, queue: str = "review"
     ) -> tuple[str, str, dict[str, Any] | None]:
-        body = {"batch_size": batch_size, "wait_s": wait_s or None, "ledger_entity": ledger_entity}
+        body = {
+            "batch_size": batch_size,
+            "wait_s": wait_s or None,
+            "ledger_entity": ledger_entity,
+            "queue": None if queue == "review" else queue,
+        }
         return "POST", "/leases", {k: v for k, v in body.items() if v is not None} or None
 
     @staticmethod
@@ -325,6 +336,21 @@ class _Calls:
     @staticmethod
     def reopen(item_id: UUID, reason: str) -> tuple[str, str, dict[str, Any] | None]:
         return "POST", f"/items/{item_id}/reopen", {"reason": reason}
+
+    @staticmethod
+    def approve(item_id: UUID, lease_token: str | None) -> tuple[str, str, dict[str, Any] | None]:
+        return "POST", f"/items/{item_id}/approve", {"lease_token": lease_token} if lease_token else None
+
+    @staticmethod
+    def reject(item_id: UUID, reason: str, lease_token: str | None) -> tuple[str, str, dict[str, Any] | None]:
+        body = {"reason": reason, "lease_token": lease_token}
+        return "POST", f"/items/{item_id}/reject", {k: v for k, v in body.items() if v is not None}
+
+    @staticmethod
+    def put_resolution(code: str, fields: dict[str, Any]) -> tuple[str, str, dict[str, Any] | None]:
+        if fields.get("approval_threshold") is not None:
+            fields = {**fields, "approval_threshold": str(fields["approval_threshold"])}
+        return "PUT", f"/resolutions/{code}", fields
 
     @staticmethod
     def revise(
@@ -394,11 +420,17 @@ class ReviewQueueClient:
         return ItemOut.model_validate(self._call(*_Calls.enqueue(fields)))
 
     def lease(
-        self, batch_size: int | None = None, *, wait_s: int = 0, ledger_entity: str | None = None
+        self,
+        batch_size: int | None = None,
+        *,
+        wait_s: int = 0,
+        ledger_entity: str | None = None,
+        queue: str = "review",
     ) -> list[ItemOut]:
         """Lease up to batch_size items (of ledger_entity only, when given), earliest due first;
-        with wait_s (0-20), wait that long for work to arrive."""
-        answer = self._call(*_Calls.lease(batch_size, wait_s, ledger_entity), wait_s=wait_s)
+        with wait_s (0-20), wait that long for work to arrive. queue="approval" leases other
+        people's proposals awaiting approval (approver, admin)."""
+        answer = self._call(*_Calls.lease(batch_size, wait_s, ledger_entity, queue), wait_s=wait_s)
         return [ItemOut.model_validate(i) for i in answer["items"]]
 
     def complete(
@@ -446,6 +478,23 @@ class ReviewQueueClient:
     def reopen(self, item_id: UUID, *, reason: str) -> ItemOut:
         """Put a RESOLVED item back to PENDING; the trail keeps the old decision (admin)."""
         return ItemOut.model_validate(self._call(*_Calls.reopen(item_id, reason)))
+
+    def approve(self, item_id: UUID, *, lease_token: str | None = None) -> ApproveOut:
+        """Approve a proposal you hold the approval lease of (approver, admin)."""
+        return ApproveOut.model_validate(self._call(*_Calls.approve(item_id, lease_token)))
+
+    def reject(self, item_id: UUID, *, reason: str, lease_token: str | None = None) -> ItemOut:
+        """Send a proposal back to PENDING with a reason (approver, admin)."""
+        return ItemOut.model_validate(self._call(*_Calls.reject(item_id, reason, lease_token)))
+
+    def resolutions(self) -> list[ResolutionCodeOut]:
+        """The active resolution codes."""
+        return [ResolutionCodeOut.model_validate(c) for c in self._call("GET", "/resolutions")["resolutions"]]
+
+    def put_resolution(self, code: str, **fields: Any) -> ResolutionCodeOut:
+        """Create or update a resolution code (admin): label, description, requires_note,
+        approval_threshold (Decimal or None), active."""
+        return ResolutionCodeOut.model_validate(self._call(*_Calls.put_resolution(code, fields)))
 
     def revise(
         self,
@@ -670,9 +719,14 @@ class AsyncReviewQueueClient:
         return ItemOut.model_validate(await self._call(*_Calls.enqueue(fields)))
 
     async def lease(
-        self, batch_size: int | None = None, *, wait_s: int = 0, ledger_entity: str | None = None
+        self,
+        batch_size: int | None = None,
+        *,
+        wait_s: int = 0,
+        ledger_entity: str | None = None,
+        queue: str = "review",
     ) -> list[ItemOut]:
-        answer = await self._call(*_Calls.lease(batch_size, wait_s, ledger_entity), wait_s=wait_s)
+        answer = await self._call(*_Calls.lease(batch_size, wait_s, ledger_entity, queue), wait_s=wait_s)
         return [ItemOut.model_validate(i) for i in answer["items"]]
 
     async def complete(
@@ -720,6 +774,19 @@ class AsyncReviewQueueClient:
 
     async def reopen(self, item_id: UUID, *, reason: str) -> ItemOut:
         return ItemOut.model_validate(await self._call(*_Calls.reopen(item_id, reason)))
+
+    async def approve(self, item_id: UUID, *, lease_token: str | None = None) -> ApproveOut:
+        return ApproveOut.model_validate(await self._call(*_Calls.approve(item_id, lease_token)))
+
+    async def reject(self, item_id: UUID, *, reason: str, lease_token: str | None = None) -> ItemOut:
+        return ItemOut.model_validate(await self._call(*_Calls.reject(item_id, reason, lease_token)))
+
+    async def resolutions(self) -> list[ResolutionCodeOut]:
+        answer = await self._call("GET", "/resolutions")
+        return [ResolutionCodeOut.model_validate(c) for c in answer["resolutions"]]
+
+    async def put_resolution(self, code: str, **fields: Any) -> ResolutionCodeOut:
+        return ResolutionCodeOut.model_validate(await self._call(*_Calls.put_resolution(code, fields)))
 
     async def revise(
         self,

@@ -168,10 +168,14 @@ async def _metrics_scraper(request: Request, principal: Caller) -> None:
 
 MetricsScraper = Depends(_metrics_scraper)
 
-AnyRole = Annotated[Principal, _require("reviewer", "ingest", "auditor", "admin")]
-Reviewer = Annotated[Principal, _require("reviewer", "admin")]
+AnyRole = Annotated[Principal, _require("reviewer", "approver", "ingest", "auditor", "admin")]
+# An approver can also do everything a reviewer does.
+Reviewer = Annotated[Principal, _require("reviewer", "approver", "admin")]
+# Maker-checker: approve or reject someone else's proposal.
+Approver = Annotated[Principal, _require("approver", "admin")]
+APPROVER_ROLES = ("approver", "admin")
 # Queue statistics: the people who work the queue, and auditors (read-only).
-StatsReader = Annotated[Principal, _require("reviewer", "auditor", "admin")]
+StatsReader = Annotated[Principal, _require("reviewer", "approver", "auditor", "admin")]
 # The hash chain's export (read-only, possibly large).
 Auditor = Annotated[Principal, _require("auditor", "admin")]
 Ingest = Annotated[Principal, _require("ingest", "admin")]

@@ -26,6 +26,7 @@ PROBLEMS: dict[str, tuple[int, str]] = {
     "UNAUTHENTICATED": (401, "Authentication required"),
     "FORBIDDEN": (403, "Not allowed for this role"),
     "CSRF_REJECTED": (403, "Cross-site request refused"),
+    "SEGREGATION_OF_DUTIES": (403, "You may not approve or reject your own proposal"),
     "NOT_FOUND": (404, "Not found"),
     "METHOD_NOT_ALLOWED": (405, "Method not allowed"),
     "LEASE_NOT_HELD": (409, "Lease not held"),

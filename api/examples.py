@@ -33,6 +33,12 @@ ITEM_PENDING: dict[str, Any] = {
     "resolved_at": None,
     "attempts": 0,
     "lease_token": None,
+    "prepared_by": None,
+    "prepared_at": None,
+    "proposed_resolution": None,
+    "proposed_note": None,
+    "approved_by": None,
+    "approved_at": None,
     "due_at": "2026-12-08T09:00:00+00:00",
 }
 ITEM_ASSIGNED: dict[str, Any] = {
@@ -52,6 +58,45 @@ ITEM_RESOLVED: dict[str, Any] = {
     "resolved_by": "alice",
     "resolved_at": "2026-12-03T09:05:12+00:00",
     "lease_token": None,
+}
+
+ITEM_AWAITING_APPROVAL: dict[str, Any] = {
+    **ITEM_ASSIGNED,
+    "variance_amount": "25000.00",
+    "state": "AWAITING_APPROVAL",
+    "leased_by": None,
+    "leased_at": None,
+    "lease_expires_at": None,
+    "lease_token": None,
+    "prepared_by": "alice",
+    "prepared_at": "2026-12-03T09:05:12+00:00",
+    "proposed_resolution": "ADJUSTMENT_POSTED",
+    "proposed_note": "JE-2026-1130-7",
+}
+ITEM_APPROVED: dict[str, Any] = {
+    **ITEM_AWAITING_APPROVAL,
+    "state": "RESOLVED",
+    "leased_by": "bob",
+    "leased_at": "2026-12-03T09:20:00+00:00",
+    "lease_expires_at": "2026-12-03T09:20:30+00:00",
+    "resolution": "ADJUSTMENT_POSTED",
+    "resolution_note": "JE-2026-1130-7",
+    "resolved_by": "alice",
+    "resolved_at": "2026-12-03T09:20:09+00:00",
+    "approved_by": "bob",
+    "approved_at": "2026-12-03T09:20:09+00:00",
+}
+RESOLUTION_CODE_IN = {
+    "label": "Adjustment posted",
+    "description": "A correcting journal entry was posted; give its reference in the note.",
+    "requires_note": True,
+    "approval_threshold": "10000.00",
+    "active": True,
+}
+RESOLUTION_CODE_OUT = {
+    "code": "ADJUSTMENT_POSTED",
+    **RESOLUTION_CODE_IN,
+    "updated_at": "2026-12-03T08:00:00+00:00",
 }
 
 LEASE_IN = {"batch_size": 5, "ledger_entity": "ACME-CORP"}
@@ -131,7 +176,7 @@ RECLAIM_OUT = {
     ],
 }
 STATS_OUT = {
-    "counts": {"PENDING": 120, "ASSIGNED": 14, "RESOLVED": 90210},
+    "counts": {"PENDING": 120, "ASSIGNED": 14, "RESOLVED": 90210, "QUARANTINED": 0, "AWAITING_APPROVAL": 3},
     "oldest_pending_age_s": 42.5,
     "assigned": 14,
     "max_inflight": 1000,
@@ -140,6 +185,7 @@ STATS_OUT = {
     "reclaimable": 0,
     "open_leases_by_reviewer": {"alice": 5, "bob": 9},
     "next_lease_expires_in_s": 12.5,
+    "approval_leases": 1,
     "overdue": 3,
     "oldest_overdue_s": 5400.0,
     "aging": {"0-1d": 98, "1-3d": 30, "3-7d": 4, "7-30d": 2, "30d+": 0},
@@ -184,11 +230,17 @@ BY_SCHEMA: dict[str, list[dict[str, Any]]] = {
         ITEM_IN,
         {**ITEM_IN, "idempotency_key": "ACME-2026-11-30-0043", "due_at": "2026-12-04T17:00:00Z"},
     ],
-    "ItemOut": [ITEM_ASSIGNED, ITEM_PENDING],
-    "LeaseIn": [LEASE_IN],
+    "ItemOut": [ITEM_ASSIGNED, ITEM_PENDING, ITEM_AWAITING_APPROVAL],
+    "LeaseIn": [LEASE_IN, {"batch_size": 1, "queue": "approval", "wait_s": 20}],
     "LeaseOut": [LEASE_OUT],
     "CompleteIn": [COMPLETE_IN],
-    "CompleteOut": [COMPLETE_OUT],
+    "CompleteOut": [COMPLETE_OUT, {"outcome": "submitted_for_approval", "item": ITEM_AWAITING_APPROVAL}],
+    "ApproveIn": [{"lease_token": LEASE_TOKEN}],
+    "ApproveOut": [{"outcome": "approved", "item": ITEM_APPROVED}],
+    "RejectIn": [{"reason": "the journal entry is posted to the wrong entity", "lease_token": LEASE_TOKEN}],
+    "ResolutionCodeIn": [RESOLUTION_CODE_IN],
+    "ResolutionCodeOut": [RESOLUTION_CODE_OUT],
+    "ResolutionsOut": [{"resolutions": [RESOLUTION_CODE_OUT]}],
     "CompleteBatchIn": [COMPLETE_BATCH_IN],
     "CompleteBatchOut": [COMPLETE_BATCH_OUT],
     "RenewIn": [RENEW_IN],

@@ -96,6 +96,14 @@ class _QueueCollector(Collector):
             value=g.quarantined,
         )
         yield GaugeMetricFamily(
+            "review_queue_awaiting_approval_items",
+            "Proposals at or above their code's approval threshold, waiting for an approver (leased or not).",
+            value=g.awaiting_approval,
+        )
+        yield GaugeMetricFamily(
+            "review_queue_approval_leases", "Approval leases held right now.", value=g.approval_leases
+        )
+        yield GaugeMetricFamily(
             "review_queue_expired_unreclaimed_items",
             "Leases past lease_expires_at still ASSIGNED (seed: LEASE_LEAK, STARVATION).",
             value=g.expired_unreclaimed,

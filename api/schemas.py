@@ -17,6 +17,7 @@ from pydantic import (
     ConfigDict,
     Field,
     PlainSerializer,
+    StrictBool,
     StringConstraints,
     WithJsonSchema,
     model_validator,
@@ -101,6 +102,44 @@ Money = Annotated[
     ),
     WithJsonSchema(
         {"type": "string", "pattern": r"^-?[0-9]{1,16}\.[0-9]{2}$", "examples": ["12.50"]},
+        mode="serialization",
+    ),
+]
+
+
+def _unsigned_input(value: object) -> object:
+    if isinstance(value, str) and value.startswith("-"):
+        raise ValueError("must not be negative")
+    return value
+
+
+def _not_negative(value: Decimal) -> Decimal:
+    if value < 0:
+        raise ValueError("must not be negative")
+    return value.copy_abs()  # -0 as a JSON number is 0
+
+
+# An approval threshold: Money that is never negative (it is compared with an absolute amount).
+Threshold = Annotated[
+    Decimal,
+    Field(allow_inf_nan=False, examples=["10000.00"]),
+    BeforeValidator(_money_input),
+    BeforeValidator(_unsigned_input),
+    AfterValidator(_money),
+    AfterValidator(_not_negative),
+    PlainSerializer(lambda d: f"{d:.2f}", return_type=str, when_used="json"),
+    WithJsonSchema(
+        {
+            "anyOf": [
+                {"type": "string", "pattern": r"^[0-9]{1,16}(\.[0-9]{1,2})?$"},
+                {"type": "number", "multipleOf": 0.01, "minimum": 0, "exclusiveMaximum": 1e16},
+            ],
+            "examples": ["10000.00"],
+        },
+        mode="validation",
+    ),
+    WithJsonSchema(
+        {"type": "string", "pattern": r"^[0-9]{1,16}\.[0-9]{2}$", "examples": ["10000.00"]},
         mode="serialization",
     ),
 ]
@@ -235,7 +274,7 @@ def decode_event_cursor(cursor: str) -> int:
 
 
 MatchDecision = Literal["MATCHED", "PARTIAL", "UNMATCHED"]
-State = Literal["PENDING", "ASSIGNED", "RESOLVED", "QUARANTINED"]
+State = Literal["PENDING", "ASSIGNED", "RESOLVED", "QUARANTINED", "AWAITING_APPROVAL"]
 Resolution = Annotated[str, StringConstraints(pattern=r"^[A-Z][A-Z0-9_]{0,63}$")]
 
 
@@ -349,6 +388,18 @@ class ItemOut(BaseModel):
     context: dict[str, Any] | None = Field(
         default=None, description="The context sent at enqueue, as sent; null when none was."
     )
+    prepared_by: str | None = Field(
+        default=None,
+        description="Who proposed the resolution that needed approval (the preparer); kept after the"
+        " approval or rejection, until the next completion.",
+    )
+    prepared_at: Timestamp | None = None
+    proposed_resolution: str | None = Field(default=None, description="The preparer's proposed code.")
+    proposed_note: str | None = None
+    approved_by: str | None = Field(
+        default=None, description="The approver of the resolution; never the same as resolved_by."
+    )
+    approved_at: Timestamp | None = None
     due_at: Timestamp = Field(
         description="The deadline: as given at enqueue, or created_at plus the SLA tier of the amount."
     )
@@ -356,7 +407,12 @@ class ItemOut(BaseModel):
     @classmethod
     def of(cls, item: "Item", viewer: str | None = None) -> "ItemOut":
         fields = {name: getattr(item, name) for name in cls.model_fields if hasattr(item, name)}
-        held = item.state == "ASSIGNED" and viewer is not None and item.leased_by == viewer
+        # A review lease (ASSIGNED) or an approval lease (AWAITING_APPROVAL with a holder).
+        held = (
+            item.state in ("ASSIGNED", "AWAITING_APPROVAL")
+            and viewer is not None
+            and item.leased_by == viewer
+        )
         return cls(
             **fields,
             lease_token=encode_lease_token(item.id, item.lease_nonce) if held and item.lease_nonce else None,
@@ -365,6 +421,11 @@ class ItemOut(BaseModel):
 
 class LeaseIn(Strict):
     batch_size: BatchSize | None = None
+    queue: Literal["review", "approval"] = Field(
+        default="review",
+        description="`review`: PENDING items (roles reviewer, approver, admin). `approval`: other"
+        " people's proposals awaiting approval (roles approver, admin); never your own.",
+    )
     ledger_entity: Text200 | None = Field(
         default=None, description="Lease only items of this ledger entity (a reviewer who handles one)."
     )
@@ -497,6 +558,9 @@ class EventOut(BaseModel):
         "QUARANTINED",
         "REQUEUED",
         "REOPENED",
+        "SUBMITTED_FOR_APPROVAL",
+        "APPROVED",
+        "REJECTED",
         "REVISED",
         "REASSIGNED",
     ]
@@ -522,8 +586,58 @@ class EventsOut(BaseModel):
 
 
 class CompleteOut(BaseModel):
-    outcome: Literal["resolved", "already_resolved"]
+    outcome: Literal["resolved", "already_resolved", "submitted_for_approval", "already_submitted"] = Field(
+        description="`submitted_for_approval`: the code's approval threshold was met, the item is"
+        " AWAITING_APPROVAL; the `already_` outcomes answer a retry."
+    )
     item: ItemOut
+
+
+class ApproveIn(Strict):
+    lease_token: LeaseToken | None = None
+
+
+class ApproveOut(BaseModel):
+    outcome: Literal["approved", "already_approved"] = Field(
+        description="`already_approved` answers a retry."
+    )
+    item: ItemOut
+
+
+class RejectIn(Strict):
+    reason: Annotated[Reason, StringConstraints(min_length=1)] = Field(
+        description="Why the proposal is rejected; kept in the REJECTED event with the proposal."
+    )
+    lease_token: LeaseToken | None = None
+
+
+class ResolutionCodeIn(Strict):
+    label: Text200
+    description: Annotated[
+        str, StringConstraints(max_length=2000, pattern=NO_NUL), AfterValidator(_storable)
+    ] = ""
+    requires_note: StrictBool = False  # `0` and `"true"` are a 422, as the schema says
+    approval_threshold: Threshold | None = Field(
+        default=None,
+        description="A completion with abs(variance_amount) at or above it needs an approver; null: never.",
+    )
+    active: StrictBool = True
+
+
+class ResolutionCodeOut(BaseModel):
+    code: str
+    label: str
+    description: str
+    requires_note: bool
+    approval_threshold: Threshold | None
+    active: bool
+    updated_at: Timestamp
+
+    model_config = ConfigDict(from_attributes=True)
+
+
+class ResolutionsOut(BaseModel):
+    resolutions: list[ResolutionCodeOut]
 
 
 MAX_COMPLETE_ITEMS = 200
@@ -543,10 +657,14 @@ class CompleteBatchIn(Strict):
 
 class CompleteResult(BaseModel):
     id: UUID
-    outcome: Literal["resolved", "already_resolved", "refused"] = Field(
-        description="`resolved` and `already_resolved` as POST /items/{id}/complete answers them (with"
-        " the item); `refused` with the problem the single route would answer (LEASE_NOT_HELD,"
-        " RESOLUTION_CONFLICT, SOURCE_CHANGED, NOT_FOUND), nothing changed for this entry."
+    outcome: Literal[
+        "resolved", "already_resolved", "submitted_for_approval", "already_submitted", "refused"
+    ] = Field(
+        description="`resolved`, `already_resolved`, `submitted_for_approval` (the code's approval"
+        " threshold was met: AWAITING_APPROVAL) and `already_submitted` as POST /items/{id}/complete"
+        " answers them (with the item); `refused` with the problem the single route would answer"
+        " (LEASE_NOT_HELD, RESOLUTION_CONFLICT, SOURCE_CHANGED, NOT_FOUND, VALIDATION_ERROR for an"
+        " unknown or inactive code or a missing note), nothing changed for this entry."
     )
     item: "ItemOut | None" = None
     problem: "Problem | None" = None
@@ -565,8 +683,9 @@ class ReclaimedOut(BaseModel):
     trace_id: UUID
     source_hash: str
     match_decision: MatchDecision
-    state: Literal["PENDING", "QUARANTINED"] = Field(
-        description="PENDING, or QUARANTINED when the item had used up its attempts."
+    state: Literal["PENDING", "QUARANTINED", "AWAITING_APPROVAL"] = Field(
+        description="PENDING, or QUARANTINED when the item had used up its attempts;"
+        " AWAITING_APPROVAL for an approval lease (back to the approval queue)."
     )
 
     model_config = ConfigDict(from_attributes=True)
@@ -603,7 +722,7 @@ class SessionIn(Strict):
 
 class SessionOut(BaseModel):
     subject: str
-    role: Literal["reviewer", "ingest", "auditor", "admin"]
+    role: Literal["reviewer", "approver", "ingest", "auditor", "admin"]
     csrf_token: str | None = Field(
         description="Send it as X-CSRF-Token with every write made with the session cookie; "
         "null when the caller used a bearer token."

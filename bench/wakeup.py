@@ -53,7 +53,7 @@ def wakeup_latency(
                     items = http.post("/leases", json=body).json()["items"]
                     if items:
                         arrived[items[0]["idempotency_key"]] = time.perf_counter()
-                        http.post(f"/items/{items[0]['id']}/complete", json={"resolution": "OK"})
+                        http.post(f"/items/{items[0]['id']}/complete", json={"resolution": "APPROVED"})
                         got.set()
                     elif mode == "polling":
                         time.sleep(poll_interval_ms / 1000 * random.uniform(0.8, 1.2))  # noqa: S311
@@ -113,7 +113,7 @@ def _notify_worker(url: str, role: str, n: int, notify: bool, seconds: float, ba
                 if role == "consumer" and items:
                     async with transaction(engine, lock_timeout_ms=5000, statement_timeout_ms=5000) as conn:
                         await queue.complete_item(
-                            conn, item_id=items[0].id, reviewer=f"c{n}", resolution="OK", note=None
+                            conn, item_id=items[0].id, reviewer=f"c{n}", resolution="APPROVED", note=None
                         )
                     done += 1
         finally:

@@ -9,7 +9,7 @@ import typer
 from db import tokens
 from db.engine import create_engine
 
-DEV_SUBJECTS = {"admin": "admin", "reviewer": "reviewer"}
+DEV_SUBJECTS = {"admin": "admin", "reviewer": "reviewer", "approver": "approver"}
 
 
 def _saved(path: Path) -> dict[str, str]:
@@ -62,7 +62,8 @@ def instructions(saved: dict[str, str], base: str, path: Path) -> str:
     lines += [f"  {role:<9} {token}" for role, token in saved.items()]
     lines += [
         "Try:",
-        f"  export RQ_ADMIN={saved['admin']} RQ_REVIEWER={saved['reviewer']}",
+        f"  export RQ_ADMIN={saved['admin']} RQ_REVIEWER={saved['reviewer']}"
+        + (f" RQ_APPROVER={saved['approver']}" if "approver" in saved else ""),
         f'  curl -s -X POST {base}/leases -H "Authorization: Bearer $RQ_REVIEWER"',
         f"Reviewer desk: {base}/desk/  (sign in with the reviewer or admin token above)",
     ]

@@ -36,6 +36,10 @@ audit_app = typer.Typer(
     no_args_is_help=True, help="The audit trail's hash chain: seal, head, verify, export."
 )
 app.add_typer(audit_app, name="audit")
+resolutions_app = typer.Typer(
+    no_args_is_help=True, help="The resolution catalogue: list, set, deactivate.", rich_markup_mode=None
+)
+app.add_typer(resolutions_app, name="resolutions")
 admin_app = typer.Typer(
     no_args_is_help=True,
     help="An admin's override of leases: release someone's items, reassign one.",
@@ -48,6 +52,7 @@ T = TypeVar("T")
 
 class Role(StrEnum):
     reviewer = "reviewer"
+    approver = "approver"
     ingest = "ingest"
     auditor = "auditor"
     admin = "admin"
@@ -132,7 +137,7 @@ def token_create(
             " not me, reclaimer or reclaimer@...",
         ),
     ],
-    role: Annotated[Role, typer.Option(help="reviewer, ingest, auditor or admin.")],
+    role: Annotated[Role, typer.Option(help="reviewer, approver, ingest, auditor or admin.")],
     expires_in: Annotated[
         timedelta | None,
         typer.Option(
@@ -186,6 +191,84 @@ def token_list() -> None:
         expires = f"{info.expires_at:%Y-%m-%d %H:%M}" if info.expires_at else "never"
         created = f"{info.created_at:%Y-%m-%d %H:%M}"
         typer.echo(f"{info.id:>5}  {info.subject:<24} {info.role:<9} {created:<16}  {expires:<16}  {state}")
+
+
+_CODE = re.compile(r"[A-Z][A-Z0-9_]{0,63}")
+_AMOUNT = re.compile(r"[0-9]{1,16}(\.[0-9]{1,2})?")
+
+
+def _code(value: str) -> str:
+    if not _CODE.fullmatch(value):
+        raise typer.BadParameter("a code is A-Z, 0-9 and _, starting with a letter, at most 64 characters")
+    return value
+
+
+@resolutions_app.command("list")
+def resolutions_list(
+    all_: Annotated[bool, typer.Option("--all", help="Include deactivated codes.")] = False,
+) -> None:
+    """List the resolution codes (active ones unless --all)."""
+    from db import queue
+
+    codes = in_transaction(lambda conn: queue.list_resolution_codes(conn, include_inactive=all_))
+    typer.echo(f"{'CODE':<20} {'NOTE':<8} {'APPROVAL AT':>14}  {'STATE':<8} LABEL")
+    for c in codes:
+        threshold = f"{c.approval_threshold:.2f}" if c.approval_threshold is not None else "never"
+        note = "required" if c.requires_note else "-"
+        state = "active" if c.active else "inactive"
+        typer.echo(f"{c.code:<20} {note:<8} {threshold:>14}  {state:<8} {c.label}")
+
+
+@resolutions_app.command("set")
+def resolutions_set(
+    code: Annotated[str, typer.Argument(help="The code, e.g. WRITE_OFF.", callback=_code)],
+    label: Annotated[str, typer.Option(help="What people see.")],
+    description: Annotated[str, typer.Option(help="When to use it.")] = "",
+    requires_note: Annotated[
+        bool, typer.Option("--requires-note/--no-note", help="A note is required.")
+    ] = False,
+    approval_threshold: Annotated[
+        str | None,
+        typer.Option(help="Needs an approver at or above this absolute amount, e.g. 10000.00; omit: never."),
+    ] = None,
+) -> None:
+    """Create or update a code (active)."""
+    from decimal import Decimal
+
+    from db import queue
+
+    if approval_threshold is not None and not _AMOUNT.fullmatch(approval_threshold):
+        raise typer.BadParameter(
+            "an amount like 10000.00 (no sign, at most 2 decimals)", param_hint="--approval-threshold"
+        )
+    if not label.strip() or len(label) > 200:
+        raise typer.BadParameter("1-200 characters", param_hint="--label")
+    created, saved = in_transaction(
+        lambda conn: queue.put_resolution_code(
+            conn,
+            code=code,
+            label=label,
+            description=description,
+            requires_note=requires_note,
+            approval_threshold=Decimal(approval_threshold) if approval_threshold is not None else None,
+            active=True,
+        )
+    )
+    typer.echo(f"{'created' if created else 'updated'} {saved.code}")
+
+
+@resolutions_app.command("deactivate")
+def resolutions_deactivate(
+    code: Annotated[str, typer.Argument(help="The code to deactivate.", callback=_code)],
+) -> None:
+    """Deactivate a code: completions can no longer use it; old decisions keep it."""
+    from db import queue
+
+    saved = in_transaction(lambda conn: queue.deactivate_resolution_code(conn, code=code))
+    if saved is None:
+        typer.echo(f"no resolution code {code}", err=True)
+        raise typer.Exit(1)
+    typer.echo(f"deactivated {code}")
 
 
 def _reason(value: str) -> str:
@@ -270,7 +353,8 @@ def admin_reassign(
         why = {
             "not_found": f"no item {item}",
             "already_held": f"{to} already holds item {item}",
-            "not_a_reviewer": f"{to!r} has no live reviewer or admin token",
+            "not_a_reviewer": f"{to!r} has no live token of a role that can take this lease",
+            "segregation_of_duties": f"{to} prepared the proposal of item {item}: another approver decides",
             "at_cap": f"{to} already holds as many items as anyone may",
         }.get(outcome, f"item {item} is {current.state if current else 'gone'}, not ASSIGNED")
         typer.echo(f"review-queue: {why}; nothing reassigned", err=True)
@@ -429,6 +513,8 @@ def stats() -> None:
         ("assigned", f"{gauges.assigned} of max_inflight {settings.max_inflight}"),
         ("resolved", str(resolved)),
         ("quarantined", str(gauges.quarantined)),
+        ("awaiting approval", str(gauges.awaiting_approval)),
+        ("approval leases", str(gauges.approval_leases)),
         ("oldest pending age", age),
         ("expired, not reclaimed", str(gauges.expired_unreclaimed)),
         ("past the reclaim grace", str(gauges.reclaimable)),

@@ -54,14 +54,18 @@ from db.engine import OneRoundTrip, Record
 from db.errors import DatabaseUnavailable, is_lock_timeout
 from db.notify import notify_work
 from db.tables import DEFAULT_MAX_ATTEMPTS, api_token
+from db.tables import resolution_code as catalogue
 from db.tables import review_queue_event as event
 from db.tables import review_queue_item as item
 
 # Inline constants, not bind parameters: the planner can only match the partial indexes
 # (WHERE state = 'PENDING' ...) against a literal it can see in every plan.
-PENDING, ASSIGNED, RESOLVED, QUARANTINED = (
-    literal_column(f"'{s}'", Text) for s in ("PENDING", "ASSIGNED", "RESOLVED", "QUARANTINED")
+PENDING, ASSIGNED, RESOLVED, QUARANTINED, AWAITING_APPROVAL = (
+    literal_column(f"'{s}'", Text)
+    for s in ("PENDING", "ASSIGNED", "RESOLVED", "QUARANTINED", "AWAITING_APPROVAL")
 )
+
+Queue = Literal["review", "approval"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +90,12 @@ class Item:
     lease_nonce: UUID | None
     attempts: int
     context: dict[str, Any] | None
+    prepared_by: str | None
+    prepared_at: datetime | None
+    proposed_resolution: str | None
+    proposed_note: str | None
+    approved_by: str | None
+    approved_at: datetime | None
     due_at: datetime
     revised_epoch: int | None
 
@@ -302,9 +312,15 @@ _LOCK_REVIEWER = select(
         func.hashtextextended("review_queue.lease:" + bindparam("actor", type_=Text), 0)
     )
 )
+# Review and approval leases together count against the cap (each on its partial index).
 _held = (
     select(func.count())
     .where(item.c.state == ASSIGNED, item.c.leased_by == bindparam("actor", type_=Text))
+    .scalar_subquery()
+) + (
+    select(func.count())
+    .where(item.c.state == AWAITING_APPROVAL, item.c.leased_by.is_not(None))
+    .where(item.c.leased_by == bindparam("actor", type_=Text))
     .scalar_subquery()
 )
 
@@ -344,8 +360,55 @@ def _lease_statement(*, by_entity: bool) -> Any:
     )
 
 
+def _approval_lease_statement(*, by_entity: bool) -> Any:
+    """The approval queue: the same discipline over AWAITING_APPROVAL rows nobody holds, in the
+    same order (due_at, then created_at). Segregation of duties is part of the row lock's WHERE, so
+    no prior read decides it: a preparer's own proposal is never a candidate for them, however the
+    calls race (and the approval_lease_not_preparer CHECK would refuse the write if it were). The
+    item stays AWAITING_APPROVAL while leased."""
+    wanted = [
+        item.c.state == AWAITING_APPROVAL,
+        item.c.leased_by.is_(None),
+        item.c.prepared_by != bindparam("actor", type_=Text),
+    ]
+    if by_entity:
+        wanted.append(item.c.ledger_entity == bindparam("entity", type_=Text))
+    candidate = (
+        select(item.c.id)
+        .where(*wanted)
+        .order_by(item.c.due_at, item.c.created_at)
+        .limit(func.least(bindparam("batch_size"), func.greatest(bindparam("cap") - _held, 0)))
+        .with_for_update(skip_locked=True)
+        .cte("approval_candidate")
+    )
+    leased = (
+        item.update()
+        .where(item.c.id == candidate.c.id, item.c.state == AWAITING_APPROVAL, item.c.leased_by.is_(None))
+        .values(
+            leased_by=bindparam("actor", type_=Text),
+            leased_at=func.now(),
+            lease_expires_at=func.now() + bindparam("lease_duration", type_=Interval),
+            lease_epoch=item.c.lease_epoch + 1,
+            lease_nonce=func.gen_random_uuid(),
+        )
+        .returning(*_ITEM_COLUMNS)
+        .cte("approval_leased")
+    )
+    return _changed_items(
+        leased,
+        "LEASED",
+        details=func.jsonb_build_object("lease_expires_at", leased.c.lease_expires_at, "queue", "approval"),
+    )
+
+
 _LEASE = _lease_statement(by_entity=False)
 _LEASE_ENTITY = _lease_statement(by_entity=True)
+_LEASE_APPROVALS = _approval_lease_statement(by_entity=False)
+_LEASE_APPROVALS_ENTITY = _approval_lease_statement(by_entity=True)
+_LEASES = {
+    "review": {False: _LEASE, True: _LEASE_ENTITY},
+    "approval": {False: _LEASE_APPROVALS, True: _LEASE_APPROVALS_ENTITY},
+}
 
 
 async def _lock_reviewer(conn: AsyncConnection, reviewer: str) -> None:
@@ -367,15 +430,18 @@ async def lease_items(
     lease_duration: timedelta,
     cap: int,
     ledger_entity: str | None = None,
+    queue: Queue = "review",
 ) -> list[Item]:
     """Lease up to batch_size items (of ledger_entity only, when given) to reviewer, never leaving
-    them holding more than cap."""
+    them holding more than cap: PENDING items from the review queue, or other people's proposals
+    from the approval queue."""
     await _lock_reviewer(conn, reviewer)
     params = {"actor": reviewer, "batch_size": batch_size, "cap": cap, "lease_duration": lease_duration}
+    statements = _LEASES[queue]
     if ledger_entity is None:
-        result = await conn.execute(_LEASE, params)
+        result = await conn.execute(statements[False], params)
     else:
-        result = await conn.execute(_LEASE_ENTITY, {**params, "entity": ledger_entity})
+        result = await conn.execute(statements[True], {**params, "entity": ledger_entity})
     # RETURNING has no order; callers get the queue order.
     items = sorted(map(_item, result), key=lambda i: (i.due_at, i.created_at, i.id))
     telemetry.leased(items, reviewer)
@@ -385,14 +451,15 @@ async def lease_items(
 # --- holder-guarded changes: renew, release, complete ------------------------------------
 
 
-def _held_by_caller() -> list[ColumnElement[bool]]:
+def _held_by_caller(*states: ColumnElement[Any]) -> list[ColumnElement[bool]]:
     # The lease guard of every holder-only statement. (Bind names must not equal column names:
     # SQLAlchemy would add such a name to the UPDATE's SET clause.) An expired lease not yet reclaimed still
     # counts as held. With a lease_token, its nonce must match the current lease's: that is what
     # tells a stale tab apart from the same reviewer's newer lease of the same item.
     return [
         item.c.id == bindparam("item_id"),
-        item.c.state == ASSIGNED,
+        # ASSIGNED: a review lease; AWAITING_APPROVAL (with leased_by): an approval lease.
+        item.c.state.in_(states or [ASSIGNED]),
         item.c.leased_by == bindparam("actor", type_=Text),
         item.c.lease_nonce
         == func.coalesce(bindparam("fence_nonce", type_=PG_UUID(as_uuid=True)), item.c.lease_nonce),
@@ -401,7 +468,7 @@ def _held_by_caller() -> list[ColumnElement[bool]]:
 
 _renewed = (
     item.update()
-    .where(*_held_by_caller())
+    .where(*_held_by_caller(ASSIGNED, AWAITING_APPROVAL))
     .values(lease_expires_at=func.now() + bindparam("lease_duration", type_=Interval))
     .returning(*_ITEM_COLUMNS)
     .cte("renewed")
@@ -412,9 +479,15 @@ _RENEW = _changed_items(
 
 _released = (
     item.update()
-    .where(*_held_by_caller())
-    # due_at and created_at are kept, so a released item is back in its place, ahead of later ones.
-    .values(state=_BACK_TO_QUEUE, leased_by=None, leased_at=None, lease_expires_at=None)
+    .where(*_held_by_caller(ASSIGNED, AWAITING_APPROVAL))
+    # created_at is kept, so a released item is first in line again; a released approval lease
+    # goes back to the approval queue, never to PENDING.
+    .values(
+        state=case((item.c.state == AWAITING_APPROVAL, AWAITING_APPROVAL), else_=_BACK_TO_QUEUE),
+        leased_by=None,
+        leased_at=None,
+        lease_expires_at=None,
+    )
     .returning(*_ITEM_COLUMNS)
     .cte("released")
 )
@@ -423,6 +496,28 @@ _RELEASE = select(*[_released.c[n] for n in _ITEM_FIELDS]).add_cte(
         _released, "RELEASED", details=func.jsonb_build_object("reason", bindparam("reason", type_=Text))
     )
 )
+
+# The catalogue entry the completion names, if it is active and its note rule is met: the
+# completion's UPDATE joins the catalogue row itself (UPDATE ... FROM resolution_code), so a
+# deactivation or a threshold change committed by an admin is either wholly before or wholly
+# after it: never between a read and the write. No row: the UPDATE matches nothing and
+# complete_items says why. (Plain binds in the UPDATE, not a CTE of its own, so that the batch
+# completion's rewrite of the per-entry binds reaches them.)
+_code_ok = [
+    # Not "resolution": a bind named like a column would join the UPDATE's SET clause.
+    catalogue.c.code == bindparam("chosen_code", type_=Text),
+    catalogue.c.active,
+    or_(
+        ~catalogue.c.requires_note,
+        func.length(func.btrim(func.coalesce(bindparam("note", type_=Text), ""))) > 0,
+    ),
+]
+# At or above the code's threshold (by absolute amount) the item needs an approver; NULL never does.
+_needs_approval = func.abs(item.c.variance_amount) >= catalogue.c.approval_threshold
+
+
+def _unless_approval(resolved: Any, submitted: Any) -> Any:
+    return case((_needs_approval, submitted), else_=resolved)
 
 
 def _saw_current_source() -> list[ColumnElement[bool]]:
@@ -442,26 +537,112 @@ def _saw_current_source() -> list[ColumnElement[bool]]:
 
 
 # Guarded by holder, state and epoch in the one UPDATE: a late completion from a worker whose
-# lease was reclaimed (and maybe re-leased) matches zero rows instead of resolving it.
+# lease was reclaimed (and maybe re-leased) matches zero rows instead of resolving it. Above the
+# threshold the same statement submits the proposal instead: AWAITING_APPROVAL, lease cleared, so
+# it is in the approval queue the moment this commits.
 _resolved = (
     item.update()
     .where(*_held_by_caller())
+    .where(*_code_ok)  # joins the catalogue row: UPDATE ... FROM resolution_code
     .where(*_saw_current_source())
     .values(
-        state=RESOLVED,
-        resolution=bindparam("resolution", type_=Text),
-        resolution_note=bindparam("note", type_=Text),
-        resolved_by=bindparam("actor", type_=Text),
-        resolved_at=func.now(),
+        state=_unless_approval(RESOLVED, AWAITING_APPROVAL),
+        resolution=_unless_approval(catalogue.c.code, item.c.resolution),
+        resolution_note=_unless_approval(bindparam("note", type_=Text), item.c.resolution_note),
+        resolved_by=_unless_approval(bindparam("actor", type_=Text), item.c.resolved_by),
+        resolved_at=_unless_approval(func.now(), item.c.resolved_at),
+        prepared_by=_unless_approval(None, bindparam("actor", type_=Text)),
+        prepared_at=_unless_approval(None, func.now()),
+        proposed_resolution=_unless_approval(None, catalogue.c.code),
+        proposed_note=_unless_approval(None, bindparam("note", type_=Text)),
+        approved_by=None,
+        approved_at=None,
+        leased_by=_unless_approval(item.c.leased_by, None),
+        leased_at=_unless_approval(item.c.leased_at, None),
+        lease_expires_at=_unless_approval(item.c.lease_expires_at, None),
     )
-    .returning(*_ITEM_COLUMNS)
+    .returning(*_ITEM_COLUMNS, catalogue.c.approval_threshold)
     .cte("resolved")
 )
-_COMPLETE = _changed_items(
-    _resolved,
-    "RESOLVED",
+_COMPLETE: Any = select(*[_resolved.c[n] for n in _ITEM_FIELDS]).add_cte(
+    _logged(
+        _resolved,
+        "RESOLVED",
+        details=func.jsonb_build_object(
+            "resolution", _resolved.c.resolution, "note", _resolved.c.resolution_note
+        ),
+        where=_resolved.c.state == RESOLVED,
+    ),
+    _logged(
+        _resolved,
+        "SUBMITTED_FOR_APPROVAL",
+        details=func.jsonb_build_object(
+            "resolution",
+            _resolved.c.proposed_resolution,
+            "note",
+            _resolved.c.proposed_note,
+            "approval_threshold",
+            _resolved.c.approval_threshold,
+            "variance_amount",
+            _resolved.c.variance_amount,
+        ),
+        where=_resolved.c.state == AWAITING_APPROVAL,
+    ),
+)
+
+# Approve and reject: the holder of the approval lease, and never the preparer. The preparer
+# guard is in the UPDATE's WHERE, so it holds whatever reached the row first.
+_approved = (
+    item.update()
+    .where(*_held_by_caller(AWAITING_APPROVAL))
+    .where(item.c.prepared_by != bindparam("actor", type_=Text))
+    .values(
+        state=RESOLVED,
+        resolution=item.c.proposed_resolution,
+        resolution_note=item.c.proposed_note,
+        resolved_by=item.c.prepared_by,
+        resolved_at=func.now(),
+        approved_by=bindparam("actor", type_=Text),
+        approved_at=func.now(),
+    )
+    .returning(*_ITEM_COLUMNS)
+    .cte("approved")
+)
+_APPROVE = _changed_items(
+    _approved,
+    "APPROVED",
     details=func.jsonb_build_object(
-        "resolution", _resolved.c.resolution, "note", _resolved.c.resolution_note
+        "resolution",
+        _approved.c.resolution,
+        "note",
+        _approved.c.resolution_note,
+        "prepared_by",
+        _approved.c.prepared_by,
+    ),
+)
+
+# Back to PENDING in its old place (created_at is kept: first in line); the proposal stays on the
+# row until the next completion, and the REJECTED event keeps it with the reason.
+_rejected = (
+    item.update()
+    .where(*_held_by_caller(AWAITING_APPROVAL))
+    .where(item.c.prepared_by != bindparam("actor", type_=Text))
+    .values(state=PENDING, leased_by=None, leased_at=None, lease_expires_at=None)
+    .returning(*_ITEM_COLUMNS)
+    .cte("rejected")
+)
+_REJECT = _changed_items(
+    _rejected,
+    "REJECTED",
+    details=func.jsonb_build_object(
+        "reason",
+        bindparam("reason", type_=Text),
+        "resolution",
+        _rejected.c.proposed_resolution,
+        "note",
+        _rejected.c.proposed_note,
+        "prepared_by",
+        _rejected.c.prepared_by,
     ),
 )
 
@@ -566,6 +747,7 @@ _before_reopen = (
         item.c.resolution_note.label("previous_note"),
         item.c.resolved_by.label("previous_resolved_by"),
         item.c.resolved_at.label("previous_resolved_at"),
+        item.c.approved_by.label("previous_approved_by"),
     )
     .where(item.c.id == bindparam("item_id"), item.c.state == RESOLVED)
     .with_for_update()
@@ -581,6 +763,8 @@ _reopened = (
         resolution_note=None,
         resolved_by=None,
         resolved_at=None,
+        approved_by=None,
+        approved_at=None,
         leased_by=None,
         leased_at=None,
         lease_expires_at=None,
@@ -593,6 +777,7 @@ _reopened = (
         _before_reopen.c.previous_note,
         _before_reopen.c.previous_resolved_by,
         _before_reopen.c.previous_resolved_at,
+        _before_reopen.c.previous_approved_by,
     )
     .cte("reopened")
 )
@@ -611,6 +796,8 @@ _REOPEN: Any = select(*[_reopened.c[n] for n in _ITEM_FIELDS], _reopened.c.previ
             _reopened.c.previous_resolved_by,
             "previous_resolved_at",
             _reopened.c.previous_resolved_at,
+            "previous_approved_by",
+            _reopened.c.previous_approved_by,
         ),
     )
 )
@@ -659,6 +846,7 @@ _revision_target = (
         item.c.resolution_note.label("previous_note"),
         item.c.resolved_by.label("previous_resolved_by"),
         item.c.resolved_at.label("previous_resolved_at"),
+        item.c.approved_by.label("previous_approved_by"),
     )
     .where(
         item.c.id == bindparam("item_id"),
@@ -670,6 +858,12 @@ _revision_target = (
 )
 _was_resolved = item.c.state == RESOLVED
 _was_assigned = item.c.state == ASSIGNED
+_was_awaiting = item.c.state == AWAITING_APPROVAL
+
+
+def _unless_reopened(column: Any) -> Any:
+    """`column` kept, or NULL when the revision puts a resolved or proposed item back to PENDING."""
+    return case((or_(_was_resolved, _was_awaiting), null()), else_=column)
 
 
 def _unless_resolved(column: Any, value: Any = None) -> Any:
@@ -684,15 +878,19 @@ _revised = (
         variance_amount=bindparam("new_amount", type_=Numeric(18, 2)),
         match_decision=func.coalesce(bindparam("new_decision", type_=Text), item.c.match_decision),
         source_hash=bindparam("new_hash", type_=Text),
-        # Reopened in its old place (due_at and created_at are kept).
-        state=case((_was_resolved, PENDING), else_=item.c.state),
+        # Reopened in its old place (due_at and created_at are kept). A proposal awaiting approval
+        # rested on the old figures: back to PENDING too (any approval lease ends), its proposal kept
+        # on the row until the next completion, as after a rejection.
+        state=case((_was_resolved, PENDING), (_was_awaiting, PENDING), else_=item.c.state),
         resolution=_unless_resolved(item.c.resolution),
         resolution_note=_unless_resolved(item.c.resolution_note),
         resolved_by=_unless_resolved(item.c.resolved_by),
         resolved_at=_unless_resolved(item.c.resolved_at),
-        leased_by=_unless_resolved(item.c.leased_by),
-        leased_at=_unless_resolved(item.c.leased_at),
-        lease_expires_at=_unless_resolved(item.c.lease_expires_at),
+        leased_by=_unless_reopened(item.c.leased_by),
+        leased_at=_unless_reopened(item.c.leased_at),
+        lease_expires_at=_unless_reopened(item.c.lease_expires_at),
+        approved_by=_unless_resolved(item.c.approved_by),
+        approved_at=_unless_resolved(item.c.approved_at),
         attempts=_unless_resolved(item.c.attempts, literal_column("0", Integer)),
         # The holder keeps the item under a new lease: every token of the old one is dead.
         lease_epoch=case((_was_assigned, item.c.lease_epoch + 1), else_=item.c.lease_epoch),
@@ -744,6 +942,8 @@ _decertified_logged = _logged(
         _revised.c.previous_resolved_by,
         "previous_resolved_at",
         _revised.c.previous_resolved_at,
+        "previous_approved_by",
+        _revised.c.previous_approved_by,
     ),
     where=and_(_revised.c.previous_state == RESOLVED, _revised.c.id.in_(select(_revised_logged.c.item_id))),
 )
@@ -814,6 +1014,14 @@ async def revise_item(
 # --- the admin's override: release someone's leases, reassign an item ----------------------
 
 
+# A lease of either queue: a review lease (ASSIGNED) or an approval lease (AWAITING_APPROVAL, held).
+_any_lease = or_(
+    item.c.state == ASSIGNED, and_(item.c.state == AWAITING_APPROVAL, item.c.leased_by.is_not(None))
+)
+# An ended review lease goes back to PENDING, an approval lease back to the approval queue.
+_BACK_FROM_LEASE = case((item.c.state == AWAITING_APPROVAL, AWAITING_APPROVAL), else_=PENDING)
+
+
 def _admin_released(holding: ColumnElement[bool], name: str) -> Any:
     """Release every lease matching `holding`, whoever holds it: one statement, rows locked in id
     order (two overlapping releases cannot deadlock), each with a RELEASED event by the admin that
@@ -821,15 +1029,15 @@ def _admin_released(holding: ColumnElement[bool], name: str) -> Any:
     an admin, not because the item failed."""
     target = (
         select(item.c.id, item.c.leased_by.label("previous_holder"))
-        .where(item.c.state == ASSIGNED, holding)
+        .where(_any_lease, holding)
         .order_by(item.c.id)
         .with_for_update()
         .cte(f"{name}_target")
     )
     released = (
         item.update()
-        .where(item.c.id == target.c.id, item.c.state == ASSIGNED)
-        .values(state=PENDING, leased_by=None, leased_at=None, lease_expires_at=None)
+        .where(item.c.id == target.c.id, _any_lease)
+        .values(state=_BACK_FROM_LEASE, leased_by=None, leased_at=None, lease_expires_at=None)
         .returning(*_ITEM_COLUMNS, target.c.previous_holder)
         .cte(name)
     )
@@ -864,7 +1072,8 @@ class Overridden:
 async def admin_release_item(
     conn: AsyncConnection, *, item_id: UUID, actor: str, reason: str
 ) -> tuple[Literal["done", "not_assigned", "not_found"], Overridden | None, Item | None]:
-    """An admin hands an ASSIGNED item back to the queue, whoever holds it."""
+    """An admin hands a leased item back to its queue, whoever holds it (an approval lease back to
+    the approval queue)."""
     row = (
         await conn.execute(_ADMIN_RELEASE_ITEM, {"item_id": item_id, "actor": actor, "reason": reason})
     ).first()
@@ -889,27 +1098,37 @@ async def admin_release_reviewer(
     return released
 
 
-# Someone who can take a lease: a live token with a reviewer's or an admin's role.
-_CAN_LEASE = exists(
-    select(api_token.c.id).where(
-        api_token.c.subject == bindparam("to_reviewer", type_=Text),
-        api_token.c.role.in_(("reviewer", "admin")),
-        api_token.c.revoked_at.is_(None),
-        or_(api_token.c.expires_at.is_(None), api_token.c.expires_at > func.now()),
+def _live_token(*roles: str) -> Any:
+    return exists(
+        select(api_token.c.id).where(
+            api_token.c.subject == bindparam("to_reviewer", type_=Text),
+            api_token.c.role.in_(roles),
+            api_token.c.revoked_at.is_(None),
+            or_(api_token.c.expires_at.is_(None), api_token.c.expires_at > func.now()),
+        )
     )
-)
+
+
+# Someone who can take the lease: a live token of a role that leases from the review queue
+# (reviewer, approver, admin: api.deps.Reviewer) for a review lease, approver or admin for an approval lease.
+_CAN_LEASE = _live_token("reviewer", "approver", "admin")
+_CAN_APPROVE = _live_token("approver", "admin")
+_CAN_TAKE = case((item.c.state == AWAITING_APPROVAL, _CAN_APPROVE), else_=_CAN_LEASE)
+# Review and approval leases count together against the cap, as in the lease itself.
 _target_holds = (
     select(func.count())
-    .where(item.c.state == ASSIGNED, item.c.leased_by == bindparam("to_reviewer", type_=Text))
+    .where(_any_lease, item.c.leased_by == bindparam("to_reviewer", type_=Text))
     .scalar_subquery()
 )
 _reassign_target = (
     select(item.c.id, item.c.leased_by.label("previous_holder"))
     .where(
         item.c.id == bindparam("item_id"),
-        item.c.state == ASSIGNED,
+        _any_lease,
         item.c.leased_by != bindparam("to_reviewer", type_=Text),
-        _CAN_LEASE,
+        # Segregation of duties: an approval lease never goes to the proposal's preparer.
+        or_(item.c.state != AWAITING_APPROVAL, item.c.prepared_by != bindparam("to_reviewer", type_=Text)),
+        _CAN_TAKE,
         # The per-reviewer cap holds for an admin's move too (counted under the reviewer's lock).
         _target_holds < bindparam("cap", type_=Integer),
     )
@@ -920,7 +1139,7 @@ _reassign_target = (
 # the old holder is dead). Not a new attempt: the item did not fail anyone.
 _reassigned = (
     item.update()
-    .where(item.c.id == _reassign_target.c.id, item.c.state == ASSIGNED)
+    .where(item.c.id == _reassign_target.c.id, _any_lease)
     .values(
         leased_by=bindparam("to_reviewer", type_=Text),
         leased_at=func.now(),
@@ -948,8 +1167,11 @@ _REASSIGN: Any = select(*[_reassigned.c[n] for n in _ITEM_FIELDS], _reassigned.c
     )
 )
 _IS_REVIEWER = select(_CAN_LEASE)
+_IS_APPROVER = select(_CAN_APPROVE)
 
-ReassignOutcome = Literal["done", "not_assigned", "already_held", "not_a_reviewer", "at_cap", "not_found"]
+ReassignOutcome = Literal[
+    "done", "not_assigned", "already_held", "segregation_of_duties", "not_a_reviewer", "at_cap", "not_found"
+]
 
 
 async def reassign_item(
@@ -962,7 +1184,8 @@ async def reassign_item(
     lease_duration: timedelta,
     cap: int,
 ) -> tuple[ReassignOutcome, Overridden | None, Item | None]:
-    """An admin moves an ASSIGNED item's lease to another reviewer (never past their cap)."""
+    """An admin moves an item's lease (a review lease, or an approval lease: never to the proposal's
+    preparer) to another reviewer or approver (never past their cap)."""
     params = {
         "item_id": item_id,
         "to_reviewer": to_reviewer,
@@ -979,11 +1202,18 @@ async def reassign_item(
     outcome: ReassignOutcome
     if current is None:
         outcome = "not_found"
-    elif current.state != "ASSIGNED":
+    elif not (
+        current.state == "ASSIGNED"
+        or (current.state == "AWAITING_APPROVAL" and current.leased_by is not None)
+    ):
         outcome = "not_assigned"
     elif current.leased_by == to_reviewer:
         outcome = "already_held"
-    elif not (await conn.execute(_IS_REVIEWER, {"to_reviewer": to_reviewer})).scalar():
+    elif current.state == "AWAITING_APPROVAL" and current.prepared_by == to_reviewer:
+        outcome = "segregation_of_duties"
+    elif not (
+        await conn.execute(_IS_APPROVER if current.state == "AWAITING_APPROVAL" else _IS_REVIEWER, params)
+    ).scalar():
         outcome = "not_a_reviewer"
     elif (await conn.execute(select(_target_holds), {"to_reviewer": to_reviewer})).scalar_one() >= cap:
         outcome = "at_cap"
@@ -993,7 +1223,16 @@ async def reassign_item(
 
 
 CompleteOutcome = Literal[
-    "resolved", "already_resolved", "resolution_conflict", "lease_not_held", "source_changed", "not_found"
+    "resolved",
+    "already_resolved",
+    "submitted_for_approval",
+    "already_submitted",
+    "resolution_conflict",
+    "invalid_resolution",
+    "note_required",
+    "lease_not_held",
+    "source_changed",
+    "not_found",
 ]
 
 # Batch completion runs _COMPLETE above, the single-item statement exactly as written, once per
@@ -1015,9 +1254,8 @@ _entries = (
     )
 ).cte("entries")
 _PER_ENTRY = {
-    name: _entries.c[name]
-    for name in ("item_id", "resolution", "note", "fence_nonce", "expected_source_hash")
-}
+    name: _entries.c[name] for name in ("item_id", "note", "fence_nonce", "expected_source_hash")
+} | {"chosen_code": _entries.c.resolution}  # the catalogue check's bind (see _code_ok)
 
 
 def _per_entry(element: Any, **_: Any) -> Any:
@@ -1039,8 +1277,27 @@ _refused = (
     .with_for_update(read=True)
     .cte("refused")
 )
-_COMPLETE_ITEMS = select(true().label("done"), *[_completed.c[n] for n in _ITEM_FIELDS]).union_all(
-    select(false().label("done"), *[_refused.c[n] for n in _ITEM_FIELDS])
+# For a refused entry, the catalogue row its code names (NULL: no such code), read in the same
+# statement so that the caller can say why (an unknown or inactive code, a missing note) without
+# a second read; it only explains: the completion itself checked the code.
+_refused_code = (
+    select(_entries.c.resolution)
+    .where(_entries.c.item_id == _refused.c.id)
+    .correlate_except(_entries)  # the refused row of the outer SELECT, two levels up
+    .scalar_subquery()
+)
+_COMPLETE_ITEMS = select(
+    true().label("done"),
+    *[_completed.c[n] for n in _ITEM_FIELDS],
+    null().label("code_active"),
+    null().label("code_requires_note"),
+).union_all(
+    select(
+        false().label("done"),
+        *[_refused.c[n] for n in _ITEM_FIELDS],
+        select(catalogue.c.active).where(catalogue.c.code == _refused_code).scalar_subquery(),
+        select(catalogue.c.requires_note).where(catalogue.c.code == _refused_code).scalar_subquery(),
+    )
 )
 
 
@@ -1051,6 +1308,80 @@ class Completion:
     note: str | None = None
     lease_nonce: UUID | None = None
     source_hash: str | None = None  # the figures the caller decided on, when it says
+
+
+@dataclass(frozen=True, slots=True)
+class ResolutionCode:
+    code: str
+    label: str
+    description: str
+    requires_note: bool
+    approval_threshold: Decimal | None
+    active: bool
+    updated_at: datetime
+
+
+_CODE_COLUMNS = [catalogue.c[f.name] for f in dataclasses.fields(ResolutionCode)]
+
+
+async def list_resolution_codes(
+    conn: AsyncConnection, *, include_inactive: bool = False
+) -> list[ResolutionCode]:
+    query = select(*_CODE_COLUMNS).order_by(catalogue.c.code)
+    if not include_inactive:
+        query = query.where(catalogue.c.active)
+    return [ResolutionCode(*r) for r in await conn.execute(query)]
+
+
+async def get_resolution_code(conn: AsyncConnection, *, code: str) -> ResolutionCode | None:
+    row = (await conn.execute(select(*_CODE_COLUMNS).where(catalogue.c.code == code))).first()
+    return ResolutionCode(*row) if row is not None else None
+
+
+async def put_resolution_code(
+    conn: AsyncConnection,
+    *,
+    code: str,
+    label: str,
+    description: str,
+    requires_note: bool,
+    approval_threshold: Decimal | None,
+    active: bool,
+) -> tuple[bool, ResolutionCode]:
+    """Create or replace a code in one statement; answers (created, the code)."""
+    values = {
+        "code": code,
+        "label": label,
+        "description": description,
+        "requires_note": requires_note,
+        "approval_threshold": approval_threshold,
+        "active": active,
+    }
+    new = insert(catalogue).values(**values)
+    # xmax = 0: the row was inserted, not updated (PostgreSQL's upsert tells which this way).
+    statement = new.on_conflict_do_update(
+        index_elements=[catalogue.c.code],
+        set_={**{k: new.excluded[k] for k in values if k != "code"}, "updated_at": func.now()},
+    ).returning(*_CODE_COLUMNS, literal_column("(resolution_code.xmax = 0)").label("created"))
+    row = (await conn.execute(statement)).one()
+    return bool(row.created), ResolutionCode(*row[: len(_CODE_COLUMNS)])
+
+
+async def deactivate_resolution_code(conn: AsyncConnection, *, code: str) -> ResolutionCode | None:
+    statement = (
+        catalogue.update()
+        .where(catalogue.c.code == code)
+        .values(active=False, updated_at=func.now())
+        .returning(*_CODE_COLUMNS)
+    )
+    row = (await conn.execute(statement)).first()
+    return ResolutionCode(*row) if row is not None else None
+
+
+def _holds(current: Item, actor: str, lease_nonce: UUID | None, state: str) -> bool:
+    return (
+        current.state == state and current.leased_by == actor and lease_nonce in (None, current.lease_nonce)
+    )
 
 
 # api.schemas.NO_LEASE: the nonce a token that cannot be one of the item's leases stands for.
@@ -1070,11 +1401,27 @@ def source_changed(current: Item, reviewer: str, lease_nonce: UUID | None, sourc
     return lease_nonce != current.lease_nonce if lease_nonce is not None else source_hash is None
 
 
-def _refusal(current: Item, reviewer: str, completion: Completion) -> CompleteOutcome:
+def _refusal(
+    current: Item, reviewer: str, completion: Completion, code_active: bool | None, requires_note: bool | None
+) -> CompleteOutcome:
     """Why a completion changed nothing: the figures changed under the holder's lease
-    (SOURCE_CHANGED), a retry of the holder's own completion, or else LEASE_NOT_HELD."""
+    (SOURCE_CHANGED), a retry of the holder's own completion or submission, the catalogue (an
+    unknown or inactive code, a missing note: the holder passed every other guard), or else
+    LEASE_NOT_HELD."""
     if source_changed(current, reviewer, completion.lease_nonce, completion.source_hash):
         return "source_changed"
+    submitted = current.state == "AWAITING_APPROVAL" and current.prepared_by == reviewer
+    if submitted and completion.lease_nonce in (None, current.lease_nonce):
+        return (
+            "already_submitted"
+            if current.proposed_resolution == completion.resolution
+            else "resolution_conflict"
+        )
+    if _holds(current, reviewer, completion.lease_nonce, "ASSIGNED"):
+        if not code_active:
+            return "invalid_resolution"
+        if requires_note and not (completion.note or "").strip():
+            return "note_required"
     retry = current.state == "RESOLVED" and current.resolved_by == reviewer
     if (
         retry
@@ -1102,12 +1449,16 @@ async def complete_items(
         "actor": reviewer,
     }
     result = await conn.execute(_COMPLETE_ITEMS, params)
-    rows = {row.id: (row.done, _item(row)) for row in result}
+    rows = {row.id: (row.done, _item(row), row.code_active, row.code_requires_note) for row in result}
     results: list[tuple[CompleteOutcome, Item | None]] = []
     for completion in completions:
-        done, current = rows.get(completion.item_id, (False, None))
+        done, current, code_active, requires_note = rows.get(completion.item_id, (False, None, None, None))
         if current is None:
             results.append(("not_found", None))
+            continue
+        if done and completion is first[completion.item_id] and current.state == "AWAITING_APPROVAL":
+            telemetry.submitted(current, reviewer, resolution=completion.resolution)
+            results.append(("submitted_for_approval", current))
             continue
         if done and completion is first[completion.item_id]:
             telemetry.resolved(
@@ -1120,7 +1471,7 @@ async def complete_items(
             results.append(("resolved", current))
             continue
         # Nothing changed; the row only tells the caller why.
-        outcome = _refusal(current, reviewer, completion)
+        outcome = _refusal(current, reviewer, completion, code_active, requires_note)
         telemetry.completion_noop(current, reviewer, outcome)
         results.append((outcome, current))
     return results
@@ -1140,6 +1491,50 @@ async def complete_item(
         conn, completions=[Completion(item_id, resolution, note, lease_nonce, source_hash)], reviewer=reviewer
     )
     return result
+
+
+ApprovalOutcome = Literal[
+    "approved", "already_approved", "rejected", "segregation_of_duties", "lease_not_held", "not_found"
+]
+
+
+async def approve_item(
+    conn: AsyncConnection, *, item_id: UUID, approver: str, lease_nonce: UUID | None = None
+) -> tuple[ApprovalOutcome, Item | None]:
+    """Resolve a proposal whose approval lease the approver holds: resolved_by is the preparer."""
+    params = {"item_id": item_id, "actor": approver, "fence_nonce": lease_nonce}
+    outcome, current = await _holder_change(conn, _APPROVE, params)
+    if outcome == "done" and current is not None:
+        telemetry.approved(current, approver, resolution=current.resolution, prepared_by=current.prepared_by)
+        return "approved", current
+    if current is None:
+        return "not_found", None
+    if current.prepared_by == approver and current.state in ("AWAITING_APPROVAL", "RESOLVED"):
+        return "segregation_of_duties", current
+    if (
+        current.state == "RESOLVED"
+        and current.approved_by == approver
+        and lease_nonce in (None, current.lease_nonce)
+    ):
+        return "already_approved", current
+    return "lease_not_held", current
+
+
+async def reject_item(
+    conn: AsyncConnection, *, item_id: UUID, approver: str, reason: str, lease_nonce: UUID | None = None
+) -> tuple[ApprovalOutcome, Item | None]:
+    """Send a proposal back to PENDING, first in line, with the reason in its trail."""
+    params = {"item_id": item_id, "actor": approver, "fence_nonce": lease_nonce, "reason": reason}
+    outcome, current = await _holder_change(conn, _REJECT, params)
+    if outcome == "done" and current is not None:
+        await notify_work(conn)  # leasable again
+        telemetry.rejected(current, approver, reason=reason, prepared_by=current.prepared_by)
+        return "rejected", current
+    if current is None:
+        return "not_found", None
+    if current.prepared_by == approver and current.state == "AWAITING_APPROVAL":
+        return "segregation_of_duties", current
+    return "lease_not_held", current
 
 
 # --- reclaim ----------------------------------------------------------------------------
@@ -1203,6 +1598,56 @@ _RECLAIM = select(_reclaimed).add_cte(
 )
 
 
+# Expired approval leases go back to the approval queue (AWAITING_APPROVAL, nobody holding it),
+# never to PENDING: the proposal is still waiting for a second pair of eyes. Its own statement,
+# on its own partial index; no attempts are counted, so nothing is quarantined.
+_expired_approval = (
+    select(item.c.id, item.c.leased_by, item.c.lease_expires_at)
+    .where(
+        item.c.state == AWAITING_APPROVAL,
+        item.c.leased_by.is_not(None),
+        item.c.lease_expires_at < func.now() - bindparam("grace", type_=Interval),
+    )
+    .order_by(item.c.lease_expires_at)
+    .limit(bindparam("reclaim_batch"))
+    .with_for_update(skip_locked=True)
+    .cte("expired_approval")
+)
+_reclaimed_approval = (
+    item.update()
+    .where(item.c.id == _expired_approval.c.id)
+    .values(leased_by=None, leased_at=None, lease_expires_at=None)
+    .returning(
+        item.c.id,
+        item.c.trace_id,
+        item.c.source_hash,
+        item.c.match_decision,
+        item.c.lease_epoch,
+        item.c.state,
+        item.c.attempts,
+        _expired_approval.c.leased_by.label("previous_holder"),
+        _expired_approval.c.lease_expires_at.label("expired_at"),
+    )
+    .cte("reclaimed_approval")
+)
+_RECLAIM_APPROVALS = select(_reclaimed_approval).add_cte(
+    _logged(
+        _reclaimed_approval,
+        "RECLAIMED",
+        details=func.jsonb_build_object(
+            "cause",
+            "lease_expired",
+            "queue",
+            "approval",
+            "previous_holder",
+            _reclaimed_approval.c.previous_holder,
+            "lease_expired_at",
+            _reclaimed_approval.c.expired_at,
+        ),
+    )
+)
+
+
 async def reclaim_expired(
     conn: AsyncConnection,
     *,
@@ -1212,7 +1657,10 @@ async def reclaim_expired(
     max_attempts: int = DEFAULT_MAX_ATTEMPTS,
 ) -> list[Reclaimed]:
     params = {"reclaim_batch": reclaim_batch, "grace": grace, "actor": actor, "max_attempts": max_attempts}
-    rows = sorted(await conn.execute(_RECLAIM, params), key=lambda r: r.expired_at)  # oldest expiry first
+    rows = list(await conn.execute(_RECLAIM, params))
+    if len(rows) < reclaim_batch:  # review leases first, then approval leases: one batch in all
+        rows += await conn.execute(_RECLAIM_APPROVALS, {**params, "reclaim_batch": reclaim_batch - len(rows)})
+    rows.sort(key=lambda r: r.expired_at)  # oldest expiry first
     if rows:
         await notify_work(conn)  # once per reclaim statement, however many rows it returned
     reclaimed = [

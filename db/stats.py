@@ -19,7 +19,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from db.queue import ASSIGNED, PENDING, QUARANTINED, RESOLVED
+from db.queue import ASSIGNED, AWAITING_APPROVAL, PENDING, QUARANTINED, RESOLVED
 from db.tables import review_queue_item as item
 
 
@@ -33,6 +33,8 @@ class QueueGauges:
     oldest_pending_age_s: float | None
     overdue: int  # open (not RESOLVED) items past their due_at
     oldest_overdue_s: float | None  # how far past its due_at the most overdue open item is
+    awaiting_approval: int = 0  # proposals in the approval queue, leased or not
+    approval_leases: int = 0  # ... of which an approver holds the lease
 
 
 def _count(*where: ColumnElement[bool]) -> ScalarSelect[int]:
@@ -65,6 +67,9 @@ _GAUGES = select(
     _pending.c.n.label("pending"),
     _count(item.c.state == ASSIGNED).label("assigned"),
     _count(item.c.state == QUARANTINED).label("quarantined"),
+    # Each on its own partial index: the approval queue, and its leases.
+    _count(item.c.state == AWAITING_APPROVAL, item.c.leased_by.is_(None)).label("approval_queued"),
+    _count(item.c.state == AWAITING_APPROVAL, item.c.leased_by.is_not(None)).label("approval_leases"),
     _count(item.c.state == ASSIGNED, item.c.lease_expires_at < func.now()).label("expired"),
     _count(
         item.c.state == ASSIGNED,
@@ -88,6 +93,8 @@ async def queue_gauges(conn: AsyncConnection, *, grace: timedelta) -> QueueGauge
         reclaimable=row.reclaimable,
         quarantined=row.quarantined,
         oldest_pending_age_s=float(age) if age is not None else None,
+        awaiting_approval=row.approval_queued + row.approval_leases,
+        approval_leases=row.approval_leases,
         overdue=row.overdue,
         oldest_overdue_s=float(overdue_s) if overdue_s is not None else None,
     )

@@ -2,6 +2,7 @@
 
 from sqlalchemy import (
     BigInteger,
+    Boolean,
     CheckConstraint,
     Column,
     DateTime,
@@ -56,9 +57,9 @@ DEFAULT_SLA_TIERS = "100000:24h,10000:72h,1000:120h,0:168h"
 # The due_at of a row inserted without one (by SQL, not the API): the lowest default tier.
 FALLBACK_DUE = "now() + interval '168 hours'"
 
-STATES = ("PENDING", "ASSIGNED", "RESOLVED", "QUARANTINED")
+STATES = ("PENDING", "ASSIGNED", "RESOLVED", "QUARANTINED", "AWAITING_APPROVAL")
 MATCH_DECISIONS = ("MATCHED", "PARTIAL", "UNMATCHED")
-ROLES = ("reviewer", "ingest", "auditor", "admin")
+ROLES = ("reviewer", "approver", "ingest", "auditor", "admin")
 
 # Token subjects (see db.tokens.check_subject, which says the same in Python): 1-128 characters,
 # letters, digits and . _ @ + -, starting with a letter or digit; `me` (the caller, in
@@ -104,7 +105,17 @@ review_queue_item = Table(
     # The lease_epoch a source revision moved a leased item to (db.queue.revise_item): while it
     # equals lease_epoch, the current lease has seen new figures.
     Column("revised_epoch", BigInteger),
-    CheckConstraint("state IN ('PENDING', 'ASSIGNED', 'RESOLVED', 'QUARANTINED')", name="valid_state"),
+    # Maker-checker: the preparer's proposal (a completion at or above its code's approval
+    # threshold), kept after approval or rejection; approve copies it into the resolution.
+    Column("prepared_by", Text),
+    Column("proposed_resolution", Text),
+    Column("proposed_note", Text),
+    Column("approved_by", Text),
+    Column("prepared_at", DateTime(timezone=True)),
+    Column("approved_at", DateTime(timezone=True)),
+    CheckConstraint(
+        "state IN ('PENDING', 'ASSIGNED', 'RESOLVED', 'QUARANTINED', 'AWAITING_APPROVAL')", name="valid_state"
+    ),
     CheckConstraint("match_decision IN ('MATCHED', 'PARTIAL', 'UNMATCHED')", name="valid_match_decision"),
     # At most 16 KiB of compact JSON (api.schemas); this is the database's looser backstop.
     CheckConstraint(
@@ -120,6 +131,19 @@ review_queue_item = Table(
     CheckConstraint(
         "state <> 'RESOLVED' OR (resolution IS NOT NULL AND resolved_by IS NOT NULL)",
         name="resolved_has_resolution",
+    ),
+    CheckConstraint(
+        "state <> 'AWAITING_APPROVAL' OR (prepared_by IS NOT NULL AND proposed_resolution IS NOT NULL)",
+        name="awaiting_has_proposal",
+    ),
+    # Segregation of duties, the database's backstop: nobody holds the approval lease of their
+    # own proposal, and nobody approves what they resolved.
+    CheckConstraint(
+        "state <> 'AWAITING_APPROVAL' OR leased_by IS NULL OR leased_by <> prepared_by",
+        name="approval_lease_not_preparer",
+    ),
+    CheckConstraint(
+        "approved_by IS NULL OR (approved_by <> resolved_by AND approved_at IS NOT NULL)", name="four_eyes"
     ),
     # The lease scans only PENDING rows, in lease order (earliest due_at, then oldest): neither
     # resolved history nor open leases at the head of the queue are in its way. (The seed's single
@@ -157,6 +181,18 @@ review_queue_item = Table(
     ),
     # Quarantined items are few and counted on every scrape.
     Index("ix_review_queue_item_quarantined", "created_at", postgresql_where=text("state = 'QUARANTINED'")),
+    # The approval queue (AWAITING_APPROVAL, nobody holds it) in lease order, and its leases by expiry.
+    Index(
+        "ix_review_queue_item_awaiting_approval",
+        "due_at",
+        "created_at",
+        postgresql_where=text("state = 'AWAITING_APPROVAL' AND leased_by IS NULL"),
+    ),
+    Index(
+        "ix_review_queue_item_approval_lease_expiry",
+        "lease_expires_at",
+        postgresql_where=text("state = 'AWAITING_APPROVAL' AND leased_by IS NOT NULL"),
+    ),
     # Keyset pagination of GET /items.
     Index("ix_review_queue_item_created_at_id", "created_at", "id"),
 )
@@ -171,6 +207,9 @@ EVENTS = (
     "QUARANTINED",
     "REQUEUED",
     "REOPENED",
+    "SUBMITTED_FOR_APPROVAL",
+    "APPROVED",
+    "REJECTED",
     "REVISED",
     "REASSIGNED",
 )
@@ -192,7 +231,8 @@ review_queue_event = Table(
     Column("xid", Xid8(), nullable=False, server_default=func.pg_current_xact_id()),
     CheckConstraint(
         "event IN ('ENQUEUED', 'LEASED', 'RENEWED', 'RELEASED', 'RECLAIMED', 'RESOLVED',"
-        " 'QUARANTINED', 'REQUEUED', 'REOPENED', 'REVISED', 'REASSIGNED')",
+        " 'QUARANTINED', 'REQUEUED', 'REOPENED', 'REVISED', 'REASSIGNED', 'SUBMITTED_FOR_APPROVAL',"
+        " 'APPROVED', 'REJECTED')",
         name="valid_event",
     ),
     Index("ix_review_queue_event_item_id_id", "item_id", "id"),
@@ -213,6 +253,24 @@ review_queue_chain = Table(
     CheckConstraint("length(hash) = 32", name="sha256"),
 )
 
+# The resolution catalogue, managed by admins (PUT /resolutions/{code}). Deactivated, never
+# deleted: an old decision keeps its meaning. Items keep their resolution as text (no foreign
+# key), so rows from before the catalogue stay as they are.
+resolution_code = Table(
+    "resolution_code",
+    metadata,
+    Column("code", Text, primary_key=True),
+    Column("label", Text, nullable=False),
+    Column("description", Text, nullable=False, server_default=""),
+    Column("requires_note", Boolean, nullable=False, server_default=text("false")),
+    # A completion with abs(variance_amount) at or above it needs an approver; NULL: never.
+    Column("approval_threshold", Numeric(18, 2, asdecimal=True)),
+    Column("active", Boolean, nullable=False, server_default=text("true")),
+    Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    CheckConstraint("code ~ '^[A-Z][A-Z0-9_]{0,63}$'", name="valid_code"),
+    CheckConstraint("approval_threshold IS NULL OR approval_threshold >= 0", name="threshold_not_negative"),
+)
+
 api_token = Table(
     "api_token",
     metadata,
@@ -225,7 +283,7 @@ api_token = Table(
     Column("revoked_at", DateTime(timezone=True)),
     # NULL: never expires. The lookup (db.tokens.find_principal) refuses a token past it.
     Column("expires_at", DateTime(timezone=True)),
-    CheckConstraint("role IN ('reviewer', 'ingest', 'auditor', 'admin')", name="valid_role"),
+    CheckConstraint("role IN ('reviewer', 'approver', 'ingest', 'auditor', 'admin')", name="valid_role"),
     CheckConstraint(SUBJECT_CHECK, name="valid_subject"),
     Index("ix_api_token_subject", "subject"),
 )

@@ -47,6 +47,16 @@ QUARANTINED = Counter(
 )
 REQUEUED = Counter("review_queue_items_requeued_total", "Quarantined items put back in the queue.")
 REOPENED = Counter("review_queue_items_reopened_total", "Resolved items reopened by an admin.")
+SUBMITTED = Counter(
+    "review_queue_items_submitted_for_approval_total",
+    "Completions at or above their code's approval threshold.",
+)
+APPROVED = Counter(
+    "review_queue_items_approved_total", "Proposals approved (and so resolved) by an approver."
+)
+REJECTED = Counter(
+    "review_queue_items_rejected_total", "Proposals rejected back to the queue by an approver."
+)
 
 # Resolutions are free text, so their label is bounded: the first MAX_RESOLUTION_LABELS values a
 # process sees get a series of their own, every later one is counted as "other".
@@ -143,6 +153,22 @@ def reopened(item: _Row, actor: str, reason: str, previous_resolution: str | Non
         "review_item_reopened",
         extra=fields(item, worker_id=actor, reason=reason, previous_resolution=previous_resolution),
     )
+
+
+def submitted(item: _Row, preparer: str, **extra: Any) -> None:
+    SUBMITTED.inc()
+    log.info("review_item_submitted_for_approval", extra=fields(item, worker_id=preparer, **extra))
+
+
+def approved(item: _Row, approver: str, **extra: Any) -> None:
+    APPROVED.inc()
+    RESOLVED.labels(resolution=resolution_label(extra.get("resolution") or "")).inc()
+    log.info("review_item_approved", extra=fields(item, worker_id=approver, **extra))
+
+
+def rejected(item: _Row, approver: str, **extra: Any) -> None:
+    REJECTED.inc()
+    log.info("review_item_rejected", extra=fields(item, worker_id=approver, **extra))
 
 
 REVISED = Counter(

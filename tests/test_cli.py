@@ -3,6 +3,7 @@
 import asyncio
 import json
 import os
+import re
 import socket
 import stat
 import subprocess
@@ -357,3 +358,31 @@ def test_audit_seal_head_verify_and_verify_against(db_url: str, sql: psycopg.Con
     assert broken.returncode == 1
     assert "BROKEN at seq 2: modified" in broken.stderr
     assert cli(db_url, "audit", "verify", "--against", "nonsense").returncode == 2
+
+
+def test_resolutions_list_set_and_deactivate(db_url: str, sql: psycopg.Connection) -> None:
+    listed = cli(db_url, "resolutions", "list")
+    assert listed.returncode == 0, listed.stderr
+    assert re.search(r"ADJUSTMENT_POSTED\s+required\s+10000\.00\s+active", listed.stdout), listed.stdout
+    created = cli(
+        db_url, "resolutions", "set", "FX_REVALUATION", "--label", "FX revaluation",
+        "--requires-note", "--approval-threshold", "500.00",
+    )  # fmt: skip
+    assert (created.returncode, created.stdout.strip()) == (0, "created FX_REVALUATION"), created.stderr
+    updated = cli(db_url, "resolutions", "set", "FX_REVALUATION", "--label", "FX reval")
+    assert (updated.returncode, updated.stdout.strip()) == (0, "updated FX_REVALUATION"), updated.stderr
+    row = sql.execute(
+        "SELECT label, requires_note, approval_threshold, active FROM resolution_code"
+        " WHERE code = 'FX_REVALUATION'"
+    ).fetchone()
+    assert row == ("FX reval", False, None, True)
+    assert cli(db_url, "resolutions", "deactivate", "FX_REVALUATION").returncode == 0
+    assert "FX_REVALUATION" not in cli(db_url, "resolutions", "list").stdout
+    assert re.search(r"FX_REVALUATION.*inactive", cli(db_url, "resolutions", "list", "--all").stdout)
+    # Refused, with a message and exit status, and nothing changed.
+    assert cli(db_url, "resolutions", "deactivate", "NO_SUCH_CODE").returncode == 1
+    bad = cli(db_url, "resolutions", "set", "fx", "--label", "x")
+    assert bad.returncode == 2 and "code" in bad.stderr, bad.stderr
+    negative = cli(db_url, "resolutions", "set", "FX", "--label", "x", "--approval-threshold", "-1")
+    assert negative.returncode == 2, negative.stderr
+    assert sql.execute("SELECT count(*) FROM resolution_code WHERE code IN ('FX', 'fx')").fetchone() == (0,)

@@ -122,6 +122,38 @@ def _released(out: str, seen: dict[str, Any]) -> None:
     assert (item["idempotency_key"], item["state"], item["leased_by"]) == ("b-1", "PENDING", None), item
 
 
+def _catalogue(out: str, seen: dict[str, Any]) -> None:
+    codes = {c["code"]: c for c in _json(out)["resolutions"]}
+    assert codes["ADJUSTMENT_POSTED"]["approval_threshold"] == "10000.00", codes
+    assert codes["ADJUSTMENT_POSTED"]["requires_note"] is True and "WRITE_OFF" in codes, codes
+
+
+def _big_enqueued(out: str, seen: dict[str, Any]) -> None:
+    item = _json(out)
+    assert (item["variance_amount"], item["state"]) == ("25000.00", "PENDING"), item
+    seen["big"] = item["id"]
+
+
+def _submitted(out: str, seen: dict[str, Any]) -> None:
+    body = _json(out)
+    assert body["outcome"] == "submitted_for_approval", body
+    item = body["item"]
+    assert (item["id"], item["state"], item["prepared_by"]) == (seen["big"], "AWAITING_APPROVAL", "reviewer")
+
+
+def _approved(out: str, seen: dict[str, Any]) -> None:
+    body = _json(out)
+    assert body["outcome"] == "approved", body
+    item = body["item"]
+    assert (item["id"], item["state"], item["resolution"], item["resolved_by"], item["approved_by"]) == (
+        seen["big"],
+        "RESOLVED",
+        "ADJUSTMENT_POSTED",
+        "reviewer",
+        "approver",
+    ), item
+
+
 def _batch_completed(out: str, seen: dict[str, Any]) -> None:
     resolved, unknown = _json(out)["results"]
     assert (resolved["outcome"], resolved["item"]["idempotency_key"]) == ("resolved", "b-1"), resolved
@@ -134,7 +166,13 @@ def _due_soon(out: str, seen: dict[str, Any]) -> None:
 
 def _stats(out: str, seen: dict[str, Any]) -> None:
     stats = _json(out)
-    assert stats["counts"] == {"PENDING": 0, "ASSIGNED": 0, "QUARANTINED": 0, "RESOLVED": 2}, out
+    assert stats["counts"] == {
+        "PENDING": 0,
+        "ASSIGNED": 0,
+        "QUARANTINED": 0,
+        "RESOLVED": 3,
+        "AWAITING_APPROVAL": 0,
+    }, out
     assert (stats["overdue"], stats["aging"]["0-1d"]) == (0, 0), out
 
 
@@ -156,6 +194,15 @@ EXPECTED: list[tuple[str, Check]] = [
     ("leased_by=me", _mine),
     ("/items/$ID/complete", _completed),
     ("/items/$ID/events", _trail),
+    ("localhost:8000/resolutions", _catalogue),
+    ("ACME-2026-11-30-0043", _big_enqueued),
+    ("LEASED=$(curl", _nothing),
+    ('ID=$(echo "$LEASED"', _nothing),
+    ('LEASE_TOKEN=$(echo "$LEASED"', _nothing),
+    ("/items/$ID/complete", _submitted),
+    ("APPROVAL=$(curl", _nothing),
+    ("APPROVAL_TOKEN=$(echo", _nothing),
+    ("/items/$ID/approve", _approved),
     ("/items/batch", _batch),
     ("ID=$(curl -s -X POST localhost:8000/leases", _nothing),
     ("/items/$ID/release", _released),
@@ -205,6 +252,7 @@ def test_the_curl_walk_through_answers_as_documented(
         # As `make run` prints them: subjects admin and reviewer.
         "RQ_ADMIN": make_token("admin", "admin"),
         "RQ_REVIEWER": make_token("reviewer", "reviewer"),
+        "RQ_APPROVER": make_token("approver", "approver"),
     }
     result = subprocess.run(
         ["bash", "-c", "\n".join(script)], env=env, capture_output=True, text=True, timeout=120
@@ -306,4 +354,4 @@ def test_auto_adjudicate_runs_until_ctrl_c(
     assert worker.returncode == 0
     assert "resolved=3" in out, out
     rows = sql.execute("SELECT resolution FROM review_queue_item ORDER BY idempotency_key").fetchall()
-    assert rows == [("WRITE_OFF",), ("ESCALATE",), ("ESCALATE",)]
+    assert rows == [("WRITE_OFF",), ("ESCALATED",), ("ESCALATED",)]

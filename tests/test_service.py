@@ -30,8 +30,8 @@ def test_log_lines_are_json_with_the_seed_fields(
             http.post("/items", json=item_body(), headers=admin)
             http.post("/items", json=item_body(), headers=admin)
             one, two = http.post("/leases", json={"batch_size": 2}, headers=alice).json()["items"]
-            http.post(f"/items/{one['id']}/complete", json={"resolution": "OK"}, headers=alice)
-            http.post(f"/items/{one['id']}/complete", json={"resolution": "OK"}, headers=alice)  # no-op
+            http.post(f"/items/{one['id']}/complete", json={"resolution": "APPROVED"}, headers=alice)
+            http.post(f"/items/{one['id']}/complete", json={"resolution": "APPROVED"}, headers=alice)  # no-op
             backdate_lease(sql, two["id"])
             http.post("/admin/reclaim", headers={**admin, "X-Request-ID": "reclaim-42"})
     finally:

@@ -31,6 +31,7 @@ const MESSAGES = {
   CSRF_REJECTED: () => "The page's security check failed. Reload the page and try again.",
   LEASE_NOT_HELD: () => "This item was taken back and leased again, so it is no longer yours. Moving on.",
   RESOLUTION_CONFLICT: () => "You already resolved this item with a different resolution.",
+  SEGREGATION_OF_DUTIES: () => "You prepared this proposal, so another approver must decide it.",
   SOURCE_CHANGED: () => "The figures changed while you were reviewing. Check the new values, then decide again.",
   NOT_ASSIGNED: () => "Nobody holds this item now, so there is no lease to release or move.",
   ALREADY_HELD: () => "That reviewer already holds this item.",
@@ -105,6 +106,12 @@ export const api = {
   renew: (item) => call("POST", `/items/${item.id}/renew`, { lease_token: item.lease_token }),
   release: (item, reason) =>
     call("POST", `/items/${item.id}/release`, { reason, lease_token: item.lease_token }),
+  // Maker-checker: proposals awaiting approval (roles approver, admin).
+  leaseApproval: () => call("POST", "/leases", { batch_size: 1, queue: "approval" }),
+  myApprovals: () => call("GET", "/items?state=AWAITING_APPROVAL&leased_by=me&limit=200"),
+  approve: (item) => call("POST", `/items/${item.id}/approve`, { lease_token: item.lease_token }),
+  reject: (item, reason) =>
+    call("POST", `/items/${item.id}/reject`, { reason, lease_token: item.lease_token }),
   stats: () => call("GET", "/stats"),
   reclaim: () => call("POST", "/admin/reclaim", {}),
   adminRelease: (id, reason) => call("POST", `/admin/items/${encodeURIComponent(id)}/release`, { reason }),

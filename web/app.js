@@ -5,6 +5,8 @@
 import { api, ApiError, useCsrfToken } from "./api.js";
 
 const RESOLUTIONS = ["APPROVED", "WRITE_OFF", "ESCALATED", "REJECTED"];
+const REVIEWER_ROLES = ["reviewer", "approver", "admin"];
+const APPROVER_ROLES = ["approver", "admin"];
 
 const state = {
   me: null, // {subject, role, csrf_token, lease_s, idle_release_s, max_wait_s}
@@ -20,6 +22,7 @@ const state = {
   banner: null, // database unavailable, retrying
   notice: null, // {text, error}
   admin: { stats: null, message: null, found: null, foundEvents: [] },
+  approval: { item: null, message: null }, // the proposal whose approval lease I hold
   lastActivity: performance.now(),
   helpOpen: false,
 };
@@ -206,6 +209,9 @@ function renderDeskSkeleton() {
   );
   const queue = h("section", { "aria-label": "Queue", id: "queue", "aria-live": "polite" });
   const sections = [current, queue];
+  if (APPROVER_ROLES.includes(state.me.role)) {
+    sections.push(h("section", { "aria-label": "Approvals", id: "approvals" }));
+  }
   if (state.me.role === "admin") sections.push(h("section", { "aria-label": "Admin", id: "admin" }));
   $("main").replaceChildren(...sections);
 }
@@ -339,6 +345,41 @@ function renderQueue() {
   }
   if (state.waiting) lines.push(h("p", {}, "Waiting for work… it will appear here as soon as it arrives."));
   fill(box, h("h2", {}, "Queue"), ...lines);
+}
+
+// Four eyes: an approver leases someone else's proposal, reads it, and approves or rejects it.
+function renderApprovals() {
+  const box = $("approvals");
+  if (!box) return;
+  const item = state.approval.item;
+  const parts = [h("h2", {}, "Approvals")];
+  if (state.approval.message) parts.push(h("p", {}, state.approval.message));
+  if (!item) {
+    parts.push(
+      h("button", { type: "button", on: { click: () => leaseApproval() } }, "Lease a proposal"),
+    );
+    fill(box, parts);
+    return;
+  }
+  const reason = h("input", { id: "reject-reason", maxlength: 500, placeholder: "e.g. posted to the wrong entity" });
+  parts.push(
+    itemFields(item),
+    h(
+      "dl",
+      { class: "fields", "aria-label": "Proposal" },
+      field("Prepared by", item.prepared_by),
+      field("Proposed resolution", item.proposed_resolution),
+      field("Proposed note", item.proposed_note ?? ""),
+    ),
+    h(
+      "div",
+      { class: "row" },
+      h("button", { type: "button", class: "primary", on: { click: () => decide(true) } }, "Approve"),
+      h("label", { for: "reject-reason" }, "Reject reason", reason),
+      h("button", { type: "button", on: { click: () => decide(false) } }, "Reject"),
+    ),
+  );
+  fill(box, parts);
 }
 
 // Inputs made once and reused by every render of their region, so that what is being typed survives
@@ -490,6 +531,7 @@ function render() {
   if (!$("current")) renderDeskSkeleton();
   renderCurrent();
   renderQueue();
+  renderApprovals();
   renderAdmin();
 }
 
@@ -574,13 +616,14 @@ function startDesk(me) {
   touch();
   render();
   resume();
+  if (APPROVER_ROLES.includes(me.role)) loadApprovals();
   if (me.role === "admin") loadAdmin();
 }
 
 // After sign-in or a reload: carry on with the items this reviewer already holds.
 async function resume() {
-  if (!["reviewer", "admin"].includes(state.me.role)) {
-    say(`You are signed in as ${state.me.role}; reviewing needs the reviewer or admin role.`, true);
+  if (!REVIEWER_ROLES.includes(state.me.role)) {
+    say(`You are signed in as ${state.me.role}; reviewing needs the reviewer, approver or admin role.`, true);
     return;
   }
   try {
@@ -700,7 +743,11 @@ async function resolveAndNext() {
   const note = $("note").value.trim();
   try {
     const done = await withRetry(() => api.complete(item, resolution, note || null));
-    say(`Resolved ${done.item.ledger_entity} ${done.item.variance_amount} as ${resolution}.`);
+    if (done.outcome === "submitted_for_approval" || done.outcome === "already_submitted") {
+      say(`Submitted ${done.item.ledger_entity} ${done.item.variance_amount} as ${resolution} for approval (at or above its threshold).`);
+    } else {
+      say(`Resolved ${done.item.ledger_entity} ${done.item.variance_amount} as ${resolution}.`);
+    }
     $("note").value = "";
     state.changed = null;
     state.held.shift();
@@ -847,6 +894,56 @@ async function lookUp(query) {
     state.admin = { ...state.admin, found: null, foundEvents: [], message: error.message };
   }
   renderAdmin();
+}
+
+async function loadApprovals() {
+  try {
+    const page = await withRetry(() => api.myApprovals());
+    state.approval.item = page.items[0] ?? null;
+  } catch (error) {
+    handle(error);
+  }
+  renderApprovals();
+}
+
+async function leaseApproval() {
+  touch();
+  try {
+    const leased = await withRetry(() => api.leaseApproval());
+    state.approval.item = leased.items[0] ?? null;
+    state.approval.message = state.approval.item ? null : "No proposal is waiting for you.";
+  } catch (error) {
+    state.approval.message = error.message;
+  }
+  renderApprovals();
+}
+
+async function decide(approve) {
+  const item = state.approval.item;
+  if (!item) return;
+  touch();
+  const reason = $("reject-reason")?.value.trim();
+  if (!approve && !reason) {
+    state.approval.message = "Please give a reason to reject.";
+    renderApprovals();
+    return;
+  }
+  try {
+    if (approve) {
+      const done = await withRetry(() => api.approve(item));
+      state.approval.message = `Approved ${item.ledger_entity} ${item.variance_amount}: resolved as ${done.item.resolution} by ${done.item.resolved_by}.`;
+    } else {
+      await withRetry(() => api.reject(item, reason));
+      state.approval.message = `Rejected ${item.ledger_entity} ${item.variance_amount}: back in the queue (${reason}).`;
+    }
+    state.approval.item = null;
+  } catch (error) {
+    state.approval.message = error.message;
+    if (error instanceof ApiError && ["LEASE_NOT_HELD", "SEGREGATION_OF_DUTIES"].includes(error.code)) {
+      state.approval.item = null;
+    }
+  }
+  renderApprovals();
 }
 
 async function loadAdmin() {

@@ -63,7 +63,8 @@ def _log_released(
 async def release_item(
     item_id: ItemId, body: AdminReleaseIn, conn: Conn, principal: Admin, after_commit: AfterCommit
 ) -> ItemOut:
-    """Hand an ASSIGNED item back to the queue whoever holds it: PENDING in its old place; the
+    """Hand a leased item back to the queue whoever holds it: PENDING in its old place (an approval
+    lease: back to the approval queue, still AWAITING_APPROVAL); the
     holder's token is refused from now on. The RELEASED event names the admin, the holder and the reason."""
     outcome, done, current = await queue.admin_release_item(
         conn, item_id=item_id, actor=principal.subject, reason=body.reason
@@ -104,7 +105,12 @@ async def release_reviewer(
     operation_id="reassignItem",
     summary="Move an item's lease to another reviewer (admin)",
     responses=problem_responses(
-        "NOT_FOUND", "NOT_ASSIGNED", "ALREADY_HELD", "NOT_A_REVIEWER", "REVIEWER_AT_CAP"
+        "NOT_FOUND",
+        "NOT_ASSIGNED",
+        "ALREADY_HELD",
+        "SEGREGATION_OF_DUTIES",
+        "NOT_A_REVIEWER",
+        "REVIEWER_AT_CAP",
     ),
 )
 async def reassign(
@@ -115,8 +121,9 @@ async def reassign(
     settings: SettingsDep,
     after_commit: AfterCommit,
 ) -> ItemOut:
-    """Move an ASSIGNED item's lease to `reviewer` (a live reviewer or admin token, below the
-    per-reviewer cap): a full lease from now, a new epoch and lease token; the old holder's token
+    """Move an item's lease to `reviewer` (a live reviewer or admin token, below the
+    per-reviewer cap; an approval lease: a live approver or admin token, never the proposal's preparer:
+    403 SEGREGATION_OF_DUTIES): a full lease from now, a new epoch and lease token; the old holder's token
     is refused from now on. The new holder finds it in `GET /items?state=ASSIGNED&leased_by=me`."""
     outcome, done, current = await queue.reassign_item(
         conn,
@@ -132,9 +139,17 @@ async def reassign(
             raise ProblemError("NOT_FOUND", f"no item {item_id}")
         if outcome == "already_held":
             raise ProblemError("ALREADY_HELD", f"{body.reviewer} already holds item {item_id}")
+        if outcome == "segregation_of_duties":
+            raise ProblemError(
+                "SEGREGATION_OF_DUTIES",
+                f"{body.reviewer} prepared the proposal of item {item_id}; another approver must decide it",
+                extra={"prepared_by": current.prepared_by},
+            )
         if outcome == "not_a_reviewer":
             raise ProblemError(
-                "NOT_A_REVIEWER", f"{body.reviewer!r} has no live reviewer or admin token to lease with"
+                "NOT_A_REVIEWER",
+                f"{body.reviewer!r} has no live token of a role that can take this lease"
+                " (reviewer, approver or admin; approver or admin for an approval lease)",
             )
         if outcome == "at_cap":
             raise ProblemError(

@@ -4,12 +4,25 @@ from datetime import timedelta
 from typing import Annotated
 from uuid import UUID
 
-from fastapi import APIRouter, Body, Path, Query, Response, status
+from fastapi import APIRouter, Body, Path, Query, Request, Response, status
 
-from api.deps import Admin, AfterCommit, AnyRole, Conn, Ingest, OneStatement, Reviewer, SettingsDep
+from api.deps import (
+    Admin,
+    AfterCommit,
+    AnyRole,
+    Approver,
+    Conn,
+    Ingest,
+    OneStatement,
+    Reviewer,
+    SettingsDep,
+    request_transaction,
+)
 from api.errors import ProblemError, problem_body, problem_responses
 from api.routing import QueueRoute
 from api.schemas import (
+    ApproveIn,
+    ApproveOut,
     BatchIn,
     BatchOut,
     BatchResult,
@@ -26,6 +39,7 @@ from api.schemas import (
     ItemPage,
     ItemQuery,
     Problem,
+    RejectIn,
     ReleaseIn,
     RenewIn,
     ReopenIn,
@@ -284,12 +298,22 @@ async def reopen(item_id: ItemId, body: ReopenIn, principal: Admin, conn: Conn) 
     return _moved_by_admin(outcome, item, item_id, principal, needs="RESOLVED")
 
 
+async def _allowed_codes(request: Request, outcomes: list[queue.CompleteOutcome]) -> list[str]:
+    """The active codes, read only when a completion was refused by the catalogue: the completion
+    itself is one statement (OneStatement), so this is a read of its own, after it."""
+    if not any(o in ("invalid_resolution", "note_required") for o in outcomes):
+        return []
+    async with request_transaction(request) as conn:
+        return [c.code for c in await queue.list_resolution_codes(conn)]
+
+
 def _completion_problem(
     outcome: queue.CompleteOutcome,
     item: queue.Item | None,
     item_id: UUID,
     resolution: str,
     principal: Principal,
+    allowed: list[str],
 ) -> ProblemError | None:
     """The problem a completion answers, or None when it succeeded: one rule for both routes."""
     if outcome == "not_found" or item is None:
@@ -297,8 +321,23 @@ def _completion_problem(
     if outcome == "source_changed":
         return source_changed(item, principal)
     if outcome == "resolution_conflict":
+        chosen = item.resolution if item.state == "RESOLVED" else item.proposed_resolution
         return ProblemError(
-            "RESOLUTION_CONFLICT", f"you already resolved this item as {item.resolution}, not {resolution}"
+            "RESOLUTION_CONFLICT", f"you already resolved this item as {chosen}, not {resolution}"
+        )
+    if outcome in ("invalid_resolution", "note_required"):
+        if outcome == "invalid_resolution":
+            field, message = "resolution", f"{resolution} is not an active resolution code; use one of "
+            message += ", ".join(allowed)
+        else:
+            field, message = "note", f"resolution {resolution} requires a note"
+        return ProblemError(
+            "VALIDATION_ERROR",
+            f"body.{field}: {message}",
+            extra={
+                "allowed_resolutions": allowed,
+                "errors": [{"loc": ["body", field], "msg": message, "type": outcome}],
+            },
         )
     if outcome == "lease_not_held":
         return ProblemError("LEASE_NOT_HELD", f"you do not hold the current lease on item {item_id}")
@@ -311,10 +350,18 @@ def _completion_problem(
     summary="Resolve an item you hold",
     responses=problem_responses("NOT_FOUND", "LEASE_NOT_HELD", "RESOLUTION_CONFLICT", "SOURCE_CHANGED"),
 )
-async def complete(item_id: ItemId, body: CompleteIn, conn: OneStatement, principal: Reviewer) -> CompleteOut:
-    """Resolve an item you hold. A retry with the same resolution answers `already_resolved`.
+async def complete(
+    item_id: ItemId, body: CompleteIn, conn: OneStatement, principal: Reviewer, request: Request
+) -> CompleteOut:
+    """Resolve an item you hold with an active code of the catalogue (`GET /resolutions`).
+
+    When `abs(variance_amount)` reaches the code's `approval_threshold`, the item is not resolved:
+    it becomes AWAITING_APPROVAL (`submitted_for_approval`) until an approver approves or rejects
+    it. A retry with the same resolution answers `already_resolved` (`already_submitted`). An
+    unknown or inactive code, or a missing note the code requires, is a 422 naming the codes.
     Refused with SOURCE_CHANGED (the current item and a new lease_token in the answer) when the
-    figures changed under your lease and this call does not show you saw the new ones."""
+    figures changed under your lease and this call does not show you saw the new ones.
+    """
     outcome, item = await queue.complete_item(
         conn,
         item_id=item_id,
@@ -324,15 +371,23 @@ async def complete(item_id: ItemId, body: CompleteIn, conn: OneStatement, princi
         lease_nonce=_nonce(item_id, body.lease_token),
         source_hash=body.source_hash,
     )
-    problem = _completion_problem(outcome, item, item_id, body.resolution, principal)
+    allowed = await _allowed_codes(request, [outcome])
+    problem = _completion_problem(outcome, item, item_id, body.resolution, principal, allowed)
     if problem is not None:
         raise problem
-    assert item is not None and outcome in ("resolved", "already_resolved")
+    assert item is not None and outcome in (
+        "resolved",
+        "already_resolved",
+        "submitted_for_approval",
+        "already_submitted",
+    )
     return CompleteOut(outcome=outcome, item=ItemOut.of(item, principal.subject))
 
 
 @router.post("/items/complete", operation_id="completeItems", summary="Resolve items you hold, in one call")
-async def complete_batch(body: CompleteBatchIn, conn: OneStatement, principal: Reviewer) -> CompleteBatchOut:
+async def complete_batch(
+    body: CompleteBatchIn, conn: OneStatement, principal: Reviewer, request: Request
+) -> CompleteBatchOut:
     """Resolve up to 200 items you hold in one transaction and one statement. Each entry gets
     exactly the answer POST /items/{id}/complete would give it, in request order; a refused entry
     changes nothing and never undoes the others."""
@@ -341,16 +396,82 @@ async def complete_batch(body: CompleteBatchIn, conn: OneStatement, principal: R
         for e in body.items
     ]
     results = await queue.complete_items(conn, completions=completions, reviewer=principal.subject)
+    allowed = await _allowed_codes(request, [outcome for outcome, _ in results])
     out = []
     for (outcome, item), entry in zip(results, body.items, strict=True):
-        problem = _completion_problem(outcome, item, entry.id, entry.resolution, principal)
+        problem = _completion_problem(outcome, item, entry.id, entry.resolution, principal, allowed)
         if problem is not None:
             body_ = problem_body(problem.code, problem.detail, **problem.extra)
             out.append(CompleteResult(id=entry.id, outcome="refused", problem=Problem(**body_)))
         else:
-            assert item is not None and outcome in ("resolved", "already_resolved")
+            assert item is not None and outcome in (
+                "resolved",
+                "already_resolved",
+                "submitted_for_approval",
+                "already_submitted",
+            )
             out.append(CompleteResult(id=entry.id, outcome=outcome, item=ItemOut.of(item, principal.subject)))
     return CompleteBatchOut(results=out)
+
+
+_APPROVAL_PROBLEMS = problem_responses("NOT_FOUND", "LEASE_NOT_HELD", "SEGREGATION_OF_DUTIES")
+
+
+def _approval_refused(outcome: queue.ApprovalOutcome, item: queue.Item | None, item_id: UUID) -> None:
+    if outcome == "not_found" or item is None:
+        raise ProblemError("NOT_FOUND", f"no item {item_id}")
+    if outcome == "segregation_of_duties":
+        raise ProblemError(
+            "SEGREGATION_OF_DUTIES",
+            f"you prepared the proposal of item {item_id}; another approver must decide it",
+            extra={"prepared_by": item.prepared_by},
+        )
+    if outcome == "lease_not_held":
+        raise ProblemError("LEASE_NOT_HELD", f"you do not hold the current approval lease on item {item_id}")
+
+
+@router.post(
+    "/items/{item_id}/approve",
+    operation_id="approveItem",
+    summary="Approve a proposal you hold the approval lease of",
+    responses=_APPROVAL_PROBLEMS,
+)
+async def approve(
+    item_id: ItemId, conn: Conn, principal: Approver, body: Annotated[ApproveIn | None, Body()] = None
+) -> ApproveOut:
+    """Resolve an AWAITING_APPROVAL item with the preparer's proposal: `resolved_by` is the
+    preparer, `approved_by` you (roles approver, admin). Never your own proposal (403
+    `SEGREGATION_OF_DUTIES`). A retry answers `already_approved`."""
+    outcome, item = await queue.approve_item(
+        conn,
+        item_id=item_id,
+        approver=principal.subject,
+        lease_nonce=_nonce(item_id, body.lease_token if body else None),
+    )
+    _approval_refused(outcome, item, item_id)
+    assert item is not None and outcome in ("approved", "already_approved")
+    return ApproveOut(outcome=outcome, item=ItemOut.of(item, principal.subject))
+
+
+@router.post(
+    "/items/{item_id}/reject",
+    operation_id="rejectItem",
+    summary="Reject a proposal you hold the approval lease of",
+    responses=_APPROVAL_PROBLEMS,
+)
+async def reject(item_id: ItemId, body: RejectIn, conn: Conn, principal: Approver) -> ItemOut:
+    """Send an AWAITING_APPROVAL item back to PENDING, first in line; the REJECTED event keeps
+    the proposal and your reason (roles approver, admin; never your own proposal)."""
+    outcome, item = await queue.reject_item(
+        conn,
+        item_id=item_id,
+        approver=principal.subject,
+        reason=body.reason,
+        lease_nonce=_nonce(item_id, body.lease_token),
+    )
+    _approval_refused(outcome, item, item_id)
+    assert item is not None
+    return ItemOut.of(item, principal.subject)
 
 
 @router.post(

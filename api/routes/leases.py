@@ -6,7 +6,8 @@ from typing import Annotated
 
 from fastapi import APIRouter, Body, Request
 
-from api.deps import Reviewer, SettingsDep, request_transaction
+from api.deps import APPROVER_ROLES, Reviewer, SettingsDep, request_transaction
+from api.errors import ProblemError
 from api.routing import QueueRoute
 from api.schemas import ItemOut, LeaseIn, LeaseOut
 from api.settings import Settings
@@ -17,7 +18,12 @@ router = APIRouter(route_class=QueueRoute, tags=["leases"])
 
 
 async def _lease_once(
-    request: Request, settings: Settings, reviewer: str, batch_size: int, ledger_entity: str | None
+    request: Request,
+    settings: Settings,
+    reviewer: str,
+    batch_size: int,
+    ledger_entity: str | None,
+    which: queue.Queue,
 ) -> list[queue.Item]:
     # Not the Conn dependency (it holds one transaction for the whole request): each attempt is
     # its own short transaction, committed before the next wait, so a waiting request holds no
@@ -30,6 +36,7 @@ async def _lease_once(
             lease_duration=timedelta(milliseconds=settings.lock_timeout_ms),
             cap=settings.max_leases_per_reviewer,
             ledger_entity=ledger_entity,
+            queue=which,
         )
 
 
@@ -50,12 +57,22 @@ async def lease(
     """Lease up to `batch_size` pending items, earliest `due_at` first, then oldest; an empty list when
     none are pending. With `ledger_entity`, only that entity's items.
 
+    With `queue: "approval"` (roles approver, admin) the items are proposals awaiting approval that
+    someone else prepared; they stay AWAITING_APPROVAL while you hold them, and go back to the
+    approval queue (never to PENDING) when released or reclaimed. Approve or reject them.
+
     With `wait_s`, a call that finds nothing waits up to that many seconds and answers as soon as
     something can be leased (woken by PostgreSQL LISTEN/NOTIFY on enqueue, release and reclaim).
     Each item carries its `lease_token`. You never hold more than
     REVIEW_QUEUE_MAX_LEASES_PER_REVIEWER items at once: at the cap the list is empty.
     """
     body = body or LeaseIn()
+    if body.queue == "approval" and principal.role not in APPROVER_ROLES:
+        raise ProblemError(
+            "FORBIDDEN",
+            f"role {principal.role!r} may not lease from the approval queue; needs one of approver, admin",
+            extra={"required_roles": list(APPROVER_ROLES)},
+        )
     batch_size = body.batch_size or settings.batch_size
     signal: WorkSignal = request.app.state.work_signal
     loop = asyncio.get_running_loop()
@@ -66,7 +83,9 @@ async def lease(
             seen = signal.generation  # before the attempt: a wake-up during it is not lost
             # Every attempt applies the entity filter: work of another entity wakes the wait, but
             # is not handed out, and the wait goes on.
-            items = await _lease_once(request, settings, principal.subject, batch_size, body.ledger_entity)
+            items = await _lease_once(
+                request, settings, principal.subject, batch_size, body.ledger_entity, body.queue
+            )
             remaining = deadline - loop.time()
             if items or remaining <= 0:
                 break

@@ -16,7 +16,9 @@ router = APIRouter(route_class=QueueRoute, tags=["operations"])
 
 
 class StatsOut(BaseModel):
-    counts: dict[str, int] = Field(description="Items by state: PENDING, ASSIGNED, RESOLVED, QUARANTINED.")
+    counts: dict[str, int] = Field(
+        description="Items by state: PENDING, ASSIGNED, RESOLVED, QUARANTINED, AWAITING_APPROVAL."
+    )
     oldest_pending_age_s: float | None = Field(description="Seconds the oldest PENDING item has waited.")
     assigned: int
     max_inflight: int
@@ -24,6 +26,7 @@ class StatsOut(BaseModel):
     expired_unreclaimed: int = Field(description="ASSIGNED rows whose lease_expires_at has passed.")
     reclaimable: int = Field(description="... and whose reclaim grace (reclaim_after_s) has passed too.")
     open_leases_by_reviewer: dict[str, int]
+    approval_leases: int = Field(description="AWAITING_APPROVAL items an approver holds the lease of.")
     next_lease_expires_in_s: float | None = Field(
         description="Seconds until the soonest open lease expires (negative: lapsed, not yet reclaimed)."
     )
@@ -50,6 +53,7 @@ async def get_stats(conn: Conn, _: StatsReader, settings: SettingsDep) -> StatsO
             "PENDING": gauges.pending,
             "ASSIGNED": gauges.assigned,
             "QUARANTINED": gauges.quarantined,
+            "AWAITING_APPROVAL": gauges.awaiting_approval,
             "RESOLVED": await stats.resolved_count(conn),
         },
         oldest_pending_age_s=gauges.oldest_pending_age_s,
@@ -59,6 +63,7 @@ async def get_stats(conn: Conn, _: StatsReader, settings: SettingsDep) -> StatsO
         expired_unreclaimed=gauges.expired_unreclaimed,
         reclaimable=gauges.reclaimable,
         open_leases_by_reviewer=await stats.open_leases_by_reviewer(conn),
+        approval_leases=gauges.approval_leases,
         next_lease_expires_in_s=await stats.next_lease_expiry_in_s(conn),
         overdue=gauges.overdue,
         oldest_overdue_s=gauges.oldest_overdue_s,

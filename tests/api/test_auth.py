@@ -16,7 +16,7 @@ ENDPOINTS = [
     ("POST", "/items", item_body, {"ingest", "admin"}),
     ("GET", f"/items/{UNKNOWN}", None, {"reviewer", "ingest", "auditor", "admin"}),
     ("POST", "/leases", lambda: {"batch_size": 1}, {"reviewer", "admin"}),
-    ("POST", f"/items/{UNKNOWN}/complete", lambda: {"resolution": "OK"}, {"reviewer", "admin"}),
+    ("POST", f"/items/{UNKNOWN}/complete", lambda: {"resolution": "APPROVED"}, {"reviewer", "admin"}),
     ("POST", "/admin/reclaim", lambda: {}, {"admin"}),
     ("GET", "/audit/export", None, {"auditor", "admin"}),
 ]

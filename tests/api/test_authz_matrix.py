@@ -37,9 +37,11 @@ from tests.support import seed_items
 # ---------------------------------------------------------------------------------------------
 
 PUBLIC = None  # no token needed
-ANY_ROLE = frozenset({"reviewer", "ingest", "auditor", "admin"})
-REVIEWERS = frozenset({"reviewer", "admin"})
-STATS_READERS = frozenset({"reviewer", "auditor", "admin"})
+MATCH_CONFIRMED_DESCRIPTION = "The two sides agree; the matcher was too strict."  # as seeded
+ANY_ROLE = frozenset({"reviewer", "approver", "ingest", "auditor", "admin"})
+REVIEWERS = frozenset({"reviewer", "approver", "admin"})
+APPROVERS = frozenset({"approver", "admin"})
+STATS_READERS = frozenset({"reviewer", "approver", "auditor", "admin"})
 AUDITORS = frozenset({"auditor", "admin"})
 INGEST = frozenset({"ingest", "admin"})
 ADMIN = frozenset({"admin"})
@@ -96,6 +98,20 @@ MATRIX: dict[tuple[str, str], Route] = {
     ("POST", "/items/{item_id}/reopen"): Route(
         ADMIN, item=True, conflict="NOT_RESOLVED", body=lambda: {"reason": "authz matrix"}
     ),
+    # Every item of this world is ASSIGNED (none awaits approval): an approver's approve or reject
+    # holds no approval lease, so it is refused and changes nothing (the success paths are
+    # tests/api/test_approval.py's and the model test's).
+    ("POST", "/items/{item_id}/approve"): Route(
+        APPROVERS, item=True, conflict="LEASE_NOT_HELD", body=lambda: {}
+    ),
+    ("POST", "/items/{item_id}/reject"): Route(
+        APPROVERS, item=True, conflict="LEASE_NOT_HELD", body=lambda: {"reason": "authz matrix"}
+    ),
+    ("GET", "/resolutions"): Route(ANY_ROLE),
+    # The admin's PUT writes the seeded values again: the catalogue, not the queue, and the same.
+    ("PUT", "/resolutions/{code}"): Route(
+        ADMIN, body=lambda: {"label": "Match confirmed", "description": MATCH_CONFIRMED_DESCRIPTION}
+    ),
     # A revision changes any item, leased by anyone (its holder keeps it under a new lease).
     ("POST", "/items/{item_id}/revisions"): Route(
         INGEST,
@@ -129,10 +145,17 @@ MATRIX: dict[tuple[str, str], Route] = {
     ("GET", "/audit/export"): Route(AUDITORS),
 }
 
-CALLERS = ("none", "revoked", "reviewer", "ingest", "auditor", "admin")
+CALLERS = ("none", "revoked", "reviewer", "approver", "ingest", "auditor", "admin")
 # The subject of each caller's token; "revoked" is a reviewer whose tokens were revoked after they
 # leased an item. OTHER is the reviewer holding "another reviewer's item".
-SUBJECT = {"revoked": "carol", "reviewer": "alice", "ingest": "ivan", "auditor": "audrey", "admin": "ada"}
+SUBJECT = {
+    "revoked": "carol",
+    "reviewer": "alice",
+    "approver": "april",
+    "ingest": "ivan",
+    "auditor": "audrey",
+    "admin": "ada",
+}
 OTHER = "bob"
 UNKNOWN_ID = "00000000-0000-4000-8000-000000000000"
 
@@ -227,6 +250,7 @@ class World:
     def call(self, method: str, path: str, caller: str, target: str | None) -> httpx.Response:
         item_id = self.item_id(caller, target)
         url = path.replace("{item_id}", item_id) if item_id else path
+        url = url.replace("{code}", "MATCH_CONFIRMED")
         url = url.replace("{reviewer}", OTHER)
         route = MATRIX[(method, path)]
         body = route.body
@@ -260,7 +284,12 @@ def build_world(
     }
     bob = {"Authorization": f"Bearer {make_token(OTHER, 'reviewer')}"}
     # Oldest first: bob gets ids[0], then each reviewer-capable caller the next one.
-    holders = [("bob", bob), ("reviewer", bearer["reviewer"]), ("admin", bearer["admin"])]
+    holders = [
+        ("bob", bob),
+        ("reviewer", bearer["reviewer"]),
+        ("approver", bearer["approver"]),
+        ("admin", bearer["admin"]),
+    ]
     holders.append(("revoked", bearer["revoked"]))
     own: dict[str, str] = {}
     for n, (who, headers) in enumerate(holders):
@@ -451,6 +480,8 @@ SMUGGLE_ROUTES = [
     (("POST", "/items/complete"), "reviewer", "own", ("items", 0)),
     (("POST", "/items/{item_id}/renew"), "reviewer", "own", ()),
     (("POST", "/items/{item_id}/release"), "reviewer", "own", ()),
+    (("POST", "/items/{item_id}/approve"), "approver", "own", ()),
+    (("POST", "/items/{item_id}/reject"), "approver", "own", ()),
     (("POST", "/admin/reclaim"), "admin", None, ()),
     (("POST", "/items/{item_id}/revisions"), "ingest", "own", ()),
     (("POST", "/admin/items/{item_id}/reassign"), "admin", "own", ()),

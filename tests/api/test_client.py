@@ -211,7 +211,7 @@ def test_async_client_work_loop(live_server: str, make_token, sql: psycopg.Conne
     async def main() -> list:
         async def handler(item: ItemOut) -> str:
             await asyncio.sleep(0)
-            return "AUTO_OK"
+            return "APPROVED"
 
         clients = [AsyncReviewQueueClient(live_server, token) for token in tokens]
 

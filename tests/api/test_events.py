@@ -77,9 +77,9 @@ def test_no_ops_and_refusals_write_nothing(client: TestClient, auth: Auth) -> No
     during = events(client, admin, item_id)
     for url in (f"/items/{item_id}/renew", f"/items/{item_id}/release"):
         assert_problem(client.post(url, headers=bob), 409, "LEASE_NOT_HELD")
-    client.post(f"/items/{item_id}/complete", json={"resolution": "OK"}, headers=alice)
+    client.post(f"/items/{item_id}/complete", json={"resolution": "APPROVED"}, headers=alice)
     after_resolve = events(client, admin, item_id)
-    retry = client.post(f"/items/{item_id}/complete", json={"resolution": "OK"}, headers=alice)
+    retry = client.post(f"/items/{item_id}/complete", json={"resolution": "APPROVED"}, headers=alice)
     assert retry.json()["outcome"] == "already_resolved"
     assert_problem(
         client.post(f"/items/{item_id}/complete", json={"resolution": "NO"}, headers=alice),

@@ -33,7 +33,7 @@ from tests.api.helpers import assert_problem
 from tests.conftest import LONG, make_settings
 from tests.support import backdate_lease, seed_items
 
-ROLES = ("reviewer", "ingest", "auditor", "admin")
+ROLES = ("reviewer", "approver", "ingest", "auditor", "admin")
 MAX_EXAMPLES = 1000 if LONG else 25
 CHECKS = [
     not_a_server_error,
@@ -115,13 +115,23 @@ def app(
         held = arrange.post("/leases", json={"batch_size": 6}, headers=other).json()["items"]
         for item, action, body in (
             (held[0], "complete", {"resolution": "APPROVED", "note": "fuzz"}),
-            (held[1], "complete", {"resolution": "WRITE_OFF"}),
+            (held[1], "complete", {"resolution": "WRITE_OFF", "note": "fuzz"}),
             (held[2], "release", {"reason": "fuzz"}),
             (held[3], "renew", {"lease_token": held[3]["lease_token"]}),
         ):
             assert arrange.post(f"/items/{item['id']}/{action}", json=body, headers=other).status_code == 200
         backdate_lease(sql, held[4]["id"])  # past its reclaim grace
-        if role in ("reviewer", "admin"):
+        # Two proposals awaiting approval (issue 12), one of them leased by an approver caller.
+        sql.execute(
+            "UPDATE review_queue_item SET state = 'AWAITING_APPROVAL', prepared_by = 'fuzz-other',"
+            " proposed_resolution = 'ADJUSTMENT_POSTED', proposed_note = 'JE-1', prepared_at = now()"
+            " WHERE id IN (SELECT id FROM review_queue_item WHERE state = 'PENDING'"
+            " ORDER BY created_at DESC LIMIT 2)"
+        )
+        if role in ("approver", "admin"):
+            approval = arrange.post("/leases", json={"queue": "approval", "batch_size": 1}, headers=bearer)
+            assert len(approval.json()["items"]) == 1, approval.text
+        if role in ("reviewer", "approver", "admin"):
             assert len(arrange.post("/leases", json={"batch_size": 3}, headers=bearer).json()["items"]) == 3
     yield create_app(settings)
     # schemathesis ran this app's lifespan (its engine) on its own event loop: close it before the

@@ -463,6 +463,8 @@ def test_free_text_resolutions_cannot_grow_the_metric_without_bound(
     held = client.post("/leases", json={"batch_size": 120}, headers=alice).json()["items"]
     for n, item in enumerate(held):
         resolution = f"RANDOM_{n}_{uuid.uuid4().hex[:8].upper()}"
+        # Each a code of the catalogue (an admin can add any number of them).
+        sql.execute("INSERT INTO resolution_code (code, label) VALUES (%s, 'random')", (resolution,))
         response = client.post(
             f"/items/{item['id']}/complete", json={"resolution": resolution}, headers=alice
         )

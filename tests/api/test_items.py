@@ -52,7 +52,8 @@ class TestEnqueue:
             "id", "idempotency_key", "ledger_entity", "variance_amount", "match_decision", "state",
             "leased_by", "leased_at", "lease_expires_at", "trace_id", "source_hash", "created_at",
             "resolution", "resolution_note", "resolved_by", "resolved_at", "attempts", "lease_token",
-            "context", "due_at",
+            "context", "due_at", "prepared_by", "prepared_at", "proposed_resolution", "proposed_note",
+            "approved_by", "approved_at",
         }  # fmt: skip
         assert (item["attempts"], item["lease_token"], item["context"]) == (0, None, None)
         assert item["due_at"].endswith("+00:00")
@@ -282,7 +283,9 @@ class TestComplete:
 
     def test_unknown_item_is_404(self, client: TestClient, alice: dict) -> None:
         response = client.post(
-            "/items/00000000-0000-0000-0000-000000000000/complete", json={"resolution": "OK"}, headers=alice
+            "/items/00000000-0000-0000-0000-000000000000/complete",
+            json={"resolution": "APPROVED"},
+            headers=alice,
         )
         assert_problem(response, 404, "NOT_FOUND")
 
@@ -309,9 +312,11 @@ class TestComplete:
     def test_longest_resolution_and_note_are_accepted(
         self, client: TestClient, ingest: dict, alice: dict, sql: psycopg.Connection
     ) -> None:
+        longest = "A" + "_9" * 31 + "Z"
+        sql.execute("INSERT INTO resolution_code (code, label) VALUES (%s, 'the longest code')", (longest,))
         enqueue(client, ingest)
         leased = lease_one(client, alice)
-        body = {"resolution": "A" + "_9" * 31 + "Z", "note": "n" * 4000}
+        body = {"resolution": longest, "note": "n" * 4000}
         response = client.post(f"/items/{leased['id']}/complete", json=body, headers=alice)
         assert response.status_code == 200, response.text
         stored = sql.execute(
@@ -330,7 +335,7 @@ class TestComplete:
         assert (answer["resolution"], answer["resolution_note"]) == (body["resolution"], body["note"])
 
     def test_malformed_id_is_422(self, client: TestClient, alice: dict) -> None:
-        response = client.post("/items/nope/complete", json={"resolution": "OK"}, headers=alice)
+        response = client.post("/items/nope/complete", json={"resolution": "APPROVED"}, headers=alice)
         assert_problem(response, 422, "VALIDATION_ERROR")
 
 

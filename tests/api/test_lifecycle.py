@@ -209,7 +209,7 @@ class TestListing:
         ).json()
         client.post("/items", json=item_body(ledger_entity="B", match_decision="MATCHED"), headers=admin)
         (held,) = lease(client, alice)
-        client.post(f"/items/{held['id']}/complete", json={"resolution": "OK"}, headers=alice)
+        client.post(f"/items/{held['id']}/complete", json={"resolution": "APPROVED"}, headers=alice)
 
         def ids(**params: str) -> list[str]:
             response = client.get("/items", params=params, headers=admin)

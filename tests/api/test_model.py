@@ -10,7 +10,13 @@ completions, backdate leases in SQL (within and past the reclaim grace; one leas
 reviewer's), reclaim as admin (with and without a batch limit), revise an item's figures (new ones,
 a retry, a conflicting one, an earlier hash; in every state, and under an open lease followed by
 the holder's old token), let an admin release or reassign a lease or release all of a reviewer's,
-and make calls that must be refused (wrong role, no token, unknown item).
+and make calls that must be refused (wrong role, no token, unknown item). Issue 12: bob and carol
+are approvers; completions of big items with a thresholded code are submitted for approval,
+approvers lease from the approval queue (never their own proposals, in the same due order), approve
+or reject (the preparer is refused with SEGREGATION_OF_DUTIES), and approval leases are released and
+reclaimed back to that queue; a revision sends a proposal back to PENDING. After every step the
+database must show: approved_by never equal to resolved_by, nothing RESOLVED at or above its code's
+threshold without an approval, and no item resolved more than once per reopen.
 
 A plain-Python model predicts every answer exactly: which items a lease hands out and in which
 order, which items a reclaim returns and in which order, and the status and problem `code` of every
@@ -61,13 +67,18 @@ from tests.api.helpers import assert_problem
 from tests.conftest import LONG, libpq, make_settings
 
 REVIEWERS = ("alice", "bob", "carol")
+APPROVERS = ("bob", "carol")  # role approver: they review too; alice is a plain reviewer
 CAP = 3  # REVIEW_QUEUE_MAX_LEASES_PER_REVIEWER: small, so the cap is reached often
 MAX_ATTEMPTS = 3  # REVIEW_QUEUE_MAX_ATTEMPTS: small, so items are quarantined and requeued
 LEASE_S = 120  # the longest lease (lock_timeout_ms): nothing expires by itself during an example
 GRACE_S = 600  # the longest grace: a lease backdated "within the grace" stays unreclaimable
 IN_GRACE_S = 60  # backdated this far, a lease is expired but not reclaimable
 PAST_GRACE_S = 3600  # backdated this far, it is reclaimable
-RESOLUTIONS = ("APPROVED", "WRITE_OFF")
+RESOLUTIONS = ("APPROVED", "WRITE_OFF", "ADJUSTMENT_POSTED")
+# The catalogue of this test (set through PUT /resolutions at the start): APPROVED never needs an
+# approver and takes no note; the other two need a note, and an approver from BIG on.
+NEEDS_NOTE = ("WRITE_OFF", "ADJUSTMENT_POSTED")
+BIG = 50000  # every third item is at least this big (see new_payload)
 NOTES = (None, "FX rounding", "another note")
 # Repeats weight a choice: the holder with a valid token is the common case (it is what lets items
 # get resolved and retried at all); every other kind of caller and token still comes up often.
@@ -77,7 +88,8 @@ TOKENS = ("none", "current", "current", "stale", "foreign")
 CALLERS = ("last_holder", "last_holder", "last_holder", *REVIEWERS)
 EVENTS = (
     "ENQUEUED", "LEASED", "RENEWED", "RELEASED", "RECLAIMED", "RESOLVED",
-    "QUARANTINED", "REQUEUED", "REOPENED", "REVISED", "REASSIGNED",
+    "QUARANTINED", "REQUEUED", "REOPENED", "REVISED", "REASSIGNED", "SUBMITTED_FOR_APPROVAL", "APPROVED",
+    "REJECTED",
 )  # fmt: skip
 UNKNOWN = "00000000-0000-4000-8000-000000000000"
 # Calls that must be refused whatever the state: (path, caller or None for no token, status, code).
@@ -114,8 +126,9 @@ REFUSED_BODIES = {
     "/release": {"reason": "refused"},
 }
 
-# REVIEW_QUEUE_SLA_TIERS: an item of 1000 or more is due a day after enqueue, any other a week after.
-SLA_TIERS = "1000:24h,0:168h"
+# REVIEW_QUEUE_SLA_TIERS: a big item (abs amount BIG or more) is due a day after enqueue, any other a
+# week after.
+SLA_TIERS = f"{BIG}:24h,0:168h"
 # Some items name their due_at: one before every derived deadline, or one after all of them.
 EARLY, LATE = "2001-01-01T00:00:00+00:00", "2999-01-01T00:00:00+00:00"
 ENTITIES = ("ENTITY-0", "ENTITY-1", "ENTITY-2")
@@ -133,10 +146,15 @@ KEY_MINIMUMS = {
     "stale token refused, the same reviewer holding the newer lease": 0.2,
     "reclaim took leases back": 0.2,
     "retry answered already_resolved": 0.2,
+    "completion submitted for approval": 0.3,
+    "proposal approved": 0.2,
+    "proposal rejected": 0.1,
+    "approval refused: segregation of duties": 0.1,
     "a batch completion resolved items": 0.2,
     "lease of one ledger entity handed out items": 0.2,
     "revision applied": 0.5,
     "revision moved a lease on": 0.2,
+    "revision sent a proposal back to PENDING": 0.02,
     "old token after a revision answered SOURCE_CHANGED": 0.1,
     "admin released or reassigned a lease": 0.3,
 }
@@ -176,6 +194,25 @@ class Model:
     note: str | None = None
     resolvers: list[str] = field(default_factory=list)  # every resolution, reopened ones too
     events: Counter[str] = field(default_factory=Counter)
+    prepared_by: str | None = None  # the last proposal's preparer (kept after approve or reject)
+    proposed: str | None = None
+    proposed_note: str | None = None
+    approved_by: str | None = None
+
+    @property
+    def big(self) -> bool:
+        return abs(float(self.payload["variance_amount"])) >= BIG
+
+    @property
+    def lease_open(self) -> bool:
+        """A review lease, or an approval lease (AWAITING_APPROVAL with a holder)."""
+        return self.state == "ASSIGNED" or (self.state == "AWAITING_APPROVAL" and self.leased_by is not None)
+
+    @property
+    def lease_times(self) -> bool:
+        """leased_at and lease_expires_at are set (kept once resolved, cleared on submission)."""
+        return self.lease_open or self.state == "RESOLVED"
+
     revised_epoch: int | None = None  # the epoch a revision moved the lease to
     hashes: list[str] = field(default_factory=list)  # earlier source hashes (revised away)
 
@@ -186,7 +223,7 @@ class Model:
         if due is not None:
             self.tier = 0 if due == EARLY else 3
         else:
-            self.tier = 1 if Decimal(self.payload["variance_amount"]) >= 1000 else 2
+            self.tier = 1 if abs(Decimal(self.payload["variance_amount"])) >= BIG else 2
 
     @property
     def place(self) -> tuple[int, int]:
@@ -204,6 +241,7 @@ class ReviewQueueMachine(RuleBasedStateMachine):
     items = Bundle("items")  # every enqueued item
     leases = Bundle("leases")  # an item each time it is leased: holder actions aim here
     resolved = Bundle("resolved")  # items once resolved: completion retries aim here
+    proposals = Bundle("proposals")  # items once submitted for approval: approve and reject aim here
 
     def __init__(self) -> None:
         super().__init__()
@@ -235,13 +273,15 @@ class ReviewQueueMachine(RuleBasedStateMachine):
 
     def new_payload(self) -> dict[str, Any]:
         # The key is unique across examples; everything that decides the queue order (amount,
-        # due_at, entity) counts within the example, so that a replayed example behaves the same.
+        # due_at, entity) and whether an item is big counts within the example, so that a replayed
+        # example behaves the same.
         n, k = next(KEYS), next(self.payloads)
         due = {0: EARLY, 3: LATE}.get(k % 7)
+        amount = f"{BIG + k}.00" if k % 3 == 0 else f"{k * 337 % 1000}.{k % 100:02d}"  # both SLA tiers
         return {
             "idempotency_key": f"model-{n}",
             "ledger_entity": ENTITIES[k % 3],
-            "variance_amount": f"{k * 337 % 2000}.{k % 100:02d}",  # both SLA tiers
+            "variance_amount": f"-{amount}" if k % 2 else amount,
             "match_decision": ("MATCHED", "PARTIAL", "UNMATCHED")[k % 3],
             "source_hash": f"sha256:{n:08x}",
             **({"due_at": due} if due else {}),
@@ -285,7 +325,7 @@ class ReviewQueueMachine(RuleBasedStateMachine):
         response = self.post(f"/items/{item_id}/{action}", reviewer, body or None)
         tally(f"{action} by {caller}, token {kind}: {response.status_code}")
         self.tally_stale(item_id, reviewer, kind)
-        if not self.holds(item_id, reviewer, epoch, foreign):
+        if not self.holds(item_id, reviewer, epoch, foreign, approval=None):
             self.check_refusal(response, item_id, reviewer, epoch, foreign, complete=False)
             return reviewer, None
         assert response.status_code == 200, response.text
@@ -325,12 +365,16 @@ class ReviewQueueMachine(RuleBasedStateMachine):
         else:
             assert_problem(response, 409, "LEASE_NOT_HELD")
 
-    def holds(self, item_id: str, reviewer: str, epoch: int | None, foreign: bool) -> bool:
-        """Does this call pass the holder guard (and the fence, when it carries a token)?"""
+    def holds(
+        self, item_id: str, reviewer: str, epoch: int | None, foreign: bool, approval: bool | None = False
+    ) -> bool:
+        """Does this call pass the holder guard (and the fence, when it carries a token)? approval:
+        False for a review lease, True for an approval lease, None for either (renew, release)."""
         m = self.model[item_id]
+        states = {False: ("ASSIGNED",), True: ("AWAITING_APPROVAL",), None: ("ASSIGNED", "AWAITING_APPROVAL")}
         return (
             not foreign
-            and m.state == "ASSIGNED"
+            and m.state in states[approval]
             and m.leased_by == reviewer
             and (epoch is None or epoch == m.epoch)
         )
@@ -339,8 +383,12 @@ class ReviewQueueMachine(RuleBasedStateMachine):
         """An item in a response equals the model (with the token only when the viewer holds it)."""
         m = self.model[item_id]
         assert body["id"] == item_id
-        held = m.state == "ASSIGNED" and m.leased_by == viewer
+        held = m.lease_open and m.leased_by == viewer
         expected = {
+            "prepared_by": m.prepared_by,
+            "proposed_resolution": m.proposed,
+            "proposed_note": m.proposed_note,
+            "approved_by": m.approved_by,
             "state": m.state,
             "leased_by": m.leased_by,
             "attempts": m.attempts,
@@ -352,7 +400,7 @@ class ReviewQueueMachine(RuleBasedStateMachine):
             **m.payload,
         }
         assert {k: body[k] for k in expected} == expected, (body, expected)
-        leased = m.state in ("ASSIGNED", "RESOLVED")
+        leased = m.lease_times
         assert (body["leased_at"] is not None) == leased, body
         assert (body["lease_expires_at"] is not None) == leased, body
         assert (body["resolved_at"] is not None) == (m.state == "RESOLVED"), body
@@ -391,21 +439,41 @@ class ReviewQueueMachine(RuleBasedStateMachine):
         """Check one completion's answer (the single route's body, or one entry of the batch route's:
         `outcome` and `item`, or `problem`) against the model and apply it; True when it resolved."""
         m = self.model[item_id]
-        retry = (
-            not foreign
-            and m.state == "RESOLVED"
-            and m.resolved_by == reviewer
-            and (epoch is None or epoch == m.epoch)
-        )
+        fenced = not foreign and (epoch is None or epoch == m.epoch)
+        retry = fenced and m.state == "RESOLVED" and m.resolved_by == reviewer
+        resubmitted = fenced and m.state == "AWAITING_APPROVAL" and m.prepared_by == reviewer
         code = (answer.get("problem") or {}).get("code")
         changed = self.source_changed(item_id, reviewer, epoch, foreign, complete=True)
-        if self.holds(item_id, reviewer, epoch, foreign) and not changed:
+        held = self.holds(item_id, reviewer, epoch, foreign) and not changed
+        if held and resolution in NEEDS_NOTE and not note:
+            assert code == "VALIDATION_ERROR", answer
+            assert answer["problem"]["status"] == 422, answer
+            assert answer["problem"]["errors"][0]["loc"] == ["body", "note"], answer
+            tally("completion refused: note required")
+            return False
+        if held and resolution != "APPROVED" and m.big:
+            assert answer.get("outcome") == "submitted_for_approval", answer
+            key("completion submitted for approval")
+            m.state, m.leased_by, m.expiry = "AWAITING_APPROVAL", None, "live"
+            m.prepared_by, m.proposed, m.proposed_note, m.approved_by = reviewer, resolution, note, None
+            m.events["SUBMITTED_FOR_APPROVAL"] += 1
+            self.check_item(answer["item"], item_id, reviewer)
+            return False
+        if held:
             assert answer.get("outcome") == "resolved", answer
             key("completion resolved an item")
             # leased_by stays: it records who held the item when it was resolved.
             m.state, m.resolution, m.resolved_by, m.note = "RESOLVED", resolution, reviewer, note
+            m.prepared_by = m.proposed = m.proposed_note = m.approved_by = None
             m.resolvers.append(reviewer)
             m.events["RESOLVED"] += 1
+        elif resubmitted:
+            if resolution != m.proposed:
+                assert code == "RESOLUTION_CONFLICT", answer
+                assert answer["problem"]["status"] == 409, answer
+                return False
+            assert answer.get("outcome") == "already_submitted", answer
+            tally("retry answered already_submitted")
         elif retry and resolution == m.resolution:
             # A retry changes nothing, not even the note.
             assert answer.get("outcome") == "already_resolved", answer
@@ -425,6 +493,85 @@ class ReviewQueueMachine(RuleBasedStateMachine):
             return False
         self.check_item(answer["item"], item_id, reviewer)
         return answer["outcome"] == "resolved"
+
+    def approval_queue(self) -> list[str]:
+        return [
+            i
+            for i, m in sorted(self.model.items(), key=lambda kv: kv[1].place)
+            if m.state == "AWAITING_APPROVAL" and m.leased_by is None
+        ]
+
+    def open_leases(self, reviewer: str) -> int:
+        return sum(1 for m in self.model.values() if m.lease_open and m.leased_by == reviewer)
+
+    def lease_approvals(self, approver: str, batch_size: int) -> list[str]:
+        """POST /leases {queue: approval}: other people's proposals, oldest first, under the cap."""
+        held = self.open_leases(approver)
+        mine_excluded = [i for i in self.approval_queue() if self.model[i].prepared_by != approver]
+        expected = mine_excluded[: max(0, min(batch_size, CAP - held))]
+        response = self.post("/leases", approver, {"batch_size": batch_size, "queue": "approval"})
+        if approver not in APPROVERS:
+            assert_problem(response, 403, "FORBIDDEN")
+            return []
+        assert response.status_code == 200, response.text
+        got = response.json()["items"]
+        tally(f"approval lease: {'some' if got else 'none'}")
+        assert [i["id"] for i in got] == expected, (approver, expected, got)
+        for body in got:
+            m = self.model[body["id"]]
+            token = body["lease_token"]
+            assert token and token not in self.all_tokens, token
+            self.all_tokens.add(token)
+            m.leased_by, m.last_holder, m.epoch, m.expiry = approver, approver, m.epoch + 1, "live"
+            m.tokens[m.epoch] = token
+            m.events["LEASED"] += 1
+            self.check_item(body, body["id"], approver)
+        return expected
+
+    def decide(self, item_id: str, caller: str, token: str, approve: bool) -> None:
+        """POST approve or reject, checked against the model."""
+        m = self.model[item_id]
+        actor = self.caller(item_id, caller)
+        sent, epoch, foreign, kind = self.token_for(item_id, token)
+        action = "approve" if approve else "reject"
+        body = {
+            k: v for k, v in {"lease_token": sent, "reason": None if approve else "wrong entity"}.items() if v
+        }
+        response = self.post(f"/items/{item_id}/{action}", actor, body or None)
+        tally(f"{action} by {caller}, token {kind}: {response.status_code}")
+        if actor not in APPROVERS:
+            assert_problem(response, 403, "FORBIDDEN")
+            return
+        if self.holds(item_id, actor, epoch, foreign, approval=True) and m.prepared_by != actor:
+            assert response.status_code == 200, response.text
+            if approve:
+                assert response.json()["outcome"] == "approved"
+                key("proposal approved")
+                m.state, m.resolution, m.note = "RESOLVED", m.proposed, m.proposed_note
+                m.resolved_by, m.approved_by = m.prepared_by, actor
+                m.events["APPROVED"] += 1
+                self.check_item(response.json()["item"], item_id, actor)
+            else:
+                key("proposal rejected")
+                m.state, m.leased_by = "PENDING", None
+                m.events["REJECTED"] += 1
+                self.check_item(response.json(), item_id, actor)
+            return
+        if (
+            m.prepared_by == actor
+            and m.state in ("AWAITING_APPROVAL", "RESOLVED")
+            and (approve or m.state == "AWAITING_APPROVAL")
+        ):
+            assert_problem(response, 403, "SEGREGATION_OF_DUTIES")
+            key("approval refused: segregation of duties")
+            return
+        fenced = not foreign and (epoch is None or epoch == m.epoch)
+        if approve and m.state == "RESOLVED" and m.approved_by == actor and fenced:
+            assert response.status_code == 200, response.text
+            assert response.json()["outcome"] == "already_approved"
+            tally("retry answered already_approved")
+            return
+        assert_problem(response, 409, "LEASE_NOT_HELD")
 
     def complete_many(
         self, reviewer: str, entries: list[tuple[str, str, str, str | None]], rule: str
@@ -518,12 +665,12 @@ class ReviewQueueMachine(RuleBasedStateMachine):
         is whoever holds fewest, so that leases at the cap are common but not the rule. With an
         entity, only that ledger entity's items are leased."""
         if reviewer == "least_busy":
-            holding = Counter(m.leased_by for m in self.model.values() if m.state == "ASSIGNED")
+            holding = Counter(m.leased_by for m in self.model.values() if m.lease_open)
             reviewer = min(REVIEWERS, key=lambda r: holding[r])
         pending_now = sum(1 for m in self.model.values() if m.state == "PENDING")
         if top_up and pending_now < batch_size:
             self.enqueue(count=batch_size - pending_now, batch=True)
-        held = sum(1 for m in self.model.values() if m.state == "ASSIGNED" and m.leased_by == reviewer)
+        held = self.open_leases(reviewer)
         pending = sorted(
             (m.place, i)
             for i, m in self.model.items()
@@ -582,7 +729,8 @@ class ReviewQueueMachine(RuleBasedStateMachine):
         m = self.model[item_id]
         m.leased_by = None
         m.events["RELEASED"] += 1
-        self.back_to_queue(m)
+        if m.state == "ASSIGNED":
+            self.back_to_queue(m)
         self.check_item(response.json(), item_id, reviewer)
 
     def back_to_queue(self, m: Model) -> None:
@@ -618,7 +766,7 @@ class ReviewQueueMachine(RuleBasedStateMachine):
             return
         assert response.status_code == 200, response.text
         m.state, m.attempts, m.leased_by = "PENDING", 0, None
-        m.resolution = m.resolved_by = m.note = None
+        m.resolution = m.resolved_by = m.note = m.approved_by = None
         m.events["REOPENED"] += 1
         self.check_item(response.json(), item_id, "root")
 
@@ -634,6 +782,45 @@ class ReviewQueueMachine(RuleBasedStateMachine):
         if self.complete_as(item_id, caller, token, resolution, note, "complete"):
             return item_id
         return multiple()
+
+    @rule(
+        target=proposals,
+        approver=st.sampled_from((*APPROVERS, *APPROVERS, "alice")),
+        batch_size=st.integers(1, 3),
+        submit_first=st.sampled_from([True, True, False]),
+    )
+    def lease_for_approval(self, approver: str, batch_size: int, submit_first: bool) -> Any:
+        """Lease from the approval queue; usually after someone submitted a big item first (a
+        composite, so that proposals exist even when swarm testing turned other rules off)."""
+        if submit_first:
+            preparer = next((r for r in REVIEWERS if self.open_leases(r) < CAP), None)
+            if preparer is not None:
+                big = [i for i in self.approval_queue() if self.model[i].prepared_by != approver]
+                if not big:
+                    self.enqueue(count=3, batch=True)  # every third payload is big
+                    self.lease(preparer, 3, top_up=False)
+                    # Leases go by deadline: the new big item may wait behind earlier ones, so any
+                    # big item the preparer holds is submitted.
+                    for item_id in self.assigned():
+                        if self.model[item_id].leased_by == preparer and self.model[item_id].big:
+                            self.complete_as(item_id, preparer, "current", "WRITE_OFF", "big", "submit")
+        return multiple(*self.lease_approvals(approver, batch_size))
+
+    @rule(
+        item_id=proposals,
+        caller=st.sampled_from(CALLERS),
+        token=st.sampled_from(TOKENS),
+        approve=st.booleans(),
+    )
+    def decide_proposal(self, item_id: str, caller: str, token: str, approve: bool) -> None:
+        self.decide(item_id, caller, token, approve)
+
+    @rule(item_id=proposals, approve=st.booleans())
+    def preparer_decides(self, item_id: str, approve: bool) -> None:
+        """The preparer of a proposal tries to decide it: refused, whatever their role."""
+        m = self.model[item_id]
+        if m.prepared_by in APPROVERS:
+            self.decide(item_id, m.prepared_by, "none", approve)
 
     @precondition(lambda self: bool(self.assigned()))
     @rule(
@@ -657,10 +844,11 @@ class ReviewQueueMachine(RuleBasedStateMachine):
                 item_id, "last_holder", token, resolution, note, "tokenless after revision"
             )
             token = "current"
-        assert self.complete_as(item_id, "last_holder", token, resolution, note, "complete held")
+        # Resolved, or (a big item, a code with a threshold) submitted, or refused for a missing note.
+        done = self.complete_as(item_id, "last_holder", token, resolution, note, "complete held")
         if retry:  # the answer was lost and the client sends the same call again
             self.complete_as(item_id, "last_holder", token, resolution, note, "retry held")
-        return item_id
+        return item_id if done else multiple()
 
     @precondition(lambda self: bool(self.assigned()))
     @rule(
@@ -678,7 +866,10 @@ class ReviewQueueMachine(RuleBasedStateMachine):
         holder = self.model[assigned[picks[0] % len(assigned)]].leased_by
         assert holder is not None
         mine = [i for i in assigned if self.model[i].leased_by == holder]
-        entries = [(mine[p % len(mine)], token, resolution, None) for p in picks]
+        # One note for the whole batch (a repeated id answers as a retry of its first entry): with
+        # none, a code that requires one is refused per entry; with one, a big item is submitted.
+        note = "batch" if picks[0] % 2 == 0 else None
+        entries = [(mine[p % len(mine)], token, resolution, note) for p in picks]
         others = [
             i
             for i, m in sorted(self.model.items(), key=lambda kv: kv[1].seq)
@@ -729,7 +920,7 @@ class ReviewQueueMachine(RuleBasedStateMachine):
     @rule(reviewer=st.sampled_from(REVIEWERS))
     def abandon(self, reviewer: str) -> None:
         """A reviewer vanishes: every lease they hold ends up past the grace, oldest item first."""
-        for item_id in self.assigned():
+        for item_id in [i for i, m in sorted(self.model.items(), key=lambda kv: kv[1].seq) if m.lease_open]:
             m = self.model[item_id]
             if m.leased_by == reviewer:
                 self.sql.execute(
@@ -773,7 +964,7 @@ class ReviewQueueMachine(RuleBasedStateMachine):
         else:
             self.holder_call(action, item_id, holder, "stale", {})
 
-    @precondition(lambda self: bool(self.assigned()))
+    @precondition(lambda self: any(m.lease_open for m in self.model.values()))
     @rule(
         reclaim_batch=st.one_of(st.none(), st.integers(1, 3)),
         abandon_first=st.sampled_from([True, True, False]),
@@ -782,15 +973,23 @@ class ReviewQueueMachine(RuleBasedStateMachine):
         """Reclaim as admin; usually after the holder of the oldest open lease vanished (see abandon),
         so that there is something to take back even in examples that never backdate a lease."""
         if abandon_first:
-            holder = self.model[self.assigned()[0]].leased_by
+            holder = next(
+                m.leased_by for _, m in sorted(self.model.items(), key=lambda kv: kv[1].seq) if m.lease_open
+            )
             assert holder is not None
             self.abandon(holder)
-        due = sorted(
-            (m.expired_seq, i)
-            for i, m in self.model.items()
-            if m.state == "ASSIGNED" and m.expiry == "past_grace"
-        )
-        expected = [i for _, i in due[: reclaim_batch or 100]]
+        limit = reclaim_batch or 100
+
+        def due(state: str) -> list[tuple[int, str]]:
+            return sorted(
+                (m.expired_seq, i)
+                for i, m in self.model.items()
+                if m.state == state and m.lease_open and m.expiry == "past_grace"
+            )
+
+        review = due("ASSIGNED")[:limit]
+        approval = due("AWAITING_APPROVAL")[: limit - len(review)]
+        expected = [i for _, i in sorted(review + approval)]
         body = {"reclaim_batch": reclaim_batch} if reclaim_batch else None
         response = self.post("/admin/reclaim", "root", body)
         assert response.status_code == 200, response.text
@@ -806,7 +1005,11 @@ class ReviewQueueMachine(RuleBasedStateMachine):
                     "trace_id": self.model[i].trace_id,
                     "source_hash": self.model[i].payload["source_hash"],
                     "match_decision": self.model[i].payload["match_decision"],
-                    "state": "QUARANTINED" if self.model[i].attempts >= MAX_ATTEMPTS else "PENDING",
+                    "state": "AWAITING_APPROVAL"
+                    if self.model[i].state == "AWAITING_APPROVAL"
+                    else "QUARANTINED"
+                    if self.model[i].attempts >= MAX_ATTEMPTS
+                    else "PENDING",
                 }
                 for i in expected
             ],
@@ -815,7 +1018,8 @@ class ReviewQueueMachine(RuleBasedStateMachine):
             m = self.model[i]
             m.leased_by, m.expiry = None, "live"
             m.events["RECLAIMED"] += 1
-            self.back_to_queue(m)
+            if m.state == "ASSIGNED":
+                self.back_to_queue(m)
 
     @rule(
         item_id=items,
@@ -832,7 +1036,7 @@ class ReviewQueueMachine(RuleBasedStateMachine):
             kind = "new"
         current = m.payload
         body: dict[str, Any] = {
-            "new": {"variance_amount": f"{n}.05", "source_hash": f"sha256:rev-{n:08x}"},
+            "new": {"variance_amount": self.revised_amount(), "source_hash": f"sha256:rev-{n:08x}"},
             "retry": {"variance_amount": current["variance_amount"], "source_hash": current["source_hash"]},
             "conflict": {
                 "variance_amount": "0.02" if current["variance_amount"] == "0.01" else "0.01",
@@ -866,9 +1070,20 @@ class ReviewQueueMachine(RuleBasedStateMachine):
             elif m.state == "RESOLVED":
                 m.state, m.attempts, m.leased_by = "PENDING", 0, None
                 m.resolution = m.resolved_by = m.note = None
+                m.approved_by = None
                 m.events["REOPENED"] += 1
                 tally("revision decertified a decision")
+            elif m.state == "AWAITING_APPROVAL":
+                # The proposal rested on the old figures: back to PENDING in its old place (any
+                # approval lease ends); the proposal stays on the row until the next completion.
+                m.state, m.leased_by, m.expiry = "PENDING", None, "live"
+                key("revision sent a proposal back to PENDING")
         self.check_item(answer["item"], item_id, "feeder")
+
+    def revised_amount(self) -> str:
+        """A revision's amount: big or small by this example's own count (replays behave the same)."""
+        k = next(self.payloads)
+        return f"{BIG + k}.05" if k % 3 == 0 else f"{k * 337 % 1000}.05"
 
     def new_token(self, item_id: str, holder: str) -> None:
         """The holder re-reads the item for the token of its new epoch (how a page carries on)."""
@@ -891,7 +1106,7 @@ class ReviewQueueMachine(RuleBasedStateMachine):
             m.state, m.leased_by, m.expiry = "PENDING", None, "live"  # never quarantined
             m.events["RELEASED"] += 1
         else:
-            held = sum(1 for o in self.model.values() if o.state == "ASSIGNED" and o.leased_by == to)
+            held = self.open_leases(to)  # review and approval leases count together
             response = self.post(
                 f"/admin/items/{item_id}/reassign", "root", {"reviewer": to, "reason": "cover"}
             )
@@ -938,8 +1153,9 @@ class ReviewQueueMachine(RuleBasedStateMachine):
     @rule(reviewer=st.sampled_from(REVIEWERS))
     def release_reviewer(self, reviewer: str) -> None:
         """An admin releases every lease of a reviewer, in one statement, in queue order."""
+        # Review and approval leases alike (an approval lease goes back to the approval queue).
         expected = sorted(
-            (i for i in self.assigned() if self.model[i].leased_by == reviewer),
+            (i for i, m in self.model.items() if m.lease_open and m.leased_by == reviewer),
             key=lambda i: self.model[i].place,
         )
         response = self.post(f"/admin/reviewers/{reviewer}/release", "root", {"reason": "on leave"})
@@ -949,7 +1165,9 @@ class ReviewQueueMachine(RuleBasedStateMachine):
         tally(f"release reviewer: {'some' if expected else 'none'}")
         for body in answer["items"]:
             m = self.model[body["id"]]
-            m.state, m.leased_by, m.expiry = "PENDING", None, "live"
+            if m.state == "ASSIGNED":
+                m.state = "PENDING"
+            m.leased_by, m.expiry = None, "live"
             m.events["RELEASED"] += 1
             self.check_item(body, body["id"], "root")
         if expected:
@@ -978,8 +1196,9 @@ class ReviewQueueMachine(RuleBasedStateMachine):
         rows = self.sql.execute(
             """
             SELECT id::text, state, leased_by, lease_epoch, attempts, resolution, resolved_by,
-                   resolution_note,
-                   CASE WHEN state <> 'ASSIGNED' THEN NULL
+                   resolution_note, prepared_by, proposed_resolution, approved_by,
+                   CASE WHEN NOT (state = 'ASSIGNED'
+                                  OR (state = 'AWAITING_APPROVAL' AND leased_by IS NOT NULL)) THEN NULL
                         WHEN lease_expires_at > now() + make_interval(secs => %(lease)s)
                             THEN 'longer than the lease duration'
                         WHEN lease_expires_at > now() THEN 'live'
@@ -1000,9 +1219,12 @@ class ReviewQueueMachine(RuleBasedStateMachine):
                 m.resolution,
                 m.resolved_by,
                 m.note,
-                m.expiry if m.state == "ASSIGNED" else None,
-                m.state in ("ASSIGNED", "RESOLVED"),
-                m.state in ("ASSIGNED", "RESOLVED"),
+                m.prepared_by,
+                m.proposed,
+                m.approved_by,
+                m.expiry if m.lease_open else None,
+                m.lease_times,
+                m.lease_times,
                 m.state == "RESOLVED",
             )
             for i, m in self.model.items()
@@ -1010,9 +1232,10 @@ class ReviewQueueMachine(RuleBasedStateMachine):
         assert actual.keys() == expected.keys(), set(actual) ^ set(expected)
         diff = {i: {"db": actual[i], "model": expected[i]} for i in expected if actual[i] != expected[i]}
         assert not diff, (
-            f"(state, leased_by, epoch, attempts, resolution, resolved_by, note, expiry, ...): {diff}"
+            f"(state, leased_by, epoch, attempts, resolution, resolved_by, note, prepared_by, proposed,"
+            f" approved_by, expiry, ...): {diff}"
         )
-        held = Counter(m.leased_by for m in self.model.values() if m.state == "ASSIGNED")
+        held = Counter(m.leased_by for m in self.model.values() if m.lease_open)
         assert all(n <= CAP for n in held.values()), held
 
         trail = self.sql.execute(
@@ -1029,12 +1252,39 @@ class ReviewQueueMachine(RuleBasedStateMachine):
         }
         resolvers = {i: actors for i, e, _, actors in trail if e == "RESOLVED"}
         assert resolvers == {i: m.resolvers for i, m in self.model.items() if m.resolvers}
+        self.four_eyes_hold()
+
+    def four_eyes_hold(self) -> None:
+        """Issue 12's invariants, from the database alone (over every row, not only this example's)."""
+        same = self.sql.execute(
+            "SELECT id FROM review_queue_item WHERE approved_by IS NOT NULL AND approved_by = resolved_by"
+        ).fetchall()
+        assert not same, f"approved by their own resolver: {same}"
+        unapproved = self.sql.execute(
+            "SELECT i.id, i.resolution, i.variance_amount FROM review_queue_item i JOIN resolution_code c"
+            " ON c.code = i.resolution WHERE i.state = 'RESOLVED' AND i.created_at >= %s"
+            " AND abs(i.variance_amount) >= c.approval_threshold AND i.approved_by IS NULL",
+            (self.since,),
+        ).fetchall()
+        assert not unapproved, f"resolved above the threshold without an approval: {unapproved}"
+        # Resolved at most once: every RESOLVED or APPROVED event but the current decision's was
+        # undone by a REOPENED event.
+        twice = self.sql.execute(
+            "SELECT i.id, i.state, count(*) FILTER (WHERE e.event IN ('RESOLVED', 'APPROVED')) AS decided,"
+            " count(*) FILTER (WHERE e.event = 'REOPENED') AS reopened"
+            " FROM review_queue_item i JOIN review_queue_event e ON e.item_id = i.id"
+            " WHERE i.created_at >= %s GROUP BY i.id, i.state"
+            " HAVING count(*) FILTER (WHERE e.event IN ('RESOLVED', 'APPROVED'))"
+            " <> count(*) FILTER (WHERE e.event = 'REOPENED') + (i.state = 'RESOLVED')::int",
+            (self.since,),
+        ).fetchall()
+        assert not twice, f"resolved more than once: {twice}"
 
 
 # Hypothesis gives up shrinking after 5 minutes; the timeout must not cut its report short.
 @pytest.mark.timeout(1800 if LONG else 900)
 def test_api_behaves_like_the_model(db_url: str, make_token: Callable[[str, str], str]) -> None:
-    tokens = {subject: make_token(subject, "reviewer") for subject in REVIEWERS}
+    tokens = {s: make_token(s, "approver" if s in APPROVERS else "reviewer") for s in REVIEWERS}
     tokens["root"] = make_token("root", "admin")
     tokens["feeder"] = make_token("feeder", "ingest")
     tokens["audrey"] = make_token("audrey", "auditor")
@@ -1052,6 +1302,16 @@ def test_api_behaves_like_the_model(db_url: str, make_token: Callable[[str, str]
         TestClient(create_app(app_settings), raise_server_exceptions=False) as client,
         psycopg.connect(libpq(db_url), autocommit=True) as sql,
     ):
+        for code, threshold in (("WRITE_OFF", BIG), ("ADJUSTMENT_POSTED", BIG), ("APPROVED", None)):
+            body = {
+                "label": code,
+                "requires_note": code in NEEDS_NOTE,
+                "approval_threshold": f"{threshold}.00" if threshold else None,
+            }
+            answer = client.put(
+                f"/resolutions/{code}", json=body, headers={"Authorization": f"Bearer {tokens['root']}"}
+            )
+            assert answer.status_code == 200, answer.text
         ReviewQueueMachine.client = client
         ReviewQueueMachine.sql = sql
         ReviewQueueMachine.tokens = tokens

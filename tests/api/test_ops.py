@@ -77,7 +77,7 @@ def test_stats_match_sql(client: TestClient, auth: Auth, sql) -> None:
     client.post("/items/batch", json={"items": [item_body() for _ in range(10)]}, headers=admin)
     a = client.post("/leases", json={"batch_size": 3}, headers=alice).json()["items"]
     client.post("/leases", json={"batch_size": 2}, headers=bob)
-    client.post(f"/items/{a[0]['id']}/complete", json={"resolution": "OK"}, headers=alice)
+    client.post(f"/items/{a[0]['id']}/complete", json={"resolution": "APPROVED"}, headers=alice)
     backdate_lease(sql, a[1]["id"], seconds=10)
     backdate_lease(sql, a[2]["id"])
     response = client.get("/stats", headers=alice)
@@ -89,8 +89,15 @@ def test_stats_match_sql(client: TestClient, auth: Auth, sql) -> None:
         "ASSIGNED": counts["ASSIGNED"],
         "RESOLVED": counts["RESOLVED"],
         "QUARANTINED": counts.get("QUARANTINED", 0),
+        "AWAITING_APPROVAL": counts.get("AWAITING_APPROVAL", 0),
     }
-    assert got["counts"] == {"PENDING": 5, "ASSIGNED": 4, "RESOLVED": 1, "QUARANTINED": 0}
+    assert got["counts"] == {
+        "PENDING": 5,
+        "ASSIGNED": 4,
+        "RESOLVED": 1,
+        "QUARANTINED": 0,
+        "AWAITING_APPROVAL": 0,
+    }
     assert got["assigned"] == 4 and got["max_inflight"] == 1000 and got["inflight_ratio"] == 0.004
     assert (got["expired_unreclaimed"], got["reclaimable"]) == (2, 1)
     assert got["open_leases_by_reviewer"] == {"alice": 2, "bob": 2}

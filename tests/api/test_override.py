@@ -263,7 +263,7 @@ def test_cli_release_and_reassign(
     nothing = cli(db_url, "admin", "release", "--reviewer", "alice", "--reason", "again", "--admin", "ada")
     assert nothing.returncode == 1 and "alice holds no items; nothing released" in nothing.stderr
     bad = cli(db_url, "admin", "reassign", first["id"], "--to", "zed", "--reason", "x", "--admin", "ada")
-    assert bad.returncode == 1 and "'zed' has no live reviewer" in bad.stderr
+    assert bad.returncode == 1 and "'zed' has no live token" in bad.stderr
     assert (
         cli(db_url, "admin", "release", "--item", first["id"], "--reason", "x", "--admin", "me").returncode
         == 2

@@ -70,10 +70,10 @@ def test_reopen_puts_a_resolved_item_back_and_keeps_the_old_decision_in_the_trai
     assert again["id"] == item_id and again["attempts"] == 1
     done = client.post(
         f"/items/{item_id}/complete",
-        json={"resolution": "ESCALATE", "lease_token": again["lease_token"]},
+        json={"resolution": "ESCALATED", "note": "to the FX desk", "lease_token": again["lease_token"]},
         headers=alice,
     )
-    assert done.json()["outcome"] == "resolved" and done.json()["item"]["resolution"] == "ESCALATE"
+    assert done.json()["outcome"] == "resolved" and done.json()["item"]["resolution"] == "ESCALATED"
 
 
 @pytest.mark.parametrize("state", ["PENDING", "ASSIGNED"])

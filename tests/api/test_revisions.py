@@ -215,6 +215,7 @@ def test_a_resolved_item_is_reopened_first_in_line_and_its_decision_decertified(
         "previous_note": "below tolerance",
         "previous_resolved_by": "alice",
         "previous_resolved_at": trail[-1]["details"]["previous_resolved_at"],
+        "previous_approved_by": None,  # the approval, if any, is decertified with the decision
     }
     assert trail[-1]["details"]["previous_resolved_at"] is not None
     assert resolved["resolved_at"] is not None

@@ -47,7 +47,7 @@ def test_a_session_cookie_reads_and_writes_with_its_csrf_token(
     (item,) = leased.json()["items"]
     assert item["leased_by"] == "alice" and item["lease_token"]
     same_origin = {"X-CSRF-Token": csrf, "Origin": "http://testserver"}
-    done = client.post(f"/items/{item['id']}/complete", json={"resolution": "OK"}, headers=same_origin)
+    done = client.post(f"/items/{item['id']}/complete", json={"resolution": "APPROVED"}, headers=same_origin)
     assert done.json()["item"]["resolved_by"] == "alice"
 
 
@@ -101,7 +101,7 @@ def test_bearer_tokens_work_as_before_and_win_over_a_cookie(
 def test_a_forbidden_answer_names_the_roles_needed(client: TestClient, make_token: Tokens, role: str) -> None:
     headers = {"Authorization": f"Bearer {make_token('ivan', role)}"}
     problem = assert_problem(client.post("/leases", json={}, headers=headers), 403, "FORBIDDEN")
-    assert problem["required_roles"] == ["reviewer", "admin"]
+    assert problem["required_roles"] == ["reviewer", "approver", "admin"]
 
 
 def test_the_desk_is_served_with_a_strict_csp(client: TestClient) -> None:

@@ -190,7 +190,7 @@ async def test_reclaim_skips_a_row_locked_by_a_completion_in_flight(
     async with engine.connect() as holder:
         tx = await holder.begin()
         outcome, _ = await queue.complete_item(
-            holder, item_id=item.id, reviewer="alice", resolution="OK", note=None
+            holder, item_id=item.id, reviewer="alice", resolution="APPROVED", note=None
         )
         assert outcome == "resolved"
         async with engine.begin() as conn:

@@ -75,6 +75,8 @@ def test_the_service_role_has_exactly_the_table_rights_it_needs(as_service: psyc
         "alembic_version": "SELECT",
         "api_token": "INSERT,SELECT,UPDATE",
         "desk_session": "DELETE,INSERT,SELECT",
+        # Codes are deactivated, never deleted.
+        "resolution_code": "INSERT,SELECT,UPDATE",
         "review_queue_chain": "INSERT,SELECT",
         "review_queue_event": "INSERT,SELECT",
         "review_queue_item": "INSERT,SELECT,UPDATE",

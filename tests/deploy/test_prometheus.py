@@ -126,7 +126,7 @@ def _exercise_and_scrape(base: str, url: str, arrange_url: str) -> str:
             assert http.post("/items", json=item_body(), headers=admin).status_code == 201
         held = http.post("/leases", json={"batch_size": 4}, headers=ann).json()["items"]
         assert len(held) == 4
-        done = http.post(f"/items/{held[0]['id']}/complete", json={"resolution": "OK"}, headers=ann)
+        done = http.post(f"/items/{held[0]['id']}/complete", json={"resolution": "APPROVED"}, headers=ann)
         assert done.status_code == 200
         assert http.post(f"/items/{held[1]['id']}/renew", headers=ann).status_code == 200
         assert http.post(f"/items/{held[2]['id']}/release", headers=ann).status_code == 200

@@ -177,11 +177,13 @@ def test_keyboard_alone_signs_in_leases_resolves_and_advances(
         page.keyboard.press("Control+Enter")  # resolve and advance, one keystroke
         expect(region).to_contain_text("GLOBEX")
         expect(region.get_by_test_id("amount")).to_have_text("-0.10")
+        # WRITE_OFF needs an approver from 1,000.00 on: the desk submitted it and moved on.
         row = sql.execute(
-            "SELECT state, resolution, resolution_note, resolved_by FROM review_queue_item WHERE id = %s",
+            "SELECT state, proposed_resolution, proposed_note, prepared_by FROM review_queue_item"
+            " WHERE id = %s",
             (first["id"],),
         ).fetchone()
-        assert row == ("RESOLVED", "WRITE_OFF", "FX rounding", "alice")
+        assert row == ("AWAITING_APPROVAL", "WRITE_OFF", "FX rounding", "alice")
         assert sql.execute(
             "SELECT leased_by FROM review_queue_item WHERE id = %s", (second["id"],)
         ).fetchone() == ("alice",)
@@ -197,6 +199,73 @@ def test_keyboard_alone_signs_in_leases_resolves_and_advances(
         expect(page.get_by_label("Token")).to_be_visible()
         replay = httpx.get(f"{base}/session", cookies={cookie["name"]: cookie["value"]})
         assert replay.status_code == 401, replay.text
+
+
+def test_an_approver_approves_and_rejects_proposals_in_the_approvals_view(
+    db_url: str, make_token: Tokens, sql: psycopg.Connection, contexts: Callable[[], BrowserContext]
+) -> None:
+    alice, april, admin = (
+        make_token("alice", "reviewer"),
+        make_token("april", "approver"),
+        make_token("ada", "admin"),
+    )
+    with desk(db_url) as base:
+        big = [enqueue(base, admin, ledger_entity=f"BIG-{n}", variance_amount="25000.00") for n in range(2)]
+        preparer = contexts().new_page()
+        sign_in(preparer, base, alice)
+        # A plain reviewer has no Approvals view.
+        expect(preparer.get_by_role("region", name="Approvals")).to_have_count(0)
+        preparer.get_by_role("button", name="Next item").click()
+        for n in range(2):  # resolving moves on to the next item by itself
+            expect(current(preparer)).to_contain_text(f"BIG-{n}")
+            preparer.get_by_label("Resolution").select_option("WRITE_OFF")
+            preparer.get_by_label("Note").fill(f"write-off {n}")
+            preparer.get_by_role("button", name="Resolve").click()
+            expect(notice(preparer, f"Submitted BIG-{n} 25000.00 as WRITE_OFF for approval")).to_be_visible()
+        states = sql.execute("SELECT DISTINCT state FROM review_queue_item").fetchall()
+        assert states == [("AWAITING_APPROVAL",)], states
+
+        preparer.close()  # its desk would take the rejected item back at once (it is first in line)
+        checker = contexts().new_page()
+        sign_in(checker, base, april)
+        approvals = checker.get_by_role("region", name="Approvals")
+        approvals.get_by_role("button", name="Lease a proposal").click()
+        proposal = approvals.get_by_role("term").filter(has_text="Prepared by")
+        expect(proposal).to_be_visible()
+        expect(approvals).to_contain_text("BIG-0")
+        expect(approvals).to_contain_text("write-off 0")
+        expect(approvals.get_by_label("Proposal")).to_contain_text("alice")
+        shot(checker, "desk-approvals")
+        approvals.get_by_role("button", name="Approve").click()
+        expect(approvals).to_contain_text("Approved BIG-0 25000.00: resolved as WRITE_OFF by alice.")
+        row = sql.execute(
+            "SELECT state, resolution, resolved_by, approved_by FROM review_queue_item WHERE id = %s",
+            (big[0]["id"],),
+        ).fetchone()
+        assert row == ("RESOLVED", "WRITE_OFF", "alice", "april")
+
+        # The second one is rejected with a reason: PENDING again, the reason in its trail.
+        approvals.get_by_role("button", name="Lease a proposal").click()
+        expect(approvals).to_contain_text("BIG-1")
+        approvals.get_by_role("button", name="Reject").click()
+        expect(approvals).to_contain_text("Please give a reason to reject.")
+        approvals.get_by_label("Reject reason").fill("wrong entity")
+        approvals.get_by_role("button", name="Reject").click()
+        expect(approvals).to_contain_text("Rejected BIG-1 25000.00: back in the queue (wrong entity).")
+        assert sql.execute(
+            "SELECT state FROM review_queue_item WHERE id = %s", (big[1]["id"],)
+        ).fetchone() == ("PENDING",)
+        event, actor, details = events_of(sql, big[1]["id"])[-1]
+        assert (event, actor, details["reason"], details["prepared_by"]) == (
+            "REJECTED",
+            "april",
+            "wrong entity",
+            "alice",
+        )
+
+        # Nothing else waits: the view says so.
+        approvals.get_by_role("button", name="Lease a proposal").click()
+        expect(approvals).to_contain_text("No proposal is waiting for you.")
 
 
 def test_two_reviewers_never_see_the_same_item(
