@@ -314,13 +314,13 @@ def test_work_loop_decides_again_when_the_figures_change(
                 ingest.revise(leased.id, variance_amount="250.00", source_hash="w-1b")
             else:
                 worker.stop()
-            return "APPROVED" if leased.variance_amount < 100 else "ESCALATED"
+            return "APPROVED" if leased.variance_amount < 100 else "TIMING_DIFFERENCE"
 
         stats = worker.work(handler, wait_s=1, handle_signals=False)
         assert seen == [Decimal("1.00"), Decimal("250.00")]
         assert (stats.resolved, stats.revised) == (1, 1)
         final = worker.get(item.id)
-        assert (final.state, final.resolution, final.source_hash) == ("RESOLVED", "ESCALATED", "w-1b")
+        assert (final.state, final.resolution, final.source_hash) == ("RESOLVED", "TIMING_DIFFERENCE", "w-1b")
 
 
 class Crash(BaseException):

@@ -51,7 +51,12 @@ def test_each_entry_answers_as_the_single_route_in_request_order(
         {"id": bobs["id"], "resolution": "APPROVED"},
         {"id": done_other["id"], "resolution": "REJECTED"},
         {"id": stale["id"], "resolution": "APPROVED", "lease_token": bobs["lease_token"]},  # not its token
-        {"id": fenced["id"], "resolution": "WRITE_OFF", "lease_token": fenced["lease_token"]},
+        {
+            "id": fenced["id"],
+            "resolution": "WRITE_OFF",
+            "note": "below the threshold",
+            "lease_token": fenced["lease_token"],
+        },
     ]
     before = dict(sql.execute("SELECT id::text, row_to_json(i)::text FROM review_queue_item i").fetchall())
     response = client.post("/items/complete", json={"items": entries}, headers=alice)
@@ -263,13 +268,17 @@ async def test_log_lines_only_after_the_commit(
 
     async def rolled_back() -> None:
         async with transaction(engine, lock_timeout_ms=1000, statement_timeout_ms=5000) as conn:
-            await queue.complete_item(conn, item_id=one.id, reviewer="alice", resolution="OK", note=None)
+            await queue.complete_item(
+                conn, item_id=one.id, reviewer="alice", resolution="MATCH_CONFIRMED", note=None
+            )
             raise RuntimeError("the commit never happens")
 
     with pytest.raises(RuntimeError):
         await rolled_back()
     assert resolved_lines() == []
     async with transaction(engine, lock_timeout_ms=1000, statement_timeout_ms=5000) as conn:
-        await queue.complete_item(conn, item_id=two.id, reviewer="alice", resolution="OK", note=None)
+        await queue.complete_item(
+            conn, item_id=two.id, reviewer="alice", resolution="MATCH_CONFIRMED", note=None
+        )
         assert resolved_lines() == [], "logged before the commit"
     assert resolved_lines() == [str(two.id)]
