@@ -103,28 +103,15 @@ Caller = Annotated[Principal, Depends(_authenticate)]
 
 async def _transaction(request: Request, _: Caller) -> AsyncIterator[AsyncConnection]:
     # Depends on the caller, so FastAPI authenticates before it opens the transaction, whatever
-    # the order of a route's parameters.
-    effects: list[Callable[[], None]] = []
-    request.state.after_commit = effects  # a fresh list per attempt: a retried request starts over
+    # the order of a route's parameters. The log lines and metrics of its changes are emitted
+    # after its COMMIT (db.engine.transaction), never without it.
     async with request_transaction(request) as conn:
         yield conn
-    # Committed: now a log line or a metric saying so is true (an error skips this).
-    for effect in effects:
-        effect()
 
 
 # scope="function": the transaction commits before the response is sent, so a client never
 # sees a 200 for a change that then fails to commit. Routes and db/ never commit themselves.
 Conn = Annotated[AsyncConnection, Depends(_transaction, scope="function")]
-
-
-def _after_commit(request: Request, _: Conn) -> list[Callable[[], None]]:
-    effects: list[Callable[[], None]] = request.state.after_commit
-    return effects
-
-
-# Side effects (logs, metrics) a route registers to run once its transaction has committed.
-AfterCommit = Annotated[list[Callable[[], None]], Depends(_after_commit)]
 
 
 async def _one_round_trip(request: Request, _: Caller) -> OneRoundTrip:

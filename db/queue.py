@@ -993,6 +993,17 @@ async def revise_item(
         revised = _item(row)
         if revised.state == "PENDING":
             await notify_work(conn)  # a reopened decision is leasable again
+        telemetry.revised(
+            revised,
+            actor,
+            previous_state=row.previous_state,
+            previous_source_hash=row.previous_hash,
+            previous_variance_amount=f"{row.previous_amount:.2f}",
+            previous_match_decision=row.previous_decision,
+            variance_amount=f"{revised.variance_amount:.2f}",
+            decertified_resolution=row.previous_resolution,
+            state=revised.state,
+        )
         return Revision(
             "revised",
             revised,
@@ -1079,7 +1090,9 @@ async def admin_release_item(
     ).first()
     if row is not None:
         await notify_work(conn)
-        return "done", Overridden(_item(row), row.previous_holder), None
+        released = Overridden(_item(row), row.previous_holder)
+        telemetry.admin_released(released.item, actor, released.previous_holder, reason)
+        return "done", released, None
     current = await get_item(conn, item_id=item_id)
     return ("not_found" if current is None else "not_assigned"), None, current
 
@@ -1095,6 +1108,8 @@ async def admin_release_reviewer(
     )
     if released:
         await notify_work(conn)
+    for o in released:
+        telemetry.admin_released(o.item, actor, o.previous_holder, reason)
     return released
 
 
@@ -1197,7 +1212,9 @@ async def reassign_item(
     await _lock_reviewer(conn, to_reviewer)
     row = (await conn.execute(_REASSIGN, params)).first()
     if row is not None:
-        return "done", Overridden(_item(row), row.previous_holder), None
+        moved = Overridden(_item(row), row.previous_holder)
+        telemetry.reassigned(moved.item, actor, moved.previous_holder, to_reviewer, reason)
+        return "done", moved, None
     current = await get_item(conn, item_id=item_id)
     outcome: ReassignOutcome
     if current is None:

@@ -178,11 +178,13 @@ REASSIGNED = Counter("review_queue_items_reassigned_total", "Leases an admin mov
 OVERRIDDEN = Counter("review_queue_items_admin_released_total", "Leases an admin released for their holder.")
 
 
+@_after_commit
 def revised(item: _Row, actor: str, **extra: Any) -> None:
     REVISED.labels(state=str(extra.get("previous_state"))).inc()
     log.warning("review_item_revised", extra=fields(item, worker_id=actor, **extra))
 
 
+@_after_commit
 def admin_released(item: _Row, actor: str, previous_holder: str, reason: str) -> None:
     OVERRIDDEN.inc()
     log.warning(
@@ -191,6 +193,7 @@ def admin_released(item: _Row, actor: str, previous_holder: str, reason: str) ->
     )
 
 
+@_after_commit
 def reassigned(item: _Row, actor: str, previous_holder: str, leased_by: str, reason: str) -> None:
     REASSIGNED.inc()
     log.warning(

@@ -6,7 +6,7 @@ from uuid import UUID
 
 from fastapi import APIRouter, Body, Path
 
-from api.deps import Admin, AfterCommit, Conn, SettingsDep
+from api.deps import Admin, Conn, SettingsDep
 from api.errors import ProblemError, problem_responses
 from api.routing import QueueRoute
 from api.schemas import (
@@ -19,7 +19,7 @@ from api.schemas import (
     ReleasedOut,
     Subject,
 )
-from db import queue, telemetry
+from db import queue
 
 router = APIRouter(route_class=QueueRoute, tags=["admin"])
 
@@ -44,25 +44,13 @@ async def reclaim(
     return ReclaimOut(reclaimed=len(reclaimed), items=[ReclaimedOut.model_validate(r) for r in reclaimed])
 
 
-def _log_released(
-    after_commit: AfterCommit, released: list[queue.Overridden], actor: str, reason: str
-) -> None:
-    def emit() -> None:
-        for o in released:
-            telemetry.admin_released(o.item, actor, o.previous_holder, reason)
-
-    after_commit.append(emit)
-
-
 @router.post(
     "/admin/items/{item_id}/release",
     operation_id="adminReleaseItem",
     summary="Release anyone's lease on an item (admin)",
     responses=problem_responses("NOT_FOUND", "NOT_ASSIGNED"),
 )
-async def release_item(
-    item_id: ItemId, body: AdminReleaseIn, conn: Conn, principal: Admin, after_commit: AfterCommit
-) -> ItemOut:
+async def release_item(item_id: ItemId, body: AdminReleaseIn, conn: Conn, principal: Admin) -> ItemOut:
     """Hand a leased item back to the queue whoever holds it: PENDING in its old place (an approval
     lease: back to the approval queue, still AWAITING_APPROVAL); the
     holder's token is refused from now on. The RELEASED event names the admin, the holder and the reason."""
@@ -73,7 +61,6 @@ async def release_item(
         if outcome == "not_found" or current is None:
             raise ProblemError("NOT_FOUND", f"no item {item_id}")
         raise ProblemError("NOT_ASSIGNED", f"item {item_id} is {current.state}, not ASSIGNED")
-    _log_released(after_commit, [done], principal.subject, body.reason)
     return ItemOut.of(done.item, principal.subject)
 
 
@@ -87,14 +74,12 @@ async def release_reviewer(
     body: AdminReleaseIn,
     conn: Conn,
     principal: Admin,
-    after_commit: AfterCommit,
 ) -> ReleasedOut:
     """Hand every item `reviewer` holds back to the queue in one statement (they went on leave):
     PENDING in their old places; a RELEASED event per item names the admin, the holder and the reason."""
     released = await queue.admin_release_reviewer(
         conn, reviewer=reviewer, actor=principal.subject, reason=body.reason
     )
-    _log_released(after_commit, released, principal.subject, body.reason)
     return ReleasedOut(
         released=len(released), items=[ItemOut.of(o.item, principal.subject) for o in released]
     )
@@ -119,7 +104,6 @@ async def reassign(
     conn: Conn,
     principal: Admin,
     settings: SettingsDep,
-    after_commit: AfterCommit,
 ) -> ItemOut:
     """Move an item's lease to `reviewer` (a live reviewer or admin token, below the
     per-reviewer cap; an approval lease: a live approver or admin token, never the proposal's preparer:
@@ -156,9 +140,4 @@ async def reassign(
                 "REVIEWER_AT_CAP", f"{body.reviewer} already holds as many items as anyone may"
             )
         raise ProblemError("NOT_ASSIGNED", f"item {item_id} is {current.state}, not ASSIGNED")
-    after_commit.append(
-        lambda: telemetry.reassigned(
-            done.item, principal.subject, done.previous_holder, body.reviewer, body.reason
-        )
-    )
     return ItemOut.of(done.item, principal.subject)

@@ -8,7 +8,6 @@ from fastapi import APIRouter, Body, Path, Query, Request, Response, status
 
 from api.deps import (
     Admin,
-    AfterCommit,
     AnyRole,
     Approver,
     Conn,
@@ -53,7 +52,7 @@ from api.schemas import (
     lease_nonce_for,
 )
 from api.settings import Settings, sla_hours
-from db import queue, telemetry
+from db import queue
 from db.tokens import Principal
 
 router = APIRouter(route_class=QueueRoute, tags=["items"])
@@ -480,9 +479,7 @@ async def reject(item_id: ItemId, body: RejectIn, conn: Conn, principal: Approve
     summary="Revise an item's figures (ingest, admin)",
     responses=problem_responses("NOT_FOUND", "IDEMPOTENCY_CONFLICT"),
 )
-async def revise(
-    item_id: ItemId, body: RevisionIn, conn: Conn, principal: Ingest, after_commit: AfterCommit
-) -> RevisionOut:
+async def revise(item_id: ItemId, body: RevisionIn, conn: Conn, principal: Ingest) -> RevisionOut:
     """New figures from a re-run of the matcher; idempotent on `source_hash`. PENDING and QUARANTINED
     items are updated; an ASSIGNED one stays with its holder under a new lease (their old token is
     refused with SOURCE_CHANGED); a RESOLVED one is reopened (PENDING in its old place), its decision
@@ -503,19 +500,5 @@ async def revise(
             "IDEMPOTENCY_CONFLICT",
             f"item {item_id} already has source_hash {body.source_hash!r} with other figures",
             extra={"item_id": str(item_id)},
-        )
-    if revision.outcome == "revised":
-        after_commit.append(
-            lambda: telemetry.revised(
-                item,
-                principal.subject,
-                previous_state=revision.previous_state,
-                previous_source_hash=revision.previous_hash,
-                previous_variance_amount=f"{revision.previous_amount:.2f}",
-                previous_match_decision=revision.previous_decision,
-                variance_amount=f"{item.variance_amount:.2f}",
-                decertified_resolution=revision.previous_resolution,
-                state=item.state,
-            )
         )
     return RevisionOut(outcome=revision.outcome, item=ItemOut.of(item, principal.subject))
