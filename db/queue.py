@@ -1569,100 +1569,64 @@ class Reclaimed:
     attempts: int
 
 
-# Same shape and discipline as the lease: a row some transaction holds (a completion or a
-# renewal in flight) is skipped this round rather than waited for.
-_expired = (
-    select(item.c.id, item.c.leased_by, item.c.lease_expires_at)
-    .where(
-        item.c.state == ASSIGNED,
-        item.c.lease_expires_at < func.now() - bindparam("grace", type_=Interval),
+def _reclaim_statement(*, approval: bool) -> Any:
+    """Leases expired for longer than the grace, oldest expiry first, back to their queue.
+
+    Same shape and discipline as the lease: a row some transaction holds (a completion or a
+    renewal in flight) is skipped this round rather than waited for. A review lease goes back to
+    PENDING in its old place (QUARANTINED once its attempts are used up); an approval lease goes
+    back to the approval queue (AWAITING_APPROVAL, nobody holding it), never to PENDING: the
+    proposal still waits for a second pair of eyes, and no attempt is counted. Each queue has its
+    own statement on its own partial index.
+    """
+    suffix = "_approval" if approval else ""
+    leased = (
+        [item.c.state == AWAITING_APPROVAL, item.c.leased_by.is_not(None)]
+        if approval
+        else [item.c.state == ASSIGNED]
     )
-    .order_by(item.c.lease_expires_at)
-    .limit(bindparam("reclaim_batch"))
-    .with_for_update(skip_locked=True)
-    .cte("expired")
-)
-_reclaimed = (
-    item.update()
-    .where(item.c.id == _expired.c.id)
-    .values(state=_BACK_TO_QUEUE, leased_by=None, leased_at=None, lease_expires_at=None)
-    .returning(
-        item.c.id,
-        item.c.trace_id,
-        item.c.source_hash,
-        item.c.match_decision,
-        item.c.lease_epoch,
-        item.c.state,
-        item.c.attempts,
-        _expired.c.leased_by.label("previous_holder"),
-        _expired.c.lease_expires_at.label("expired_at"),
+    expired = (
+        select(item.c.id, item.c.leased_by, item.c.lease_expires_at)
+        .where(*leased, item.c.lease_expires_at < func.now() - bindparam("grace", type_=Interval))
+        .order_by(item.c.lease_expires_at)
+        .limit(bindparam("reclaim_batch"))
+        .with_for_update(skip_locked=True)
+        .cte(f"expired{suffix}")
     )
-    .cte("reclaimed")
-)
-_RECLAIM = select(_reclaimed).add_cte(
-    *_logged_then_quarantined(
-        _reclaimed,
-        "RECLAIMED",
-        details=func.jsonb_build_object(
-            "cause",
-            "lease_expired",
-            "previous_holder",
-            _reclaimed.c.previous_holder,
-            "lease_expired_at",
-            _reclaimed.c.expired_at,
-        ),
+    ended: dict[str, Any] = {"leased_by": None, "leased_at": None, "lease_expires_at": None}
+    reclaimed = (
+        item.update()
+        .where(item.c.id == expired.c.id)
+        .values(ended if approval else {**ended, "state": _BACK_TO_QUEUE})
+        .returning(
+            item.c.id,
+            item.c.trace_id,
+            item.c.source_hash,
+            item.c.match_decision,
+            item.c.lease_epoch,
+            item.c.state,
+            item.c.attempts,
+            expired.c.leased_by.label("previous_holder"),
+            expired.c.lease_expires_at.label("expired_at"),
+        )
+        .cte(f"reclaimed{suffix}")
     )
-)
+    details = func.jsonb_build_object(
+        "cause",
+        "lease_expired",
+        *(("queue", "approval") if approval else ()),
+        "previous_holder",
+        reclaimed.c.previous_holder,
+        "lease_expired_at",
+        reclaimed.c.expired_at,
+    )
+    if approval:
+        return select(reclaimed).add_cte(_logged(reclaimed, "RECLAIMED", details=details))
+    return select(reclaimed).add_cte(*_logged_then_quarantined(reclaimed, "RECLAIMED", details=details))
 
 
-# Expired approval leases go back to the approval queue (AWAITING_APPROVAL, nobody holding it),
-# never to PENDING: the proposal is still waiting for a second pair of eyes. Its own statement,
-# on its own partial index; no attempts are counted, so nothing is quarantined.
-_expired_approval = (
-    select(item.c.id, item.c.leased_by, item.c.lease_expires_at)
-    .where(
-        item.c.state == AWAITING_APPROVAL,
-        item.c.leased_by.is_not(None),
-        item.c.lease_expires_at < func.now() - bindparam("grace", type_=Interval),
-    )
-    .order_by(item.c.lease_expires_at)
-    .limit(bindparam("reclaim_batch"))
-    .with_for_update(skip_locked=True)
-    .cte("expired_approval")
-)
-_reclaimed_approval = (
-    item.update()
-    .where(item.c.id == _expired_approval.c.id)
-    .values(leased_by=None, leased_at=None, lease_expires_at=None)
-    .returning(
-        item.c.id,
-        item.c.trace_id,
-        item.c.source_hash,
-        item.c.match_decision,
-        item.c.lease_epoch,
-        item.c.state,
-        item.c.attempts,
-        _expired_approval.c.leased_by.label("previous_holder"),
-        _expired_approval.c.lease_expires_at.label("expired_at"),
-    )
-    .cte("reclaimed_approval")
-)
-_RECLAIM_APPROVALS = select(_reclaimed_approval).add_cte(
-    _logged(
-        _reclaimed_approval,
-        "RECLAIMED",
-        details=func.jsonb_build_object(
-            "cause",
-            "lease_expired",
-            "queue",
-            "approval",
-            "previous_holder",
-            _reclaimed_approval.c.previous_holder,
-            "lease_expired_at",
-            _reclaimed_approval.c.expired_at,
-        ),
-    )
-)
+_RECLAIM = _reclaim_statement(approval=False)
+_RECLAIM_APPROVALS = _reclaim_statement(approval=True)
 
 
 async def reclaim_expired(
