@@ -52,7 +52,7 @@ from sqlalchemy.sql.selectable import CTE
 from db import telemetry
 from db.engine import OneRoundTrip, Record
 from db.errors import DatabaseUnavailable, is_lock_timeout
-from db.notify import notify_work
+from db.notify import CHANNEL, notify_work
 from db.tables import DEFAULT_MAX_ATTEMPTS, api_token
 from db.tables import resolution_code as catalogue
 from db.tables import review_queue_event as event
@@ -1303,17 +1303,31 @@ _refused_code = (
     .correlate_except(_entries)  # the refused row of the outer SELECT, two levels up
     .scalar_subquery()
 )
-_COMPLETE_ITEMS = select(
-    true().label("done"),
-    *[_completed.c[n] for n in _ITEM_FIELDS],
-    null().label("code_active"),
-    null().label("code_requires_note"),
-).union_all(
+# A submission puts its item in the approval queue, so the statement announces it, as every
+# statement that makes items leasable does (db/notify.py): NOTIFY is delivered at the COMMIT, and
+# PostgreSQL folds a transaction's identical notifications into one. pg_notify is volatile, so
+# this CTE is evaluated once, and only where it is read: the completed rows are joined to its one
+# row (an aggregate without GROUP BY always has exactly one).
+_announced = (
+    select(func.count(func.pg_notify(CHANNEL, "")).label("announced"))
+    .where(_completed.c.state == AWAITING_APPROVAL)
+    .cte("announced")
+)
+_COMPLETE_ITEMS = (
     select(
-        false().label("done"),
-        *[_refused.c[n] for n in _ITEM_FIELDS],
-        select(catalogue.c.active).where(catalogue.c.code == _refused_code).scalar_subquery(),
-        select(catalogue.c.requires_note).where(catalogue.c.code == _refused_code).scalar_subquery(),
+        true().label("done"),
+        *[_completed.c[n] for n in _ITEM_FIELDS],
+        null().label("code_active"),
+        null().label("code_requires_note"),
+    )
+    .select_from(_completed.join(_announced, true()))
+    .union_all(
+        select(
+            false().label("done"),
+            *[_refused.c[n] for n in _ITEM_FIELDS],
+            select(catalogue.c.active).where(catalogue.c.code == _refused_code).scalar_subquery(),
+            select(catalogue.c.requires_note).where(catalogue.c.code == _refused_code).scalar_subquery(),
+        )
     )
 )
 

@@ -278,3 +278,50 @@ async def _eq(value: Any, expected: float) -> bool:
 
 async def _true(value: bool) -> bool:
     return value
+
+
+def test_a_submission_for_approval_wakes_a_waiting_approver_and_a_resolution_announces_nothing(
+    client: TestClient, auth: Callable[[str, str], dict[str, str]], db_url: str
+) -> None:
+    from tests.conftest import libpq
+
+    alice, ada, bob = auth("alice", "reviewer"), auth("ada", "admin"), auth("bob", "approver")
+    small = client.post("/items", json=item_body(variance_amount="12.50"), headers=ada).json()
+    large = client.post("/items", json=item_body(variance_amount="5000.00"), headers=ada).json()
+    held = {i["id"]: i for i in client.post("/leases", json={"batch_size": 2}, headers=alice).json()["items"]}
+    assert set(held) == {small["id"], large["id"]}
+    with psycopg.connect(libpq(db_url), autocommit=True) as listener:
+        listener.execute("LISTEN review_queue_work")
+        # Resolved outright (no approval needed): nothing new is leasable, nothing is announced.
+        done = client.post(
+            f"/items/{small['id']}/complete",
+            json={"resolution": "MATCH_CONFIRMED", "lease_token": held[small["id"]]["lease_token"]},
+            headers=alice,
+        )
+        assert done.json()["outcome"] == "resolved", done.text
+        assert list(listener.notifies(timeout=1.0)) == []
+
+        answer: dict[str, Any] = {}
+        waiter = threading.Thread(
+            target=lambda: answer.update(
+                r=client.post("/leases", json={"queue": "approval", "wait_s": WAIT_S}, headers=bob)
+            )
+        )
+        started = time.monotonic()
+        waiter.start()
+        until(lambda: client.app.state.work_signal.waiters == 1, what="bob waiting")  # type: ignore[attr-defined]
+        submitted = client.post(
+            f"/items/{large['id']}/complete",
+            json={
+                "resolution": "WRITE_OFF",
+                "note": "below the write-off limit",
+                "lease_token": held[large["id"]]["lease_token"],
+            },
+            headers=alice,
+        )
+        assert submitted.json()["outcome"] == "submitted_for_approval", submitted.text
+        waiter.join(timeout=WAIT_S + 5)
+        elapsed = time.monotonic() - started
+        assert [i["id"] for i in answer["r"].json()["items"]] == [large["id"]], answer["r"].text
+        assert elapsed < WAIT_S / 2, f"the approver was woken after {elapsed:.1f} s of {WAIT_S} s"
+        assert [n.channel for n in listener.notifies(timeout=1.0)] == ["review_queue_work"]
