@@ -112,6 +112,7 @@ export const api = {
   approve: (item) => call("POST", `/items/${item.id}/approve`, { lease_token: item.lease_token }),
   reject: (item, reason) =>
     call("POST", `/items/${item.id}/reject`, { reason, lease_token: item.lease_token }),
+  resolutions: () => call("GET", "/resolutions"),
   stats: () => call("GET", "/stats"),
   reclaim: () => call("POST", "/admin/reclaim", {}),
   adminRelease: (id, reason) => call("POST", `/admin/items/${encodeURIComponent(id)}/release`, { reason }),

@@ -4,7 +4,6 @@
 
 import { api, ApiError, useCsrfToken } from "./api.js";
 
-const RESOLUTIONS = ["APPROVED", "WRITE_OFF", "ESCALATED", "REJECTED"];
 const REVIEWER_ROLES = ["reviewer", "approver", "admin"];
 const APPROVER_ROLES = ["approver", "admin"];
 
@@ -23,6 +22,7 @@ const state = {
   notice: null, // {text, error}
   admin: { stats: null, message: null, found: null, foundEvents: [] },
   approval: { item: null, message: null }, // the proposal whose approval lease I hold
+  codes: [], // the active resolution codes, as GET /resolutions lists them (the catalogue decides)
   lastActivity: performance.now(),
   helpOpen: false,
 };
@@ -92,9 +92,9 @@ const SHORTCUTS = [
     run: () => resolveAndNext(),
   },
   {
-    keys: "1 2 3 4",
-    label: `Choose the resolution (${RESOLUTIONS.join(", ")})`,
-    match: (ev) => ["1", "2", "3", "4"].includes(ev.key),
+    keys: "1 … 9",
+    label: "Choose the resolution: the first to the ninth in the Resolution list",
+    match: (ev) => /^[1-9]$/.test(ev.key),
     run: (ev) => chooseResolution(Number(ev.key) - 1),
   },
   { keys: "e", label: "Write the note", match: (ev) => ev.key === "e", run: () => $("note")?.focus() },
@@ -180,11 +180,7 @@ function renderSignIn() {
 
 function renderDeskSkeleton() {
   // Controls are made once, so a note being typed survives every later render of the item.
-  const resolution = h(
-    "select",
-    { id: "resolution" },
-    RESOLUTIONS.map((r) => h("option", { value: r }, r)),
-  );
+  const resolution = h("select", { id: "resolution" }, codeOptions());
   const note = h("textarea", { id: "note", maxlength: 4000 });
   const reason = h("input", { id: "release-reason", maxlength: 500, placeholder: "e.g. needs the FX desk" });
   const current = h(
@@ -195,7 +191,8 @@ function renderDeskSkeleton() {
     h(
       "div",
       { class: "row", id: "actions" },
-      h("label", { for: "resolution" }, "Resolution", resolution),
+      // Not wrapped in its label: the options' text ("note required") would become part of it.
+      h("div", { class: "field" }, h("label", { for: "resolution" }, "Resolution"), resolution),
       h("label", { for: "note" }, "Note", note),
     ),
     h(
@@ -269,6 +266,30 @@ function contextFields(context) {
     h("h3", {}, "Context"),
     h("dl", { class: "fields", "aria-label": "Context" }, entries.flatMap(([k, v]) => field(k, contextValue(v)))),
   ];
+}
+
+// One option per active code, in the catalogue's order, saying what the code asks for. None is
+// chosen for you: a decision is an explicit choice, never a default left in place.
+function codeOptions() {
+  const none = h("option", { value: "" }, state.codes.length ? "Choose a resolution (1 … 9)" : "Loading the resolution codes…");
+  return [none, ...state.codes.map((c, i) => {
+    const needs = [];
+    if (c.requires_note) needs.push("note required");
+    if (c.approval_threshold !== null) needs.push(`approver from ${c.approval_threshold}`);
+    const text = `${i < 9 ? `${i + 1}. ` : ""}${c.label} (${c.code})${needs.length ? `: ${needs.join(", ")}` : ""}`;
+    return h("option", { value: c.code, title: c.description }, text);
+  })];
+}
+
+async function loadCodes() {
+  try {
+    state.codes = (await withRetry(() => api.resolutions())).resolutions;
+  } catch (error) {
+    handle(error);
+    return;
+  }
+  const select = $("resolution");
+  if (select) fill(select, codeOptions());
 }
 
 function renderCurrent() {
@@ -615,6 +636,7 @@ function startDesk(me) {
   useCsrfToken(me.csrf_token);
   touch();
   render();
+  if (REVIEWER_ROLES.includes(me.role)) loadCodes().then(renderCurrent);
   resume();
   if (APPROVER_ROLES.includes(me.role)) loadApprovals();
   if (me.role === "admin") loadAdmin();
@@ -679,6 +701,7 @@ async function takeItem(item) {
   state.changed = null;
   state.queue = null;
   $("note").value = "";
+  $("resolution").value = "";
   $("release-reason").value = "";
   await showCurrent(false);
   $("resolution").focus();
@@ -730,8 +753,8 @@ function stopWaiting() {
 }
 
 function chooseResolution(index) {
-  if (!state.held.length || index >= RESOLUTIONS.length) return;
-  $("resolution").value = RESOLUTIONS[index];
+  if (!state.held.length || index >= state.codes.length) return;
+  $("resolution").value = state.codes[index].code;
   touch();
 }
 
@@ -741,6 +764,11 @@ async function resolveAndNext() {
   touch();
   const resolution = $("resolution").value;
   const note = $("note").value.trim();
+  if (!resolution) {
+    say("Choose a resolution first (1 … 9, or the Resolution list).", true);
+    $("resolution").focus();
+    return;
+  }
   try {
     const done = await withRetry(() => api.complete(item, resolution, note || null));
     if (done.outcome === "submitted_for_approval" || done.outcome === "already_submitted") {
@@ -749,6 +777,7 @@ async function resolveAndNext() {
       say(`Resolved ${done.item.ledger_entity} ${done.item.variance_amount} as ${resolution}.`);
     }
     $("note").value = "";
+    $("resolution").value = "";
     state.changed = null;
     state.held.shift();
     state.events = [];

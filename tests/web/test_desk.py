@@ -141,6 +141,12 @@ def make_token(db_url: str) -> Tokens:
     return lambda subject, role: _token_on(db_url, subject, role)
 
 
+def resolve(page: Page, code: str = "MATCH_CONFIRMED") -> None:
+    """Choose a code (the desk never chooses one for you) and press Resolve."""
+    page.get_by_label("Resolution").select_option(code)
+    page.get_by_role("button", name="Resolve").click()
+
+
 def test_keyboard_alone_signs_in_leases_resolves_and_advances(
     db_url: str, make_token: Tokens, sql: psycopg.Connection, contexts: Callable[[], BrowserContext]
 ) -> None:
@@ -170,7 +176,23 @@ def test_keyboard_alone_signs_in_leases_resolves_and_advances(
         page.keyboard.press("?")
         expect(page.get_by_role("dialog", name="Keyboard shortcuts")).to_contain_text("Ctrl+Enter")
         page.keyboard.press("Escape")
-        page.keyboard.press("2")  # WRITE_OFF
+        # The choices are the catalogue's active codes, in its order: the key is WRITE_OFF's place.
+        codes = [
+            c["code"]
+            for c in httpx.get(f"{base}/resolutions", headers={"Authorization": f"Bearer {admin}"}).json()[
+                "resolutions"
+            ]
+        ]
+        expect(page.get_by_label("Resolution").locator("option")).to_have_count(len(codes) + 1)
+        # No code is chosen for you: resolving without one asks for it and sends nothing.
+        page.keyboard.press("Control+Enter")
+        expect(notice(page, "Choose a resolution first")).to_be_visible()
+        assert [e[0] for e in events_of(sql, first["id"])] == ["ENQUEUED", "LEASED"]
+        page.keyboard.press("Escape")
+        expect(page.get_by_label("Resolution")).to_contain_text(
+            "Write-off (WRITE_OFF): note required, approver from 1000.00"
+        )
+        page.keyboard.press(str(codes.index("WRITE_OFF") + 1))
         page.keyboard.press("e")
         expect(page.get_by_label("Note")).to_be_focused()
         page.keyboard.type("FX rounding")
@@ -287,7 +309,7 @@ def test_two_reviewers_never_see_the_same_item(
                 expect(current(page)).to_contain_text("ENTITY-")
                 entity = re.search(r"ENTITY-\d", current(page).inner_text()).group(0)  # type: ignore[union-attr]
                 seen[who].append(entity)
-                page.get_by_role("button", name="Resolve").click()  # resolves, then leases the next
+                resolve(page)  # resolves, then leases the next
                 expect(current(page)).not_to_contain_text(entity)
         assert not set(seen["alice"]) & set(seen["bob"]), seen
         assert len(set(seen["alice"]) | set(seen["bob"])) == 6
@@ -317,7 +339,7 @@ def test_reload_keeps_items_and_a_stale_tab_says_what_happened(
         other.get_by_role("button", name="Next item").click()
         expect(current(other)).to_contain_text("RELOADED")
 
-        tab.get_by_role("button", name="Resolve").click()
+        resolve(tab)
         expect(notice(tab, "taken back and leased again")).to_be_visible()
         expect(current(tab)).not_to_contain_text("RELOADED")
         shot(tab, "desk-stale-tab")
@@ -457,7 +479,7 @@ def test_the_due_time_is_shown_and_overdue_items_are_marked_in_words(
         expect(due).to_contain_text("was due")
         assert "overdue" in (due.get_attribute("class") or "")
         shot(page, "desk-overdue")
-        page.get_by_role("button", name="Resolve").click()
+        resolve(page)
         expect(region).to_contain_text("ON-TIME")
         expect(due).to_contain_text("(in ")
         expect(due).not_to_contain_text("Overdue")
@@ -612,7 +634,7 @@ def test_the_figures_changed_while_you_were_reviewing(
             headers={"Authorization": f"Bearer {ingest}"},
         )
         assert revised.status_code == 200, revised.text
-        page.get_by_role("button", name="Resolve").click()
+        resolve(page)
         changed = region.get_by_role("alert", name="Figures changed")
         expect(changed).to_contain_text("The figures changed while you were reviewing")
         table = changed.get_by_role("table", name="Changed figures")
@@ -626,7 +648,7 @@ def test_the_figures_changed_while_you_were_reviewing(
         assert [e[0] for e in events_of(sql, item["id"])] == ["ENQUEUED", "LEASED", "REVISED"]
 
         # Deciding again, on the new figures, goes through (with the new lease token).
-        page.get_by_role("button", name="Resolve").click()
+        resolve(page)
         expect(notice(page, "Resolved REVISED-CO 99.10")).to_be_visible()
         expect(region.get_by_role("alert", name="Figures changed")).to_have_count(0)
         row = sql.execute(
