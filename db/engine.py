@@ -7,10 +7,12 @@ from typing import Any
 
 import psycopg
 from psycopg.pq import TransactionStatus
+from sqlalchemy.dialects.postgresql.psycopg import PGDialect_psycopg
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 from sqlalchemy.sql import ClauseElement
+from sqlalchemy.sql.base import Executable
 from sqlalchemy.sql.compiler import SQLCompiler
 
 from db import post_commit
@@ -131,72 +133,117 @@ class Record(dict[str, Any]):
             raise AttributeError(name) from None
 
 
+# Compiled for PostgreSQL's own $1, $2 placeholders: psycopg's raw cursor sends them as they are,
+# where a %(name)s query is parsed again on every call (psycopg caches that parse only for short
+# statements, and the completion statement is long).
+_DIALECT = PGDialect_psycopg(paramstyle="numeric_dollar")  # type: ignore[no-untyped-call]
 _COMPILED: dict[int, tuple[ClauseElement, str, SQLCompiler]] = {}
 
+Step = tuple[ClauseElement, dict[str, Any]]
 
-def _compiled(engine: AsyncEngine, statement: ClauseElement) -> tuple[str, SQLCompiler]:
+
+def _compiled(statement: ClauseElement) -> tuple[str, SQLCompiler]:
     """The statement compiled once per process (it is a module-level Core expression)."""
     cached = _COMPILED.get(id(statement))
     if cached is None or cached[0] is not statement:
-        compiled = statement.compile(dialect=engine.dialect)
+        compiled = statement.compile(dialect=_DIALECT)
         assert isinstance(compiled, SQLCompiler)
         cached = _COMPILED[id(statement)] = (statement, str(compiled), compiled)
     return cached[1], cached[2]
 
 
-class OneRoundTrip:
-    """A transaction of ONE statement, sent with its BEGIN, its SET LOCAL limits and its COMMIT in
-    one round trip (psycopg pipeline mode) on the raw driver connection of a pooled connection.
+def _arguments(compiled: SQLCompiler, parameters: dict[str, Any]) -> list[Any]:
+    values = compiled.construct_params(parameters) or {}
+    processors: dict[str, Any] = dict(compiled._bind_processors)
+    return [
+        processors[name](values[name]) if callable(processors.get(name)) else values[name]
+        for name in compiled.positiontup or ()
+    ]
 
-    The statement is a SQLAlchemy Core expression, compiled once; only its execution bypasses
-    SQLAlchemy's async adapter. If the statement fails, PostgreSQL skips the rest of the pipeline
-    (the COMMIT included) and the connection's return to the pool rolls the transaction back.
-    A connection found dead (a database restart) is replaced once, so use it only for statements
-    that are safe to repeat (completion: a repeat answers already_resolved).
+
+class OneRoundTrip:
+    """A transaction of a few statements, sent with its limits in ONE round trip, without BEGIN or
+    COMMIT: a pipeline (psycopg pipeline mode, on the raw driver connection of a pooled connection)
+    whose messages up to its Sync are one implicit transaction in PostgreSQL's extended protocol.
+    The limits go first, as `set_config(..., is_local => true)`, the SET LOCAL of an expression: they
+    hold for the statements after them and end with the transaction. If a statement fails,
+    PostgreSQL skips the rest and rolls the whole transaction back at the Sync.
+
+    A statement marked `.execution_options(generic_plan=True)` runs with plan_cache_mode
+    force_generic_plan: once psycopg has prepared it (REVIEW_QUEUE_PREPARE_THRESHOLD), PostgreSQL
+    plans it once per connection instead of on every call (the completion statement: about 0.5 ms
+    of planning per call otherwise, measured in `make bench`'s notes). Mark only statements whose
+    plan does not depend on their values (tests/db/test_query_plans.py checks the completion's).
+
+    The statements are SQLAlchemy Core expressions, compiled once; only their execution bypasses
+    SQLAlchemy's async adapter. A connection found dead (a database restart) is replaced once, so
+    use it only for steps that are safe to repeat: a completion (a repeat answers already_resolved)
+    or a lease (at worst, items leased on a connection that died after its commit wait for the
+    reclaimer, as a crashed reviewer's do).
     """
 
     def __init__(self, engine: AsyncEngine, *, lock_timeout_ms: int, statement_timeout_ms: int) -> None:
         self.engine = engine
-        self.opening = (
-            "BEGIN",
-            f"SET LOCAL lock_timeout = {int(lock_timeout_ms)}",
-            f"SET LOCAL statement_timeout = {int(statement_timeout_ms)}",
-        )
+        self.limits = [str(int(lock_timeout_ms)), str(int(statement_timeout_ms))]
         self.used = False
 
     async def execute(self, statement: ClauseElement, parameters: dict[str, Any]) -> list[Record]:
+        """One statement in its own transaction: its rows."""
+        return (await self.execute_all([(statement, parameters)]))[-1]
+
+    async def execute_all(self, steps: list[Step]) -> list[list[Record]]:
+        """The statements in order, in one transaction: the rows of each."""
         if self.used:
-            raise RuntimeError("OneRoundTrip runs one statement: open another transaction for more")
+            raise RuntimeError("OneRoundTrip runs one transaction: open another for more")
         self.used = True
-        sql, compiled = _compiled(self.engine, statement)
-        params = dict(compiled.construct_params(parameters) or {})
-        for name, process in compiled._bind_processors.items():
-            if name in params and callable(process):
-                params[name] = process(params[name])
+        queries = []
+        generic = False
+        for statement, parameters in steps:
+            sql, compiled = _compiled(statement)
+            queries.append((sql, _arguments(compiled, parameters)))
+            generic = generic or (
+                isinstance(statement, Executable)
+                and bool(statement.get_execution_options().get("generic_plan"))
+            )
+        limits = [*self.limits, "force_generic_plan" if generic else "auto"]
         for attempt in range(2):
             async with self.engine.connect() as conn:
                 raw: psycopg.AsyncConnection[Any] = (await conn.get_raw_connection()).driver_connection  # type: ignore[assignment]
                 try:
-                    return await self._run(raw, sql, params)
+                    return await self._run(raw, limits, queries)
                 except psycopg.OperationalError:
                     if attempt or not raw.broken:
                         raise
                     await conn.invalidate()  # dead before anything was done: one more try
         raise AssertionError("unreachable")
 
-    async def _run(self, raw: psycopg.AsyncConnection[Any], sql: str, params: dict[str, Any]) -> list[Record]:
-        await raw.set_autocommit(True)  # our own BEGIN, inside the pipeline
+    @staticmethod
+    async def _run(
+        raw: psycopg.AsyncConnection[Any], limits: list[str], queries: list[tuple[str, list[Any]]]
+    ) -> list[list[Record]]:
+        await raw.set_autocommit(True)  # no BEGIN: the pipeline is the transaction
         try:
-            cursor = raw.cursor()
+            cursors = [psycopg.AsyncRawCursor(raw) for _ in queries]
             async with raw.pipeline():
-                for opening in self.opening:
-                    await raw.execute(opening)
-                await cursor.execute(sql, params)
-                await raw.execute("COMMIT")
-            names = [column.name for column in cursor.description or ()]
-            return [Record(zip(names, row, strict=True)) for row in await cursor.fetchall()]
+                await raw.execute(_LIMITS, limits)
+                for cursor, (sql, arguments) in zip(cursors, queries, strict=True):
+                    await cursor.execute(sql, arguments)
+            return [await _records(cursor) for cursor in cursors]
         finally:
             if not raw.broken:
                 if raw.info.transaction_status != TransactionStatus.IDLE:
                     await raw.rollback()
                 await raw.set_autocommit(False)
+
+
+_LIMITS = (
+    "SELECT set_config('lock_timeout', %s, true), set_config('statement_timeout', %s, true),"
+    " set_config('plan_cache_mode', %s, true)"
+)
+
+
+async def _records(cursor: psycopg.AsyncRawCursor[Any]) -> list[Record]:
+    if cursor.pgresult is None or cursor.pgresult.nfields == 0:
+        return []
+    names = [column.name for column in cursor.description or ()]
+    return [Record(zip(names, row, strict=True)) for row in await cursor.fetchall()]

@@ -1329,6 +1329,9 @@ _COMPLETE_ITEMS = (
             select(catalogue.c.requires_note).where(catalogue.c.code == _refused_code).scalar_subquery(),
         )
     )
+    # Every row it touches is found by primary key, whatever the values: planned once per
+    # connection, not on every call (db.engine.OneRoundTrip; tests/db/test_query_plans.py).
+    .execution_options(generic_plan=True)
 )
 
 

@@ -15,6 +15,7 @@ import pytest
 from sqlalchemy.dialects import postgresql
 
 from db import queue, stats
+from db.engine import _arguments, _compiled
 
 
 @pytest.fixture
@@ -173,3 +174,31 @@ def test_aging_and_overdue_read_the_open_items_only(busy_table: psycopg.Connecti
     indexes = {name for _, name in found if name.startswith("ix_")}
     assert "ix_review_queue_item_open_due" in indexes, found
     assert indexes <= PENDING_INDEXES | {"ix_review_queue_item_open_due"}, found
+
+
+def test_the_completion_statements_generic_plan_reads_by_primary_key(busy_table: psycopg.Connection) -> None:
+    """Completion runs with a generic plan (prepared once, never planned again: db.engine.OneRoundTrip),
+    so that plan, made without the parameters' values, must still read the queue by primary key."""
+    sql, compiled = _compiled(queue._COMPLETE_ITEMS)
+    held = busy_table.execute("SELECT id, leased_by FROM review_queue_item WHERE state = 'ASSIGNED' LIMIT 3")
+    ids, holders = zip(*held.fetchall(), strict=True)
+    params = {
+        "item_ids": list(ids),
+        "resolutions": ["APPROVED"] * 3,
+        "notes": [None] * 3,
+        "fence_nonces": [None] * 3,
+        "expected_source_hashes": [None] * 3,
+        "actor": holders[0],
+    }
+    busy_table.execute("SET plan_cache_mode = force_generic_plan")
+    busy_table.execute(f"PREPARE completion AS {sql}")
+    explain = psycopg.ClientCursor(busy_table)
+    placeholders = ", ".join(["%s"] * len(compiled.positiontup or ()))
+    explain.execute(f"EXPLAIN (FORMAT JSON) EXECUTE completion({placeholders})", _arguments(compiled, params))
+    row = explain.fetchone()
+    assert row is not None
+    tree = row[0][0]["Plan"]
+    found = scans(tree)
+    assert_no_table_scan(found)
+    indexes = {name for kind, name in found if "Index" in kind}
+    assert "pk_review_queue_item" in indexes and indexes <= {"pk_review_queue_item", "pk_resolution_code"}, found
