@@ -132,6 +132,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         # A redirect to the slash-less path would be built from the client's Host header (an open
         # redirect to any host); a path with a trailing slash is simply not found.
         redirect_slashes=False,
+        # Prometheus (/metrics) and the JSON logs are this service's telemetry; FastAPI's own
+        # OpenTelemetry hooks would otherwise ask on every request whether a provider is set up.
+        telemetry={"tracing": False, "metrics": False, "logs": False},
     )
     _serve_docs(app)
 

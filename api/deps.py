@@ -114,13 +114,19 @@ async def _transaction(request: Request, _: Caller) -> AsyncIterator[AsyncConnec
 Conn = Annotated[AsyncConnection, Depends(_transaction, scope="function")]
 
 
-async def _one_round_trip(request: Request, _: Caller) -> OneRoundTrip:
+def one_round_trip(request: Request) -> OneRoundTrip:
+    """A transaction of a few statements sent in one round trip (db.engine.OneRoundTrip), with the
+    same limits as `request_transaction`'s."""
     settings: Settings = request.app.state.settings
     return OneRoundTrip(
         request.app.state.engine,
         lock_timeout_ms=settings.pg_lock_timeout_ms,
         statement_timeout_ms=settings.statement_timeout_ms,
     )
+
+
+async def _one_round_trip(request: Request, _: Caller) -> OneRoundTrip:
+    return one_round_trip(request)
 
 
 # The hot routes whose whole transaction is one statement (completion): BEGIN, the statement and

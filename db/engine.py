@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
-from psycopg.pq import TransactionStatus
+from psycopg.pq import ExecStatus, TransactionStatus
 from sqlalchemy.dialects.postgresql.psycopg import PGDialect_psycopg
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
@@ -186,6 +186,7 @@ class OneRoundTrip:
         self.engine = engine
         self.limits = [str(int(lock_timeout_ms)), str(int(statement_timeout_ms))]
         self.used = False
+        self.failed_step: int | None = None  # which of the steps raised, when one did
 
     async def execute(self, statement: ClauseElement, parameters: dict[str, Any]) -> list[Record]:
         """One statement in its own transaction: its rows."""
@@ -217,18 +218,22 @@ class OneRoundTrip:
                     await conn.invalidate()  # dead before anything was done: one more try
         raise AssertionError("unreachable")
 
-    @staticmethod
     async def _run(
-        raw: psycopg.AsyncConnection[Any], limits: list[str], queries: list[tuple[str, list[Any]]]
+        self, raw: psycopg.AsyncConnection[Any], limits: list[str], queries: list[tuple[str, list[Any]]]
     ) -> list[list[Record]]:
         await raw.set_autocommit(True)  # no BEGIN: the pipeline is the transaction
+        cursors = [psycopg.AsyncRawCursor(raw) for _ in queries]
         try:
-            cursors = [psycopg.AsyncRawCursor(raw) for _ in queries]
             async with raw.pipeline():
                 await raw.execute(_LIMITS, limits)
                 for cursor, (sql, arguments) in zip(cursors, queries, strict=True):
                     await cursor.execute(sql, arguments)
             return [await _records(cursor) for cursor in cursors]
+        except psycopg.Error:
+            # psycopg keeps a result on each cursor whose statement ran; the first without one failed.
+            ran = [c.pgresult is not None and c.pgresult.status != ExecStatus.FATAL_ERROR for c in cursors]
+            self.failed_step = ran.index(False) if False in ran else None
+            raise
         finally:
             if not raw.broken:
                 if raw.info.transaction_status != TransactionStatus.IDLE:
@@ -243,7 +248,9 @@ _LIMITS = (
 
 
 async def _records(cursor: psycopg.AsyncRawCursor[Any]) -> list[Record]:
-    if cursor.pgresult is None or cursor.pgresult.nfields == 0:
+    result = cursor.pgresult
+    if result is None or result.nfields == 0:
         return []
-    names = [column.name for column in cursor.description or ()]
+    # The names straight from the result: psycopg's `description` builds a Column per field.
+    names = [(result.fname(i) or b"").decode() for i in range(result.nfields)]
     return [Record(zip(names, row, strict=True)) for row in await cursor.fetchall()]

@@ -11,13 +11,14 @@ Functions take the connection first and never commit: the caller owns the transa
 
 import dataclasses
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any, Literal
 from uuid import UUID
 
+import psycopg
 from sqlalchemy import (
     BigInteger,
     ColumnElement,
@@ -411,19 +412,23 @@ _LEASES = {
 }
 
 
+def _reviewer_lock_timeout(reviewer: str) -> DatabaseUnavailable:
+    return DatabaseUnavailable(
+        f"lock timeout: another lease call of {reviewer!r} held the per-reviewer lock too long"
+    )
+
+
 async def _lock_reviewer(conn: AsyncConnection, reviewer: str) -> None:
     try:
         await conn.execute(_LOCK_REVIEWER, {"actor": reviewer})
     except DBAPIError as error:
         if is_lock_timeout(error):
-            raise DatabaseUnavailable(
-                f"lock timeout: another lease call of {reviewer!r} held the per-reviewer lock too long"
-            ) from error
+            raise _reviewer_lock_timeout(reviewer) from error
         raise
 
 
 async def lease_items(
-    conn: AsyncConnection,
+    conn: AsyncConnection | OneRoundTrip,
     *,
     reviewer: str,
     batch_size: int,
@@ -435,13 +440,21 @@ async def lease_items(
     """Lease up to batch_size items (of ledger_entity only, when given) to reviewer, never leaving
     them holding more than cap: PENDING items from the review queue, or other people's proposals
     from the approval queue."""
-    await _lock_reviewer(conn, reviewer)
     params = {"actor": reviewer, "batch_size": batch_size, "cap": cap, "lease_duration": lease_duration}
-    statements = _LEASES[queue]
-    if ledger_entity is None:
-        result = await conn.execute(statements[False], params)
+    if ledger_entity is not None:
+        params["entity"] = ledger_entity
+    statement = _LEASES[queue][ledger_entity is not None]
+    if isinstance(conn, OneRoundTrip):
+        try:
+            _, rows = await conn.execute_all([(_LOCK_REVIEWER, {"actor": reviewer}), (statement, params)])
+        except psycopg.errors.LockNotAvailable as error:
+            if conn.failed_step == 0:
+                raise _reviewer_lock_timeout(reviewer) from error
+            raise
+        result: Iterable[Row[Any] | Record] = rows
     else:
-        result = await conn.execute(statements[True], {**params, "entity": ledger_entity})
+        await _lock_reviewer(conn, reviewer)
+        result = await conn.execute(statement, params)
     # RETURNING has no order; callers get the queue order.
     items = sorted(map(_item, result), key=lambda i: (i.due_at, i.created_at, i.id))
     telemetry.leased(items, reviewer)

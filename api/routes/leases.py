@@ -6,7 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Body, Request
 
-from api.deps import APPROVER_ROLES, Reviewer, SettingsDep, request_transaction
+from api.deps import APPROVER_ROLES, Reviewer, SettingsDep, one_round_trip
 from api.errors import ProblemError
 from api.routing import QueueRoute
 from api.schemas import ItemOut, LeaseIn, LeaseOut
@@ -27,17 +27,16 @@ async def _lease_once(
 ) -> list[queue.Item]:
     # Not the Conn dependency (it holds one transaction for the whole request): each attempt is
     # its own short transaction, committed before the next wait, so a waiting request holds no
-    # pooled connection and no transaction.
-    async with request_transaction(request) as conn:
-        return await queue.lease_items(
-            conn,
-            reviewer=reviewer,
-            batch_size=batch_size,
-            lease_duration=timedelta(milliseconds=settings.lock_timeout_ms),
-            cap=settings.max_leases_per_reviewer,
-            ledger_entity=ledger_entity,
-            queue=which,
-        )
+    # pooled connection and no transaction. The lock and the lease go in one round trip.
+    return await queue.lease_items(
+        one_round_trip(request),
+        reviewer=reviewer,
+        batch_size=batch_size,
+        lease_duration=timedelta(milliseconds=settings.lock_timeout_ms),
+        cap=settings.max_leases_per_reviewer,
+        ledger_entity=ledger_entity,
+        queue=which,
+    )
 
 
 async def _disconnected(request: Request) -> None:
