@@ -115,23 +115,16 @@ Conn = Annotated[AsyncConnection, Depends(_transaction, scope="function")]
 
 
 def one_round_trip(request: Request) -> OneRoundTrip:
-    """A transaction of a few statements sent in one round trip (db.engine.OneRoundTrip), with the
-    same limits as `request_transaction`'s."""
+    """For the hot routes (lease, completion): a transaction of a few statements sent in one round
+    trip (db.engine.OneRoundTrip), with `request_transaction`'s limits, committed before the
+    response is built, like Conn's. A route calls it after its role check, so the caller is
+    authenticated before anything reaches the pool."""
     settings: Settings = request.app.state.settings
     return OneRoundTrip(
         request.app.state.engine,
         lock_timeout_ms=settings.pg_lock_timeout_ms,
         statement_timeout_ms=settings.statement_timeout_ms,
     )
-
-
-async def _one_round_trip(request: Request, _: Caller) -> OneRoundTrip:
-    return one_round_trip(request)
-
-
-# The hot routes whose whole transaction is one statement (completion): BEGIN, the statement and
-# COMMIT go to PostgreSQL in one round trip, committed before the response is built, like Conn's.
-OneStatement = Annotated[OneRoundTrip, Depends(_one_round_trip)]
 
 
 def _require(*roles: str) -> object:

@@ -12,9 +12,9 @@ from api.deps import (
     Approver,
     Conn,
     Ingest,
-    OneStatement,
     Reviewer,
     SettingsDep,
+    one_round_trip,
     request_transaction,
 )
 from api.errors import ProblemError, problem_body, problem_responses
@@ -299,7 +299,7 @@ async def reopen(item_id: ItemId, body: ReopenIn, principal: Admin, conn: Conn) 
 
 async def _allowed_codes(request: Request, outcomes: list[queue.CompleteOutcome]) -> list[str]:
     """The active codes, read only when a completion was refused by the catalogue: the completion
-    itself is one statement (OneStatement), so this is a read of its own, after it."""
+    itself is one statement in one round trip, so this is a read of its own, after it."""
     if not any(o in ("invalid_resolution", "note_required") for o in outcomes):
         return []
     async with request_transaction(request) as conn:
@@ -349,9 +349,7 @@ def _completion_problem(
     summary="Resolve an item you hold",
     responses=problem_responses("NOT_FOUND", "LEASE_NOT_HELD", "RESOLUTION_CONFLICT", "SOURCE_CHANGED"),
 )
-async def complete(
-    item_id: ItemId, body: CompleteIn, conn: OneStatement, principal: Reviewer, request: Request
-) -> CompleteOut:
+async def complete(item_id: ItemId, body: CompleteIn, principal: Reviewer, request: Request) -> CompleteOut:
     """Resolve an item you hold with an active code of the catalogue (`GET /resolutions`).
 
     When `abs(variance_amount)` reaches the code's `approval_threshold`, the item is not resolved:
@@ -362,7 +360,7 @@ async def complete(
     figures changed under your lease and this call does not show you saw the new ones.
     """
     outcome, item = await queue.complete_item(
-        conn,
+        one_round_trip(request),
         item_id=item_id,
         reviewer=principal.subject,
         resolution=body.resolution,
@@ -384,9 +382,7 @@ async def complete(
 
 
 @router.post("/items/complete", operation_id="completeItems", summary="Resolve items you hold, in one call")
-async def complete_batch(
-    body: CompleteBatchIn, conn: OneStatement, principal: Reviewer, request: Request
-) -> CompleteBatchOut:
+async def complete_batch(body: CompleteBatchIn, principal: Reviewer, request: Request) -> CompleteBatchOut:
     """Resolve up to 200 items you hold in one transaction and one statement. Each entry gets
     exactly the answer POST /items/{id}/complete would give it, in request order; a refused entry
     changes nothing and never undoes the others."""
@@ -394,7 +390,9 @@ async def complete_batch(
         queue.Completion(e.id, e.resolution, e.note, _nonce(e.id, e.lease_token), e.source_hash)
         for e in body.items
     ]
-    results = await queue.complete_items(conn, completions=completions, reviewer=principal.subject)
+    results = await queue.complete_items(
+        one_round_trip(request), completions=completions, reviewer=principal.subject
+    )
     allowed = await _allowed_codes(request, [outcome for outcome, _ in results])
     out = []
     for (outcome, item), entry in zip(results, body.items, strict=True):
