@@ -177,9 +177,10 @@ class OneRoundTrip:
 
     The statements are SQLAlchemy Core expressions, compiled once; only their execution bypasses
     SQLAlchemy's async adapter. A connection found dead (a database restart) is replaced once, so
-    use it only for steps that are safe to repeat: a completion (a repeat answers already_resolved)
-    or a lease (at worst, items leased on a connection that died after its commit wait for the
-    reclaimer, as a crashed reviewer's do).
+    use it only for steps that are safe to repeat: a completion (a repeat answers already_resolved),
+    a renewal, a lease (at worst, items leased on a connection that died after its commit wait for
+    the reclaimer, as a crashed reviewer's do) or a release (at worst, a release that committed
+    just before its connection died answers LEASE_NOT_HELD when repeated).
     """
 
     def __init__(self, engine: AsyncEngine, *, lock_timeout_ms: int, statement_timeout_ms: int) -> None:

@@ -159,6 +159,14 @@ def _logged_then_quarantined(changed: CTE, name: str, *, details: ColumnElement[
     return logged, quarantined
 
 
+def _announced(changed: CTE, leasable: ColumnElement[bool], name: str) -> CTE:
+    """NOTIFY, at the COMMIT, that items may be leasable when one of the `changed` rows is: once per
+    statement (PostgreSQL folds a transaction's identical notifications into one; db/notify.py).
+    pg_notify is volatile, so this CTE is evaluated once, and only where it is read: join the
+    changed rows to its one row (an aggregate without GROUP BY always has exactly one)."""
+    return select(func.count(func.pg_notify(CHANNEL, "")).label("announced")).where(leasable).cte(name)
+
+
 # A release or reclaim of an item that has used up its attempts quarantines it: a poison item
 # that crashes every handler stops circulating instead of being leased again in a tight loop.
 _BACK_TO_QUEUE = case(
@@ -504,9 +512,15 @@ _released = (
     .returning(*_ITEM_COLUMNS)
     .cte("released")
 )
-_RELEASE = select(*[_released.c[n] for n in _ITEM_FIELDS]).add_cte(
-    *_logged_then_quarantined(
-        _released, "RELEASED", details=func.jsonb_build_object("reason", bindparam("reason", type_=Text))
+# Back in its queue (PENDING, or the approval queue), it is leasable again: waiters hear of it.
+_released_leasable = _announced(_released, _released.c.state != QUARANTINED, "released_leasable")
+_RELEASE = (
+    select(*[_released.c[n] for n in _ITEM_FIELDS])
+    .select_from(_released.join(_released_leasable, true()))
+    .add_cte(
+        *_logged_then_quarantined(
+            _released, "RELEASED", details=func.jsonb_build_object("reason", bindparam("reason", type_=Text))
+        )
     )
 )
 
@@ -665,8 +679,16 @@ HolderOutcome = Literal["done", "lease_not_held", "not_found"]
 
 
 async def _holder_change(
-    conn: AsyncConnection, statement: Any, params: dict[str, Any]
+    conn: AsyncConnection | OneRoundTrip, statement: Any, params: dict[str, Any]
 ) -> tuple[HolderOutcome, Item | None]:
+    """The holder's change, and when it changed nothing, the item as it is now (to say why)."""
+    if isinstance(conn, OneRoundTrip):
+        # The re-read goes in the same round trip, after the change: in READ COMMITTED it sees
+        # the newest committed row, as the separate read below does.
+        changed, now = await conn.execute_all([(statement, params), (_BY_ID, {"item_id": params["item_id"]})])
+        if changed:
+            return "done", _item(changed[0])
+        return ("lease_not_held", _item(now[0])) if now else ("not_found", None)
     row = (await conn.execute(statement, params)).first()
     if row is not None:
         return "done", _item(row)
@@ -675,7 +697,7 @@ async def _holder_change(
 
 
 async def renew_lease(
-    conn: AsyncConnection,
+    conn: AsyncConnection | OneRoundTrip,
     *,
     item_id: UUID,
     reviewer: str,
@@ -695,7 +717,7 @@ async def renew_lease(
 
 
 async def release_lease(
-    conn: AsyncConnection,
+    conn: AsyncConnection | OneRoundTrip,
     *,
     item_id: UUID,
     reviewer: str,
@@ -713,8 +735,6 @@ async def release_lease(
     }
     outcome, current = await _holder_change(conn, _RELEASE, params)
     if outcome == "done" and current is not None:
-        if current.state == "PENDING":  # leasable again (a quarantined item is not)
-            await notify_work(conn)
         telemetry.released(current, reviewer, reason)
         if current.state == "QUARANTINED":
             telemetry.quarantined(current, reviewer)
@@ -1316,16 +1336,8 @@ _refused_code = (
     .correlate_except(_entries)  # the refused row of the outer SELECT, two levels up
     .scalar_subquery()
 )
-# A submission puts its item in the approval queue, so the statement announces it, as every
-# statement that makes items leasable does (db/notify.py): NOTIFY is delivered at the COMMIT, and
-# PostgreSQL folds a transaction's identical notifications into one. pg_notify is volatile, so
-# this CTE is evaluated once, and only where it is read: the completed rows are joined to its one
-# row (an aggregate without GROUP BY always has exactly one).
-_announced = (
-    select(func.count(func.pg_notify(CHANNEL, "")).label("announced"))
-    .where(_completed.c.state == AWAITING_APPROVAL)
-    .cte("announced")
-)
+# A submission puts its item in the approval queue: approvers waiting for work hear of it.
+_submitted = _announced(_completed, _completed.c.state == AWAITING_APPROVAL, "submitted")
 _COMPLETE_ITEMS = (
     select(
         true().label("done"),
@@ -1333,7 +1345,7 @@ _COMPLETE_ITEMS = (
         null().label("code_active"),
         null().label("code_requires_note"),
     )
-    .select_from(_completed.join(_announced, true()))
+    .select_from(_completed.join(_submitted, true()))
     .union_all(
         select(
             false().label("done"),

@@ -215,15 +215,15 @@ _NOT_HELD = problem_responses("NOT_FOUND", "LEASE_NOT_HELD", "SOURCE_CHANGED")
 )
 async def renew(
     item_id: ItemId,
-    conn: Conn,
     principal: Reviewer,
     settings: SettingsDep,
+    request: Request,
     body: Annotated[RenewIn | None, Body()] = None,
 ) -> ItemOut:
     """Heartbeat: extend your lease to now + the lease duration (database clock)."""
     nonce = _nonce(item_id, body.lease_token if body else None)
     outcome, item = await queue.renew_lease(
-        conn,
+        one_round_trip(request),
         item_id=item_id,
         reviewer=principal.subject,
         lease_nonce=nonce,
@@ -238,8 +238,8 @@ async def renew(
 async def release(
     item_id: ItemId,
     principal: Reviewer,
-    conn: Conn,
     settings: SettingsDep,
+    request: Request,
     body: Annotated[ReleaseIn | None, Body()] = None,
 ) -> ItemOut:
     """Hand an item you hold back; it goes back to its place in line (QUARANTINED if its attempts are
@@ -247,7 +247,7 @@ async def release(
     body = body or ReleaseIn()
     nonce = _nonce(item_id, body.lease_token)
     outcome, item = await queue.release_lease(
-        conn,
+        one_round_trip(request),
         item_id=item_id,
         reviewer=principal.subject,
         lease_nonce=nonce,
