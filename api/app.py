@@ -17,7 +17,7 @@ from fastapi.staticfiles import StaticFiles
 from api import desk
 from api.errors import COMMON_PROBLEMS, install_error_handlers
 from api.examples import with_examples
-from api.logs import configure_logging, stop_background_logging
+from api.logs import configure_logging
 from api.metrics import AccessLog
 from api.middleware import BodyLimit
 from api.routes import admin, audit, health, items, leases, ops, resolutions, session
@@ -93,7 +93,7 @@ def _serve_docs(app: FastAPI) -> None:
 
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or get_settings()
-    configure_logging(settings.log_format, settings.log_level, background=True)
+    configure_logging(settings.log_format, settings.log_level)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -120,7 +120,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         finally:
             await work_signal.stop()
             await engine.dispose()
-            stop_background_logging()  # the queued lines are written before the process ends
 
     app = FastAPI(
         title="review-queue",

@@ -3,20 +3,10 @@
 The code logs through the standard library (`log.info("review_item_leased", extra={...})`,
 as the seed does); structlog's ProcessorFormatter renders every record, ours, uvicorn's and
 SQLAlchemy's alike, with the `extra` fields, a UTC timestamp and the request id.
-
-In the API (`background=True`) a record is only queued on the request's path: the standard
-library's QueueHandler and QueueListener render and write it on a thread of their own, while the
-event loop waits for the network. The request id and the time are taken when the record is made,
-so a line says what it said before; `stop_background_logging` writes what is queued (the app's
-shutdown calls it).
 """
 
-import atexit
 import logging
-import logging.handlers
-import queue
 import sys
-from datetime import UTC, datetime
 from typing import Any
 
 import orjson
@@ -24,43 +14,6 @@ import structlog
 from asgi_correlation_id import correlation_id
 
 _HANDLER = "review-queue"
-
-
-def _timestamp(_: Any, __: str, event: dict[str, Any]) -> dict[str, Any]:
-    # When the record was made, not when it is rendered (on the listener's thread, a little later).
-    record: logging.LogRecord | None = event.get("_record")
-    created = datetime.fromtimestamp(record.created, UTC) if record is not None else datetime.now(UTC)
-    event["timestamp"] = created.isoformat().replace("+00:00", "Z")
-    return event
-
-
-class _Enqueue(logging.handlers.QueueHandler):
-    """Queues the record as it is: rendering it is the listener's work. The request id lives in a
-    context variable of the request's task, so it is copied onto the record here."""
-
-    def prepare(self, record: logging.LogRecord) -> logging.LogRecord:
-        request_id = correlation_id.get()
-        if request_id is not None and not hasattr(record, "request_id"):
-            record.request_id = request_id
-        return record
-
-
-_listener: logging.handlers.QueueListener | None = None
-
-
-def stop_background_logging() -> None:
-    """Write every queued line, stop the writer thread, and log directly from now on (idempotent)."""
-    global _listener
-    if _listener is None:
-        return
-    listener, _listener = _listener, None
-    listener.stop()
-    (writer,) = listener.handlers
-    root = logging.getLogger()
-    root.handlers = [writer if h.get_name() == _HANDLER else h for h in root.handlers]
-
-
-atexit.register(stop_background_logging)  # also when an app never shut down
 
 
 def _request_id(_: Any, __: str, event: dict[str, Any]) -> dict[str, Any]:
@@ -79,7 +32,7 @@ def _dumps(value: Any, **_: Any) -> str:
     return orjson.dumps(value, default=str).decode()
 
 
-def configure_logging(fmt: str = "json", level: str = "INFO", *, background: bool = False) -> None:
+def configure_logging(fmt: str = "json", level: str = "INFO") -> None:
     # None of these is logged, and computing them is a good part of every record's cost (about a
     # third of the logging time in `make bench`'s profile); the logging HOWTO's "Optimization"
     # section lists exactly these switches.
@@ -90,7 +43,7 @@ def configure_logging(fmt: str = "json", level: str = "INFO", *, background: boo
     shared: list[Any] = [
         structlog.stdlib.add_log_level,
         structlog.stdlib.add_logger_name,
-        _timestamp,
+        structlog.processors.TimeStamper(fmt="iso", utc=True),
         structlog.stdlib.ExtraAdder(),
         _request_id,
         _drop_color,
@@ -108,17 +61,8 @@ def configure_logging(fmt: str = "json", level: str = "INFO", *, background: boo
             renderer,
         ],
     )
-    writer = logging.StreamHandler(sys.stdout)
-    writer.setFormatter(formatter)
-    writer.set_name(_HANDLER)
-    global _listener
-    stop_background_logging()  # a second app in one process (the tests) replaces the first's
-    handler: logging.Handler = writer
-    if background:
-        lines: queue.SimpleQueue[logging.LogRecord] = queue.SimpleQueue()
-        _listener = logging.handlers.QueueListener(lines, writer)
-        _listener.start()
-        handler = _Enqueue(lines)
+    handler = logging.StreamHandler(sys.stdout)
+    handler.setFormatter(formatter)
     handler.set_name(_HANDLER)
     root = logging.getLogger()
     # Replace our own handler (configure_logging runs once per app), keep anyone else's.
