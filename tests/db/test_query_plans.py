@@ -201,4 +201,5 @@ def test_the_completion_statements_generic_plan_reads_by_primary_key(busy_table:
     found = scans(tree)
     assert_no_table_scan(found)
     indexes = {name for kind, name in found if "Index" in kind}
-    assert "pk_review_queue_item" in indexes and indexes <= {"pk_review_queue_item", "pk_resolution_code"}, found
+    assert "pk_review_queue_item" in indexes, found
+    assert indexes <= {"pk_review_queue_item", "pk_resolution_code"}, found

@@ -1,0 +1,76 @@
+"""db.engine.OneRoundTrip, the hot routes' transaction: its pipeline, sent without BEGIN or COMMIT,
+is ONE transaction (a later failure undoes an earlier step), and its limits hold for its
+statements and end with it."""
+
+from collections.abc import AsyncIterator
+
+import psycopg
+import pytest
+from sqlalchemy import Integer, bindparam, func, select, text, update
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from db.engine import OneRoundTrip, create_engine
+from db.tables import review_queue_item as item
+from tests.support import seed_items
+
+pytestmark = pytest.mark.anyio
+
+LIMIT_MS = 300
+
+
+@pytest.fixture
+async def engine(db_url: str) -> AsyncIterator[AsyncEngine]:
+    # One pooled connection: every call below runs on the same server session.
+    engine = create_engine(db_url, pool_size=1, max_overflow=0, pool_timeout_s=10)
+    yield engine
+    await engine.dispose()
+
+
+def one(engine: AsyncEngine) -> OneRoundTrip:
+    return OneRoundTrip(engine, lock_timeout_ms=LIMIT_MS, statement_timeout_ms=LIMIT_MS)
+
+
+async def test_a_failed_step_undoes_the_steps_before_it(engine: AsyncEngine, sql: psycopg.Connection) -> None:
+    seed_items(sql, 1)
+    trip = one(engine)
+    touched = update(item).values(ledger_entity="CHANGED").returning(item.c.id)
+    failing = select(1 / bindparam("zero", type_=Integer))  # division by zero, on the server
+    with pytest.raises(psycopg.errors.DivisionByZero):
+        await trip.execute_all([(touched, {}), (failing, {"zero": 0})])
+    assert trip.failed_step == 1
+    assert sql.execute("SELECT ledger_entity FROM review_queue_item").fetchall() == [("ACME-CORP",)]
+    # And with no failure, the same step is committed when execute_all returns.
+    (rows,) = await one(engine).execute_all([(touched, {})])
+    assert len(rows) == 1
+    assert sql.execute("SELECT ledger_entity FROM review_queue_item").fetchall() == [("CHANGED",)]
+
+
+async def test_its_limits_hold_inside_it_and_end_with_it(
+    engine: AsyncEngine, sql: psycopg.Connection
+) -> None:
+    seed_items(sql, 1)
+    with pytest.raises(psycopg.errors.QueryCanceled):  # statement_timeout
+        await one(engine).execute(select(func.pg_sleep(5)), {})
+    with psycopg.connect(sql.info.dsn) as holder:  # a table lock held elsewhere (LOCK_CONTENTION)
+        holder.execute("LOCK TABLE review_queue_item IN ACCESS EXCLUSIVE MODE")
+        with pytest.raises((psycopg.errors.LockNotAvailable, psycopg.errors.QueryCanceled)):
+            await one(engine).execute(update(item).values(attempts=1), {})
+        holder.rollback()
+    # The same server session, afterwards: nothing was left behind by set_config(..., true).
+    async with engine.connect() as conn:
+        settings = (
+            await conn.execute(
+                text(
+                    "SELECT current_setting('lock_timeout'), current_setting('statement_timeout'),"
+                    " current_setting('plan_cache_mode')"
+                )
+            )
+        ).one()
+    assert tuple(settings) == ("0", "0", "auto")
+
+
+async def test_a_generic_plan_is_asked_for_only_by_a_statement_marked_so(engine: AsyncEngine) -> None:
+    mode = select(func.current_setting("plan_cache_mode").label("mode"))
+    assert (await one(engine).execute(mode, {}))[0].mode == "auto"
+    marked = mode.execution_options(generic_plan=True)
+    assert (await one(engine).execute(marked, {}))[0].mode == "force_generic_plan"
