@@ -172,8 +172,9 @@ class OneRoundTrip:
     A statement marked `.execution_options(generic_plan=True)` runs with plan_cache_mode
     force_generic_plan: once psycopg has prepared it (REVIEW_QUEUE_PREPARE_THRESHOLD), PostgreSQL
     plans it once per connection instead of on every call (the completion statement: about 0.5 ms
-    of planning per call otherwise, measured in `make bench`'s notes). Mark only statements whose
-    plan does not depend on their values (tests/db/test_query_plans.py checks the completion's).
+    of planning per call otherwise; README, Performance). Mark only statements whose plan does not
+    depend on their values (tests/db/test_query_plans.py checks the completion's). Unprepared
+    statements (REVIEW_QUEUE_PREPARE_THRESHOLD=0, for PgBouncer) are planned on every call anyway.
 
     The statements are SQLAlchemy Core expressions, compiled once; only their execution bypasses
     SQLAlchemy's async adapter. A connection found dead (a database restart) is replaced once, so
