@@ -90,7 +90,8 @@ export const api = {
   signIn: (token) => call("POST", "/session", { token }),
   session: () => call("GET", "/session"),
   signOut: () => call("DELETE", "/session"),
-  lease: (waitS, signal) => call("POST", "/leases", { batch_size: 1, wait_s: waitS }, { signal }),
+  lease: (waitS, signal, entity) =>
+    call("POST", "/leases", { batch_size: 1, wait_s: waitS, ...(entity ? { ledger_entity: entity } : {}) }, { signal }),
   mine: () => call("GET", "/items?state=ASSIGNED&leased_by=me&limit=200"),
   item: (id) => call("GET", `/items/${encodeURIComponent(id)}`),
   byKey: (key) => call("GET", `/items?idempotency_key=${encodeURIComponent(key)}`),

@@ -183,6 +183,9 @@ function renderDeskSkeleton() {
   const resolution = h("select", { id: "resolution" }, codeOptions());
   const note = h("textarea", { id: "note", maxlength: 4000 });
   const reason = h("input", { id: "release-reason", maxlength: 500, placeholder: "e.g. needs the FX desk" });
+  // A reviewer who handles one ledger entity leases only its items (POST /leases {ledger_entity}),
+  // from the next lease call on (a wait for work in flight ends within max_wait_s).
+  const entity = h("input", { id: "entity", maxlength: 200, placeholder: "any" });
   const current = h(
     "section",
     { "aria-label": "Current item", id: "current" },
@@ -202,6 +205,7 @@ function renderDeskSkeleton() {
       h("label", { for: "release-reason" }, "Release reason", reason),
       h("button", { type: "button", id: "release", on: { click: () => releaseCurrent() } }, "Release"),
       h("button", { type: "button", id: "next", on: { click: () => nextItem() } }, "Next item"),
+      h("label", { for: "entity" }, "Only ledger entity", entity),
     ),
   );
   const queue = h("section", { "aria-label": "Queue", id: "queue", "aria-live": "polite" });
@@ -687,13 +691,17 @@ async function nextItem() {
   state.paused = null;
   if (state.held.length) return showCurrent(false);
   try {
-    const got = await withRetry(() => api.lease(0));
+    const got = await withRetry(() => api.lease(0, undefined, entityFilter()));
     if (got.items.length) return takeItem(got.items[0]);
     await explainQueue();
     waitForWork();
   } catch (error) {
     handle(error);
   }
+}
+
+function entityFilter() {
+  return $("entity")?.value.trim() || null;
 }
 
 async function takeItem(item) {
@@ -729,7 +737,7 @@ async function waitForWork() {
         state.paused = "Stopped waiting for work while you were away. Press Next item (n) to carry on.";
         break;
       }
-      const got = await withRetry(() => api.lease(state.me.max_wait_s, signal));
+      const got = await withRetry(() => api.lease(state.me.max_wait_s, signal, entityFilter()));
       if (got.items.length) {
         stopWaiting();
         say("New work arrived.");

@@ -315,6 +315,28 @@ def test_two_reviewers_never_see_the_same_item(
         assert len(set(seen["alice"]) | set(seen["bob"])) == 6
 
 
+def test_a_reviewer_of_one_ledger_entity_leases_only_its_items(
+    db_url: str, make_token: Tokens, sql: psycopg.Connection, contexts: Callable[[], BrowserContext]
+) -> None:
+    admin = make_token("ada", "admin")
+    with desk(db_url) as base:
+        older = enqueue(base, admin, ledger_entity="ACME-CORP")  # first in line for anyone else
+        globex = enqueue(base, admin, ledger_entity="GLOBEX")
+        page = contexts().new_page()
+        sign_in(page, base, make_token("gina", "reviewer"))
+        page.get_by_label("Only ledger entity").fill("GLOBEX")
+        page.get_by_role("button", name="Next item").click()
+        expect(current(page).get_by_test_id("amount")).to_be_visible()
+        expect(current(page)).to_contain_text("GLOBEX")
+        held = sql.execute(
+            "SELECT idempotency_key FROM review_queue_item WHERE leased_by = 'gina'"
+        ).fetchall()
+        assert held == [(globex["idempotency_key"],)]
+        assert sql.execute(
+            "SELECT state FROM review_queue_item WHERE id = %s", (older["id"],)
+        ).fetchone() == ("PENDING",)
+
+
 def test_reload_keeps_items_and_a_stale_tab_says_what_happened(
     db_url: str, make_token: Tokens, sql: psycopg.Connection, contexts: Callable[[], BrowserContext]
 ) -> None:
