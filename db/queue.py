@@ -334,11 +334,23 @@ _held = (
 )
 
 
-def _lease_statement(*, by_entity: bool) -> Any:
-    """The seed's lease: lock up to batch_size PENDING rows (of one ledger entity, by_entity),
+def _lease_statement(*, approval: bool, by_entity: bool) -> Any:
+    """The seed's lease: lock up to batch_size leasable rows (of one ledger entity, by_entity),
     earliest due_at first, then oldest, skipping rows another transaction holds, and stamp them in
-    the same statement. Each variant reads its own partial index in exactly this order."""
-    wanted = [item.c.state == PENDING]
+    the same statement. Each variant reads its own partial index in exactly this order.
+
+    The review queue leases PENDING rows (ASSIGNED, one attempt more). The approval queue leases
+    AWAITING_APPROVAL rows nobody holds, and the item stays AWAITING_APPROVAL while leased.
+    Segregation of duties is part of its row lock's WHERE, so no prior read decides it: a
+    preparer's own proposal is never a candidate for them, however the calls race (and the
+    approval_lease_not_preparer CHECK would refuse the write if it were)."""
+    prefix = "approval_" if approval else ""
+    unheld = [item.c.state == AWAITING_APPROVAL, item.c.leased_by.is_(None)] if approval else []
+    wanted = (
+        [*unheld, item.c.prepared_by != bindparam("actor", type_=Text)]
+        if approval
+        else [item.c.state == PENDING]
+    )
     if by_entity:
         wanted.append(item.c.ledger_entity == bindparam("entity", type_=Text))
     candidate = (
@@ -347,73 +359,34 @@ def _lease_statement(*, by_entity: bool) -> Any:
         .order_by(item.c.due_at, item.c.created_at)
         .limit(func.least(bindparam("batch_size"), func.greatest(bindparam("cap") - _held, 0)))
         .with_for_update(skip_locked=True)
-        .cte("candidate")
+        .cte(f"{prefix}candidate")
     )
+    stamped: dict[str, Any] = {
+        "leased_by": bindparam("actor", type_=Text),
+        "leased_at": func.now(),
+        "lease_expires_at": func.now() + bindparam("lease_duration", type_=Interval),
+        "lease_epoch": item.c.lease_epoch + 1,
+        "lease_nonce": func.gen_random_uuid(),
+    }
+    if not approval:
+        stamped |= {"state": ASSIGNED, "attempts": item.c.attempts + 1}
     leased = (
         item.update()
-        .where(item.c.id == candidate.c.id)
-        .values(
-            state=ASSIGNED,
-            leased_by=bindparam("actor", type_=Text),
-            leased_at=func.now(),
-            lease_expires_at=func.now() + bindparam("lease_duration", type_=Interval),
-            lease_epoch=item.c.lease_epoch + 1,
-            lease_nonce=func.gen_random_uuid(),
-            attempts=item.c.attempts + 1,
-        )
+        .where(item.c.id == candidate.c.id, *unheld)
+        .values(stamped)
         .returning(*_ITEM_COLUMNS)
-        .cte("leased")
+        .cte(f"{prefix}leased")
     )
-    return _changed_items(
-        leased, "LEASED", details=func.jsonb_build_object("lease_expires_at", leased.c.lease_expires_at)
+    details = func.jsonb_build_object(
+        "lease_expires_at", leased.c.lease_expires_at, *(("queue", "approval") if approval else ())
     )
+    return _changed_items(leased, "LEASED", details=details)
 
 
-def _approval_lease_statement(*, by_entity: bool) -> Any:
-    """The approval queue: the same discipline over AWAITING_APPROVAL rows nobody holds, in the
-    same order (due_at, then created_at). Segregation of duties is part of the row lock's WHERE, so
-    no prior read decides it: a preparer's own proposal is never a candidate for them, however the
-    calls race (and the approval_lease_not_preparer CHECK would refuse the write if it were). The
-    item stays AWAITING_APPROVAL while leased."""
-    wanted = [
-        item.c.state == AWAITING_APPROVAL,
-        item.c.leased_by.is_(None),
-        item.c.prepared_by != bindparam("actor", type_=Text),
-    ]
-    if by_entity:
-        wanted.append(item.c.ledger_entity == bindparam("entity", type_=Text))
-    candidate = (
-        select(item.c.id)
-        .where(*wanted)
-        .order_by(item.c.due_at, item.c.created_at)
-        .limit(func.least(bindparam("batch_size"), func.greatest(bindparam("cap") - _held, 0)))
-        .with_for_update(skip_locked=True)
-        .cte("approval_candidate")
-    )
-    leased = (
-        item.update()
-        .where(item.c.id == candidate.c.id, item.c.state == AWAITING_APPROVAL, item.c.leased_by.is_(None))
-        .values(
-            leased_by=bindparam("actor", type_=Text),
-            leased_at=func.now(),
-            lease_expires_at=func.now() + bindparam("lease_duration", type_=Interval),
-            lease_epoch=item.c.lease_epoch + 1,
-            lease_nonce=func.gen_random_uuid(),
-        )
-        .returning(*_ITEM_COLUMNS)
-        .cte("approval_leased")
-    )
-    return _changed_items(
-        leased,
-        "LEASED",
-        details=func.jsonb_build_object("lease_expires_at", leased.c.lease_expires_at, "queue", "approval"),
-    )
-
-
-_LEASE = _lease_statement(by_entity=False)
-_LEASE_ENTITY = _lease_statement(by_entity=True)
-_LEASE_APPROVALS = _approval_lease_statement(by_entity=False)
-_LEASE_APPROVALS_ENTITY = _approval_lease_statement(by_entity=True)
+_LEASE = _lease_statement(approval=False, by_entity=False)
+_LEASE_ENTITY = _lease_statement(approval=False, by_entity=True)
+_LEASE_APPROVALS = _lease_statement(approval=True, by_entity=False)
+_LEASE_APPROVALS_ENTITY = _lease_statement(approval=True, by_entity=True)
 _LEASES = {
     "review": {False: _LEASE, True: _LEASE_ENTITY},
     "approval": {False: _LEASE_APPROVALS, True: _LEASE_APPROVALS_ENTITY},

@@ -48,8 +48,8 @@ MUTANTS = (
         (
             Edit(
                 QUEUE,
-                '        .with_for_update(skip_locked=True)\n        .cte("candidate")',
-                '        .cte("candidate")',
+                '        .with_for_update(skip_locked=True)\n        .cte(f"{prefix}candidate")',
+                '        .cte(f"{prefix}candidate")',
             ),
         ),
     ),
