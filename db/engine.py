@@ -154,9 +154,9 @@ def _compiled(statement: ClauseElement) -> tuple[str, SQLCompiler]:
 
 def _arguments(compiled: SQLCompiler, parameters: dict[str, Any]) -> list[Any]:
     values = compiled.construct_params(parameters) or {}
-    processors: dict[str, Any] = dict(compiled._bind_processors)
+    processors = compiled._bind_processors
     return [
-        processors[name](values[name]) if callable(processors.get(name)) else values[name]
+        process(values[name]) if callable(process := processors.get(name)) else values[name]
         for name in compiled.positiontup or ()
     ]
 
