@@ -460,7 +460,7 @@ function renderAdmin() {
       ),
     );
   }
-  const lookup = h("input", { id: "lookup", maxlength: 200 });
+  const lookup = kept("lookup", { maxlength: 200 }); // typed text survives a re-render of this panel
   parts.push(
     h(
       "div",

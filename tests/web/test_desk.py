@@ -723,6 +723,10 @@ def test_admin_releases_a_reviewers_items_and_reassigns_one(
         expect(region.get_by_role("table", name="Open leases per reviewer")).to_contain_text("carol3")
 
         region.get_by_label("Item id or idempotency key").fill("OVR-0")
+        # A refresh of the panel's numbers (as any re-render) keeps what is being typed: without
+        # that, the look-up below would send nothing (this failed in CI once, on a loaded machine).
+        region.get_by_role("button", name="Refresh").click()
+        expect(region.get_by_label("Item id or idempotency key")).to_have_value("OVR-0")
         region.get_by_role("button", name="Look up").click()
         # The look-up's answer (the item's trail) before the controls that depend on it.
         expect(region.get_by_role("list", name="Audit trail")).to_contain_text("LEASED by carol")
