@@ -61,11 +61,20 @@ async def _briefly(request: Request, read: Callable[[AsyncConnection], Awaitable
         return await read(conn)
 
 
-async def _authenticate(
-    request: Request, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
-) -> Principal:
-    """Who is calling, decided before the request takes a database connection: a missing or
-    malformed token never reaches the pool, and lookups (found or not) are cached briefly."""
+Bearer = Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
+_PRINCIPAL = "review_queue.principal"  # where a request keeps who it was decided to be
+
+
+async def _authenticate(request: Request, credentials: Bearer) -> Principal:
+    """Who is calling, decided once per request before it takes a database connection: a missing
+    or malformed token never reaches the pool, and lookups (found or not) are cached briefly."""
+    known: Principal | None = request.scope.get(_PRINCIPAL)
+    if known is None:
+        known = request.scope[_PRINCIPAL] = await _identify(request, credentials)
+    return known
+
+
+async def _identify(request: Request, credentials: HTTPAuthorizationCredentials | None) -> Principal:
     if credentials is None and session.COOKIE in request.cookies:
         # The reviewer desk: its session cookie instead of a bearer token (CSRF-checked there).
         from_cookie = await session.principal_from_cookie(request, _briefly)
@@ -128,7 +137,10 @@ def one_round_trip(request: Request) -> OneRoundTrip:
 
 
 def _require(*roles: str) -> object:
-    async def check(principal: Caller) -> Principal:
+    # The caller is decided here rather than by a dependency of this one: each level of
+    # dependencies costs every request (README, Performance).
+    async def check(request: Request, credentials: Bearer) -> Principal:
+        principal = await _authenticate(request, credentials)
         if principal.role not in roles:
             raise ProblemError(
                 "FORBIDDEN",

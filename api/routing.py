@@ -2,6 +2,7 @@
 
 import asyncio
 import email.message
+import functools
 import json
 import logging
 import random
@@ -39,6 +40,7 @@ class DecimalJSONRequest(Request):
         return self._json
 
 
+@functools.lru_cache(maxsize=256)  # clients send a handful of distinct values, on every request
 def _is_json(content_type: str | None) -> bool:
     # As FastAPI decides whether to parse a body as JSON: application/json or application/*+json.
     if not content_type:
