@@ -3,7 +3,7 @@
 UV ?= $(shell command -v uv 2>/dev/null || echo "python3 -m uv")
 RUN := $(UV) run --frozen
 
-.PHONY: run test test-long lint fmt bench migrate revision install
+.PHONY: run test test-long lint fmt bench bench-instructions migrate revision install
 
 install:
 	@$(UV) --version >/dev/null 2>&1 || python3 -m pip install --quiet --user uv \
@@ -34,6 +34,10 @@ fmt: install
 
 bench: install
 	$(RUN) python -m bench $(ARGS)
+
+# One completion's cost in CPU instructions (--valgrind), immune to a shared machine's noise.
+bench-instructions: install
+	$(RUN) python -m bench.instructions $(ARGS)
 
 migrate: install
 	$(RUN) review-queue migrate

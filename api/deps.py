@@ -138,7 +138,7 @@ def one_round_trip(request: Request) -> OneRoundTrip:
 
 def _require(*roles: str) -> object:
     # The caller is decided here rather than by a dependency of this one: each level of
-    # dependencies costs every request (README, Performance).
+    # dependencies costs every request (docs/performance.md).
     async def check(request: Request, credentials: Bearer) -> Principal:
         principal = await _authenticate(request, credentials)
         if principal.role not in roles:

@@ -173,7 +173,7 @@ class OneRoundTrip:
     A statement marked `.execution_options(generic_plan=True)` runs with plan_cache_mode
     force_generic_plan: once psycopg has prepared it (REVIEW_QUEUE_PREPARE_THRESHOLD), PostgreSQL
     plans it once per connection instead of on every call (the completion statement: about 0.5 ms
-    of planning per call otherwise; README, Performance). Mark only statements whose plan does not
+    of planning per call otherwise; docs/performance.md). Mark only statements whose plan does not
     depend on their values (tests/db/test_query_plans.py checks the completion's). Unprepared
     statements (REVIEW_QUEUE_PREPARE_THRESHOLD=0, for PgBouncer) are planned on every call anyway.
 
@@ -212,7 +212,7 @@ class OneRoundTrip:
         limits = [*self.limits, "force_generic_plan" if generic else "auto"]
         for attempt in range(2):
             # The pooled DBAPI connection itself, not an AsyncConnection around it: half the cost
-            # of a checkout (README, Performance). Returning it runs the pool's reset on return,
+            # of a checkout (docs/performance.md). Returning it runs the pool's reset on return,
             # which awaits the driver, so it goes through greenlet_spawn as SQLAlchemy's own does.
             pooled = await self.engine.raw_connection()
             raw: psycopg.AsyncConnection[Any] = pooled.driver_connection  # type: ignore[assignment]
