@@ -1,6 +1,7 @@
 """Connections: which database, how the pool behaves, and what every transaction sets first."""
 
-from collections.abc import AsyncIterator
+import asyncio
+from collections.abc import AsyncIterator, Coroutine
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -221,9 +222,9 @@ class OneRoundTrip:
             except psycopg.OperationalError:
                 if attempt or not raw.broken:
                     raise
-                await greenlet_spawn(pooled.invalidate)  # dead before anything was done: one more try
+                await _to_completion(greenlet_spawn(pooled.invalidate))  # dead before anything was done
             finally:
-                await greenlet_spawn(pooled.close)
+                await _to_completion(greenlet_spawn(pooled.close))
         raise AssertionError("unreachable")
 
     async def _run(
@@ -247,6 +248,22 @@ class OneRoundTrip:
                 if raw.info.transaction_status != TransactionStatus.IDLE:
                     await raw.rollback()
                 await raw.set_autocommit(False)
+
+
+async def _to_completion(cleanup: Coroutine[Any, Any, None]) -> None:
+    """Run `cleanup` to its end even if the caller is cancelled meanwhile (a server shutting down,
+    a timeout around the request), then re-raise the cancellation: a connection abandoned halfway
+    back to the pool is lost to it. SQLAlchemy closes its own connections the same way."""
+    task = asyncio.ensure_future(cleanup)
+    cancelled: asyncio.CancelledError | None = None
+    while not task.done():
+        try:
+            await asyncio.shield(task)
+        except asyncio.CancelledError as error:
+            cancelled = error
+    if cancelled is not None:
+        raise cancelled
+    task.result()
 
 
 _LIMITS = (

@@ -2,6 +2,7 @@
 is ONE transaction (a later failure undoes an earlier step), and its limits hold for its
 statements and end with it."""
 
+import asyncio
 from collections.abc import AsyncIterator
 
 import psycopg
@@ -74,3 +75,38 @@ async def test_a_generic_plan_is_asked_for_only_by_a_statement_marked_so(engine:
     assert (await one(engine).execute(mode, {}))[0].mode == "auto"
     marked = mode.execution_options(generic_plan=True)
     assert (await one(engine).execute(marked, {}))[0].mode == "force_generic_plan"
+
+
+@pytest.mark.parametrize("cancels", [1, 2])
+async def test_a_cancelled_transaction_returns_its_connection_to_the_pool(
+    engine: AsyncEngine, sql: psycopg.Connection, cancels: int
+) -> None:
+    # A request can be cancelled (a server shutting down, a timeout around it) while its statement
+    # runs, and again while its connection goes back to the pool. Either way the pool's one
+    # connection must come back, idle, or every later request waits for a connection forever.
+    seed_items(sql, 1)
+    trip = asyncio.create_task(
+        OneRoundTrip(engine, lock_timeout_ms=LIMIT_MS, statement_timeout_ms=10_000).execute_all(
+            [(update(item).values(ledger_entity="CHANGED"), {}), (select(func.pg_sleep(5)), {})]
+        )
+    )
+
+    def sleeping() -> bool:
+        query = "SELECT 1 FROM pg_stat_activity WHERE query LIKE '%%pg_sleep%%' AND pid <> pg_backend_pid()"
+        return bool(sql.execute(query).fetchall())
+
+    while not sleeping():  # noqa: ASYNC110 - polling the server, not an in-process event
+        await asyncio.sleep(0.01)
+    for _ in range(cancels):
+        trip.cancel()
+        await asyncio.sleep(0)  # the second cancel lands while the first one is being handled
+    with pytest.raises(asyncio.CancelledError):
+        await trip
+    pool = engine.sync_engine.pool
+    assert pool.checkedout() == 0, pool.status()  # type: ignore[attr-defined]
+    assert sql.execute("SELECT ledger_entity FROM review_queue_item").fetchall() == [("ACME-CORP",)]
+    # The same connection, next: a transaction of its own, committed.
+    (rows,) = await one(engine).execute_all(
+        [(update(item).values(ledger_entity="LATER").returning(item.c.id), {})]
+    )
+    assert len(rows) == 1
