@@ -25,6 +25,7 @@ const state = {
   codes: [], // the active resolution codes, as GET /resolutions lists them (the catalogue decides)
   lastActivity: performance.now(),
   helpOpen: false,
+  resumed: Promise.resolve(), // sign-in's look at what this reviewer already holds
 };
 
 let waitAbort = null;
@@ -641,7 +642,7 @@ function startDesk(me) {
   touch();
   render();
   if (REVIEWER_ROLES.includes(me.role)) loadCodes().then(renderCurrent);
-  resume();
+  state.resumed = resume();
   if (APPROVER_ROLES.includes(me.role)) loadApprovals();
   if (me.role === "admin") loadAdmin();
 }
@@ -689,6 +690,9 @@ async function nextItem() {
   if (!state.me || state.waiting) return;
   touch();
   state.paused = null;
+  // A lease sent before sign-in's look at the held items has answered would be found by that
+  // look, welcomed back as an old item and renewed: wait for it.
+  await state.resumed;
   if (state.held.length) return showCurrent(false);
   try {
     const got = await withRetry(() => api.lease(0, undefined, entityFilter()));
