@@ -40,8 +40,7 @@ class DecimalJSONRequest(Request):
         return self._json
 
 
-@functools.lru_cache(maxsize=256)  # clients send a handful of distinct values, on every request
-def _is_json(content_type: str | None) -> bool:
+def _parses_as_json(content_type: str | None) -> bool:
     # As FastAPI decides whether to parse a body as JSON: application/json or application/*+json.
     if not content_type:
         return False
@@ -51,6 +50,17 @@ def _is_json(content_type: str | None) -> bool:
     return message.get_content_maintype() == "application" and (
         subtype == "json" or subtype.endswith("+json")
     )
+
+
+_cached_is_json = functools.lru_cache(maxsize=256)(_parses_as_json)
+
+
+def _is_json(content_type: str | None) -> bool:
+    # Clients send a handful of distinct values, on every request; only short ones are kept, or
+    # unauthenticated requests with huge distinct headers could fill the cache with megabytes.
+    if content_type is not None and len(content_type) > 100:
+        return _parses_as_json(content_type)
+    return _cached_is_json(content_type)
 
 
 class QueueRoute(APIRoute):

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
-from psycopg.pq import ExecStatus, TransactionStatus
+from psycopg.pq import ExecStatus, PipelineStatus, TransactionStatus
 from sqlalchemy.dialects.postgresql.psycopg import PGDialect_psycopg
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
@@ -222,17 +222,20 @@ class OneRoundTrip:
             except psycopg.OperationalError:
                 if attempt or not raw.broken:
                     raise
-                await _to_completion(greenlet_spawn(pooled.invalidate))  # dead before anything was done
+                # Dead before anything was done: one more try, on another connection.
             finally:
-                await _to_completion(greenlet_spawn(pooled.close))
+                # Back to the pool only as it came out of it. A cancellation can land between any
+                # two of _run's steps and leave it otherwise; such a one is closed instead.
+                back = pooled.close if _as_handed_out(raw) else pooled.invalidate
+                await _to_completion(greenlet_spawn(back))
         raise AssertionError("unreachable")
 
     async def _run(
         self, raw: psycopg.AsyncConnection[Any], limits: list[str], queries: list[tuple[str, list[Any]]]
     ) -> list[list[Record]]:
-        await raw.set_autocommit(True)  # no BEGIN: the pipeline is the transaction
         cursors = [psycopg.AsyncRawCursor(raw) for _ in queries]
         try:
+            await raw.set_autocommit(True)  # no BEGIN: the pipeline is the transaction
             async with raw.pipeline():
                 await raw.execute(_LIMITS, limits)
                 for cursor, (sql, arguments) in zip(cursors, queries, strict=True):
@@ -248,6 +251,15 @@ class OneRoundTrip:
                 if raw.info.transaction_status != TransactionStatus.IDLE:
                     await raw.rollback()
                 await raw.set_autocommit(False)
+
+
+def _as_handed_out(raw: psycopg.AsyncConnection[Any]) -> bool:
+    return (
+        not raw.broken
+        and not raw.autocommit
+        and raw.pgconn.pipeline_status == PipelineStatus.OFF
+        and raw.info.transaction_status == TransactionStatus.IDLE
+    )
 
 
 async def _to_completion(cleanup: Coroutine[Any, Any, None]) -> None:

@@ -11,6 +11,7 @@ from fastapi.routing import APIRoute, iter_route_contexts
 from fastapi.testclient import TestClient
 from starlette.routing import Route
 
+from api import routing
 from api.app import MAX_BODY_BYTES
 from tests.api.helpers import assert_problem
 
@@ -181,6 +182,19 @@ def test_a_json_body_without_a_json_content_type_says_so(
     body = assert_problem(client.send(request), 422, "VALIDATION_ERROR")
     assert "Content-Type: application/json is required" in body["detail"], body
     assert body["errors"][0]["loc"] == ["header", "content-type"]
+
+
+def test_long_distinct_content_types_are_answered_and_not_kept(client: TestClient, admin: dict) -> None:
+    # Whether a Content-Type is JSON is remembered per value, before authentication: a client
+    # sending huge distinct values must not make the server keep them (256 x 8 MB otherwise).
+    kept = routing._cached_is_json.cache_info().currsize
+    for n in range(5):
+        long_json = "application/json; x=" + str(n) * 200_000
+        response = client.post(
+            "/leases", content=b'{"batch_size": 1}', headers={**admin, "content-type": long_json}
+        )
+        assert response.status_code == 200, response.text  # still JSON, still understood
+    assert routing._cached_is_json.cache_info().currsize == kept
 
 
 def test_curl_d_without_content_type_is_told_what_to_add(client: TestClient, admin: dict) -> None:

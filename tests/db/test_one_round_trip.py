@@ -6,7 +6,9 @@ import asyncio
 from collections.abc import AsyncIterator
 
 import psycopg
+import psycopg.waiting
 import pytest
+from psycopg.pq import PipelineStatus, TransactionStatus
 from sqlalchemy import Integer, bindparam, func, select, text, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -109,4 +111,38 @@ async def test_a_cancelled_transaction_returns_its_connection_to_the_pool(
     (rows,) = await one(engine).execute_all(
         [(update(item).values(ledger_entity="LATER").returning(item.c.id), {})]
     )
+    assert len(rows) == 1
+
+
+async def test_a_cancellation_between_any_two_steps_leaves_the_pool_a_clean_connection(
+    engine: AsyncEngine, sql: psycopg.Connection, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # psycopg yields to the event loop at a wait that needs no I/O when it thinks the loop has been
+    # busy; make every wait such a point, so that this sweep cancels the transaction between any
+    # two of its steps (turning autocommit on and off, the pipeline, the rollback, the return).
+    monkeypatch.setattr(psycopg.waiting, "MAX_BUSY_TIME", -1.0)
+    seed_items(sql, 1)
+    counted = update(item).values(attempts=item.c.attempts + 1).returning(item.c.attempts)
+    committed = 0
+    for skips in range(500):
+        trip = asyncio.create_task(one(engine).execute(counted, {}))
+        for _ in range(skips):
+            await asyncio.sleep(0)
+        trip.cancel()
+        try:
+            await trip
+        except asyncio.CancelledError:
+            pass
+        else:
+            committed += 1
+        # The pool's one connection, as the next request gets it: as it was first handed out.
+        async with engine.connect() as conn:
+            raw = (await conn.get_raw_connection()).driver_connection
+            assert isinstance(raw, psycopg.AsyncConnection)
+            seen = (raw.autocommit, raw.info.transaction_status, raw.pgconn.pipeline_status)
+            assert seen == (False, TransactionStatus.IDLE, PipelineStatus.OFF), f"cancelled after {skips}"
+        if committed:
+            break
+    assert committed == 1, "no trip got through the sweep"
+    (rows,) = await one(engine).execute_all([(select(item.c.attempts), {})])  # and the next one runs
     assert len(rows) == 1
