@@ -12,6 +12,7 @@ from sqlalchemy.dialects.postgresql.psycopg import PGDialect_psycopg
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+from sqlalchemy.pool import PoolProxiedConnection
 from sqlalchemy.sql import ClauseElement
 from sqlalchemy.sql.base import Executable
 from sqlalchemy.sql.compiler import SQLCompiler
@@ -224,10 +225,7 @@ class OneRoundTrip:
                     raise
                 # Dead before anything was done: one more try, on another connection.
             finally:
-                # Back to the pool only as it came out of it. A cancellation can land between any
-                # two of _run's steps and leave it otherwise; such a one is closed instead.
-                back = pooled.close if _as_handed_out(raw) else pooled.invalidate
-                await _to_completion(greenlet_spawn(back))
+                await _give_back(pooled, raw)
         raise AssertionError("unreachable")
 
     async def _run(
@@ -251,6 +249,20 @@ class OneRoundTrip:
                 if raw.info.transaction_status != TransactionStatus.IDLE:
                     await raw.rollback()
                 await raw.set_autocommit(False)
+
+
+async def _give_back(pooled: PoolProxiedConnection, raw: psycopg.AsyncConnection[Any]) -> None:
+    """Back to the pool only as it came out of it; a cancellation can land between any two of
+    _run's steps and leave it otherwise, and such a connection is closed instead."""
+    back = greenlet_spawn(pooled.close if _as_handed_out(raw) else pooled.invalidate)
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        # Unwinding a cancellation, when another one is the most likely: see the return through.
+        await _to_completion(back)
+    else:
+        # Inline: a task per request costs 5 % of a completion's instructions. A cancellation that
+        # lands in it anyway makes SQLAlchemy discard the connection, never lose it.
+        await back
 
 
 def _as_handed_out(raw: psycopg.AsyncConnection[Any]) -> bool:
