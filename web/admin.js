@@ -5,7 +5,7 @@ import { api } from "./api.js";
 import { $, fill, h, kept } from "./dom.js";
 import { handle, withRetry } from "./feedback.js";
 import { duration } from "./format.js";
-import { eventLine, itemFields } from "./item.js";
+import { history, itemFields } from "./item.js";
 import { state, touch } from "./state.js";
 import { registerView } from "./views.js";
 
@@ -47,7 +47,10 @@ function onSubmit(run) {
 function renderAdmin() {
   const box = $("admin");
   if (!box) return;
-  const parts = [h("h2", {}, "Admin")];
+  const parts = [
+    h("h2", {}, "Admin"),
+    h("p", {}, h("a", { href: "/audit/export", download: "audit.ndjson" }, "Download the audit trail (NDJSON)")),
+  ];
   if (state.admin.stats) parts.push(...statsParts(state.admin.stats));
   const lookup = kept("lookup", { maxlength: 200 }); // typed text survives a re-render of this panel
   parts.push(
@@ -96,8 +99,7 @@ function renderAdmin() {
         "div",
         { "aria-label": "Looked-up item", role: "region" },
         itemFields(found),
-        h("h3", {}, "Audit trail"),
-        h("ol", { class: "events", "aria-label": "Audit trail" }, state.admin.foundEvents.map(eventLine)),
+        history(state.admin.foundEvents, "Audit trail"),
       ),
     );
   }
@@ -177,6 +179,7 @@ async function reclaimNow() {
 
 registerView({
   id: "admin",
+  label: "Admin",
   roles: ["admin"],
   regions: () => [h("section", { "aria-label": "Admin", id: "admin" })],
   render: renderAdmin,

@@ -1,16 +1,20 @@
-// The reviewer desk's entry point: sign-in and sign-out, the header, and the views a role may use.
-// One state object (state.js), one render function per region (each view's module), one table of
-// shortcuts (shortcuts.js); web/api.js is the only module that talks to the service.
+// The reviewer desk's entry point: sign-in and sign-out, the header and its views, and the views
+// a role may use. One state object (state.js), one render function per region (each view's
+// module), one table of shortcuts (shortcuts.js); web/api.js is the only module that talks to the
+// service.
 
 import { api, ApiError, useCsrfToken } from "./api.js";
 import { $, fill, h } from "./dom.js";
 import { handle, renderBanner, renderNotice, say, withRetry } from "./feedback.js";
 import { setHooks, state, touch } from "./state.js";
-import { allViews, viewsFor } from "./views.js";
-// The views, in the order the page shows them. Each registers itself (views.js).
+import { activate, activeView, allViews, mount, unmount, viewsFor } from "./views.js";
+// The views, in the order the header lists them. Each registers itself (views.js); a new view
+// is one more import here.
 import { stopWaiting } from "./review.js";
+import "./list.js";
 import "./approvals.js";
 import "./admin.js";
+import "./ingest.js";
 import { onKey, renderHelp, toggleHelp } from "./shortcuts.js";
 
 function renderWho() {
@@ -18,9 +22,22 @@ function renderWho() {
   fill(who);
   if (!state.me) return;
   who.append(
-    h("span", {}, `Signed in as ${state.me.subject} (${state.me.role})`),
-    h("button", { type: "button", on: { click: () => toggleHelp() } }, "Shortcuts (?)"),
+    h("span", { class: "subject" }, `${state.me.subject} (${state.me.role})`),
+    h("button", { type: "button", class: "wide-only", on: { click: () => toggleHelp() } }, "Shortcuts (?)"),
     h("button", { type: "button", on: { click: () => signOut() } }, "Sign out"),
+  );
+}
+
+// One link per view of the role, the shown one marked as the current page.
+function renderNav() {
+  const nav = $("views");
+  const views = state.me ? viewsFor(state.me.role) : [];
+  nav.hidden = views.length < 2;
+  fill(
+    nav,
+    views.map((view) =>
+      h("a", { href: `#${view.id}`, "aria-current": activeView() === view.id ? "page" : null }, view.label),
+    ),
   );
 }
 
@@ -45,7 +62,7 @@ function renderSignIn() {
   token.focus();
 }
 
-let mounted = false; // the signed-in role's regions are in the page
+let mounted = false; // the signed-in role's views are in the page
 
 function render() {
   renderWho();
@@ -53,14 +70,23 @@ function render() {
   renderNotice();
   if (!state.me) {
     mounted = false;
+    unmount();
+    renderNav();
     return renderSignIn();
   }
-  const views = viewsFor(state.me.role);
   if (!mounted) {
-    $("main").replaceChildren(...views.flatMap((view) => view.regions()));
+    mount(state.me.role, $("main"), h);
+    activate(location.hash.slice(1));
     mounted = true;
   }
-  for (const view of views) view.render();
+  renderNav();
+  for (const view of viewsFor(state.me.role)) view.render();
+}
+
+function showView() {
+  if (!state.me || !mounted) return;
+  activate(location.hash.slice(1));
+  renderNav();
 }
 
 function endSession(message) {
@@ -108,6 +134,7 @@ async function boot() {
   for (const event of ["keydown", "pointerdown", "input", "wheel"]) {
     document.addEventListener(event, touch, { passive: true });
   }
+  window.addEventListener("hashchange", showView);
   $("help").addEventListener("close", () => {
     state.helpOpen = false;
   });

@@ -9,7 +9,7 @@ export function h(tag, attrs = {}, ...children) {
     else if (name === "class") el.className = value;
     else el.setAttribute(name, value === true ? "" : String(value));
   }
-  for (const child of children.flat()) {
+  for (const child of children.flat(Infinity)) {
     if (child === null || child === undefined || child === false) continue;
     el.append(child instanceof Node ? child : document.createTextNode(String(child)));
   }
@@ -20,7 +20,7 @@ export const $ = (id) => document.getElementById(id);
 
 // replaceChildren would turn a null into the text "null": leave the gaps out.
 export function fill(el, ...children) {
-  el.replaceChildren(...children.flat().filter((c) => c !== null && c !== undefined && c !== false));
+  el.replaceChildren(...children.flat(Infinity).filter((c) => c !== null && c !== undefined && c !== false));
 }
 
 // One term and its description, for a <dl>.

@@ -13,3 +13,28 @@ export function duration(seconds) {
 export function since(iso) {
   return duration((Date.now() - Date.parse(iso)) / 1000);
 }
+
+// A decimal string as finance reads it: digits grouped by thousands, the sign kept, two decimals
+// as the API sends them. String work only: the amount never becomes a float.
+export function money(amount) {
+  const parts = /^(-?)(\d+)(\.\d+)?$/.exec(String(amount));
+  if (!parts) return String(amount);
+  const [, sign, whole, fraction = ""] = parts;
+  return `${sign}${whole.replace(/\B(?=(\d{3})+(?!\d))/g, ",")}${fraction}`;
+}
+
+// The currency the matcher's context names (`currency` or `ccy`, an ISO 4217 code), else null.
+export function currency(context) {
+  for (const [key, value] of Object.entries(context || {})) {
+    if (/^(currency|ccy)$/i.test(key) && typeof value === "string" && /^[A-Z]{3}$/.test(value)) return value;
+  }
+  return null;
+}
+
+// A moment as `2026-12-04 17:00 UTC`: one zone for everyone, always named.
+export function when(iso) {
+  const d = new Date(iso);
+  if (Number.isNaN(d.getTime())) return String(iso);
+  const two = (n) => String(n).padStart(2, "0");
+  return `${d.getUTCFullYear()}-${two(d.getUTCMonth() + 1)}-${two(d.getUTCDate())} ${two(d.getUTCHours())}:${two(d.getUTCMinutes())} UTC`;
+}

@@ -3,8 +3,9 @@
 import { api, ApiError } from "./api.js";
 import { $, fill, h } from "./dom.js";
 import { handle, say, withRetry } from "./feedback.js";
-import { duration } from "./format.js";
-import { contextFields, eventLine, itemFields } from "./item.js";
+import { duration, money } from "./format.js";
+import { changedFigures, contextFields, history, itemFields, rejection } from "./item.js";
+import { renderQueue } from "./queue.js";
 import { idleFor, render, REVIEWER_ROLES, state, touch } from "./state.js";
 import { registerView } from "./views.js";
 
@@ -19,17 +20,31 @@ function regions() {
   // A reviewer who handles one ledger entity leases only its items (POST /leases {ledger_entity}),
   // from the next lease call on (a wait for work in flight ends within max_wait_s).
   const entity = h("input", { id: "entity", maxlength: 200, placeholder: "any" });
+  for (const input of [resolution, note]) input.addEventListener("input", () => markInvalid(input, null));
   const current = h(
     "section",
     { "aria-label": "Current item", id: "current" },
-    h("h2", {}, "Current item"),
+    // Focus goes here after each lease: not into a field, so single-key shortcuts work at once.
+    h("h2", { id: "current-heading", tabindex: -1 }, "Current item"),
     h("div", { id: "item" }),
     h(
       "div",
       { class: "row", id: "actions" },
       // Not wrapped in its label: the options' text ("note required") would become part of it.
-      h("div", { class: "field" }, h("label", { for: "resolution" }, "Resolution"), resolution),
-      h("label", { for: "note" }, "Note", note),
+      h(
+        "div",
+        { class: "field" },
+        h("label", { for: "resolution" }, "Resolution"),
+        resolution,
+        h("p", { id: "resolution-error", class: "field-error", hidden: true }),
+      ),
+      h(
+        "div",
+        { class: "field" },
+        h("label", { for: "note" }, "Note"),
+        note,
+        h("p", { id: "note-error", class: "field-error", hidden: true }),
+      ),
     ),
     h(
       "div",
@@ -82,36 +97,14 @@ function renderCurrent() {
   fill(
     box,
     state.changed ? changedFigures(state.changed) : null,
+    rejection(state.events),
     itemFields(item),
     contextFields(item.context),
     h("p", {}, "Lease: ", h("span", { id: "countdown", class: "countdown", role: "timer" }, "")),
     state.held.length > 1 ? h("p", { class: "muted" }, `You hold ${state.held.length} items; this is the first of them.`) : null,
-    h("h3", {}, "Event history"),
-    h("ol", { class: "events", "aria-label": "Event history" }, state.events.map(eventLine)),
+    history(state.events),
   );
   renderCountdown();
-}
-
-// What changed, old and new side by side: the reviewer decides again on the new figures.
-function changedFigures({ before, after }) {
-  const rows = [
-    ["Variance amount", before.variance_amount, after.variance_amount],
-    ["Match decision", before.match_decision, after.match_decision],
-    ["Source hash", before.source_hash, after.source_hash],
-  ];
-  return h(
-    "div",
-    { role: "alert", "aria-label": "Figures changed", class: "changed" },
-    h("p", {}, "The figures changed while you were reviewing. Check the new values, then decide again."),
-    h(
-      "table",
-      { "aria-label": "Changed figures" },
-      h("tr", {}, h("th", {}, ""), h("th", {}, "Before"), h("th", {}, "Now")),
-      rows.map(([label, was, now]) =>
-        h("tr", { class: was === now ? "" : "diff" }, h("th", {}, label), h("td", {}, was), h("td", {}, now)),
-      ),
-    ),
-  );
 }
 
 function renderCountdown() {
@@ -120,29 +113,6 @@ function renderCountdown() {
   const left = (state.leaseEndsAt - performance.now()) / 1000;
   el.textContent = left > 0 ? `${duration(left)} left` : "expired";
   el.classList.toggle("low", left < 10);
-}
-
-function renderQueue() {
-  const box = $("queue");
-  if (!box) return;
-  const lines = [];
-  if (!state.held.length && state.queue) {
-    const q = state.queue;
-    const pending = q.counts.PENDING ?? 0;
-    const others = Object.entries(q.open_leases_by_reviewer)
-      .filter(([who]) => who !== state.me.subject)
-      .reduce((sum, [, n]) => sum + n, 0);
-    let text = pending ? `${pending} items are pending.` : "Nothing pending.";
-    text += ` ${others} ${others === 1 ? "item is" : "items are"} with other reviewers`;
-    if (q.next_lease_expires_in_s !== null && others) {
-      text += q.next_lease_expires_in_s > 0
-        ? `; the next lease expires in ${duration(q.next_lease_expires_in_s)}.`
-        : "; a lease has expired and will return to the queue when it is reclaimed.";
-    } else text += ".";
-    lines.push(h("p", {}, text));
-  }
-  if (state.waiting) lines.push(h("p", {}, "Waiting for work… it will appear here as soon as it arrives."));
-  fill(box, h("h2", {}, "Queue"), ...lines);
 }
 
 function renderReview() {
@@ -215,11 +185,53 @@ async function takeItem(item) {
   state.held = [item];
   state.changed = null;
   state.queue = null;
-  $("note").value = "";
-  $("resolution").value = "";
+  clearDecision();
   $("release-reason").value = "";
   await showCurrent(false);
-  $("resolution").focus();
+  // Not the Resolution list: there `e`, digits and typing would go to the list, and a note typed
+  // after `e` would be lost. From the heading, `1`-`9`, `e` and Ctrl+Enter do what they say.
+  $("current-heading").focus();
+}
+
+function clearDecision() {
+  $("note").value = "";
+  $("resolution").value = "";
+  markInvalid($("note"), null);
+  markInvalid($("resolution"), null);
+}
+
+// A field the service refused: aria-invalid, and the reason right under it. What was typed stays.
+function markInvalid(input, message) {
+  const error = $(`${input.id}-error`);
+  if (message) {
+    input.setAttribute("aria-invalid", "true");
+    input.setAttribute("aria-describedby", error.id);
+  } else {
+    input.removeAttribute("aria-invalid");
+    input.removeAttribute("aria-describedby");
+  }
+  error.hidden = !message;
+  error.textContent = message || "";
+}
+
+// A decision the catalogue refused (a note it requires, a code no longer active): say so at the
+// field. The codes are read again, so an inactive one is no longer offered; the note is kept.
+async function refusedDecision(error, resolution) {
+  if (!(error instanceof ApiError && error.code === "VALIDATION_ERROR")) return false;
+  const refused = (error.problem?.errors || []).find((e) => Array.isArray(e.loc) && ["note", "resolution"].includes(e.loc[1]));
+  if (!refused) return false;
+  const code = state.codes.find((c) => c.code === resolution);
+  const name = code ? `${code.label} (${code.code})` : resolution;
+  if (refused.loc[1] === "note") {
+    markInvalid($("note"), `${name} needs a note. Write it here, then resolve again.`);
+    $("note").focus();
+  } else {
+    await loadCodes();
+    markInvalid($("resolution"), `${name} is no longer an active resolution code. Choose another.`);
+    $("resolution").focus();
+  }
+  say("The service did not accept this decision; nothing was resolved. What you typed is kept.", true);
+  return true;
 }
 
 async function explainQueue() {
@@ -261,6 +273,33 @@ async function waitForWork() {
   render();
 }
 
+// An item leased elsewhere on the page (the list's "Lease this item"): it joins what this reviewer
+// holds, and is the current item if nothing else is.
+export async function takeLeased(item) {
+  if (state.waiting) stopWaiting();
+  if (state.held.length) {
+    state.held.push(item);
+    render();
+    return;
+  }
+  await takeItem(item);
+}
+
+// After decisions made elsewhere on the page (the list's bulk resolve): hold what the service says.
+export async function syncHeld() {
+  try {
+    const page = await withRetry(() => api.mine());
+    const current = state.held[0]?.id;
+    state.held = page.items;
+    if (state.held[0]?.id !== current) {
+      clearDecision();
+      await showCurrent(false);
+    } else render();
+  } catch (error) {
+    handle(error);
+  }
+}
+
 export function stopWaiting() {
   state.waiting = false;
   if (waitAbort) waitAbort.abort();
@@ -291,19 +330,18 @@ export async function resolveAndNext() {
   try {
     const done = await withRetry(() => api.complete(item, resolution, note || null));
     if (done.outcome === "submitted_for_approval" || done.outcome === "already_submitted") {
-      say(`Submitted ${done.item.ledger_entity} ${done.item.variance_amount} as ${resolution} for approval (at or above its threshold).`);
+      say(`Submitted ${done.item.ledger_entity} ${money(done.item.variance_amount)} as ${resolution} for approval (at or above its threshold).`);
     } else {
-      say(`Resolved ${done.item.ledger_entity} ${done.item.variance_amount} as ${resolution}.`);
+      say(`Resolved ${done.item.ledger_entity} ${money(done.item.variance_amount)} as ${resolution}.`);
     }
-    $("note").value = "";
-    $("resolution").value = "";
+    clearDecision();
     state.changed = null;
     state.held.shift();
     state.events = [];
     if (state.held.length) await showCurrent(false);
     else await nextItem();
   } catch (error) {
-    if (await figuresChanged(error) || (await lostLease(error))) return;
+    if (await figuresChanged(error) || (await lostLease(error)) || (await refusedDecision(error, resolution))) return;
     handle(error);
   }
 }
@@ -319,7 +357,8 @@ export async function releaseCurrent(reason) {
     state.held.shift();
     state.events = [];
     $("release-reason").value = "";
-    say(`Released ${item.ledger_entity} back to the queue (${why}). Press Next item (n) to go on.`);
+    const away = state.me.release_cooldown_s ? ` It goes to other reviewers for the next ${duration(state.me.release_cooldown_s)}.` : "";
+    say(`Released ${item.ledger_entity} back to the queue (${why}).${away} Press Next item (n) to go on.`);
     if (state.held.length) await showCurrent(false);
     else render();
   } catch (error) {
@@ -417,7 +456,8 @@ async function heartbeat() {
 
 registerView({
   id: "review",
-  roles: ["reviewer", "approver", "admin", "auditor", "ingest"],
+  label: "Review",
+  roles: REVIEWER_ROLES,
   regions,
   render: renderReview,
   start() {

@@ -4,32 +4,49 @@ import { loadAdmin } from "./admin.js";
 import { $, fill, h } from "./dom.js";
 import { chooseResolution, focusNote, nextItem, releaseCurrent, resolveAndNext } from "./review.js";
 import { state } from "./state.js";
+import { go, viewsFor } from "./views.js";
 
 const typing = (ev) => ev.target instanceof HTMLElement && ev.target.matches("input, textarea, select");
 
 export const SHORTCUTS = [
-  { keys: "n", label: "Next item", match: (ev) => ev.key === "n", run: () => nextItem() },
+  {
+    keys: "n",
+    label: "Next item (from any view)",
+    view: "review",
+    match: (ev) => ev.key === "n",
+    run: () => (go("review"), nextItem()),
+  },
   {
     keys: "Ctrl+Enter",
     label: "Resolve with the chosen resolution and note, then go to the next item",
     inFields: true,
+    view: "review",
     match: (ev) => ev.key === "Enter" && (ev.ctrlKey || ev.metaKey),
     run: () => resolveAndNext(),
   },
   {
     keys: "1 … 9",
     label: "Choose the resolution: the first to the ninth in the Resolution list",
+    view: "review",
     match: (ev) => /^[1-9]$/.test(ev.key),
     run: (ev) => chooseResolution(Number(ev.key) - 1),
   },
-  { keys: "e", label: "Write the note", match: (ev) => ev.key === "e", run: () => focusNote() },
+  { keys: "e", label: "Write the note", view: "review", match: (ev) => ev.key === "e", run: () => focusNote() },
   {
     keys: "x",
     label: "Release the item back to the queue (with the reason typed under Release reason)",
+    view: "review",
     match: (ev) => ev.key === "x",
     run: () => releaseCurrent(),
   },
-  { keys: "a", label: "Admin: refresh the statistics", match: (ev) => ev.key === "a", run: () => loadAdmin() },
+  {
+    keys: "/",
+    label: "Search the items",
+    view: "items",
+    match: (ev) => ev.key === "/",
+    run: () => (go("items"), document.getElementById("filter-search")?.focus()),
+  },
+  { keys: "a", label: "Admin: refresh the statistics", view: "admin", match: (ev) => ev.key === "a", run: () => loadAdmin() },
   { keys: "?", label: "Show or hide these shortcuts", match: (ev) => ev.key === "?", run: () => toggleHelp() },
   {
     keys: "Escape",
@@ -45,8 +62,10 @@ export const SHORTCUTS = [
 
 export function onKey(ev) {
   if (!state.me) return;
+  const views = viewsFor(state.me.role).map((view) => view.id);
   for (const shortcut of SHORTCUTS) {
     if (typing(ev) && !shortcut.inFields) continue;
+    if (shortcut.view && !views.includes(shortcut.view)) continue; // not this role's
     if (ev.altKey || ((ev.ctrlKey || ev.metaKey) && !shortcut.keys.startsWith("Ctrl"))) continue;
     if (shortcut.match(ev)) {
       ev.preventDefault();
