@@ -570,7 +570,8 @@ def test_script_and_markup_from_ingest_stay_inert_under_a_strict_csp(
     db_url: str, make_token: Tokens, contexts: Callable[[], BrowserContext]
 ) -> None:
     admin = make_token("ada", "admin")
-    with desk(db_url) as base:
+    # No release cool-off: the released item comes straight back to show its trail.
+    with desk(db_url, REVIEW_QUEUE_RELEASE_COOLDOWN_S="0") as base:
         page_response = httpx.get(f"{base}/desk/")
         csp = page_response.headers["content-security-policy"]
         assert "default-src 'self'" in csp and "frame-ancestors 'none'" in csp and "unsafe-inline" not in csp
