@@ -37,6 +37,7 @@ from api.schemas import (
     CompleteBatchOut,
     CompleteOut,
     CompleteResult,
+    DecisionOut,
     EventOut,
     ItemOut,
     ReleasedOut,
@@ -253,6 +254,10 @@ def _events_path(item_id: UUID, cursor: str | None) -> str:
     )
 
 
+def _decisions_path(actor: str, cursor: str | None) -> str:
+    return "/decisions?" + urlencode({"actor": actor, "limit": 200, **({"cursor": cursor} if cursor else {})})
+
+
 def _resolution(result: HandlerResult) -> tuple[str, str | None]:
     return (result, None) if isinstance(result, str) else result
 
@@ -274,13 +279,18 @@ class _Calls:
 
     @staticmethod
     def lease(
-        batch_size: int | None, wait_s: int, ledger_entity: str | None, queue: str = "review"
+        batch_size: int | None,
+        wait_s: int,
+        ledger_entity: str | None,
+        queue: str = "review",
+        item_id: UUID | None = None,
     ) -> tuple[str, str, dict[str, Any] | None]:
         body = {
             "batch_size": batch_size,
             "wait_s": wait_s or None,
             "ledger_entity": ledger_entity,
             "queue": None if queue == "review" else queue,
+            "item_id": str(item_id) if item_id else None,
         }
         return "POST", "/leases", {k: v for k, v in body.items() if v is not None} or None
 
@@ -426,11 +436,14 @@ class ReviewQueueClient:
         wait_s: int = 0,
         ledger_entity: str | None = None,
         queue: str = "review",
+        item_id: UUID | None = None,
     ) -> list[ItemOut]:
-        """Lease up to batch_size items (of ledger_entity only, when given), earliest due first;
-        with wait_s (0-20), wait that long for work to arrive. queue="approval" leases other
-        people's proposals awaiting approval (approver, admin)."""
-        answer = self._call(*_Calls.lease(batch_size, wait_s, ledger_entity, queue), wait_s=wait_s)
+        """Lease up to batch_size items (of ledger_entity only, when given; exactly item_id, when
+        given, or nothing), earliest due first; with wait_s (0-20), wait that long for work to
+        arrive. queue="approval" leases other people's proposals awaiting approval (approver,
+        admin). An item you released is not handed back to you within the release cool-off unless
+        you name it."""
+        answer = self._call(*_Calls.lease(batch_size, wait_s, ledger_entity, queue, item_id), wait_s=wait_s)
         return [ItemOut.model_validate(i) for i in answer["items"]]
 
     def complete(
@@ -532,6 +545,16 @@ class ReviewQueueClient:
             events += [EventOut.model_validate(e) for e in page["events"]]
             if (cursor := page["next_cursor"]) is None:
                 return events
+
+    def decisions(self, actor: str = "me") -> list[DecisionOut]:
+        """What `actor` resolved, submitted for approval, approved or rejected, newest first (every
+        page), each with its item as it is now."""
+        decisions, cursor = [], None
+        while True:
+            page = self._call("GET", _decisions_path(actor, cursor))
+            decisions += [DecisionOut.model_validate(d) for d in page["decisions"]]
+            if (cursor := page["next_cursor"]) is None:
+                return decisions
 
     def stop(self) -> None:
         """Ask `work` to finish the item in hand, release the rest of its batch, and return."""
@@ -725,8 +748,11 @@ class AsyncReviewQueueClient:
         wait_s: int = 0,
         ledger_entity: str | None = None,
         queue: str = "review",
+        item_id: UUID | None = None,
     ) -> list[ItemOut]:
-        answer = await self._call(*_Calls.lease(batch_size, wait_s, ledger_entity, queue), wait_s=wait_s)
+        answer = await self._call(
+            *_Calls.lease(batch_size, wait_s, ledger_entity, queue, item_id), wait_s=wait_s
+        )
         return [ItemOut.model_validate(i) for i in answer["items"]]
 
     async def complete(
@@ -820,6 +846,14 @@ class AsyncReviewQueueClient:
             events += [EventOut.model_validate(e) for e in page["events"]]
             if (cursor := page["next_cursor"]) is None:
                 return events
+
+    async def decisions(self, actor: str = "me") -> list[DecisionOut]:
+        decisions, cursor = [], None
+        while True:
+            page = await self._call("GET", _decisions_path(actor, cursor))
+            decisions += [DecisionOut.model_validate(d) for d in page["decisions"]]
+            if (cursor := page["next_cursor"]) is None:
+                return decisions
 
     def stop(self) -> None:
         self._stop.set()

@@ -53,3 +53,4 @@ async def _to_desk(_: Request) -> RedirectResponse:
 def install(app: FastAPI) -> None:
     app.mount("/desk", _Secured(StaticFiles(directory=WEB_DIR, html=True)), name="desk")
     app.add_route("/", _to_desk, methods=["GET"], include_in_schema=False)
+    app.add_route("/desk", _to_desk, methods=["GET"], include_in_schema=False)  # the slash forgotten

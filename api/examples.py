@@ -199,6 +199,7 @@ SESSION_OUT = {
     "lease_s": 30.0,
     "idle_release_s": 600,
     "max_wait_s": 20,
+    "release_cooldown_s": 900,
 }
 HEALTH = {"status": "ok"}
 PROBLEM = {
@@ -223,6 +224,29 @@ REVISION_OUT = {
 ADMIN_RELEASE_IN = {"reason": "alice is on leave until the 14th"}
 REASSIGN_IN = {"reviewer": "bob", "reason": "alice is on leave; bob covers ACME"}
 RELEASED_OUT = {"released": 1, "items": [ITEM_PENDING]}
+DECISIONS_OUT = {
+    "decisions": [
+        {
+            "event": {
+                "id": 7,
+                "item_id": ITEM_ID,
+                "event": "SUBMITTED_FOR_APPROVAL",
+                "actor": "alice",
+                "at": "2026-12-03T09:12:00+00:00",
+                "lease_epoch": 1,
+                "trace_id": TRACE_ID,
+                "details": {
+                    "resolution": "ADJUSTMENT_POSTED",
+                    "note": "JE-2026-1187",
+                    "approval_threshold": "10000.00",
+                    "variance_amount": "-25000.00",
+                },
+            },
+            "item": ITEM_AWAITING_APPROVAL,
+        }
+    ],
+    "next_cursor": "7",
+}
 
 # Component schema name -> its examples.
 BY_SCHEMA: dict[str, list[dict[str, Any]]] = {
@@ -231,7 +255,11 @@ BY_SCHEMA: dict[str, list[dict[str, Any]]] = {
         {**ITEM_IN, "idempotency_key": "ACME-2026-11-30-0043", "due_at": "2026-12-04T17:00:00Z"},
     ],
     "ItemOut": [ITEM_ASSIGNED, ITEM_PENDING, ITEM_AWAITING_APPROVAL],
-    "LeaseIn": [LEASE_IN, {"batch_size": 1, "queue": "approval", "wait_s": 20}],
+    "LeaseIn": [
+        LEASE_IN,
+        {"batch_size": 1, "queue": "approval", "wait_s": 20},
+        {"item_id": ITEM_ID},
+    ],
     "LeaseOut": [LEASE_OUT],
     "CompleteIn": [COMPLETE_IN],
     "CompleteOut": [COMPLETE_OUT, {"outcome": "submitted_for_approval", "item": ITEM_AWAITING_APPROVAL}],
@@ -263,6 +291,7 @@ BY_SCHEMA: dict[str, list[dict[str, Any]]] = {
     "AdminReleaseIn": [ADMIN_RELEASE_IN],
     "ReassignIn": [REASSIGN_IN],
     "ReleasedOut": [RELEASED_OUT],
+    "DecisionsPage": [DECISIONS_OUT],
 }
 
 

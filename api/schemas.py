@@ -243,9 +243,11 @@ LeaseToken = Annotated[
 ]
 
 
-# A keyset position: microseconds since the Unix epoch of created_at, and the id. Every string
-# of this form is a valid position (the items after it), so the pattern is the whole contract.
-CURSOR_PATTERN = r"^[0-9]{1,16}-[0-9a-f]{32}$"
+# A keyset position: microseconds since the Unix epoch of the order's timestamp (created_at, or
+# due_at for sort=due_at: years up to 2999, hence 17 digits), and the id. Every string of this
+# form is a valid position (the items after it) in either order, so the pattern is the whole
+# contract.
+CURSOR_PATTERN = r"^[0-9]{1,17}-[0-9a-f]{32}$"
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND = timedelta(microseconds=1)
 
@@ -433,6 +435,12 @@ class LeaseIn(Strict):
         default=0,
         description="When nothing can be leased, wait up to this many seconds for work (long poll).",
     )
+    item_id: UUID | None = Field(
+        default=None,
+        description="Lease exactly this item if you can lease it now (PENDING, or in the approval queue"
+        " someone else's unheld proposal; under the cap), else an empty list. It takes back an item"
+        " you released within the cool-off.",
+    )
 
 
 class LeaseOut(BaseModel):
@@ -517,9 +525,26 @@ class ItemQuery(Strict):
     due_before: Rfc3339 | None = Field(
         default=None, description="Items due before this time (exclusive); RFC 3339 with offset."
     )
+    min_amount: Threshold | None = Field(
+        default=None, description="Items with abs(variance_amount) at least this (inclusive)."
+    )
+    max_amount: Threshold | None = Field(
+        default=None, description="Items with abs(variance_amount) at most this (inclusive)."
+    )
+    q: Text200 | None = Field(
+        default=None,
+        description="Search: the item with this id or idempotency key, or the items of this"
+        " ledger entity (exact matches).",
+    )
+    sort: Literal["created_at", "due_at"] = Field(
+        default="created_at",
+        description="`created_at`: oldest first; `due_at`: earliest deadline first (ties by id).",
+    )
     limit: int = Field(default=50, ge=1, le=200)
     cursor: str | None = Field(
-        default=None, pattern=CURSOR_PATTERN, description="`next_cursor` of the previous page."
+        default=None,
+        pattern=CURSOR_PATTERN,
+        description="`next_cursor` of the previous page, with the same filters and `sort`.",
     )
 
 
@@ -582,6 +607,27 @@ class EventQuery(Strict):
 
 class EventsOut(BaseModel):
     events: list[EventOut]
+    next_cursor: str | None = Field(description="Pass as `cursor` for the next page; null on the last page.")
+
+
+class DecisionQuery(Strict):
+    actor: Text200 = Field(default="me", description="Whose decisions: a reviewer, or `me` for the caller.")
+    limit: int = Field(default=50, ge=1, le=200)
+    cursor: str | None = Field(
+        default=None, pattern=EVENT_CURSOR_PATTERN, description="`next_cursor` of the previous page."
+    )
+
+
+class DecisionOut(BaseModel):
+    event: EventOut = Field(
+        description="RESOLVED, SUBMITTED_FOR_APPROVAL, APPROVED or REJECTED, with its details"
+        " (resolution, note, reason, approval_threshold, ...)."
+    )
+    item: ItemOut = Field(description="The item as it is now (its state tells what became of a proposal).")
+
+
+class DecisionsPage(BaseModel):
+    decisions: list[DecisionOut]
     next_cursor: str | None = Field(description="Pass as `cursor` for the next page; null on the last page.")
 
 
@@ -730,3 +776,6 @@ class SessionOut(BaseModel):
     lease_s: float = Field(description="Lease duration (REVIEW_QUEUE_LOCK_TIMEOUT_MS) in seconds.")
     idle_release_s: int = Field(description="REVIEW_QUEUE_UI_IDLE_RELEASE_S: the desk releases idle work.")
     max_wait_s: int = Field(description="The largest wait_s of POST /leases.")
+    release_cooldown_s: int = Field(
+        description="REVIEW_QUEUE_RELEASE_COOLDOWN_S: an item you release goes to others for this long."
+    )

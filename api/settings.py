@@ -80,6 +80,9 @@ class Settings(BaseSettings):
     pg_lock_timeout_ms: int = _range(500, 10, 60_000, "REVIEW_QUEUE_PG_LOCK_TIMEOUT_MS")
     statement_timeout_ms: int = _range(5_000, 100, 600_000, "REVIEW_QUEUE_STATEMENT_TIMEOUT_MS")
     max_leases_per_reviewer: int = _range(200, 1, 10_000, "REVIEW_QUEUE_MAX_LEASES_PER_REVIEWER")
+    # A holder who releases an item is not handed it again by their own leases for this long (others
+    # get it in its old place): Release then Next moves on instead of bringing the same item back.
+    release_cooldown_s: int = _range(900, 0, 86_400, "REVIEW_QUEUE_RELEASE_COOLDOWN_S")
     reclaim_interval_s: int = _range(15, 1, 600, "REVIEW_QUEUE_RECLAIM_INTERVAL_S")
     # Leases an item gets before a release or reclaim quarantines it (a poison item). Its default
     # lives in db.tables, not db.queue: db.queue creates the Prometheus counters, and `serve` must

@@ -9,6 +9,7 @@ change without its event, or an event without its change, cannot exist.
 Functions take the connection first and never commit: the caller owns the transaction.
 """
 
+import contextlib
 import dataclasses
 import json
 from collections.abc import Iterable, Sequence
@@ -39,6 +40,7 @@ from sqlalchemy import (
     null,
     or_,
     select,
+    text,
     true,
     tuple_,
 )
@@ -334,25 +336,32 @@ _held = (
 )
 
 
-def _lease_statement(*, approval: bool, by_entity: bool) -> Any:
-    """The seed's lease: lock up to batch_size leasable rows (of one ledger entity, by_entity),
-    earliest due_at first, then oldest, skipping rows another transaction holds, and stamp them in
-    the same statement. Each variant reads its own partial index in exactly this order.
+def _lease_statement(*, approval: bool, by_entity: bool, by_id: bool) -> Any:
+    """The seed's lease: lock up to batch_size leasable rows (of one ledger entity, by_entity; the
+    one item named, by_id), earliest due_at first, then oldest, skipping rows another transaction
+    holds, and stamp them in the same statement. Each variant reads its own partial index in exactly
+    this order (by_id: the primary key).
 
     The review queue leases PENDING rows (ASSIGNED, one attempt more). The approval queue leases
     AWAITING_APPROVAL rows nobody holds, and the item stays AWAITING_APPROVAL while leased.
     Segregation of duties is part of its row lock's WHERE, so no prior read decides it: a
     preparer's own proposal is never a candidate for them, however the calls race (and the
-    approval_lease_not_preparer CHECK would refuse the write if it were)."""
+    approval_lease_not_preparer CHECK would refuse the write if it were).
+
+    The release cool-off is part of the same WHERE: a row the caller released less than
+    REVIEW_QUEUE_RELEASE_COOLDOWN_S ago is no candidate for them (for everyone else it is, in its
+    old place). It filters the rows the index scan reads, so the lease stays one ordered scan. A
+    lease that names the item (by_id) is the caller's deliberate choice and takes it back."""
     prefix = "approval_" if approval else ""
+    actor = bindparam("actor", type_=Text)
     unheld = [item.c.state == AWAITING_APPROVAL, item.c.leased_by.is_(None)] if approval else []
-    wanted = (
-        [*unheld, item.c.prepared_by != bindparam("actor", type_=Text)]
-        if approval
-        else [item.c.state == PENDING]
-    )
+    wanted = [*unheld, item.c.prepared_by != actor] if approval else [item.c.state == PENDING]
     if by_entity:
         wanted.append(item.c.ledger_entity == bindparam("entity", type_=Text))
+    if by_id:
+        wanted.append(item.c.id == bindparam("lease_item_id", type_=PG_UUID(as_uuid=True)))
+    else:
+        wanted.append(or_(item.c.released_by.is_distinct_from(actor), item.c.released_until <= func.now()))
     candidate = (
         select(item.c.id)
         .where(*wanted)
@@ -362,7 +371,7 @@ def _lease_statement(*, approval: bool, by_entity: bool) -> Any:
         .cte(f"{prefix}candidate")
     )
     stamped: dict[str, Any] = {
-        "leased_by": bindparam("actor", type_=Text),
+        "leased_by": actor,
         "leased_at": func.now(),
         "lease_expires_at": func.now() + bindparam("lease_duration", type_=Interval),
         "lease_epoch": item.c.lease_epoch + 1,
@@ -383,14 +392,19 @@ def _lease_statement(*, approval: bool, by_entity: bool) -> Any:
     return _changed_items(leased, "LEASED", details=details)
 
 
-_LEASE = _lease_statement(approval=False, by_entity=False)
-_LEASE_ENTITY = _lease_statement(approval=False, by_entity=True)
-_LEASE_APPROVALS = _lease_statement(approval=True, by_entity=False)
-_LEASE_APPROVALS_ENTITY = _lease_statement(approval=True, by_entity=True)
+# Every variant, built once: (queue, one ledger entity, one named item) -> statement.
 _LEASES = {
-    "review": {False: _LEASE, True: _LEASE_ENTITY},
-    "approval": {False: _LEASE_APPROVALS, True: _LEASE_APPROVALS_ENTITY},
+    (which, by_entity, by_id): _lease_statement(
+        approval=which == "approval", by_entity=by_entity, by_id=by_id
+    )
+    for which in ("review", "approval")
+    for by_entity in (False, True)
+    for by_id in (False, True)
 }
+_LEASE = _LEASES["review", False, False]
+_LEASE_ENTITY = _LEASES["review", True, False]
+_LEASE_ITEM = _LEASES["review", False, True]
+_LEASE_APPROVALS = _LEASES["approval", False, False]
 
 
 def _reviewer_lock_timeout(reviewer: str) -> DatabaseUnavailable:
@@ -417,14 +431,23 @@ async def lease_items(
     cap: int,
     ledger_entity: str | None = None,
     queue: Queue = "review",
+    item_id: UUID | None = None,
 ) -> list[Item]:
-    """Lease up to batch_size items (of ledger_entity only, when given) to reviewer, never leaving
-    them holding more than cap: PENDING items from the review queue, or other people's proposals
-    from the approval queue."""
-    params = {"actor": reviewer, "batch_size": batch_size, "cap": cap, "lease_duration": lease_duration}
+    """Lease up to batch_size items (of ledger_entity only, when given; only item_id, when given)
+    to reviewer, never leaving them holding more than cap: PENDING items from the review queue, or
+    other people's proposals from the approval queue. Items the reviewer released within the
+    cool-off are skipped unless named by item_id."""
+    params: dict[str, Any] = {
+        "actor": reviewer,
+        "batch_size": batch_size,
+        "cap": cap,
+        "lease_duration": lease_duration,
+    }
     if ledger_entity is not None:
         params["entity"] = ledger_entity
-    statement = _LEASES[queue][ledger_entity is not None]
+    if item_id is not None:
+        params["lease_item_id"] = item_id
+    statement = _LEASES[queue, ledger_entity is not None, item_id is not None]
     if isinstance(conn, OneRoundTrip):
         try:
             _, rows = await conn.execute_all([(_LOCK_REVIEWER, {"actor": reviewer}), (statement, params)])
@@ -481,6 +504,9 @@ _released = (
         leased_by=None,
         leased_at=None,
         lease_expires_at=None,
+        # The cool-off: the lease statement does not hand it back to this holder until then.
+        released_by=bindparam("actor", type_=Text),
+        released_until=func.now() + bindparam("cooloff", type_=Interval),
     )
     .returning(*_ITEM_COLUMNS)
     .cte("released")
@@ -697,14 +723,17 @@ async def release_lease(
     lease_nonce: UUID | None,
     reason: str | None,
     max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+    cooldown: timedelta = timedelta(0),
 ) -> tuple[HolderOutcome, Item | None]:
-    """Hand the item back: PENDING in its place again, or QUARANTINED once its attempts are used up."""
+    """Hand the item back: PENDING in its place again, or QUARANTINED once its attempts are used up.
+    The reviewer's own leases skip it for `cooldown` (unless they name it)."""
     params = {
         "item_id": item_id,
         "actor": reviewer,
         "fence_nonce": lease_nonce,
         "reason": reason,
         "max_attempts": max_attempts,
+        "cooloff": cooldown,
     }
     outcome, current = await _holder_change(conn, _RELEASE, params)
     if outcome == "done" and current is not None:
@@ -1698,26 +1727,67 @@ class ItemFilter:
     created_after: datetime | None = None  # inclusive
     created_before: datetime | None = None  # exclusive
     due_before: datetime | None = None  # exclusive
+    min_amount: Decimal | None = None  # abs(variance_amount), inclusive
+    max_amount: Decimal | None = None  # abs(variance_amount), inclusive
+    search: str | None = None  # an id, an idempotency key or a ledger entity, exactly
+
+
+ListOrder = Literal["created_at", "due_at"]
+
+
+def _search(term: str) -> ColumnElement[bool]:
+    """An id, an idempotency key or a ledger entity: each on its own index (a bitmap OR of them)."""
+    matches = [item.c.idempotency_key == term, item.c.ledger_entity == term]
+    with contextlib.suppress(ValueError):
+        matches.append(item.c.id == UUID(term))
+    return or_(*matches)
 
 
 async def list_items(
-    conn: AsyncConnection, *, where: ItemFilter, after: tuple[datetime, UUID] | None, limit: int
+    conn: AsyncConnection,
+    *,
+    where: ItemFilter,
+    after: tuple[datetime, UUID] | None,
+    limit: int,
+    order: ListOrder = "created_at",
 ) -> list[Item]:
-    """Items in (created_at, id) order, strictly after the keyset position `after`."""
-    query = select(*_ITEM_COLUMNS).order_by(item.c.created_at, item.c.id).limit(limit)
-    for column in ("state", "leased_by", "resolved_by", "ledger_entity", "match_decision", "idempotency_key"):
-        value = getattr(where, column)
+    """Items in (created_at, id) or (due_at, id) order, strictly after the keyset position `after`."""
+    return [
+        _item(r) for r in await conn.execute(list_query(where=where, after=after, limit=limit, order=order))
+    ]
+
+
+def list_query(
+    *, where: ItemFilter, after: tuple[datetime, UUID] | None, limit: int, order: ListOrder
+) -> Any:
+    """The statement of list_items (tests/db/test_query_plans.py reads its plans).
+
+    By due_at: one open state reads its partial index in that order (PENDING, or the other open
+    states'), one ledger entity its index, the rest the (due_at, id) index; a search reads the
+    matching rows by their indexes and orders only those."""
+    column = item.c[order]
+    query = select(*_ITEM_COLUMNS).order_by(column, item.c.id).limit(limit)
+    for name in ("state", "leased_by", "resolved_by", "ledger_entity", "match_decision", "idempotency_key"):
+        value = getattr(where, name)
         if value is not None:
-            query = query.where(item.c[column] == value)
+            query = query.where(item.c[name] == value)
     if where.created_after is not None:
         query = query.where(item.c.created_at >= where.created_after)
     if where.created_before is not None:
         query = query.where(item.c.created_at < where.created_before)
     if where.due_before is not None:
         query = query.where(item.c.due_at < where.due_before)
+    if where.min_amount is not None:
+        query = query.where(func.abs(item.c.variance_amount) >= where.min_amount)
+    if where.max_amount is not None:
+        query = query.where(func.abs(item.c.variance_amount) <= where.max_amount)
+    if where.search is not None:
+        query = query.where(_search(where.search))
     if after is not None:
-        query = query.where(tuple_(item.c.created_at, item.c.id) > tuple_(*after))
-    return [_item(r) for r in await conn.execute(query)]
+        # The bound on the leading column alone lets an index that orders only by it (the partial
+        # ones, by due_at) start at the position too.
+        query = query.where(column >= after[0], tuple_(column, item.c.id) > tuple_(*after))
+    return query
 
 
 @dataclass(frozen=True, slots=True)
@@ -1745,3 +1815,36 @@ async def item_events(conn: AsyncConnection, *, item_id: UUID, after: int | None
     """The item's events oldest first, strictly after the event id `after`."""
     params = {"item_id": item_id, "after": after or 0, "limit": limit}
     return [Event(*r) for r in await conn.execute(_EVENTS, params)]
+
+
+# The decisions of a reviewer: what they resolved, submitted for approval, approved or rejected.
+DECISION_EVENTS = ("RESOLVED", "SUBMITTED_FOR_APPROVAL", "APPROVED", "REJECTED")
+# Written exactly as the partial index's predicate, so that the planner matches it in every plan.
+_IS_DECISION = text(f"review_queue_event.event IN ({', '.join(repr(e) for e in DECISION_EVENTS)})")
+_EVENT_COLUMNS = [c for c in event.c if c.name != "xid"]
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    event: Event
+    item: Item  # as it is now
+
+
+# Newest first, keyset by the event id, on ix_review_queue_event_decisions_by_actor; each with its
+# item as it is now (by primary key).
+_DECISIONS = (
+    select(*_EVENT_COLUMNS, *_ITEM_COLUMNS)
+    .select_from(event.join(item, item.c.id == event.c.item_id))
+    .where(event.c.actor == bindparam("actor", type_=Text), _IS_DECISION, event.c.id < bindparam("before"))
+    .order_by(event.c.id.desc())
+    .limit(bindparam("limit"))
+)
+
+
+async def decisions(conn: AsyncConnection, *, actor: str, before: int | None, limit: int) -> list[Decision]:
+    """The actor's decision events newest first, strictly before the event id `before`."""
+    params = {"actor": actor, "before": before or 2**63 - 1, "limit": limit}
+    rows = await conn.execute(_DECISIONS, params)
+    # By position: the event's columns, then the item's (both have an `id`).
+    split = len(_EVENT_COLUMNS)
+    return [Decision(Event(*r[:split]), Item(*r[split:])) for r in rows]

@@ -113,6 +113,10 @@ review_queue_item = Table(
     Column("approved_by", Text),
     Column("prepared_at", DateTime(timezone=True)),
     Column("approved_at", DateTime(timezone=True)),
+    # The release cool-off: who last released the item as its holder, and until when the lease
+    # statement does not hand it back to them (REVIEW_QUEUE_RELEASE_COOLDOWN_S).
+    Column("released_by", Text),
+    Column("released_until", DateTime(timezone=True)),
     CheckConstraint(
         "state IN ('PENDING', 'ASSIGNED', 'RESOLVED', 'QUARANTINED', 'AWAITING_APPROVAL')", name="valid_state"
     ),
@@ -193,8 +197,11 @@ review_queue_item = Table(
         "lease_expires_at",
         postgresql_where=text("state = 'AWAITING_APPROVAL' AND leased_by IS NOT NULL"),
     ),
-    # Keyset pagination of GET /items.
+    # Keyset pagination of GET /items: by enqueue time, by deadline (the desk's work list), and one
+    # ledger entity's items by deadline (the list's entity filter and its search).
     Index("ix_review_queue_item_created_at_id", "created_at", "id"),
+    Index("ix_review_queue_item_due_at_id", "due_at", "id"),
+    Index("ix_review_queue_item_entity_due_id", "ledger_entity", "due_at", "id"),
 )
 
 EVENTS = (
@@ -237,6 +244,13 @@ review_queue_event = Table(
     ),
     Index("ix_review_queue_event_item_id_id", "item_id", "id"),
     Index("ix_review_queue_event_xid_id", "xid", "id"),
+    # GET /decisions: one reviewer's decisions, newest first; no other event is in this index.
+    Index(
+        "ix_review_queue_event_decisions_by_actor",
+        "actor",
+        "id",
+        postgresql_where=text("event IN ('RESOLVED', 'SUBMITTED_FOR_APPROVAL', 'APPROVED', 'REJECTED')"),
+    ),
 )
 
 # The hash chain over the events (docs/audit.md): gapless seq, each hash over the previous one

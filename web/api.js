@@ -55,6 +55,11 @@ function explain(status, code, problem) {
   return "Something went wrong. Please try again.";
 }
 
+// A problem document that arrived inside a 200 answer (one refused entry of a batch), as a sentence.
+export function describe(problem) {
+  return explain(problem?.status ?? 0, problem?.code, problem);
+}
+
 async function call(method, path, body, { signal } = {}) {
   const headers = { Accept: "application/json" };
   if (body !== undefined) headers["Content-Type"] = "application/json";
@@ -113,6 +118,14 @@ export const api = {
   approve: (item) => call("POST", `/items/${item.id}/approve`, { lease_token: item.lease_token }),
   reject: (item, reason) =>
     call("POST", `/items/${item.id}/reject`, { reason, lease_token: item.lease_token }),
+  // The work list: GET /items with the list's filters (only the ones given), and one page of it.
+  list: (params) => {
+    const query = new URLSearchParams(Object.entries(params).filter(([, v]) => v !== null && v !== undefined && v !== ""));
+    return call("GET", `/items?${query}`);
+  },
+  leaseItem: (id) => call("POST", "/leases", { item_id: id }),
+  completeMany: (entries) => call("POST", "/items/complete", { items: entries }),
+  decisions: (cursor) => call("GET", `/decisions?limit=20${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ""}`),
   resolutions: () => call("GET", "/resolutions"),
   stats: () => call("GET", "/stats"),
   reclaim: () => call("POST", "/admin/reclaim", {}),

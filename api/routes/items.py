@@ -30,6 +30,9 @@ from api.schemas import (
     CompleteIn,
     CompleteOut,
     CompleteResult,
+    DecisionOut,
+    DecisionQuery,
+    DecisionsPage,
     EventOut,
     EventQuery,
     EventsOut,
@@ -257,7 +260,8 @@ async def release(
     body: Annotated[ReleaseIn | None, Body()] = None,
 ) -> ItemOut:
     """Hand an item you hold back; it goes back to its place in line (QUARANTINED if its attempts are
-    used up)."""
+    used up). Your own leases skip it for REVIEW_QUEUE_RELEASE_COOLDOWN_S, so it goes to someone
+    else (unless you lease it by `item_id`)."""
     body = body or ReleaseIn()
     nonce = _nonce(item_id, body.lease_token)
     outcome, item = await queue.release_lease(
@@ -267,6 +271,7 @@ async def release(
         lease_nonce=nonce,
         reason=body.reason,
         max_attempts=settings.max_attempts,
+        cooldown=timedelta(seconds=settings.release_cooldown_s),
     )
     return _held(outcome, item, item_id, principal, nonce)
 
@@ -316,7 +321,9 @@ async def enqueue_batch(body: BatchIn, conn: Conn, principal: Ingest, settings: 
 
 @router.get("/items", operation_id="listItems", summary="List items")
 async def list_items(query: Annotated[ItemQuery, Query()], conn: Conn, principal: AnyRole) -> ItemPage:
-    """Items oldest first, filtered, paginated by keyset; `leased_by=me` is the caller's own work."""
+    """Items oldest first (or earliest due first, `sort=due_at`), filtered, paginated by keyset;
+    `leased_by=me` is the caller's own work. `min_amount` and `max_amount` bound abs(variance_amount);
+    `q` finds an id, an idempotency key or a ledger entity."""
     after = decode_cursor(query.cursor) if query.cursor else None
     where = queue.ItemFilter(
         state=query.state,
@@ -328,14 +335,38 @@ async def list_items(query: Annotated[ItemQuery, Query()], conn: Conn, principal
         created_after=query.created_after,
         created_before=query.created_before,
         due_before=query.due_before,
+        min_amount=query.min_amount,
+        max_amount=query.max_amount,
+        search=query.q,
     )
     # One row more than asked tells whether there is a next page without a count.
-    rows = await queue.list_items(conn, where=where, after=after, limit=query.limit + 1)
+    rows = await queue.list_items(conn, where=where, after=after, limit=query.limit + 1, order=query.sort)
     page = rows[: query.limit]
     more = len(rows) > query.limit
+    last = page[-1] if page else None
     return ItemPage(
         items=[ItemOut.of(i, principal.subject) for i in page],
-        next_cursor=encode_cursor(page[-1].created_at, page[-1].id) if more else None,
+        next_cursor=encode_cursor(getattr(last, query.sort), last.id) if more and last else None,
+    )
+
+
+@router.get("/decisions", operation_id="listDecisions", summary="List a reviewer's decisions")
+async def list_decisions(
+    query: Annotated[DecisionQuery, Query()], conn: Conn, principal: AnyRole
+) -> DecisionsPage:
+    """What a reviewer decided, newest first: the RESOLVED, SUBMITTED_FOR_APPROVAL, APPROVED and
+    REJECTED events they are the actor of (`actor=me`: the caller), each with its item as it is now.
+    Keyset-paginated by the event id."""
+    actor = principal.subject if query.actor == "me" else query.actor
+    before = decode_event_cursor(query.cursor) if query.cursor else None
+    rows = await queue.decisions(conn, actor=actor, before=before, limit=query.limit + 1)
+    page = rows[: query.limit]
+    return DecisionsPage(
+        decisions=[
+            DecisionOut(event=EventOut.model_validate(d.event), item=ItemOut.of(d.item, principal.subject))
+            for d in page
+        ],
+        next_cursor=encode_event_cursor(page[-1].event.id) if len(rows) > query.limit else None,
     )
 
 

@@ -3,6 +3,7 @@
 import asyncio
 from datetime import timedelta
 from typing import Annotated
+from uuid import UUID
 
 from fastapi import APIRouter, Body, Request
 
@@ -24,6 +25,7 @@ async def _lease_once(
     batch_size: int,
     ledger_entity: str | None,
     which: queue.Queue,
+    item_id: UUID | None,
 ) -> list[queue.Item]:
     # Not the Conn dependency (it holds one transaction for the whole request): each attempt is
     # its own short transaction, committed before the next wait, so a waiting request holds no
@@ -36,6 +38,7 @@ async def _lease_once(
         cap=settings.max_leases_per_reviewer,
         ledger_entity=ledger_entity,
         queue=which,
+        item_id=item_id,
     )
 
 
@@ -60,6 +63,12 @@ async def lease(
     someone else prepared; they stay AWAITING_APPROVAL while you hold them, and go back to the
     approval queue (never to PENDING) when released or reclaimed. Approve or reject them.
 
+    With `item_id`, exactly that item, if it can be leased by you now (PENDING, or for the approval
+    queue someone else's unheld proposal; you are under the cap): the same statement and guards, and
+    an empty list otherwise. A reviewer who releases an item is not handed it again by their own
+    leases for REVIEW_QUEUE_RELEASE_COOLDOWN_S (others get it in its old place); naming it by
+    `item_id` takes it back.
+
     With `wait_s`, a call that finds nothing waits up to that many seconds and answers as soon as
     something can be leased (woken by PostgreSQL LISTEN/NOTIFY on enqueue, release and reclaim).
     Each item carries its `lease_token`. You never hold more than
@@ -83,7 +92,7 @@ async def lease(
             # Every attempt applies the entity filter: work of another entity wakes the wait, but
             # is not handed out, and the wait goes on.
             items = await _lease_once(
-                request, settings, principal.subject, batch_size, body.ledger_entity, body.queue
+                request, settings, principal.subject, batch_size, body.ledger_entity, body.queue, body.item_id
             )
             remaining = deadline - loop.time()
             if items or remaining <= 0:

@@ -21,6 +21,7 @@ def _out(subject: str, role: str, csrf_token: str | None, settings: Settings) ->
         lease_s=settings.lock_timeout_ms / 1000,
         idle_release_s=settings.idle_release_s,
         max_wait_s=MAX_WAIT_S,
+        release_cooldown_s=settings.release_cooldown_s,
     )
 
 

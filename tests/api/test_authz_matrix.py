@@ -72,6 +72,7 @@ MATRIX: dict[tuple[str, str], Route] = {
     ("GET", "/items"): Route(ANY_ROLE),
     ("GET", "/items/{item_id}"): Route(ANY_ROLE, item=True),
     ("GET", "/items/{item_id}/events"): Route(ANY_ROLE, item=True),
+    ("GET", "/decisions"): Route(ANY_ROLE),
     ("POST", "/leases"): Route(REVIEWERS, writes=True, body=lambda: {"batch_size": 1}),
     ("POST", "/items/{item_id}/complete"): Route(
         REVIEWERS, item=True, holder_only=True, writes=True, body=lambda: {"resolution": "APPROVED"}

@@ -7,6 +7,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from datetime import timedelta
 from decimal import Decimal
+from uuid import UUID
 
 import psycopg
 import pytest
@@ -363,3 +364,37 @@ def test_batch_mode_flushes_on_stop_and_a_crash_loses_nothing(
         "SELECT state, count(*) FROM review_queue_item GROUP BY state ORDER BY state"
     ).fetchall()
     assert rows == [("PENDING", 2), ("RESOLVED", 4)], rows
+
+
+def test_a_named_lease_the_cool_off_and_my_decisions_from_both_clients(live_server: str, make_token) -> None:
+    """Issue 24 through the client: lease(item_id=...) takes exactly that item, a released item is
+    not handed back by the next lease (the cool-off), and decisions() lists what was decided."""
+    with (
+        ReviewQueueClient(live_server, make_token("feeder", "ingest")) as feeder,
+        ReviewQueueClient(live_server, make_token("alice", "reviewer")) as alice,
+    ):
+        first, second = (
+            feeder.enqueue(
+                idempotency_key=f"named-{n}",
+                ledger_entity="E",
+                variance_amount=Decimal("1.00"),
+                match_decision="PARTIAL",
+                source_hash=f"h{n}",
+            )
+            for n in range(2)
+        )
+        (named,) = alice.lease(item_id=second.id)
+        assert named.id == second.id
+        alice.release(named.id, lease_token=named.lease_token)
+        assert [i.id for i in alice.lease()] == [first.id]  # not the one she released
+        assert alice.lease(item_id=first.id) == []  # hers already: nothing to lease
+        alice.complete(first.id, "APPROVED", lease_token=alice.get(first.id).lease_token)
+        assert [(d.event.event, d.item.id) for d in alice.decisions()] == [("RESOLVED", first.id)]
+        token = make_token("alice", "reviewer")
+
+    async def read() -> tuple[list[UUID], list[str]]:
+        async with AsyncReviewQueueClient(live_server, token) as client:
+            taken_back = [i.id for i in await client.lease(item_id=second.id)]  # named: she may
+            return taken_back, [d.event.event for d in await client.decisions()]
+
+    assert asyncio.run(read()) == ([second.id], ["RESOLVED"])

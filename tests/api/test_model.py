@@ -16,7 +16,10 @@ approvers lease from the approval queue (never their own proposals, in the same 
 or reject (the preparer is refused with SEGREGATION_OF_DUTIES), and approval leases are released and
 reclaimed back to that queue; a revision sends a proposal back to PENDING. After every step the
 database must show: approved_by never equal to resolved_by, nothing RESOLVED at or above its code's
-threshold without an approval, and no item resolved more than once per reopen.
+threshold without an approval, and no item resolved more than once per reopen. Issue 24: a holder's
+release starts a cool-off in which that reviewer's (or approver's) own leases skip the item while
+everyone else gets it in its place, until a rule ends every cool-off; a lease naming its item
+(item_id) takes exactly that item when it is PENDING and the caller is under the cap, cool-off or not.
 
 A plain-Python model predicts every answer exactly: which items a lease hands out and in which
 order, which items a reclaim returns and in which order, and the status and problem `code` of every
@@ -144,6 +147,7 @@ KEY_MINIMUMS = {
     "lease handed out items": 1.0,
     "completion resolved an item": 1.0,
     "stale token refused, the same reviewer holding the newer lease": 0.2,
+    "a named lease took back an item within its cool-off": 0.2,
     "reclaim took leases back": 0.2,
     "retry answered already_resolved": 0.2,
     "completion submitted for approval": 0.3,
@@ -198,6 +202,9 @@ class Model:
     proposed: str | None = None
     proposed_note: str | None = None
     approved_by: str | None = None
+    # The release cool-off (issue 24): who released it as its holder last; their own leases skip it
+    # (the test's cool-off outlasts an example) until the cool_off_ends rule ends it.
+    released_by: str | None = None
 
     @property
     def big(self) -> bool:
@@ -507,7 +514,11 @@ class ReviewQueueMachine(RuleBasedStateMachine):
     def lease_approvals(self, approver: str, batch_size: int) -> list[str]:
         """POST /leases {queue: approval}: other people's proposals, oldest first, under the cap."""
         held = self.open_leases(approver)
-        mine_excluded = [i for i in self.approval_queue() if self.model[i].prepared_by != approver]
+        mine_excluded = [
+            i
+            for i in self.approval_queue()
+            if self.model[i].prepared_by != approver and self.model[i].released_by != approver
+        ]
         expected = mine_excluded[: max(0, min(batch_size, CAP - held))]
         response = self.post("/leases", approver, {"batch_size": batch_size, "queue": "approval"})
         if approver not in APPROVERS:
@@ -674,7 +685,9 @@ class ReviewQueueMachine(RuleBasedStateMachine):
         pending = sorted(
             (m.place, i)
             for i, m in self.model.items()
-            if m.state == "PENDING" and entity in (None, m.payload["ledger_entity"])
+            if m.state == "PENDING"
+            and entity in (None, m.payload["ledger_entity"])
+            and m.released_by != reviewer
         )
         expected = [i for _, i in pending[: max(0, min(batch_size, CAP - held))]]
         body = {"batch_size": batch_size, **({"ledger_entity": entity} if entity else {})}
@@ -728,6 +741,7 @@ class ReviewQueueMachine(RuleBasedStateMachine):
             return
         m = self.model[item_id]
         m.leased_by = None
+        m.released_by = reviewer
         m.events["RELEASED"] += 1
         if m.state == "ASSIGNED":
             self.back_to_queue(m)
@@ -793,7 +807,11 @@ class ReviewQueueMachine(RuleBasedStateMachine):
         """Lease from the approval queue; usually after someone submitted a big item first (a
         composite, so that proposals exist even when swarm testing turned other rules off)."""
         if submit_first:
-            preparer = next((r for r in REVIEWERS if self.open_leases(r) < CAP), None)
+            # Someone other than the approver, an approver first: with the release cool-off the
+            # lease order no longer brings proposals of approvers (for the preparer's own refusal)
+            # often enough by itself.
+            others = [r for r in dict.fromkeys((*APPROVERS, *REVIEWERS)) if r != approver]
+            preparer = next((r for r in others if self.open_leases(r) < CAP), None)
             if preparer is not None:
                 big = [i for i in self.approval_queue() if self.model[i].prepared_by != approver]
                 if not big:
@@ -931,15 +949,45 @@ class ReviewQueueMachine(RuleBasedStateMachine):
                 m.expiry, m.expired_seq = "past_grace", next(self.expired_seq)
 
     def first_in_line_once_released(self) -> list[str]:
-        """Open leases ahead of every PENDING item in the queue, with attempts left (not quarantined on
-        release): released, such an item is leased next."""
-        first_pending = min((m.place for m in self.model.values() if m.state == "PENDING"), default=None)
-        return [
-            i
-            for i in self.assigned()
-            if (first_pending is None or self.model[i].place < first_pending)
-            and self.model[i].attempts < MAX_ATTEMPTS
-        ]
+        """Open leases with attempts left (not quarantined on release): released, such an item is
+        PENDING and its holder can take it back by naming it."""
+        return [i for i in self.assigned() if self.model[i].attempts < MAX_ATTEMPTS]
+
+    @rule(item_id=items, reviewer=st.sampled_from(REVIEWERS))
+    def lease_named(self, item_id: str, reviewer: str) -> None:
+        """POST /leases {item_id}: exactly that item if it is PENDING and the reviewer is under the cap
+        (the cool-off does not apply: naming it is a choice), else nothing."""
+        m = self.model[item_id]
+        expected = [item_id] if m.state == "PENDING" and self.open_leases(reviewer) < CAP else []
+        response = self.post("/leases", reviewer, {"item_id": item_id})
+        assert response.status_code == 200, response.text
+        got = response.json()["items"]
+        tally(f"named lease of {m.state}: {'some' if got else 'none'}")
+        assert [i["id"] for i in got] == expected, (reviewer, m.state, expected, got)
+        for body in got:
+            token = body["lease_token"]
+            assert token and token not in self.all_tokens, token
+            self.all_tokens.add(token)
+            m.state, m.leased_by, m.last_holder, m.epoch = "ASSIGNED", reviewer, reviewer, m.epoch + 1
+            m.attempts += 1
+            m.expiry = "live"
+            m.tokens[m.epoch] = token
+            m.events["LEASED"] += 1
+            if m.released_by == reviewer:
+                key("a named lease took back an item within its cool-off")
+            self.check_item(body, item_id, reviewer)
+
+    @precondition(lambda self: any(m.released_by for m in self.model.values()))
+    @rule()
+    def cool_off_ends(self) -> None:
+        """Every release cool-off ends (REVIEW_QUEUE_RELEASE_COOLDOWN_S has passed): released items
+        can be handed to the reviewers who released them again."""
+        self.sql.execute(
+            "UPDATE review_queue_item SET released_until = now() - interval '1 second'"
+            " WHERE released_until > now()"
+        )
+        for m in self.model.values():
+            m.released_by = None
 
     @precondition(lambda self: bool(self.first_in_line_once_released()))
     @rule(
@@ -948,15 +996,16 @@ class ReviewQueueMachine(RuleBasedStateMachine):
         resolution=st.sampled_from(RESOLUTIONS),
     )
     def stale_tab(self, nth: int, action: str, resolution: str) -> None:
-        """A holder hands an item back and leases again at once. First in line, the item comes back to
-        them under a new lease, and their older token is now a stale tab's: the `action` sent with
-        it must be refused although the same reviewer holds the item."""
+        """A holder hands an item back and takes it back at once by naming it (a plain lease would skip
+        it: the release cool-off). It comes back to them under a new lease, and their older token is
+        now a stale tab's: the `action` sent with it must be refused although the same reviewer
+        holds the item."""
         candidates = self.first_in_line_once_released()
         item_id = candidates[nth % len(candidates)]
         holder = self.model[item_id].leased_by
         assert holder is not None
         self.release(item_id, holder, "current", None)
-        self.lease(holder, 1, top_up=False)
+        self.lease_named(item_id, holder)  # within the cool-off: only naming it brings it back
         m = self.model[item_id]
         assert m.state == "ASSIGNED" and m.leased_by == holder, "the model's queue order is off"
         if action == "complete":

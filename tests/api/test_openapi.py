@@ -16,6 +16,7 @@ OPERATION_IDS = {
     ("get", "/items"): "listItems",
     ("get", "/items/{item_id}"): "getItem",
     ("get", "/items/{item_id}/events"): "getItemEvents",
+    ("get", "/decisions"): "listDecisions",
     ("post", "/items/{item_id}/complete"): "completeItem",
     ("post", "/items/complete"): "completeItems",
     ("post", "/items/{item_id}/renew"): "renewItem",

@@ -121,10 +121,23 @@ def test_only_api_js_calls_fetch_and_nothing_renders_html() -> None:
     goes through innerHTML / outerHTML / insertAdjacentHTML / document.write."""
     from api.desk import WEB_DIR
 
-    for path in WEB_DIR.glob("*.js"):
+    modules = sorted(WEB_DIR.rglob("*.js"))
+    assert len(modules) > 1 and (WEB_DIR / "api.js") in modules, modules
+    for path in modules:
         source = path.read_text()
         assert ("fetch(" in source) == (path.name == "api.js"), path.name
         sinks = re.findall(r"\.(?:innerHTML|outerHTML|insertAdjacentHTML)\b|document\.write|\beval\(", source)
         assert not sinks, f"{path.name} uses {sinks}"
     assert "<script>" not in (WEB_DIR / "index.html").read_text()
-    assert "localStorage" not in "".join(p.read_text() for p in WEB_DIR.glob("*.js"))
+    assert "localStorage" not in "".join(p.read_text() for p in modules)
+
+
+def test_the_desk_is_small_modules_loaded_as_es_modules() -> None:
+    """One module per view and concern (issue 25): none grows past about 500 lines, and the page
+    loads them as ES modules, which the CSP's script-src 'self' allows (no build step)."""
+    from api.desk import CSP, WEB_DIR
+
+    sizes = {p.name: len(p.read_text().splitlines()) for p in WEB_DIR.rglob("*.js")}
+    assert max(sizes.values()) <= 500, sizes
+    assert '<script type="module" src="/desk/app.js">' in (WEB_DIR / "index.html").read_text()
+    assert "script-src 'self'" in CSP

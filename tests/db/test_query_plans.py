@@ -7,7 +7,7 @@ table.
 """
 
 import json
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
@@ -203,3 +203,106 @@ def test_the_completion_statements_generic_plan_reads_by_primary_key(busy_table:
     indexes = {name for kind, name in found if "Index" in kind}
     assert "pk_review_queue_item" in indexes, found
     assert indexes <= {"pk_review_queue_item", "pk_resolution_code"}, found
+
+
+def test_the_lease_with_the_release_cool_off_still_reads_the_pending_index_in_order(
+    busy_table: psycopg.Connection,
+) -> None:
+    """The cool-off (issue 24) is a filter on the rows the ordered index scan reads: no sort, no
+    other index, however many items this reviewer released."""
+    busy_table.execute(
+        "UPDATE review_queue_item SET released_by = 'r1', released_until = now() + interval '15 minutes'"
+        " WHERE state = 'PENDING' AND created_at IN (SELECT created_at FROM review_queue_item"
+        " WHERE state = 'PENDING' ORDER BY due_at LIMIT 30)"
+    )
+    busy_table.execute("ANALYZE review_queue_item")
+    tree = plan(busy_table, queue._LEASE, LEASE_PARAMS)
+    lease_order_scan(tree, "ix_review_queue_item_pending_due")
+    assert_no_table_scan(scans(tree))
+    approvals = scans(plan(busy_table, queue._LEASE_APPROVALS, LEASE_PARAMS))
+    assert any(name == "ix_review_queue_item_awaiting_approval" for _, name in approvals), approvals
+
+
+def test_a_lease_that_names_its_item_reads_it_by_primary_key(busy_table: psycopg.Connection) -> None:
+    item_id = busy_table.execute(
+        "SELECT id FROM review_queue_item WHERE state = 'PENDING' LIMIT 1"
+    ).fetchone()[0]
+    found = scans(plan(busy_table, queue._LEASE_ITEM, {**LEASE_PARAMS, "lease_item_id": item_id}))
+    assert ("Index Scan", "pk_review_queue_item") in found, found
+    assert_no_table_scan(found)
+
+
+def list_plan(sql: psycopg.Connection, after: Any = None, **where: Any) -> dict[str, Any]:
+    statement = queue.list_query(where=queue.ItemFilter(**where), after=after, limit=51, order="due_at")
+    return plan(sql, statement, {})
+
+
+def no_full_sort(node: dict[str, Any]) -> None:
+    """Rows come off an index in (due_at, ...) order: at most an incremental sort of equal due_at."""
+    assert not any(n["Node Type"] == "Sort" for n in nodes(node)), node
+
+
+@pytest.mark.parametrize(
+    ("where", "index"),
+    [
+        ({}, "ix_review_queue_item_due_at_id"),
+        ({"state": "PENDING"}, "ix_review_queue_item_pending_due"),
+        ({"state": "ASSIGNED"}, "ix_review_queue_item_open_due"),
+        ({"state": "RESOLVED"}, "ix_review_queue_item_due_at_id"),
+        ({"ledger_entity": "E7"}, "ix_review_queue_item_entity_due_id"),
+        ({"state": "PENDING", "ledger_entity": "E7"}, "ix_review_queue_item_pending_entity_due"),
+    ],
+)
+def test_the_work_list_by_due_date_reads_an_index_in_that_order(
+    busy_table: psycopg.Connection, where: dict[str, Any], index: str
+) -> None:
+    """GET /items?sort=due_at (the desk's list): each state's tab and one entity read an index in
+    due order (no sort of the table); a later page starts at its keyset position on that index.
+    With an amount range and 'overdue only' too, only the rows an index finds are read (when few
+    are left the planner may sort those few)."""
+    tree = list_plan(busy_table, **where)
+    found = scans(tree)
+    assert_no_table_scan(found)
+    if "ledger_entity" not in where or "state" not in where:
+        no_full_sort(tree)
+    assert index in {name for _, name in found}, (where, found)
+    position = busy_table.execute(
+        "SELECT due_at, id FROM review_queue_item ORDER BY due_at LIMIT 1 OFFSET 100"
+    )
+    later = scans(list_plan(busy_table, tuple(position.fetchone()), **where))
+    assert_no_table_scan(later)
+    assert index in {name for _, name in later}, (where, later)
+    filtered = list_plan(busy_table, min_amount=1, max_amount=5000, due_before=datetime.now(UTC), **where)
+    assert_no_table_scan(scans(filtered))
+
+
+def test_the_search_reads_an_index(busy_table: psycopg.Connection) -> None:
+    """q matches an id, an idempotency key or an entity: read by the primary key for an id, else by
+    an index (the entity's, or the due order filtered until a page is full), never the table."""
+    item_id = busy_table.execute("SELECT id FROM review_queue_item LIMIT 1").fetchone()[0]
+    by_id = scans(list_plan(busy_table, search=str(item_id)))
+    assert "pk_review_queue_item" in {name for _, name in by_id}, by_id
+    assert_no_table_scan(by_id)
+    for term in ("E7", "k7"):
+        assert_no_table_scan(scans(list_plan(busy_table, search=term)))
+
+
+def test_my_decisions_read_their_partial_index(busy_table: psycopg.Connection) -> None:
+    """A trail like a real one (mostly leases and renewals) and one reviewer's decisions newest
+    first: read backwards from the partial index of decisions, each item by primary key."""
+    busy_table.execute(
+        "INSERT INTO review_queue_event (item_id, event, actor, lease_epoch, trace_id)"
+        " SELECT id, CASE WHEN state = 'RESOLVED' THEN 'RESOLVED' ELSE 'LEASED' END, leased_by, 1, trace_id"
+        " FROM review_queue_item WHERE leased_by IS NOT NULL"
+    )
+    busy_table.execute(
+        "INSERT INTO review_queue_event (item_id, event, actor, lease_epoch, trace_id)"
+        " SELECT id, 'RENEWED', 'r' || (g % 40), 1, trace_id FROM review_queue_item, generate_series(1, 4) g"
+    )
+    busy_table.execute("ANALYZE review_queue_event")
+    tree = plan(busy_table, queue._DECISIONS, {"actor": "r1", "before": 2**62, "limit": 51})
+    found = scans(tree)
+    assert ("Seq Scan", "review_queue_event") not in found, found
+    assert any(name == "ix_review_queue_event_decisions_by_actor" for _, name in found), found
+    assert_no_table_scan(found)
+    no_full_sort(tree)

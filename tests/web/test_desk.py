@@ -152,8 +152,13 @@ def make_token(db_url: str) -> Tokens:
 
 def resolve(page: Page, code: str = "MATCH_CONFIRMED") -> None:
     """Choose a code (the desk never chooses one for you) and press Resolve."""
-    page.get_by_label("Resolution").select_option(code)
-    page.get_by_role("button", name="Resolve").click()
+    current(page).get_by_label("Resolution", exact=True).select_option(code)
+    current(page).get_by_role("button", name="Resolve", exact=True).click()
+
+
+def view(page: Page, name: str) -> None:
+    """Open one of the desk's views from the header's navigation."""
+    page.get_by_role("navigation", name="Views").get_by_role("link", name=name, exact=True).click()
 
 
 def test_keyboard_alone_signs_in_leases_resolves_and_advances(
@@ -173,15 +178,14 @@ def test_keyboard_alone_signs_in_leases_resolves_and_advances(
         page.keyboard.press("n")
         region = current(page)
         expect(region).to_contain_text("ACME-CORP")
-        # Exactly as the API gives it: all digits, two decimals, never through a float.
-        expect(region.get_by_test_id("amount")).to_have_text("1234567890123456.78")
+        # Every digit the API gives, grouped by thousands, never through a float.
+        expect(region.get_by_test_id("amount")).to_have_text("1,234,567,890,123,456.78")
         expect(region).to_contain_text(first["source_hash"])
         expect(region).to_contain_text(first["trace_id"])
         expect(region.get_by_role("list", name="Event history")).to_contain_text("LEASED by alice")
         assert page.get_by_test_id("amount").evaluate("e => getComputedStyle(e).textAlign") == "right"
         shot(page, "desk-item")
 
-        page.keyboard.press("Escape")  # leave the Resolution field the lease focused
         page.keyboard.press("?")
         expect(page.get_by_role("dialog", name="Keyboard shortcuts")).to_contain_text("Ctrl+Enter")
         page.keyboard.press("Escape")
@@ -192,22 +196,22 @@ def test_keyboard_alone_signs_in_leases_resolves_and_advances(
                 "resolutions"
             ]
         ]
-        expect(page.get_by_label("Resolution").locator("option")).to_have_count(len(codes) + 1)
+        expect(region.get_by_label("Resolution", exact=True).locator("option")).to_have_count(len(codes) + 1)
         # No code is chosen for you: resolving without one asks for it and sends nothing.
         page.keyboard.press("Control+Enter")
         expect(notice(page, "Choose a resolution first")).to_be_visible()
         assert [e[0] for e in events_of(sql, first["id"])] == ["ENQUEUED", "LEASED"]
         page.keyboard.press("Escape")
-        expect(page.get_by_label("Resolution")).to_contain_text(
+        expect(region.get_by_label("Resolution", exact=True)).to_contain_text(
             "Write-off (WRITE_OFF): note required, approver from 1000.00"
         )
         page.keyboard.press(str(codes.index("WRITE_OFF") + 1))
         page.keyboard.press("e")
-        expect(page.get_by_label("Note")).to_be_focused()
+        expect(region.get_by_label("Note", exact=True)).to_be_focused()
         page.keyboard.type("FX rounding")
         page.keyboard.press("Control+Enter")  # resolve and advance, one keystroke
         expect(region).to_contain_text("GLOBEX")
-        expect(region.get_by_test_id("amount")).to_have_text("-0.10")
+        expect(region.get_by_test_id("amount")).to_have_text("-0.10")  # the sign kept
         # WRITE_OFF needs an approver from 1,000.00 on: the desk submitted it and moved on.
         row = sql.execute(
             "SELECT state, proposed_resolution, proposed_note, prepared_by FROM review_queue_item"
@@ -249,16 +253,17 @@ def test_an_approver_approves_and_rejects_proposals_in_the_approvals_view(
         preparer.get_by_role("button", name="Next item").click()
         for n in range(2):  # resolving moves on to the next item by itself
             expect(current(preparer)).to_contain_text(f"BIG-{n}")
-            preparer.get_by_label("Resolution").select_option("WRITE_OFF")
-            preparer.get_by_label("Note").fill(f"write-off {n}")
-            preparer.get_by_role("button", name="Resolve").click()
-            expect(notice(preparer, f"Submitted BIG-{n} 25000.00 as WRITE_OFF for approval")).to_be_visible()
+            current(preparer).get_by_label("Resolution", exact=True).select_option("WRITE_OFF")
+            current(preparer).get_by_label("Note", exact=True).fill(f"write-off {n}")
+            current(preparer).get_by_role("button", name="Resolve", exact=True).click()
+            expect(notice(preparer, f"Submitted BIG-{n} 25,000.00 as WRITE_OFF for approval")).to_be_visible()
         states = sql.execute("SELECT DISTINCT state FROM review_queue_item").fetchall()
         assert states == [("AWAITING_APPROVAL",)], states
 
         preparer.close()  # its desk would take the rejected item back at once (it is first in line)
         checker = contexts().new_page()
         sign_in(checker, base, april)
+        view(checker, "Approvals")
         approvals = checker.get_by_role("region", name="Approvals")
         approvals.get_by_role("button", name="Lease a proposal").click()
         proposal = approvals.get_by_role("term").filter(has_text="Prepared by")
@@ -268,7 +273,7 @@ def test_an_approver_approves_and_rejects_proposals_in_the_approvals_view(
         expect(approvals.get_by_label("Proposal")).to_contain_text("alice")
         shot(checker, "desk-approvals")
         approvals.get_by_role("button", name="Approve").click()
-        expect(approvals).to_contain_text("Approved BIG-0 25000.00: resolved as WRITE_OFF by alice.")
+        expect(approvals).to_contain_text("Approved BIG-0 25,000.00: resolved as WRITE_OFF by alice.")
         row = sql.execute(
             "SELECT state, resolution, resolved_by, approved_by FROM review_queue_item WHERE id = %s",
             (big[0]["id"],),
@@ -282,7 +287,7 @@ def test_an_approver_approves_and_rejects_proposals_in_the_approvals_view(
         expect(approvals).to_contain_text("Please give a reason to reject.")
         approvals.get_by_label("Reject reason").fill("wrong entity")
         approvals.get_by_role("button", name="Reject").click()
-        expect(approvals).to_contain_text("Rejected BIG-1 25000.00: back in the queue (wrong entity).")
+        expect(approvals).to_contain_text("Rejected BIG-1 25,000.00: back in the queue (wrong entity).")
         assert sql.execute(
             "SELECT state FROM review_queue_item WHERE id = %s", (big[1]["id"],)
         ).fetchone() == ("PENDING",)
@@ -502,6 +507,7 @@ def test_admin_sees_stats_reclaims_and_looks_up_an_audit_trail(
         backdate_lease(sql, items[0]["id"])
         page = contexts().new_page()
         sign_in(page, base, admin)
+        view(page, "Admin")
         region = page.get_by_role("region", name="Admin")
         expect(region.get_by_role("table", name="Items by state")).to_contain_text("ASSIGNED2")
         expect(region.get_by_role("table", name="Open leases per reviewer")).to_contain_text("bob2")
@@ -548,6 +554,7 @@ def test_the_due_time_is_shown_and_overdue_items_are_marked_in_words(
         page.get_by_role("button", name="Sign out").click()
 
         sign_in(page, base, admin)
+        view(page, "Admin")
         stats = page.get_by_role("region", name="Admin")
         expect(stats).to_contain_text("Overdue: 0")  # the late item was resolved
         sql.execute("UPDATE review_queue_item SET due_at = now() - interval '2 hours'")
@@ -563,7 +570,8 @@ def test_script_and_markup_from_ingest_stay_inert_under_a_strict_csp(
     db_url: str, make_token: Tokens, contexts: Callable[[], BrowserContext]
 ) -> None:
     admin = make_token("ada", "admin")
-    with desk(db_url) as base:
+    # No release cool-off: the released item comes straight back to show its trail.
+    with desk(db_url, REVIEW_QUEUE_RELEASE_COOLDOWN_S="0") as base:
         page_response = httpx.get(f"{base}/desk/")
         csp = page_response.headers["content-security-policy"]
         assert "default-src 'self'" in csp and "frame-ancestors 'none'" in csp and "unsafe-inline" not in csp
@@ -583,7 +591,7 @@ def test_script_and_markup_from_ingest_stay_inert_under_a_strict_csp(
         region = current(page)
         expect(region).to_contain_text(XSS)  # shown as the text it is
         expect(region).to_contain_text("<script>window.__pwned=2</script>")
-        page.get_by_label("Note").fill('<b onmouseover="window.__pwned=4">bold</b>')
+        region.get_by_label("Note", exact=True).fill('<b onmouseover="window.__pwned=4">bold</b>')
         page.get_by_label("Release reason").fill("<iframe src=javascript:window.__pwned=5>")
         page.get_by_role("button", name="Release", exact=True).click()
         expect(notice(page, "back to the queue")).to_be_visible()
@@ -758,6 +766,7 @@ def test_admin_releases_a_reviewers_items_and_reassigns_one(
         httpx.post(f"{base}/leases", json={"batch_size": 3}, headers=carol)
         page = contexts().new_page()
         sign_in(page, base, admin)
+        view(page, "Admin")
         region = page.get_by_role("region", name="Admin")
         expect(region.get_by_role("table", name="Open leases per reviewer")).to_contain_text("carol3")
 
@@ -786,3 +795,407 @@ def test_admin_releases_a_reviewers_items_and_reassigns_one(
         )
         assert states == {"OVR-0": "bob", "OVR-1": "PENDING", "OVR-2": "PENDING"}
         assert [e[:2] for e in events_of(sql, items[1]["id"])][-1] == ("RELEASED", "ada")
+
+
+# --- issue 24: the reviewer's workplace ----------------------------------------------------------
+
+AXE = Path(__file__).resolve().parents[1] / "node_modules" / "axe-core" / "axe.min.js"
+DOCS_SHOT = Path(__file__).resolve().parents[2] / "docs" / "desk.png"
+
+
+def _axe_or_skip() -> Path:
+    if not AXE.exists():
+        if os.environ.get("REVIEW_QUEUE_REQUIRE_AXE"):
+            pytest.fail(f"REVIEW_QUEUE_REQUIRE_AXE is set but {AXE} is missing (npm ci in tests/)")
+        pytest.skip("axe-core is not installed (cd tests && npm ci; .ci/run does)")
+    return AXE
+
+
+def assert_accessible(page: Page, where: str) -> None:
+    """axe-core (loaded by the test as an init script, never served) finds nothing serious."""
+    found = page.evaluate(
+        """async () => (await axe.run(document)).violations
+            .filter((v) => v.impact === "serious" || v.impact === "critical")
+            .map((v) => `${v.id}: ${v.nodes.map((n) => n.target.join(" ")).slice(0, 3).join(", ")}`)"""
+    )
+    assert found == [], f"{where}: {found}"
+
+
+def get_item(base: str, token: str, item_id: str) -> dict[str, Any]:
+    response = httpx.get(f"{base}/items/{item_id}", headers={"Authorization": f"Bearer {token}"})
+    assert response.status_code == 200, response.text
+    body: dict[str, Any] = response.json()
+    return body
+
+
+def test_a_note_typed_with_the_keyboard_alone_is_resolved_with_the_item(
+    db_url: str, make_token: Tokens, contexts: Callable[[], BrowserContext]
+) -> None:
+    """n, a digit, e, the note, Ctrl+Enter: the note is on the item (it was lost: focus sat on the
+    Resolution list after the lease, where `e` and the typing went)."""
+    admin, token = make_token("ada", "admin"), make_token("alice", "reviewer")
+    with desk(db_url) as base:
+        item = enqueue(base, admin, ledger_entity="KEYS-CO")
+        enqueue(base, admin, ledger_entity="NEXT-CO")
+        codes = [
+            c["code"]
+            for c in httpx.get(f"{base}/resolutions", headers={"Authorization": f"Bearer {admin}"}).json()[
+                "resolutions"
+            ]
+        ]
+        page = contexts().new_page()
+        sign_in(page, base, token)
+        page.keyboard.press("n")
+        expect(current(page)).to_contain_text("KEYS-CO")
+        page.keyboard.press(str(codes.index("MATCH_CONFIRMED") + 1))
+        page.keyboard.press("e")
+        page.keyboard.type("Confirmed with the bank, ref 8841")
+        page.keyboard.press("Control+Enter")
+        expect(current(page)).to_contain_text("NEXT-CO")
+        resolved = get_item(base, admin, item["id"])
+        assert (resolved["state"], resolved["resolution"], resolved["resolution_note"]) == (
+            "RESOLVED",
+            "MATCH_CONFIRMED",
+            "Confirmed with the bank, ref 8841",
+        )
+
+
+def test_a_refused_decision_marks_its_field_and_keeps_what_was_typed(
+    db_url: str, make_token: Tokens, contexts: Callable[[], BrowserContext]
+) -> None:
+    admin, token = make_token("ada", "admin"), make_token("alice", "reviewer")
+    root = {"Authorization": f"Bearer {admin}"}
+    with desk(db_url) as base:
+        item = enqueue(base, admin, ledger_entity="REFUSED-CO")
+        page = contexts().new_page()
+        sign_in(page, base, token)
+        page.keyboard.press("n")
+        region = current(page)
+        expect(region).to_contain_text("REFUSED-CO")
+        note, code = region.get_by_label("Note", exact=True), region.get_by_label("Resolution", exact=True)
+        # ESCALATED requires a note: the service refuses it without one.
+        code.select_option("ESCALATED")
+        region.get_by_role("button", name="Resolve", exact=True).click()
+        expect(note).to_have_attribute("aria-invalid", "true")
+        expect(region.get_by_text("Escalated (ESCALATED) needs a note.")).to_be_visible()
+        expect(code).to_have_value("ESCALATED")
+        # The code is deactivated while the reviewer writes: refused at the Resolution list, note kept.
+        deactivated = httpx.put(
+            f"{base}/resolutions/ESCALATED",
+            json={"label": "Escalated", "requires_note": True, "active": False},
+            headers=root,
+        )
+        assert deactivated.status_code == 200, deactivated.text
+        note.fill("to the FX desk")
+        expect(note).not_to_have_attribute("aria-invalid", "true")
+        region.get_by_role("button", name="Resolve", exact=True).click()
+        expect(code).to_have_attribute("aria-invalid", "true")
+        expect(region.get_by_text("is no longer an active resolution code")).to_be_visible()
+        expect(note).to_have_value("to the FX desk")
+        assert get_item(base, admin, item["id"])["state"] == "ASSIGNED"
+
+
+def test_a_released_item_goes_to_the_other_reviewer(
+    db_url: str, make_token: Tokens, sql: psycopg.Connection, contexts: Callable[[], BrowserContext]
+) -> None:
+    """Release then Next: alice gets the next item, bob gets the one she released, in its place."""
+    admin = make_token("ada", "admin")
+    with desk(db_url) as base:
+        first = enqueue(base, admin, ledger_entity="FIRST-CO")
+        enqueue(base, admin, ledger_entity="SECOND-CO")
+        alice, bob = contexts().new_page(), contexts().new_page()
+        sign_in(alice, base, make_token("alice", "reviewer"))
+        sign_in(bob, base, make_token("bob", "reviewer"))
+        alice.keyboard.press("n")
+        expect(current(alice)).to_contain_text("FIRST-CO")
+        alice.keyboard.press("x")
+        expect(notice(alice, "It goes to other reviewers for the next 15 min")).to_be_visible()
+        alice.keyboard.press("n")
+        expect(current(alice)).to_contain_text("SECOND-CO")
+        bob.keyboard.press("n")
+        expect(current(bob)).to_contain_text("FIRST-CO")
+        row = sql.execute("SELECT leased_by, attempts FROM review_queue_item WHERE id = %s", (first["id"],))
+        assert row.fetchone() == ("bob", 2)
+
+
+def test_the_approver_sees_the_evidence_and_a_rejection_comes_back_with_a_banner(
+    db_url: str, make_token: Tokens, contexts: Callable[[], BrowserContext]
+) -> None:
+    admin = make_token("ada", "admin")
+    context = {
+        "currency": "EUR",
+        "statement": "https://bank.example/statements/8841",
+        "sneaky": "javascript:alert(1)",
+    }
+    with desk(db_url) as base:
+        item = enqueue(base, admin, ledger_entity="EVIDENCE-CO", variance_amount="-25000.00", context=context)
+        preparer = contexts().new_page()
+        sign_in(preparer, base, make_token("alice", "reviewer"))
+        preparer.keyboard.press("n")
+        expect(current(preparer).get_by_test_id("amount")).to_have_text("-25,000.00")
+        expect(current(preparer).get_by_test_id("currency")).to_have_text("EUR")
+        resolve_with = current(preparer)
+        resolve_with.get_by_label("Resolution", exact=True).select_option("WRITE_OFF")
+        resolve_with.get_by_label("Note", exact=True).fill("bank charges, see statement")
+        resolve_with.get_by_role("button", name="Resolve", exact=True).click()
+        expect(notice(preparer, "Submitted EVIDENCE-CO -25,000.00 as WRITE_OFF")).to_be_visible()
+
+        checker = contexts().new_page()
+        sign_in(checker, base, make_token("april", "approver"))
+        view(checker, "Approvals")
+        approvals = checker.get_by_role("region", name="Approvals")
+        expect(approvals.get_by_test_id("waiting")).to_have_text("1 proposal is waiting for an approver.")
+        approvals.get_by_role("button", name="Lease a proposal").click()
+        expect(approvals.get_by_test_id("amount")).to_have_text("-25,000.00")
+        proposal = approvals.get_by_label("Proposal")
+        expect(proposal).to_contain_text("alice")
+        expect(proposal).to_contain_text("bank charges, see statement")
+        expect(proposal).to_contain_text("Needs an approver from 1,000.00")
+        expect(approvals.get_by_role("timer")).to_have_text(re.compile(r"\d+ s left"))
+        links = approvals.get_by_label("Context").get_by_role("link")
+        expect(links).to_have_count(1)
+        assert links.get_attribute("href") == context["statement"]
+        trail = approvals.get_by_role("list", name="Event history")
+        expect(trail).to_contain_text("SUBMITTED_FOR_APPROVAL by alice")
+        expect(trail).to_contain_text("LEASED by april")
+        shot(checker, "desk-approval-evidence")
+        approvals.get_by_label("Reject reason").fill("needs the bank's confirmation")
+        approvals.get_by_role("button", name="Reject").click()
+        expect(approvals).to_contain_text("back in the queue")
+
+        # Back with alice: the rejection is a banner on the item, not only a line of its history.
+        preparer.keyboard.press("n")
+        banner = current(preparer).get_by_role("alert", name="Proposal rejected")
+        expect(banner).to_contain_text("Rejected by april: needs the bank's confirmation")
+        view(preparer, "Items")
+        mine = preparer.get_by_role("table", name="My decisions")
+        expect(mine).to_contain_text("Submitted for approval as WRITE_OFF")
+        expect(mine).to_contain_text("EVIDENCE-CO -25,000.00")
+        assert get_item(base, admin, item["id"])["leased_by"] == "alice"
+
+
+def rows_of(page: Page) -> list[str]:
+    table = page.get_by_role("table", name="Items list")
+    return [b.inner_text() for b in table.get_by_role("button").all()]
+
+
+def test_the_work_list_filters_as_the_api_does_leases_a_row_and_resolves_in_bulk(
+    db_url: str, make_token: Tokens, sql: psycopg.Connection, contexts: Callable[[], BrowserContext]
+) -> None:
+    admin, alice_token = make_token("ada", "admin"), make_token("alice", "reviewer")
+    root = {"Authorization": f"Bearer {admin}"}
+    specs = [
+        ("LIST-A", "1500.00", "2020-01-01T00:00:00Z"),
+        ("LIST-B", "-2500.00", "2021-06-01T00:00:00Z"),
+        ("LIST-C", "12.50", "2020-06-01T00:00:00Z"),
+        ("LIST-D", "3000.00", "2999-01-01T00:00:00Z"),
+        ("LIST-E", "-999.99", "2022-01-01T00:00:00Z"),
+    ]
+    with desk(db_url) as base:
+        items = {e: enqueue(base, admin, ledger_entity=e, variance_amount=a, due_at=d) for e, a, d in specs}
+        page = contexts().new_page()
+        sign_in(page, base, alice_token)
+        view(page, "Items")
+        region = page.get_by_role("region", name="Items")
+        tabs = region.get_by_role("tablist", name="State")
+        expect(tabs.get_by_role("tab", name="Pending 5")).to_have_attribute("aria-selected", "true")
+        expect(page.get_by_role("table", name="Items list")).to_be_visible()
+        assert rows_of(page) == ["LIST-A", "LIST-C", "LIST-B", "LIST-E", "LIST-D"]  # by due date
+
+        # The filters give exactly what GET /items gives for them.
+        region.get_by_label("Minimum amount").fill("1000")
+        region.get_by_label("Maximum amount").fill("2500")
+        region.get_by_label("Overdue only").check()
+        expect(page.get_by_role("table", name="Items list").get_by_role("button")).to_have_count(2)
+        api = httpx.get(
+            f"{base}/items",
+            params={"state": "PENDING", "min_amount": "1000", "max_amount": "2500", "sort": "due_at",
+                    "due_before": "2999-01-01T00:00:00Z"},
+            headers=root,
+        ).json()["items"]  # fmt: skip
+        assert rows_of(page) == [i["ledger_entity"] for i in api] == ["LIST-A", "LIST-B"]
+        region.get_by_role("button", name="Clear filters").click()
+        region.get_by_label("Ledger entity").fill("LIST-C")
+        region.get_by_label("Ledger entity").press("Enter")
+        expect(page.get_by_role("table", name="Items list").get_by_role("button")).to_have_count(1)
+        region.get_by_role("button", name="Clear filters").click()
+        region.get_by_label("Search").fill(items["LIST-D"]["idempotency_key"])
+        region.get_by_label("Search").press("Enter")
+        expect(tabs.get_by_role("tab", name=re.compile("^All"))).to_have_attribute("aria-selected", "true")
+        expect(page.get_by_role("table", name="Items list").get_by_role("button")).to_have_count(1)
+        assert rows_of(page) == ["LIST-D"]
+
+        # A row opens read-only; a pending one can be leased from there.
+        page.get_by_role("table", name="Items list").get_by_role("button", name="LIST-D").click()
+        details = page.get_by_role("region", name="Item details")
+        expect(details.get_by_test_id("amount")).to_have_text("3,000.00")
+        expect(details.get_by_role("list", name="Event history")).to_contain_text("ENQUEUED by ada")
+        details.get_by_role("button", name="Lease this item").click()
+        expect(current(page)).to_contain_text("LIST-D")
+        assert sql.execute(
+            "SELECT leased_by FROM review_queue_item WHERE id = %s", (items["LIST-D"]["id"],)
+        ).fetchone() == ("alice",)
+
+        # Bulk: two more held items, and one whose figures change, resolved with one code and note.
+        alice = {"Authorization": f"Bearer {alice_token}"}
+        for entity in ("LIST-A", "LIST-C"):
+            assert httpx.post(f"{base}/leases", json={"item_id": items[entity]["id"]}, headers=alice).json()[
+                "items"
+            ]
+        view(page, "Items")
+        region.get_by_role("button", name="Clear filters").click()
+        tabs.get_by_role("tab", name=re.compile("^Assigned")).click()
+        table = page.get_by_role("table", name="Items list")
+        expect(table.get_by_role("checkbox")).to_have_count(3)
+        for entity in ("LIST-A", "LIST-C", "LIST-D"):
+            table.get_by_role("checkbox", name=re.compile(f"^Select {entity}")).check()
+        revised = httpx.post(
+            f"{base}/items/{items['LIST-C']['id']}/revisions",
+            json={"variance_amount": "13.00", "source_hash": "sha256:again"},
+            headers=root,
+        )
+        assert revised.status_code == 200, revised.text
+        region.get_by_label("Resolution for the selected items").select_option("MATCH_CONFIRMED")
+        region.get_by_label("Note for the selected items").fill("bulk: matched by hand")
+        region.get_by_role("button", name="Resolve selected (3)").click()
+        results = page.get_by_role("table", name="Bulk results")
+        expect(results.get_by_role("row")).to_have_count(4)
+        expect(results.get_by_role("row").filter(has_text="LIST-A")).to_contain_text("Resolved")
+        expect(results.get_by_role("row").filter(has_text="LIST-D")).to_contain_text("Resolved")
+        expect(results.get_by_role("row").filter(has_text="LIST-C")).to_contain_text(
+            "Not resolved: The figures changed"
+        )
+        shot(page, "desk-bulk")
+        notes = dict(
+            sql.execute(
+                "SELECT ledger_entity, resolution_note FROM review_queue_item WHERE state = 'RESOLVED'"
+            ).fetchall()
+        )
+        assert notes == {"LIST-A": "bulk: matched by hand", "LIST-D": "bulk: matched by hand"}
+
+        # The counts refresh by themselves: new work shows up without a reload.
+        enqueue(base, admin, ledger_entity="LIST-LATE")
+        expect(tabs.get_by_role("tab", name="Pending 3")).to_be_visible(timeout=45_000)
+
+
+def test_every_role_lands_somewhere_useful(
+    db_url: str, make_token: Tokens, contexts: Callable[[], BrowserContext]
+) -> None:
+    admin = make_token("ada", "admin")
+    with desk(db_url) as base:
+        redirect = httpx.get(f"{base}/desk", follow_redirects=False)
+        assert redirect.status_code in (301, 307, 308) and redirect.headers["location"].endswith("/desk/"), (
+            redirect
+        )
+        enqueue(base, admin, ledger_entity="AUDITED-CO")
+        page = contexts().new_page()
+        sign_in(page, base, make_token("audrey", "auditor"))
+        region = page.get_by_role("region", name="Items")
+        expect(region.get_by_role("link", name="Download the audit trail (NDJSON)")).to_have_attribute(
+            "href", "/audit/export"
+        )
+        page.get_by_role("table", name="Items list").get_by_role("button", name="AUDITED-CO").click()
+        details = page.get_by_role("region", name="Item details")
+        expect(details.get_by_role("list", name="Event history")).to_contain_text("ENQUEUED by ada")
+        expect(details.get_by_role("button", name="Lease this item")).to_have_count(0)
+        expect(page.get_by_role("region", name="Current item")).to_have_count(0)
+        expect(page.get_by_role("region", name="My decisions")).to_have_count(0)
+        page.get_by_role("button", name="Sign out").click()
+        sign_in(page, base, make_token("ivan", "ingest"))
+        sending = page.get_by_role("region", name="Sending work")
+        expect(sending).to_contain_text("sends work to the queue through the API")
+        expect(sending.get_by_role("link", name="Read the API documentation")).to_have_attribute(
+            "href", "/docs"
+        )
+
+
+def _contrast(one: str, two: str) -> float:
+    def luminance(css: str) -> float:
+        r, g, b = (int(v) / 255 for v in re.findall(r"\d+", css)[:3])
+        lin = [c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4 for c in (r, g, b)]
+        return 0.2126 * lin[0] + 0.7152 * lin[1] + 0.0722 * lin[2]
+
+    high, low = sorted((luminance(one), luminance(two)), reverse=True)
+    return (high + 0.05) / (low + 0.05)
+
+
+def test_a_phone_axe_core_contrast_and_the_readme_screenshot(
+    db_url: str, make_token: Tokens, browser: Browser
+) -> None:
+    """Every view on a 390 px phone without sideways scrolling and with a header of two lines at most;
+    axe-core finds nothing serious on sign-in, reviewing, the list, approvals and admin; focus ring and
+    borders at 3:1 or more; a disabled Resolve looks disabled. The README's screenshot is made here."""
+    axe = _axe_or_skip()
+    admin = make_token("ada", "admin")
+    with desk(db_url) as base:
+        enqueue(
+            base,
+            admin,
+            ledger_entity="ACME-CORP",
+            variance_amount="-25000.00",
+            context={
+                "currency": "EUR",
+                "account": "2100-AP",
+                "statement": "https://bank.example/statements/8841",
+            },
+        )
+        enqueue(base, admin, ledger_entity="GLOBEX", variance_amount="1234.50")
+        for width, height in ((1100, 800), (390, 844)):
+            context = browser.new_context(viewport={"width": width, "height": height})
+            context.set_default_timeout(SOON)
+            context.add_init_script(path=str(axe))
+            page = context.new_page()
+            try:
+                page.goto(f"{base}/desk/")
+                expect(page.get_by_label("Token")).to_be_visible()
+                assert_accessible(page, f"sign-in at {width} px")
+                if width < 400:
+                    assert page.evaluate("() => document.documentElement.scrollWidth") <= width
+                checks: list[tuple[str, str]] = []
+                page.get_by_label("Token").fill(admin)
+                page.get_by_role("button", name="Sign in").click()
+                expect(page.get_by_role("button", name="Sign out")).to_be_visible()
+                resolve_button = current(page).get_by_role("button", name="Resolve", exact=True)
+                expect(resolve_button).to_be_disabled()
+                disabled = resolve_button.evaluate(
+                    "e => [getComputedStyle(e).backgroundColor, getComputedStyle(e).cursor]"
+                )
+                page.keyboard.press("n")
+                expect(current(page)).to_contain_text("ACME-CORP")
+                enabled = resolve_button.evaluate(
+                    "e => [getComputedStyle(e).backgroundColor, getComputedStyle(e).cursor]"
+                )
+                assert disabled[1] == "not-allowed" and disabled[0] != enabled[0], (disabled, enabled)
+                if width > 400:
+                    DOCS_SHOT.parent.mkdir(exist_ok=True)
+                    page.screenshot(path=str(DOCS_SHOT))  # the README's picture, never stale
+                checks.append(("reviewing", "Review"))
+                checks += [("the list", "Items"), ("approvals", "Approvals"), ("admin", "Admin")]
+                for where, name in checks:
+                    if name:
+                        view(page, name)
+                        expect(
+                            page.get_by_role("region", name=name if name != "Review" else "Current item")
+                        ).to_be_visible()
+                        if name == "Items":
+                            expect(page.get_by_role("table", name="Items list")).to_be_visible()
+                    assert_accessible(page, f"{where} at {width} px")
+                    if width < 400:
+                        scroll = page.evaluate("() => document.documentElement.scrollWidth")
+                        assert scroll <= width, f"{where}: {scroll} px wide on a {width} px phone"
+                        shot(page, f"desk-phone-{where.replace(' ', '-')}")
+                lines = page.evaluate(
+                    """() => new Set([...document.querySelectorAll('header *')]
+                        .filter((e) => e.children.length === 0 && e.getClientRects().length)
+                        .map((e) => Math.round(e.getBoundingClientRect().top / 8))).size"""
+                )
+                assert lines <= 2, f"the header wraps into {lines} lines at {width} px"
+                border = page.get_by_label("Search").evaluate("e => getComputedStyle(e).borderTopColor")
+                ring_rgb = page.evaluate(
+                    "() => { const e = document.createElement('i'); e.style.color = 'var(--focus)';"
+                    " document.body.append(e); const c = getComputedStyle(e).color; e.remove(); return c; }"
+                )
+                assert _contrast(border, "rgb(255, 255, 255)") >= 3, border
+                assert _contrast(ring_rgb, "rgb(255, 255, 255)") >= 3, ring_rgb
+            finally:
+                context.close()

@@ -1,0 +1,195 @@
+// Four eyes: an approver leases someone else's proposal and decides it with everything the preparer
+// saw: the amount, the figures and context, the whole history, the proposal and its note, the
+// threshold that called for an approver, and the lease's countdown.
+
+import { api, ApiError } from "./api.js";
+import { $, field, fill, h } from "./dom.js";
+import { handle, withRetry } from "./feedback.js";
+import { duration, money } from "./format.js";
+import { contextFields, history, itemFields } from "./item.js";
+import { APPROVER_ROLES, idleFor, state, touch } from "./state.js";
+import { registerView, shown } from "./views.js";
+
+const fresh = () => ({ item: null, events: [], message: null, waiting: null, endsAt: 0, renewedAt: 0 });
+state.approval = fresh();
+
+// The threshold the proposal met: the code's, as the catalogue states it (a decimal string), else as
+// the submission recorded it.
+function threshold(item, events) {
+  const code = state.codes.find((c) => c.code === item.proposed_resolution);
+  if (code?.approval_threshold) return money(code.approval_threshold);
+  const submitted = [...events].reverse().find((e) => e.event === "SUBMITTED_FOR_APPROVAL");
+  return submitted ? String(submitted.details?.approval_threshold ?? "") : "";
+}
+
+function waitingLine() {
+  const n = state.approval.waiting;
+  if (n === null) return null;
+  return h("p", { "data-testid": "waiting" }, n === 1 ? "1 proposal is waiting for an approver." : `${n} proposals are waiting for an approver.`);
+}
+
+function renderApprovals() {
+  const box = $("approvals");
+  if (!box) return;
+  const { item, events, message } = state.approval;
+  const parts = [h("h2", {}, "Approvals"), waitingLine()];
+  if (message) parts.push(h("p", { role: "status" }, message));
+  if (!item) {
+    parts.push(h("button", { type: "button", on: { click: () => leaseApproval() } }, "Lease a proposal"));
+    fill(box, parts);
+    return;
+  }
+  const reason = h("input", { id: "reject-reason", maxlength: 500, placeholder: "e.g. posted to the wrong entity" });
+  parts.push(
+    itemFields(item),
+    h(
+      "dl",
+      { class: "fields", "aria-label": "Proposal" },
+      field("Prepared by", item.prepared_by),
+      field("Proposed resolution", item.proposed_resolution),
+      field("Proposed note", item.proposed_note ?? ""),
+      field("Threshold", `Needs an approver from ${threshold(item, events)} (abs amount ${money(item.variance_amount.replace("-", ""))})`),
+    ),
+    h("p", {}, "Approval lease: ", h("span", { id: "approval-countdown", class: "countdown", role: "timer" }, "")),
+    contextFields(item.context),
+    history(events),
+    h(
+      "div",
+      { class: "row" },
+      h("button", { type: "button", class: "primary", on: { click: () => decide(true) } }, "Approve"),
+      h("label", { for: "reject-reason" }, "Reject reason", reason),
+      h("button", { type: "button", on: { click: () => decide(false) } }, "Reject"),
+    ),
+  );
+  fill(box, parts);
+  renderCountdown();
+}
+
+function renderCountdown() {
+  const el = $("approval-countdown");
+  if (!el) return;
+  const left = (state.approval.endsAt - performance.now()) / 1000;
+  el.textContent = left > 0 ? `${duration(left)} left` : "expired";
+  el.classList.toggle("low", left < 10);
+}
+
+async function loadWaiting() {
+  try {
+    const stats = await withRetry(() => api.stats());
+    state.approval.waiting = Math.max(0, (stats.counts.AWAITING_APPROVAL ?? 0) - stats.approval_leases);
+  } catch (error) {
+    handle(error);
+  }
+}
+
+// The proposal I hold, with its whole trail and a fresh countdown.
+async function hold(item) {
+  state.approval.item = item;
+  state.approval.events = [];
+  if (!item) return;
+  state.approval.endsAt = performance.now() + (Date.parse(item.lease_expires_at) - Date.now());
+  state.approval.renewedAt = performance.now();
+  try {
+    state.approval.events = (await withRetry(() => api.events(item.id))).events;
+  } catch (error) {
+    handle(error);
+  }
+}
+
+async function loadApprovals() {
+  try {
+    const page = await withRetry(() => api.myApprovals());
+    await hold(page.items[0] ?? null);
+  } catch (error) {
+    handle(error);
+  }
+  await loadWaiting();
+  renderApprovals();
+}
+
+async function leaseApproval() {
+  touch();
+  try {
+    const leased = await withRetry(() => api.leaseApproval());
+    await hold(leased.items[0] ?? null);
+    state.approval.message = state.approval.item ? null : "No proposal is waiting for you.";
+  } catch (error) {
+    state.approval.message = error.message;
+  }
+  await loadWaiting();
+  renderApprovals();
+}
+
+async function decide(approve) {
+  const item = state.approval.item;
+  if (!item) return;
+  touch();
+  const reason = $("reject-reason")?.value.trim();
+  if (!approve && !reason) {
+    state.approval.message = "Please give a reason to reject.";
+    renderApprovals();
+    return;
+  }
+  try {
+    if (approve) {
+      const done = await withRetry(() => api.approve(item));
+      state.approval.message = `Approved ${item.ledger_entity} ${money(item.variance_amount)}: resolved as ${done.item.resolution} by ${done.item.resolved_by}.`;
+    } else {
+      await withRetry(() => api.reject(item, reason));
+      state.approval.message = `Rejected ${item.ledger_entity} ${money(item.variance_amount)}: back in the queue (${reason}).`;
+    }
+    await hold(null);
+  } catch (error) {
+    state.approval.message = error.message;
+    if (error instanceof ApiError && ["LEASE_NOT_HELD", "SEGREGATION_OF_DUTIES"].includes(error.code)) await hold(null);
+  }
+  await loadWaiting();
+  renderApprovals();
+}
+
+// Every second: the countdown; while the approver is active, a renewal every third of the lease;
+// every 15 s while shown, the count of proposals waiting.
+let beats = 0;
+async function heartbeat() {
+  if (!state.me || !APPROVER_ROLES.includes(state.me.role)) return;
+  renderCountdown();
+  const item = state.approval.item;
+  const active = idleFor() < state.me.idle_release_s * 1000;
+  if (item && active && performance.now() - state.approval.renewedAt >= (state.me.lease_s * 1000) / 3) {
+    state.approval.renewedAt = performance.now();
+    try {
+      const fresh = await withRetry(() => api.renew(item));
+      if (state.approval.item?.id === fresh.id) {
+        state.approval.item = fresh;
+        state.approval.endsAt = performance.now() + state.me.lease_s * 1000;
+      }
+    } catch (error) {
+      if (error instanceof ApiError && error.code === "LEASE_NOT_HELD") {
+        await hold(null);
+        state.approval.message = error.message;
+        renderApprovals();
+      } else handle(error);
+    }
+  }
+  if (++beats % 15 === 0 && shown("approvals")) {
+    await loadWaiting();
+    renderApprovals();
+  }
+}
+
+let ticker = null;
+
+registerView({
+  id: "approvals",
+  label: "Approvals",
+  roles: APPROVER_ROLES,
+  regions: () => [h("section", { "aria-label": "Approvals", id: "approvals" })],
+  render: renderApprovals,
+  start() {
+    ticker ??= setInterval(heartbeat, 1000);
+    return loadApprovals();
+  },
+  reset() {
+    state.approval = fresh();
+  },
+});
