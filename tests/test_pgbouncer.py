@@ -24,7 +24,9 @@ def bounced_url(pgbouncer: PgBouncer, db_url: str) -> str:
 
 @pytest.fixture
 def bounced_client(bounced_url: str) -> Iterator[TestClient]:
-    with TestClient(create_app(make_settings(bounced_url, prepare_threshold=0))) as client:
+    # No release cool-off: ann releases and leases the same items again, round after round.
+    settings = make_settings(bounced_url, prepare_threshold=0, release_cooldown_s=0)
+    with TestClient(create_app(settings)) as client:
         yield client
 
 

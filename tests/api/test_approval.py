@@ -388,8 +388,10 @@ def test_approval_leases_renew_release_and_are_reclaimed_back_to_the_approval_qu
     released = client.post(f"/items/{item_id}/release", json={**token, "reason": "later"}, headers=bob)
     assert released.status_code == 200, released.text
     assert (released.json()["state"], released.json()["leased_by"]) == ("AWAITING_APPROVAL", None)
-    # The old token is fenced off.
-    again = lease_one(client, bob, "approval")
+    # The old token is fenced off. (bob names the item: his release cools it off for his own
+    # unnamed leases.)
+    response = client.post("/leases", json={"queue": "approval", "item_id": item_id}, headers=bob)
+    (again,) = response.json()["items"]
     assert_problem(client.post(f"/items/{item_id}/approve", json=token, headers=bob), 409, "LEASE_NOT_HELD")
     assert again["lease_token"] != leased["lease_token"]
     # Expired past the grace: the reclaim puts it back to the approval queue, never PENDING.

@@ -610,7 +610,12 @@ def test_row_to_json_snapshot_sees_every_column(shared_world: World) -> None:
 
 # Every route that takes query parameters refuses unknown ones (a typo is an answer, not a
 # silently ignored filter); the allowed caller and target are the ones that would succeed.
-QUERY_ROUTES = [("/items", None), ("/items/{item_id}/events", "own"), ("/audit/export", None)]
+QUERY_ROUTES = [
+    ("/items", None),
+    ("/items/{item_id}/events", "own"),
+    ("/audit/export", None),
+    ("/decisions", None),
+]
 # (path, target, caller, parameters of a call that succeeds)
 QUERY_CASES = [
     (path, target, caller, {"to": 1} if path == "/audit/export" else {"limit": 1})
@@ -640,10 +645,10 @@ def test_unknown_query_parameters_are_refused(
     assert ok.status_code == 200, ok.text
     before = snapshot(shared_world.sql)
     response = shared_world.client.get(
-        url, params={**params, "sort": "id"}, headers=shared_world.headers[caller]
+        url, params={**params, "order_by": "id"}, headers=shared_world.headers[caller]
     )
     problem = assert_problem(response, 422, "VALIDATION_ERROR")
-    assert any(e["loc"] == ["query", "sort"] and e["type"] == "extra_forbidden" for e in problem["errors"]), (
-        problem
-    )
+    assert any(
+        e["loc"] == ["query", "order_by"] and e["type"] == "extra_forbidden" for e in problem["errors"]
+    ), problem
     assert snapshot(shared_world.sql) == before

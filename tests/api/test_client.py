@@ -180,9 +180,19 @@ def test_work_loop_drains_with_renewals_and_no_double_resolution(
     assert Counter(handled).most_common(1)[0][1] == 1
 
 
-def test_work_loop_releases_on_handler_error(live_server: str, make_token, sql: psycopg.Connection) -> None:
+@pytest.fixture
+def no_cool_off_server(db_url: str) -> Iterator[str]:
+    """A server without the release cool-off: a worker may be handed back what it released."""
+    process, base = start_server({"DATABASE_URL": db_url, "REVIEW_QUEUE_RELEASE_COOLDOWN_S": "0"})
+    yield base
+    stop_server(process)
+
+
+def test_work_loop_releases_on_handler_error(
+    no_cool_off_server: str, make_token, sql: psycopg.Connection
+) -> None:
     seed_items(sql, 3)
-    with ReviewQueueClient(live_server, make_token("bot", "reviewer")) as client:
+    with ReviewQueueClient(no_cool_off_server, make_token("bot", "reviewer")) as client:
         calls: list[str] = []
 
         def handler(item: ItemOut) -> str:

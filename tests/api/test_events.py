@@ -29,7 +29,8 @@ def test_full_lifecycle_writes_exactly_its_events(client: TestClient, auth: Auth
     client.post("/leases", headers=bob)
     backdate_lease(sql, item_id)
     client.post("/admin/reclaim", headers=admin)
-    (leased,) = client.post("/leases", headers=alice).json()["items"]
+    # alice released it earlier: within the cool-off she takes it back by naming it.
+    (leased,) = client.post("/leases", json={"item_id": item_id}, headers=alice).json()["items"]
     done = client.post(
         f"/items/{item_id}/complete",
         json={"resolution": "APPROVED", "note": "FX", "lease_token": leased["lease_token"]},

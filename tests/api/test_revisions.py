@@ -184,7 +184,7 @@ def test_a_new_lease_after_a_revision_needs_nothing_special(client: TestClient, 
     leased, ingest, alice = _leased(client, auth)
     _revise(client, leased["id"], ingest)
     client.post(f"/items/{leased['id']}/release", json={}, headers=alice)  # tokenless: the holder's
-    (again,) = client.post("/leases", json={"batch_size": 1}, headers=alice).json()["items"]
+    (again,) = client.post("/leases", json={"item_id": leased["id"]}, headers=alice).json()["items"]
     assert again["id"] == leased["id"] and again["variance_amount"] == "99.10"
     done = client.post(f"/items/{again['id']}/complete", json={"resolution": "APPROVED"}, headers=alice)
     assert done.status_code == 200, done.text
