@@ -36,7 +36,8 @@ from uuid import UUID
 from sqlalchemy import bindparam, text
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.ext.asyncio import AsyncConnection
-from sqlalchemy.types import Text, UUID as SA_UUID
+from sqlalchemy.types import UUID as SA_UUID
+from sqlalchemy.types import Text
 
 from db.queue import Item
 from db.tables import EVENTS

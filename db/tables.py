@@ -2,11 +2,11 @@
 
 from sqlalchemy import (
     BigInteger,
-    Float,
     Boolean,
     CheckConstraint,
     Column,
     DateTime,
+    Float,
     ForeignKey,
     Identity,
     Index,

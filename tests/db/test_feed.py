@@ -2,7 +2,7 @@
 and each item's events in their own order even where the walk's positions disagree with it."""
 
 import asyncio
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
@@ -58,7 +58,7 @@ def by_position(sql: psycopg.Connection) -> list[int]:
 
 
 @pytest.fixture
-def lifecycle(client: TestClient, auth: Headers) -> Iterator[dict[str, dict[str, str]]]:
+def lifecycle(client: TestClient, auth: Headers) -> dict[str, dict[str, str]]:
     """Items enqueued, leased, renewed, resolved and released, through the API."""
     heads = {"admin": auth("ada", "admin"), "alice": auth("alice", "reviewer")}
     for _ in range(5):
@@ -69,7 +69,7 @@ def lifecycle(client: TestClient, auth: Headers) -> Iterator[dict[str, dict[str,
         assert (
             client.post(f"/items/{item['id']}/{action}", json=body, headers=heads["alice"]).status_code == 200
         )
-    yield heads
+    return heads
 
 
 def test_a_walk_serves_every_event_once_in_position_order(
