@@ -25,6 +25,7 @@ from pydantic import (
 from typing_extensions import TypeAliasType
 
 if TYPE_CHECKING:  # the HTTP client imports these models without pulling in the database layer
+    from db.feed import FeedEvent
     from db.queue import Item
 
 
@@ -774,6 +775,23 @@ class FeedQuery(Strict):
 class FeedEventOut(EventOut):
     item: ItemOut = Field(description="The item as it is now (the same shape as GET /items/{id}).")
     cursor: FeedCursor = Field(description="Read on `after` it to get the events that follow this one.")
+
+    @classmethod
+    def of(cls, event: "FeedEvent") -> "FeedEventOut":
+        """A feed entry as GET /events and the webhooks (their `data`) show it: the item without its
+        lease token, whoever reads."""
+        return cls(
+            id=event.id,
+            item_id=event.item_id,
+            event=event.event,
+            actor=event.actor,
+            at=event.at,
+            lease_epoch=event.lease_epoch,
+            trace_id=event.trace_id,
+            details=event.details,
+            item=ItemOut.of(event.item),
+            cursor=event.cursor.encode(),
+        )
 
 
 class FeedOut(BaseModel):

@@ -59,6 +59,7 @@ class Claim:
     subscription: Subscription
     nonce: UUID
     secret: bytes  # encrypted
+    claimed_at: datetime  # the database's clock: webhook-timestamp is counted from it
 
 
 @dataclass(frozen=True, slots=True)
@@ -240,7 +241,7 @@ _CLAIM = text(
         FOR UPDATE SKIP LOCKED
     ) AS due
     WHERE s.name = due.name
-    RETURNING {_FIELDS}, s.claim_nonce, s.secret
+    RETURNING {_FIELDS}, s.claim_nonce, s.secret, clock_timestamp()
     """
 ).bindparams(bindparam("hold", type_=Interval))
 
@@ -250,7 +251,7 @@ async def claim(conn: AsyncConnection, *, deliverer: str, hold: timedelta) -> Cl
     row = (await conn.execute(_CLAIM, {"deliverer": deliverer, "hold": hold})).first()
     if row is None:
         return None
-    return Claim(_subscription(row[:-2]), row[-2], bytes(row[-1]))
+    return Claim(_subscription(row[:-3]), row[-3], bytes(row[-2]), row[-1])
 
 
 _RECORD = text(

@@ -8,26 +8,10 @@ from fastapi import APIRouter, Query, Request
 from api.deps import FeedReader, SettingsDep, request_transaction
 from api.routes.leases import _disconnected
 from api.routing import QueueRoute
-from api.schemas import FeedEventOut, FeedOut, FeedQuery, ItemOut
+from api.schemas import FeedEventOut, FeedOut, FeedQuery
 from db import feed
 
 router = APIRouter(route_class=QueueRoute, tags=["feed"])
-
-
-def event_out(event: feed.FeedEvent) -> FeedEventOut:
-    """A feed entry as the API and the webhooks (its `data`) show it: no lease token, to anybody."""
-    return FeedEventOut(
-        id=event.id,
-        item_id=event.item_id,
-        event=event.event,  # type: ignore[arg-type]
-        actor=event.actor,
-        at=event.at,
-        lease_epoch=event.lease_epoch,
-        trace_id=event.trace_id,
-        details=event.details,
-        item=ItemOut.of(event.item),
-        cursor=event.cursor.encode(),
-    )
 
 
 @router.get("/events", operation_id="readFeed", summary="Read the change feed")
@@ -69,4 +53,4 @@ async def read_feed(
         if gone is not None:
             gone.cancel()
             await asyncio.gather(gone, return_exceptions=True)
-    return FeedOut(events=[event_out(e) for e in page.events], next_cursor=page.next.encode())
+    return FeedOut(events=[FeedEventOut.of(e) for e in page.events], next_cursor=page.next.encode())
