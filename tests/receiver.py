@@ -39,6 +39,7 @@ class Receiver:
     received: list[Received] = field(default_factory=list)
     in_flight: dict[str, int] = field(default_factory=dict)
     most_in_flight: dict[str, int] = field(default_factory=dict)
+    in_flight_ids: set[str] = field(default_factory=set)  # webhook-ids being answered right now
     port: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
     _server: http.server.ThreadingHTTPServer | None = None
@@ -66,6 +67,7 @@ class Receiver:
                     now = receiver.in_flight.get(self.path, 0) + 1
                     receiver.in_flight[self.path] = now
                     receiver.most_in_flight[self.path] = max(now, receiver.most_in_flight.get(self.path, 0))
+                    receiver.in_flight_ids.add(got.headers.get("webhook-id", ""))
                 try:
                     time.sleep(receiver.delay_s)
                     status, headers = (400, {}) if got.forged else receiver.answer(got)
@@ -78,6 +80,7 @@ class Receiver:
                 finally:
                     with receiver.lock:
                         receiver.in_flight[self.path] -= 1
+                        receiver.in_flight_ids.discard(got.headers.get("webhook-id", ""))
 
             def log_message(self, *_: object) -> None:
                 pass
