@@ -117,7 +117,7 @@ _PAGE = text(
         LIMIT :scan
     ),
     served AS (
-        SELECT p.xid AS p_xid, p.id AS p_id, {_EVENT_FIELDS}
+        SELECT p.xid AS p_xid, p.id AS p_id, f.*
         FROM positions p
         CROSS JOIN LATERAL (
             SELECT coalesce(
@@ -125,19 +125,32 @@ _PAGE = text(
                  WHERE b.item_id = p.item_id AND b.id < p.id AND b.xid <= p.xid
                  ORDER BY b.id DESC LIMIT 1), 0) AS barrier
         ) AS b
-        JOIN review_queue_event f ON f.item_id = p.item_id AND f.id > b.barrier AND f.id <= p.id
-        WHERE NOT EXISTS (
-            SELECT FROM review_queue_event g WHERE g.item_id = p.item_id AND g.id > p.id AND g.xid < p.xid
-        )
-        AND (CAST(:types AS text[]) IS NULL OR f.event = ANY(CAST(:types AS text[])))
+        -- In a select list, EXISTS stays a per-position index probe; as a WHERE NOT EXISTS the
+        -- planner may make it an anti join over the whole table.
+        CROSS JOIN LATERAL (
+            SELECT EXISTS (
+                SELECT FROM review_queue_event g
+                WHERE g.item_id = p.item_id AND g.id > p.id AND g.xid < p.xid
+            ) AS early
+        ) AS s
+        -- OFFSET 0 keeps this a per-position lookup on (item_id, id): pulled up into a join, a
+        -- selective filter on the event makes the planner scan the whole table instead.
+        CROSS JOIN LATERAL (
+            SELECT {_EVENT_FIELDS} FROM review_queue_event f
+            WHERE f.item_id = p.item_id AND f.id > b.barrier AND f.id <= p.id
+              AND (CAST(:types AS text[]) IS NULL OR f.event = ANY(CAST(:types AS text[])))
+            OFFSET 0
+        ) AS f
+        WHERE NOT s.early
     )
-    SELECT p_xid::text, p_id, id, item_id, event, actor, at, lease_epoch, trace_id, details FROM (
+    SELECT page.p_xid::text AS position_xid, page.p_id AS position_id,
+           id, item_id, event, actor, at, lease_epoch, trace_id, details FROM (
         SELECT * FROM served
         UNION ALL
         (SELECT xid, id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL FROM positions
          ORDER BY xid DESC, id DESC LIMIT 1)
     ) AS page
-    ORDER BY p_xid, p_id, id NULLS LAST
+    ORDER BY page.p_xid, page.p_id, page.id NULLS LAST  -- xid8, not its text
     """
 ).bindparams(bindparam("types", type_=ARRAY(Text)))
 

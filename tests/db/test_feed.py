@@ -190,3 +190,20 @@ def test_an_items_events_come_in_their_own_order_when_a_lower_xid_writes_later(
 def test_every_cursor_of_the_pattern_is_a_position(cursor: str) -> None:
     assert feed.Position.decode(cursor).encode() == cursor
     assert feed.Position.decode(cursor).xid <= feed.MAX_XID and feed.Position.decode(cursor).id <= feed.MAX_ID
+
+
+def test_positions_compare_as_numbers_not_as_text(db_url: str, sql: psycopg.Connection) -> None:
+    """xid 9 comes before xid 10 (as text it would not): events of old transactions, written with
+    their xids as a restored trail would hold them."""
+    from tests.support import seed_items
+
+    seed_items(sql, 2)
+    first, second = [r[0] for r in sql.execute("SELECT id FROM review_queue_item ORDER BY created_at")]
+    for item, xid in ((first, 10), (second, 9)):
+        sql.execute(
+            "INSERT INTO review_queue_event (item_id, event, actor, lease_epoch, trace_id, xid)"
+            " SELECT id, 'ENQUEUED', 'ingest', 0, trace_id, %s::text::xid8"
+            " FROM review_queue_item WHERE id = %s",
+            (xid, item),
+        )
+    assert [str(e.item_id) for e in read_all(db_url).events] == [str(second), str(first)]
