@@ -216,7 +216,8 @@ def start_server(
     process = subprocess.Popen(
         [sys.executable, "-m", "cli", "serve", "--host", "127.0.0.1", "--port", str(port),
          "--workers", str(workers), "--no-reclaimer", "--deliverer" if deliverer else "--no-deliverer"],
-        env={**os.environ, "REVIEW_QUEUE_LOG_LEVEL": "WARNING", "REVIEW_QUEUE_WEBHOOK_KEY": WEBHOOK_KEY, **env},
+        env={**os.environ, "REVIEW_QUEUE_LOG_LEVEL": "WARNING", "REVIEW_QUEUE_WEBHOOK_KEY": WEBHOOK_KEY,
+             **env},
         stdout=stdout,  # type: ignore[arg-type]
     )  # fmt: skip
     base = f"http://127.0.0.1:{port}"
