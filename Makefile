@@ -10,7 +10,10 @@ install:
 		|| python3 -m pip install --quiet --user --break-system-packages uv
 	@$(UV) sync --frozen --quiet
 
+# A local webhook receiver (http://127.0.0.1:...) is allowed on a development machine only.
 run: install
+	REVIEW_QUEUE_WEBHOOK_ALLOW_HTTP=$${REVIEW_QUEUE_WEBHOOK_ALLOW_HTTP:-1} \
+	REVIEW_QUEUE_WEBHOOK_ALLOW_HOSTS=$${REVIEW_QUEUE_WEBHOOK_ALLOW_HOSTS:-127.0.0.1,localhost} \
 	$(RUN) review-queue serve
 
 # Two workers (pytest-xdist), each with its own embedded PostgreSQL: the suite is mostly waiting on

@@ -14,13 +14,13 @@ from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
 from fastapi.responses import HTMLResponse
 from fastapi.staticfiles import StaticFiles
 
-from api import desk
+from api import desk, webhook_secret
 from api.errors import COMMON_PROBLEMS, install_error_handlers
 from api.examples import with_examples
 from api.logs import configure_logging
 from api.metrics import AccessLog
 from api.middleware import BodyLimit
-from api.routes import admin, audit, health, items, leases, ops, resolutions, session
+from api.routes import admin, audit, feed, health, items, leases, ops, resolutions, session, webhooks
 from api.settings import Settings, get_settings
 from db.engine import create_engine, database_url, libpq_url
 from db.notify import WorkSignal
@@ -34,7 +34,8 @@ DOCS_ASSETS_URL = "/docs/assets"
 # 1.1: due_at, due_before, ledger_entity leases, overdue and aging in /stats.
 # 1.2: source revisions (SOURCE_CHANGED), admin release and reassign, POST /items/complete.
 # 1.3: the resolution catalogue, maker-checker approval (AWAITING_APPROVAL, approve, reject).
-API_VERSION = "1.3.0"
+# 1.4: the change feed (GET /events), webhooks, the integration role.
+API_VERSION = "1.4.0"
 
 # One tag per resource; generated clients group their functions by these.
 TAGS = [
@@ -50,6 +51,11 @@ TAGS = [
     {"name": "health", "description": "Liveness and readiness; no token needed."},
     {"name": "session", "description": "The reviewer desk's cookie session: sign in and out."},
     {"name": "audit", "description": "The hash-chained audit trail, exported for auditors."},
+    {"name": "feed", "description": "The change feed: every event across items, in an order safe to resume."},
+    {
+        "name": "webhooks",
+        "description": "Signed webhooks (Standard Webhooks), delivered at least once (admin).",
+    },
 ]
 
 
@@ -144,6 +150,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     app.openapi = openapi  # type: ignore[method-assign]
     app.state.settings = settings
+    # The Fernet keys of webhook secrets; None: PUT /webhooks answers NOT_CONFIGURED.
+    app.state.webhook_keys = webhook_secret.keys(settings)
     app.state.token_cache = (
         TTLCache(maxsize=10_000, ttl=settings.token_cache_s) if settings.token_cache_s else None
     )
@@ -154,7 +162,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.add_middleware(
             CORSMiddleware,
             allow_origins=settings.cors_origins,
-            allow_methods=["GET", "POST", "DELETE"],
+            allow_methods=["GET", "POST", "PUT", "DELETE"],
             allow_headers=["Authorization", "Content-Type", "X-Request-ID"],
             expose_headers=["X-Request-ID", "Retry-After"],
         )
@@ -170,6 +178,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         ops.router,
         session.router,
         audit.router,
+        feed.router,
+        webhooks.router,
     ):
         app.include_router(router, responses=COMMON_PROBLEMS)
     app.include_router(health.router)

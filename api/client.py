@@ -12,6 +12,10 @@ SIGINT/SIGTERM or `stop()`. Errors are typed exceptions carrying the problem `co
 instead, one request per flush: when the leased batch is done, when a renew of the batch falls
 due, and on stop. A crash loses nothing: an unflushed item is still leased (and renewed until
 flushed), so it is reclaimed and handled again.
+
+`feed(after=..., wait_s=...)` iterates the change feed (GET /events) and follows it with long
+polls; `verify_webhook(headers, body, secret)` checks a webhook delivery's Standard Webhooks
+signature, for a receiver. (`events(item_id)` is one item's audit trail, as before.)
 """
 
 import asyncio
@@ -21,7 +25,7 @@ import random
 import signal
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
@@ -30,6 +34,8 @@ from urllib.parse import quote, urlencode
 from uuid import UUID
 
 import httpx
+from standardwebhooks import Webhook
+from standardwebhooks.webhooks import WebhookVerificationError
 
 from api.schemas import (
     MAX_COMPLETE_ITEMS,
@@ -39,6 +45,8 @@ from api.schemas import (
     CompleteResult,
     DecisionOut,
     EventOut,
+    FeedEventOut,
+    FeedOut,
     ItemOut,
     ReleasedOut,
     ResolutionCodeOut,
@@ -246,6 +254,29 @@ def _enqueue_body(fields: dict[str, Any]) -> dict[str, Any]:
     if isinstance(body.get("due_at"), datetime):
         body["due_at"] = body["due_at"].isoformat()  # the server refuses one without an offset
     return body
+
+
+def verify_webhook(headers: Any, body: bytes | str, secret: str) -> dict[str, Any]:
+    """A delivery's body ({type, timestamp, data}) once its Standard Webhooks signature checks out
+    with `secret` (`whsec_...`, shown once by PUT /webhooks/{name}) and its timestamp is within five
+    minutes; raises InvalidWebhook otherwise. Pass the raw body bytes exactly as received. Drop a
+    delivery whose `webhook-id` you have already handled: delivery is at least once."""
+    payload: dict[str, Any] = Webhook(secret).verify(body, dict(headers))
+    return payload
+
+
+InvalidWebhook = WebhookVerificationError
+
+
+def _feed_path(after: str | None, limit: int, types: Sequence[str] | None, wait_s: int) -> str:
+    query: dict[str, Any] = {"limit": limit}
+    if after:
+        query["after"] = after
+    if types:
+        query["types"] = ",".join(types)
+    if wait_s:
+        query["wait_s"] = wait_s
+    return f"/events?{urlencode(query)}"
 
 
 def _events_path(item_id: UUID, cursor: str | None) -> str:
@@ -556,6 +587,31 @@ class ReviewQueueClient:
             if (cursor := page["next_cursor"]) is None:
                 return decisions
 
+    def feed(
+        self,
+        after: str | None = None,
+        *,
+        wait_s: int = 20,
+        types: Sequence[str] | None = None,
+        limit: int = 100,
+        follow: bool = True,
+    ) -> Iterator[FeedEventOut]:
+        """The change feed (GET /events; roles integration, auditor, admin): every event across items
+        after the cursor `after` (None: from the start), oldest first, each with its item as it is now.
+        Store each event's `cursor` once you have handled it and pass it back as `after` to resume.
+        With `follow` it never ends: it long-polls (`wait_s`) for what comes next; without, it ends
+        when it has caught up. (`events(item_id)` is one item's trail.)"""
+        while True:
+            page = FeedOut.model_validate(
+                self._call("GET", _feed_path(after, limit, types, wait_s if follow else 0), wait_s=wait_s)
+            )
+            yield from page.events
+            if not page.events and not follow:
+                return
+            after = page.next_cursor
+
+    verify_webhook = staticmethod(verify_webhook)
+
     def stop(self) -> None:
         """Ask `work` to finish the item in hand, release the rest of its batch, and return."""
         self._stop.set()
@@ -854,6 +910,29 @@ class AsyncReviewQueueClient:
             decisions += [DecisionOut.model_validate(d) for d in page["decisions"]]
             if (cursor := page["next_cursor"]) is None:
                 return decisions
+
+    async def feed(
+        self,
+        after: str | None = None,
+        *,
+        wait_s: int = 20,
+        types: Sequence[str] | None = None,
+        limit: int = 100,
+        follow: bool = True,
+    ) -> AsyncIterator[FeedEventOut]:
+        """The change feed as an async iterator (see the sync client's `feed`)."""
+        while True:
+            answer = await self._call(
+                "GET", _feed_path(after, limit, types, wait_s if follow else 0), wait_s=wait_s
+            )
+            page = FeedOut.model_validate(answer)
+            for event in page.events:
+                yield event
+            if not page.events and not follow:
+                return
+            after = page.next_cursor
+
+    verify_webhook = staticmethod(verify_webhook)
 
     def stop(self) -> None:
         self._stop.set()

@@ -167,6 +167,10 @@ async def _metrics_scraper(request: Request, principal: Caller) -> None:
 MetricsScraper = Depends(_metrics_scraper)
 
 AnyRole = Annotated[Principal, _require("reviewer", "approver", "ingest", "auditor", "admin")]
+# Who a token is: every role, an integration's too (it reads the change feed and nothing else).
+Anyone = Annotated[Principal, _require("reviewer", "approver", "ingest", "auditor", "admin", "integration")]
+# The change feed (GET /events): the systems that act on decisions, and auditors.
+FeedReader = Annotated[Principal, _require("auditor", "admin", "integration")]
 # An approver can also do everything a reviewer does.
 Reviewer = Annotated[Principal, _require("reviewer", "approver", "admin")]
 # Maker-checker: approve or reject someone else's proposal.

@@ -44,6 +44,7 @@ PROBLEMS: dict[str, tuple[int, str]] = {
     "VALIDATION_ERROR": (422, "Request validation failed"),
     "INTERNAL_ERROR": (500, "Internal error"),
     "DATABASE_UNAVAILABLE": (503, "Database unavailable"),
+    "NOT_CONFIGURED": (503, "Not configured on this server"),
 }
 
 _HTTP_CODES = {status: code for code, (status, _) in PROBLEMS.items()}

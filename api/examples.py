@@ -248,6 +248,54 @@ DECISIONS_OUT = {
     "next_cursor": "7",
 }
 
+FEED_CURSOR = "00000000000002e1000000000000a3f0"
+FEED_EVENT = {
+    "id": 41968,
+    "item_id": ITEM_ID,
+    "event": "RESOLVED",
+    "actor": "alice",
+    "at": "2026-12-03T09:05:12+00:00",
+    "lease_epoch": 1,
+    "trace_id": TRACE_ID,
+    "details": {"resolution": "APPROVED", "note": "FX rounding"},
+    "item": {**ITEM_RESOLVED, "lease_token": None},
+    "cursor": FEED_CURSOR,
+}
+FEED_OUT = {"events": [FEED_EVENT], "next_cursor": FEED_CURSOR}
+WEBHOOK_IN = {
+    "url": "https://ledger.example.com/hooks/review-queue",
+    "events": ["item.resolved", "item.approved", "item.reopened"],
+    "active": True,
+}
+WEBHOOK_OUT = {
+    "name": "ledger",
+    "url": "https://ledger.example.com/hooks/review-queue",
+    "events": ["item.resolved", "item.approved", "item.reopened"],
+    "active": True,
+    "status": "ok",
+    "disabled_reason": None,
+    "cursor": FEED_CURSOR,
+    "attempts": 0,
+    "failing_since": None,
+    "next_attempt_at": "2026-12-03T09:05:13+00:00",
+    "last_error": None,
+    "created_at": "2026-12-01T08:00:00+00:00",
+    "updated_at": "2026-12-01T08:00:00+00:00",
+}
+WEBHOOK_SECRET = "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD"  # noqa: S105 - an example, not a secret
+DELIVERY_OUT = {
+    "id": 9,
+    "event_id": 41968,
+    "webhook_id": "evt_41968",
+    "type": "item.resolved",
+    "attempt": 2,
+    "attempted_at": "2026-12-03T09:05:21+00:00",
+    "outcome": "delivered",
+    "status_code": 200,
+    "latency_ms": 84.2,
+    "error": None,
+}
+
 # Component schema name -> its examples.
 BY_SCHEMA: dict[str, list[dict[str, Any]]] = {
     "ItemIn": [
@@ -292,6 +340,31 @@ BY_SCHEMA: dict[str, list[dict[str, Any]]] = {
     "ReassignIn": [REASSIGN_IN],
     "ReleasedOut": [RELEASED_OUT],
     "DecisionsPage": [DECISIONS_OUT],
+    "FeedEventOut": [FEED_EVENT],
+    "FeedOut": [FEED_OUT],
+    "WebhookIn": [WEBHOOK_IN, {"url": "https://chat.example.com/rq", "secret": WEBHOOK_SECRET}],
+    "WebhookOut": [WEBHOOK_OUT],
+    "WebhookPutOut": [{**WEBHOOK_OUT, "secret": WEBHOOK_SECRET}, {**WEBHOOK_OUT, "secret": None}],
+    "WebhooksOut": [{"webhooks": [WEBHOOK_OUT]}],
+    "DeliveryOut": [DELIVERY_OUT],
+    "DeliveriesOut": [
+        {
+            "deliveries": [
+                DELIVERY_OUT,
+                {
+                    **DELIVERY_OUT,
+                    "id": 8,
+                    "attempt": 1,
+                    "attempted_at": "2026-12-03T09:05:13+00:00",
+                    "outcome": "failed",
+                    "status_code": 503,
+                    "latency_ms": 12.0,
+                    "error": "HTTP 503",
+                },
+            ]
+        }
+    ],
+    "RedeliverIn": [{"from_cursor": FEED_CURSOR}, {}],
 }
 
 

@@ -13,6 +13,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from db.audit import SealLag
 from db.stats import QueueGauges
+from db.webhooks import DeliveryGauges
 
 log = logging.getLogger("review_queue.access")
 
@@ -81,8 +82,10 @@ class AccessLog:
 
 
 class _QueueCollector(Collector):
-    def __init__(self, gauges: QueueGauges, max_inflight: int, lag: SealLag) -> None:
-        self.gauges, self.max_inflight, self.lag = gauges, max_inflight, lag
+    def __init__(
+        self, gauges: QueueGauges, max_inflight: int, lag: SealLag, deliveries: DeliveryGauges
+    ) -> None:
+        self.gauges, self.max_inflight, self.lag, self.deliveries = gauges, max_inflight, lag, deliveries
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         g = self.gauges
@@ -138,9 +141,23 @@ class _QueueCollector(Collector):
             "Age of the oldest committed event not yet in the hash chain; 0 when none.",
             value=self.lag.oldest_unsealed_age_s,
         )
+        lag = GaugeMetricFamily(
+            "review_queue_webhook_delivery_lag_seconds",
+            "Age of the oldest event an active webhook subscription has not delivered yet; 0 when none.",
+            labels=["subscription"],
+        )
+        for name, seconds in self.deliveries.lag_s.items():
+            lag.add_metric([name], seconds)
+        yield lag
+        yield GaugeMetricFamily(
+            "review_queue_webhook_failing_subscriptions",
+            "Webhook subscriptions whose retrying gave up (REVIEW_QUEUE_WEBHOOK_GIVE_UP_H)"
+            "; POST /webhooks/{name}/redeliver resumes one.",
+            value=self.deliveries.failing,
+        )
 
 
-def exposition(gauges: QueueGauges, max_inflight: int, lag: SealLag) -> bytes:
+def exposition(gauges: QueueGauges, max_inflight: int, lag: SealLag, deliveries: DeliveryGauges) -> bytes:
     """Counters of this process (or of all processes, in multiprocess mode) plus queue gauges."""
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         registry = CollectorRegistry()
@@ -149,5 +166,5 @@ def exposition(gauges: QueueGauges, max_inflight: int, lag: SealLag) -> bytes:
     else:
         counters = generate_latest(REGISTRY)
     queue = CollectorRegistry()
-    queue.register(_QueueCollector(gauges, max_inflight, lag))
+    queue.register(_QueueCollector(gauges, max_inflight, lag, deliveries))
     return counters + generate_latest(queue)

@@ -125,6 +125,31 @@ class Settings(BaseSettings):
         default=None, ge=1, le=59, validation_alias="REVIEW_QUEUE_UI_IDLE_RELEASE_TEST_S"
     )
 
+    # Webhooks (docs/integrations.md). Fernet keys (comma-separated: the first encrypts, all
+    # decrypt, for rotation) that keep subscription secrets encrypted at rest; unset on the
+    # embedded database, `serve` and the deliverer keep one under REVIEW_QUEUE_DATA_DIR.
+    webhook_key: str | None = Field(default=None, validation_alias="REVIEW_QUEUE_WEBHOOK_KEY", repr=False)
+    webhook_timeout_s: int = _range(10, 1, 60, "REVIEW_QUEUE_WEBHOOK_TIMEOUT_S")
+    # Retrying one event stops after this long (Stripe's window): the subscription is then failing.
+    webhook_give_up_h: int = _range(72, 1, 720, "REVIEW_QUEUE_WEBHOOK_GIVE_UP_H")
+    # Tests only: give up after this many seconds instead; overrides the one above.
+    webhook_give_up_test_s: int | None = Field(
+        default=None, ge=1, le=3600, validation_alias="REVIEW_QUEUE_WEBHOOK_GIVE_UP_TEST_S"
+    )
+    # Backoff: the n-th retry waits min(max, base * 2^(n-1)), times a jitter of 0.5-1.
+    webhook_retry_base_ms: int = _range(10_000, 100, 600_000, "REVIEW_QUEUE_WEBHOOK_RETRY_BASE_MS")
+    webhook_retry_max_s: int = _range(4 * 3600, 1, 24 * 3600, "REVIEW_QUEUE_WEBHOOK_RETRY_MAX_S")
+    # Plain http:// receivers (tests, `make run`); production receivers must be https.
+    webhook_allow_http: bool = Field(default=False, validation_alias="REVIEW_QUEUE_WEBHOOK_ALLOW_HTTP")
+    # Host names and IP addresses or networks a receiver may be at even though they are private,
+    # loopback or link-local (SSRF guard); comma-separated.
+    webhook_allow_hosts: Annotated[tuple[str, ...], NoDecode] = Field(
+        default=(), validation_alias="REVIEW_QUEUE_WEBHOOK_ALLOW_HOSTS"
+    )
+    # How often an idle deliverer looks for new events, and how many deliveries it runs at once.
+    deliverer_interval_ms: int = _range(1_000, 50, 60_000, "REVIEW_QUEUE_DELIVERER_INTERVAL_MS")
+    deliverer_concurrency: int = _range(4, 1, 64, "REVIEW_QUEUE_DELIVERER_CONCURRENCY")
+
     host: str = Field(default="127.0.0.1", validation_alias=AliasChoices("HOST", "REVIEW_QUEUE_HOST"))
     port: int = Field(
         default=8000, ge=1, le=65_535, validation_alias=AliasChoices("PORT", "REVIEW_QUEUE_PORT")
@@ -156,12 +181,48 @@ class Settings(BaseSettings):
     def idle_release_s(self) -> int:
         return self.ui_idle_release_test_s or self.ui_idle_release_s
 
+    @property
+    def webhook_give_up_s(self) -> int:
+        return self.webhook_give_up_test_s or self.webhook_give_up_h * 3600
+
+    @field_validator("webhook_key")
+    @classmethod
+    def _fernet_keys(cls, value: str | None) -> str | None:
+        if value is not None:
+            from cryptography.fernet import Fernet
+
+            for key in value.split(","):
+                try:
+                    Fernet(key.strip())
+                except ValueError:
+                    raise ValueError(
+                        "must be Fernet keys (32 url-safe base64-encoded bytes each, comma-separated);"
+                        " make one with `review-queue webhooks key`"
+                    ) from None
+        return value
+
+    @field_validator("webhook_allow_hosts", mode="before")
+    @classmethod
+    def _split_hosts(cls, value: object) -> object:
+        if isinstance(value, str):
+            value = [host.strip().lower() for host in value.split(",") if host.strip()]
+        if isinstance(value, list | tuple):
+            for host in value:
+                if not _ALLOWED_HOST.fullmatch(str(host)):
+                    raise ValueError(f"{host!r} is neither a host name nor an IP address or network")
+            return tuple(value)
+        return value
+
     @field_validator("cors_origins", mode="before")
     @classmethod
     def _split_origins(cls, value: object) -> object:
         if isinstance(value, str):
             return [origin.strip() for origin in value.split(",") if origin.strip()]
         return value
+
+
+# A host name, an IPv4 or IPv6 address, or a network in CIDR notation (checked again by ipaddress).
+_ALLOWED_HOST = re.compile(r"[a-z0-9.-]{1,253}|[0-9a-f:.]{2,45}(/[0-9]{1,3})?|[0-9.]{7,15}/[0-9]{1,2}")
 
 
 def hide_password(url: str) -> str:

@@ -1,4 +1,4 @@
-"""The `review-queue` command: serve, migrate, tokens, reclaim."""
+"""The `review-queue` command: serve, migrate, tokens, reclaim, deliver webhooks."""
 
 import asyncio
 import contextlib
@@ -46,6 +46,10 @@ admin_app = typer.Typer(
     rich_markup_mode=None,
 )
 app.add_typer(admin_app, name="admin")
+webhooks_app = typer.Typer(
+    no_args_is_help=True, help="Webhooks: the deliverer's key for secrets at rest.", rich_markup_mode=None
+)
+app.add_typer(webhooks_app, name="webhooks")
 
 T = TypeVar("T")
 
@@ -56,6 +60,7 @@ class Role(StrEnum):
     ingest = "ingest"
     auditor = "auditor"
     admin = "admin"
+    integration = "integration"
 
 
 def resolved_url(settings: Settings) -> str:
@@ -137,7 +142,10 @@ def token_create(
             " not me, reclaimer or reclaimer@...",
         ),
     ],
-    role: Annotated[Role, typer.Option(help="reviewer, approver, ingest, auditor or admin.")],
+    role: Annotated[
+        Role,
+        typer.Option(help="reviewer, approver, ingest, auditor, admin or integration (the change feed)."),
+    ],
     expires_in: Annotated[
         timedelta | None,
         typer.Option(
@@ -393,6 +401,27 @@ def reclaimer_loop() -> None:
     asyncio.run(reclaimer.run_forever(settings, resolved_url(settings), stop))
 
 
+@app.command("deliverer")
+def deliverer_loop() -> None:
+    """Deliver webhooks from the change feed until SIGTERM/SIGINT (any number may run)."""
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    from cli import deliverer
+
+    settings = get_settings()
+    configure_logging(settings.log_format, settings.log_level)
+    asyncio.run(deliverer.run_forever(settings, resolved_url(settings), stop))
+
+
+@webhooks_app.command("key")
+def webhooks_key() -> None:
+    """Print a new Fernet key for REVIEW_QUEUE_WEBHOOK_KEY (put it before the old one to rotate)."""
+    from cryptography.fernet import Fernet
+
+    typer.echo(Fernet.generate_key().decode())
+
+
 @audit_app.command("seal")
 def audit_seal(
     once: Annotated[
@@ -555,14 +584,19 @@ def serve(
     with_reclaimer: Annotated[
         bool, typer.Option("--reclaimer/--no-reclaimer", help="Run the reclaimer as a child process.")
     ] = True,
+    with_deliverer: Annotated[
+        bool, typer.Option("--deliverer/--no-deliverer", help="Run the webhook deliverer as a child process.")
+    ] = True,
 ) -> None:
-    """Migrate, then serve the API beside a reclaimer (dev tokens printed on the embedded database)."""
+    """Migrate, then serve the API beside a reclaimer and a webhook deliverer (dev tokens printed on
+    the embedded database)."""
     import shutil
     import subprocess
     import tempfile
 
     import uvicorn
 
+    from api import webhook_secret
     from cli import devtokens
 
     settings = get_settings()
@@ -576,13 +610,21 @@ def serve(
     # Workers and the reclaimer child must reach the same database without starting their own
     # embedded server, and write their counters where one /metrics scrape sums them all.
     os.environ["DATABASE_URL"] = url
+    # The embedded database's webhook key (kept in the data directory), for the workers and the
+    # deliverer, which now see a DATABASE_URL.
+    if (key := webhook_secret.keys(settings)) is not None:
+        os.environ["REVIEW_QUEUE_WEBHOOK_KEY"] = key
     metrics_dir = None
     if "PROMETHEUS_MULTIPROC_DIR" not in os.environ:
         metrics_dir = tempfile.mkdtemp(prefix="review-queue-metrics-")
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = metrics_dir
     get_settings.cache_clear()
     _raise_open_file_limit()
-    child = subprocess.Popen([sys.executable, "-m", "cli", "reclaimer"]) if with_reclaimer else None
+    children = [
+        subprocess.Popen([sys.executable, "-m", "cli", command])  # noqa: S603 - our own commands
+        for command, wanted in (("reclaimer", with_reclaimer), ("deliverer", with_deliverer))
+        if wanted
+    ]
     # uvicorn re-raises SIGTERM after its graceful shutdown; exiting through SystemExit
     # instead runs the cleanup below and lets atexit stop the embedded server.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
@@ -600,8 +642,9 @@ def serve(
             forwarded_allow_ips=settings.forwarded_allow_ips or None,
         )
     finally:
-        if child is not None:
+        for child in children:
             child.terminate()
+        for child in children:
             child.wait(timeout=20)
         if metrics_dir is not None:
             shutil.rmtree(metrics_dir, ignore_errors=True)

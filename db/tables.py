@@ -6,6 +6,7 @@ from sqlalchemy import (
     CheckConstraint,
     Column,
     DateTime,
+    Float,
     ForeignKey,
     Identity,
     Index,
@@ -18,7 +19,7 @@ from sqlalchemy import (
     func,
     text,
 )
-from sqlalchemy.dialects.postgresql import JSONB, UUID
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB, UUID
 from sqlalchemy.dialects.postgresql.base import ischema_names
 from sqlalchemy.types import UserDefinedType
 
@@ -59,7 +60,7 @@ FALLBACK_DUE = "now() + interval '168 hours'"
 
 STATES = ("PENDING", "ASSIGNED", "RESOLVED", "QUARANTINED", "AWAITING_APPROVAL")
 MATCH_DECISIONS = ("MATCHED", "PARTIAL", "UNMATCHED")
-ROLES = ("reviewer", "approver", "ingest", "auditor", "admin")
+ROLES = ("reviewer", "approver", "ingest", "auditor", "admin", "integration")
 
 # Token subjects (see db.tokens.check_subject, which says the same in Python): 1-128 characters,
 # letters, digits and . _ @ + -, starting with a letter or digit; `me` (the caller, in
@@ -297,7 +298,9 @@ api_token = Table(
     Column("revoked_at", DateTime(timezone=True)),
     # NULL: never expires. The lookup (db.tokens.find_principal) refuses a token past it.
     Column("expires_at", DateTime(timezone=True)),
-    CheckConstraint("role IN ('reviewer', 'approver', 'ingest', 'auditor', 'admin')", name="valid_role"),
+    CheckConstraint(
+        "role IN ('reviewer', 'approver', 'ingest', 'auditor', 'admin', 'integration')", name="valid_role"
+    ),
     CheckConstraint(SUBJECT_CHECK, name="valid_subject"),
     Index("ix_api_token_subject", "subject"),
 )
@@ -315,4 +318,59 @@ desk_session = Table(
     Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     Column("expires_at", DateTime(timezone=True), nullable=False),
     Index("ix_desk_session_expires_at", "expires_at"),
+)
+
+
+# Webhook subscriptions (docs/integrations.md): where each stands in the change feed, its retry
+# state, and the claim one deliverer holds on it. Deactivated, never deleted.
+webhook_subscription = Table(
+    "webhook_subscription",
+    metadata,
+    Column("name", Text, primary_key=True),
+    Column("url", Text, nullable=False),
+    # Webhook types (item.resolved, ...), never empty.
+    Column("event_types", ARRAY(Text), nullable=False),
+    # Fernet-encrypted `whsec_...` (docs/security.md): the HMAC needs the secret itself.
+    Column("secret", LargeBinary, nullable=False),
+    Column("active", Boolean, nullable=False, server_default=text("true")),
+    Column("disabled_reason", Text),
+    # Every feed position up to (cursor_xid, cursor_id) has been delivered (or matched no type).
+    Column("cursor_xid", Xid8(), nullable=False),
+    Column("cursor_id", BigInteger, nullable=False),
+    # Failed attempts at the event after the cursor; it blocks the subscription until delivered.
+    Column("attempts", Integer, nullable=False, server_default="0"),
+    Column("failing_since", DateTime(timezone=True)),
+    # Retrying stopped after REVIEW_QUEUE_WEBHOOK_GIVE_UP_H: failing until redeliver resumes it.
+    Column("gave_up_at", DateTime(timezone=True)),
+    Column("next_attempt_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Column("last_error", Text),
+    # One deliverer's claim, taken with FOR UPDATE SKIP LOCKED in a short transaction and fenced
+    # by the nonce: no transaction (and no transaction id) stays open while a request is in flight.
+    Column("claimed_by", Text),
+    Column("claim_nonce", UUID(as_uuid=True)),
+    Column("claim_expires_at", DateTime(timezone=True)),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    CheckConstraint("name ~ '^[a-z0-9][a-z0-9_-]{0,63}$'", name="valid_name"),
+    CheckConstraint("url ~ '^https?://'", name="http_url"),
+    CheckConstraint("attempts >= 0", name="attempts_not_negative"),
+)
+
+# Every attempt at a delivery, newest last; the deliverer keeps the last few per subscription.
+webhook_delivery = Table(
+    "webhook_delivery",
+    metadata,
+    Column("id", BigInteger, Identity(always=True), primary_key=True),
+    Column("subscription", Text, ForeignKey("webhook_subscription.name"), nullable=False),
+    Column("event_id", BigInteger, nullable=False),
+    Column("webhook_id", Text, nullable=False),
+    Column("type", Text, nullable=False),
+    Column("attempt", Integer, nullable=False),
+    Column("attempted_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Column("outcome", Text, nullable=False),
+    Column("status_code", Integer),
+    Column("latency_ms", Float),
+    Column("error", Text),
+    CheckConstraint("outcome IN ('delivered', 'failed')", name="valid_outcome"),
+    Index("ix_webhook_delivery_subscription_id", "subscription", "id"),
 )

@@ -23,6 +23,8 @@ from db.engine import create_engine, libpq_url
 from db.migrations import upgrade_head
 
 LONG = bool(os.environ.get("REVIEW_QUEUE_TEST_LONG"))
+# REVIEW_QUEUE_WEBHOOK_KEY of every app and server the tests start (a Fernet key made for them).
+WEBHOOK_KEY = "J6wXOUNQcj5mY_sF4YjRrhlu84-dLEnaDSu373Qo1Ho="
 # How long a process the tests start (the API, the reclaimer) may take to come up.
 STARTUP_S = 120
 
@@ -126,7 +128,12 @@ def sql(superuser_url: str) -> Iterator[psycopg.Connection]:
 
 
 def make_settings(db_url: str, **overrides: object) -> Settings:
-    values: dict[str, object] = {"database_url": db_url, "token_cache_s": 0, "log_format": "text"}
+    values: dict[str, object] = {
+        "database_url": db_url,
+        "token_cache_s": 0,
+        "log_format": "text",
+        "webhook_key": WEBHOOK_KEY,
+    }
     values.update(overrides)
     return Settings(**values)  # type: ignore[arg-type]
 
@@ -190,7 +197,12 @@ def free_port() -> int:
 
 
 def start_server(
-    env: dict[str, str], *, workers: int = 1, stdout: object = None, ready: bool = True
+    env: dict[str, str],
+    *,
+    workers: int = 1,
+    stdout: object = None,
+    ready: bool = True,
+    deliverer: bool = False,
 ) -> tuple[subprocess.Popen[bytes], str]:
     """The API as users run it, in its own process. Returns (process, base_url)."""
     import sys
@@ -200,11 +212,12 @@ def start_server(
 
     port = free_port()
     # `review-queue serve`, as users start it (migrations, signal handling); the reclaimer child is
-    # left out so tests decide when leases are reclaimed.
+    # left out so tests decide when leases are reclaimed, and the deliverer unless asked for.
     process = subprocess.Popen(
         [sys.executable, "-m", "cli", "serve", "--host", "127.0.0.1", "--port", str(port),
-         "--workers", str(workers), "--no-reclaimer"],
-        env={**os.environ, "REVIEW_QUEUE_LOG_LEVEL": "WARNING", **env},
+         "--workers", str(workers), "--no-reclaimer", "--deliverer" if deliverer else "--no-deliverer"],
+        env={**os.environ, "REVIEW_QUEUE_LOG_LEVEL": "WARNING", "REVIEW_QUEUE_WEBHOOK_KEY": WEBHOOK_KEY,
+             **env},
         stdout=stdout,  # type: ignore[arg-type]
     )  # fmt: skip
     base = f"http://127.0.0.1:{port}"

@@ -180,6 +180,21 @@ def _reclaimed_nothing(out: str, seen: dict[str, Any]) -> None:
     assert _json(out) == {"reclaimed": 0, "items": []}, out
 
 
+def _feed(out: str, seen: dict[str, Any]) -> None:
+    body = _json(out)
+    assert [(e["event"], e["item"]["idempotency_key"]) for e in body["events"]] == [
+        ("ENQUEUED", "ACME-2026-11-30-0042"),
+        ("LEASED", "ACME-2026-11-30-0042"),
+    ], body
+    assert (
+        body["events"][0]["item"]["state"] == "RESOLVED" and body["events"][1]["item"]["lease_token"] is None
+    )
+    assert (
+        re.fullmatch("[0-9a-f]{32}", body["next_cursor"])
+        and body["next_cursor"] == body["events"][1]["cursor"]
+    )
+
+
 def _nothing(out: str, seen: dict[str, Any]) -> None:
     _empty(out)
 
@@ -211,6 +226,7 @@ EXPECTED: list[tuple[str, Check]] = [
     ("localhost:8000/items/complete ", _batch_completed),
     ("localhost:8000/stats", _stats),
     ("/admin/reclaim", _reclaimed_nothing),
+    ("localhost:8000/events?limit=2", _feed),
 ]
 
 
@@ -355,3 +371,54 @@ def test_auto_adjudicate_runs_until_ctrl_c(
     assert "resolved=3" in out, out
     rows = sql.execute("SELECT resolution FROM review_queue_item ORDER BY idempotency_key").fetchall()
     assert rows == [("WRITE_OFF",), ("ESCALATED",), ("ESCALATED",)]
+
+
+def test_the_webhook_receiver_gets_verified_deliveries(
+    db_url: str, make_token: Callable[[str, str], str], tmp_path: Any
+) -> None:
+    """The README's ten-line receiver, run as written (its port changed): a subscription to it, a
+    deliverer beside the API as `make run` has, and a resolution that reaches it, verified."""
+    from tests.api.helpers import item_body
+    from tests.conftest import start_server, stop_server
+
+    (snippet,) = [b for b in re.findall(r"```python\n(.*?)```", README, re.S) if "webhook_receiver" in b]
+    code = [line for line in snippet.splitlines() if line.strip() and not line.startswith("#")]
+    assert len(code) <= 14, "the receiver is meant to be about ten lines"
+    port = free_port()
+    script = tmp_path / "webhook_receiver.py"
+    script.write_text(snippet.replace("8001", str(port)))
+    env = {"REVIEW_QUEUE_WEBHOOK_ALLOW_HTTP": "1", "REVIEW_QUEUE_WEBHOOK_ALLOW_HOSTS": "127.0.0.1",
+           "REVIEW_QUEUE_DELIVERER_INTERVAL_MS": "100", "DATABASE_URL": db_url}  # fmt: skip
+    server, base = start_server(env, deliverer=True)
+    receiver = None
+    try:
+        admin = {"Authorization": f"Bearer {make_token('admin', 'admin')}"}
+        reviewer = {"Authorization": f"Bearer {make_token('reviewer', 'reviewer')}"}
+        hook = httpx.put(f"{base}/webhooks/demo", json={"url": f"http://127.0.0.1:{port}/"}, headers=admin)
+        assert hook.status_code == 201, hook.text
+        receiver = subprocess.Popen(
+            [str(REPO_ROOT / ".venv/bin/python"), str(script)],
+            env={**os.environ, "RQ_WEBHOOK_SECRET": hook.json()["secret"], "PYTHONPATH": str(REPO_ROOT)},
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        item = httpx.post(f"{base}/items", json=item_body(), headers=admin).json()
+        (held,) = httpx.post(f"{base}/leases", json={"batch_size": 1}, headers=reviewer).json()["items"]
+        done = httpx.post(
+            f"{base}/items/{held['id']}/complete", json={"resolution": "APPROVED"}, headers=reviewer
+        )
+        assert done.status_code == 200, done.text
+        assert receiver.stdout is not None
+        line = receiver.stdout.readline()  # blocks until the delivery is printed (the test has a timeout)
+        assert line.split() == ["item.resolved", item["id"], "RESOLVED"], (line, receiver.poll())
+        from tests.support import wait_for
+
+        def deliveries() -> list[dict[str, Any]]:
+            return list(httpx.get(f"{base}/webhooks/demo/deliveries", headers=admin).json()["deliveries"])
+
+        wait_for(deliveries, 30)  # recorded right after the answer came back
+        assert [(d["outcome"], d["status_code"]) for d in deliveries()] == [("delivered", 204)]
+    finally:
+        if receiver is not None:
+            receiver.kill()
+            receiver.wait()
+        stop_server(server)

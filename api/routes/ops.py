@@ -10,7 +10,7 @@ from api.deps import Conn, MetricsScraper, SettingsDep, StatsReader
 from api.errors import problem_responses
 from api.metrics import exposition
 from api.routing import QueueRoute
-from db import audit, stats
+from db import audit, stats, webhooks
 
 router = APIRouter(route_class=QueueRoute, tags=["operations"])
 
@@ -86,5 +86,7 @@ async def get_stats(conn: Conn, _: StatsReader, settings: SettingsDep) -> StatsO
 async def metrics(conn: Conn, settings: SettingsDep) -> Response:
     """Prometheus metrics (REVIEW_QUEUE_METRICS_TOKEN, or an admin token)."""
     gauges = await stats.queue_gauges(conn, grace=timedelta(seconds=settings.reclaim_after_s))
-    body = exposition(gauges, settings.max_inflight, await audit.seal_lag(conn))
+    body = exposition(
+        gauges, settings.max_inflight, await audit.seal_lag(conn), await webhooks.delivery_gauges(conn)
+    )
     return Response(body, media_type="text/plain; version=0.0.4; charset=utf-8")

@@ -3,7 +3,7 @@
 from fastapi import APIRouter, Request, Response, status
 
 from api import session
-from api.deps import AnyRole, SettingsDep, request_transaction
+from api.deps import Anyone, SettingsDep, request_transaction
 from api.errors import ProblemError, problem_responses
 from api.routing import QueueRoute
 from api.schemas import MAX_WAIT_S, SessionIn, SessionOut
@@ -54,7 +54,7 @@ async def sign_in(body: SessionIn, request: Request, response: Response, setting
 
 
 @router.get("/session", operation_id="getSession", summary="Who is signed in")
-async def who_am_i(request: Request, principal: AnyRole, settings: SettingsDep) -> SessionOut:
+async def who_am_i(request: Request, principal: Anyone, settings: SettingsDep) -> SessionOut:
     """Who is signed in, the CSRF token of the cookie session, and the desk's settings."""
     desk: sessions.DeskSession | None = getattr(request.state, "desk_session", None)
     return _out(principal.subject, principal.role, desk.csrf_token if desk else None, settings)

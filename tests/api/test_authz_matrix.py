@@ -45,6 +45,9 @@ STATS_READERS = frozenset({"reviewer", "approver", "auditor", "admin"})
 AUDITORS = frozenset({"auditor", "admin"})
 INGEST = frozenset({"ingest", "admin"})
 ADMIN = frozenset({"admin"})
+# The integration role reads the change feed, and may ask who it is; nothing else.
+EVERYONE = ANY_ROLE | {"integration"}
+FEED_READERS = frozenset({"auditor", "admin", "integration"})
 
 
 @dataclass(frozen=True)
@@ -141,12 +144,20 @@ MATRIX: dict[tuple[str, str], Route] = {
     # The desk's sign-in reads the token from its body, never from the header: an unknown one
     # is refused whoever calls. Signing out needs no token (it ends the cookie's session, if any).
     ("POST", "/session"): Route(PUBLIC, ok=401, code="UNAUTHENTICATED", body=lambda: {"token": "rq_unknown"}),
-    ("GET", "/session"): Route(ANY_ROLE),
+    ("GET", "/session"): Route(EVERYONE),
     ("DELETE", "/session"): Route(PUBLIC, ok=204),
     ("GET", "/audit/export"): Route(AUDITORS),
+    ("GET", "/events"): Route(FEED_READERS),
+    # The admin's PUT writes the world's subscription again: a webhook row, not the queue.
+    ("PUT", "/webhooks/{name}"): Route(ADMIN, body=lambda: {"url": WEBHOOK_URL}),
+    ("GET", "/webhooks"): Route(ADMIN),
+    ("GET", "/webhooks/{name}/deliveries"): Route(ADMIN),
+    ("POST", "/webhooks/{name}/redeliver"): Route(ADMIN, body=lambda: {}),
 }
+WEBHOOK = "matrix"  # the world's one subscription
+WEBHOOK_URL = "https://hooks.example.com/matrix"
 
-CALLERS = ("none", "revoked", "reviewer", "approver", "ingest", "auditor", "admin")
+CALLERS = ("none", "revoked", "reviewer", "approver", "ingest", "auditor", "admin", "integration")
 # The subject of each caller's token; "revoked" is a reviewer whose tokens were revoked after they
 # leased an item. OTHER is the reviewer holding "another reviewer's item".
 SUBJECT = {
@@ -156,6 +167,7 @@ SUBJECT = {
     "ingest": "ivan",
     "auditor": "audrey",
     "admin": "ada",
+    "integration": "ingrid",
 }
 OTHER = "bob"
 UNKNOWN_ID = "00000000-0000-4000-8000-000000000000"
@@ -252,7 +264,7 @@ class World:
         item_id = self.item_id(caller, target)
         url = path.replace("{item_id}", item_id) if item_id else path
         url = url.replace("{code}", "MATCH_CONFIRMED")
-        url = url.replace("{reviewer}", OTHER)
+        url = url.replace("{reviewer}", OTHER).replace("{name}", WEBHOOK)
         route = MATRIX[(method, path)]
         body = route.body
         sent = (body(item_id) if route.body_item else body()) if body else None
@@ -275,7 +287,7 @@ def revoke(url: str, subject: str) -> None:
 def build_world(
     client: TestClient, sql: psycopg.Connection, url: str, make_token: Callable[[str, str], str]
 ) -> World:
-    seed_items(sql, 8)
+    seed_items(sql, 9)
     ids = [str(r[0]) for r in sql.execute("SELECT id FROM review_queue_item ORDER BY created_at")]
     bearer = {
         caller: {
@@ -298,9 +310,9 @@ def build_world(
         assert response.status_code == 200, response.text
         assert [i["id"] for i in response.json()["items"]] == [ids[n]]
         own[who] = ids[n]
-    # ingest and auditor cannot lease; a row that claims ivan (audrey) holds it shows that the
-    # role check is what refuses.
-    for n, caller in enumerate(("ingest", "auditor"), start=len(holders)):
+    # ingest, auditor and integration cannot lease; a row that claims ivan (audrey, ingrid) holds it
+    # shows that the role check is what refuses.
+    for n, caller in enumerate(("ingest", "auditor", "integration"), start=len(holders)):
         own[caller] = ids[n]
         sql.execute(
             "UPDATE review_queue_item SET state = 'ASSIGNED', leased_by = %s, leased_at = now(),"
@@ -308,6 +320,8 @@ def build_world(
             (SUBJECT[caller], own[caller]),
         )
     revoke(url, SUBJECT["revoked"])
+    subscribed = client.put(f"/webhooks/{WEBHOOK}", json={"url": WEBHOOK_URL}, headers=bearer["admin"])
+    assert subscribed.status_code == 201, subscribed.text
     return World(client, sql, {"none": {}, **bearer}, own, other=own.pop("bob"))
 
 
@@ -389,6 +403,9 @@ def test_refused_and_reading_calls_change_nothing(
         for item in _items_in(response.json()):
             if item["lease_token"] is not None:
                 assert item["leased_by"] == SUBJECT[caller], f"{caller} was shown {item['leased_by']}'s token"
+        # The feed shows items to systems and auditors: never with a lease token, even the reader's.
+        for event in response.json()["events"] if path == "/events" else []:
+            assert event["item"]["lease_token"] is None, event
 
 
 def _items_in(body: Any) -> list[dict[str, Any]]:
@@ -487,6 +504,8 @@ SMUGGLE_ROUTES = [
     (("POST", "/items/{item_id}/revisions"), "ingest", "own", ()),
     (("POST", "/admin/items/{item_id}/reassign"), "admin", "own", ()),
     (("POST", "/admin/items/{item_id}/release"), "admin", "own", ()),
+    (("PUT", "/webhooks/{name}"), "admin", None, ()),
+    (("POST", "/webhooks/{name}/redeliver"), "admin", None, ()),
 ]
 
 
@@ -511,7 +530,7 @@ def test_a_body_cannot_set_server_owned_fields(
     for step in where:
         container = container[step]
     container[field] = SMUGGLED[field]
-    url = path.replace("{item_id}", item_id) if item_id else path
+    url = (path.replace("{item_id}", item_id) if item_id else path).replace("{name}", WEBHOOK)
 
     before = snapshot(shared_world.sql)
     response = shared_world.client.request(method, url, json=sent, headers=shared_world.headers[caller])
@@ -615,12 +634,19 @@ QUERY_ROUTES = [
     ("/items/{item_id}/events", "own"),
     ("/audit/export", None),
     ("/decisions", None),
+    ("/events", None),
+    ("/webhooks/{name}/deliveries", None),
 ]
+QUERY_CALLERS = {
+    "/audit/export": ("auditor", "admin"),
+    "/events": ("auditor", "admin", "integration"),
+    "/webhooks/{name}/deliveries": ("admin",),
+}
 # (path, target, caller, parameters of a call that succeeds)
 QUERY_CASES = [
     (path, target, caller, {"to": 1} if path == "/audit/export" else {"limit": 1})
     for path, target in QUERY_ROUTES
-    for caller in (("auditor", "admin") if path == "/audit/export" else ("reviewer", "ingest", "admin"))
+    for caller in QUERY_CALLERS.get(path, ("reviewer", "ingest", "admin"))
 ]
 
 
@@ -640,7 +666,7 @@ def test_unknown_query_parameters_are_refused(
     shared_world: World, path: str, target: str | None, caller: str, params: dict[str, int]
 ) -> None:
     item_id = shared_world.item_id(caller, target)
-    url = path.replace("{item_id}", item_id) if item_id else path
+    url = (path.replace("{item_id}", item_id) if item_id else path).replace("{name}", WEBHOOK)
     ok = shared_world.client.get(url, params=params, headers=shared_world.headers[caller])
     assert ok.status_code == 200, ok.text
     before = snapshot(shared_world.sql)

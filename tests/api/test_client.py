@@ -15,6 +15,7 @@ import pytest
 from api.client import (
     AlreadyHeld,
     AsyncReviewQueueClient,
+    Forbidden,
     IdempotencyConflict,
     LeaseNotHeld,
     NotAssigned,
@@ -408,3 +409,76 @@ def test_a_named_lease_the_cool_off_and_my_decisions_from_both_clients(live_serv
             return taken_back, [d.event.event for d in await client.decisions()]
 
     assert asyncio.run(read()) == ([second.id], ["RESOLVED"])
+
+
+def test_feed_iterates_every_event_resumes_from_a_cursor_and_follows(
+    live_server: str, make_token: Callable[[str, str], str], sql: psycopg.Connection
+) -> None:
+    """`feed` (sync and async) walks the change feed page by page; a stored cursor resumes it; with
+    `follow`, it long-polls and hands over an event that commits while it waits."""
+    admin = ReviewQueueClient(live_server, make_token("ada", "admin"))
+    reader = ReviewQueueClient(live_server, make_token("ingrid", "integration"))
+    for n in range(5):
+        admin.enqueue(idempotency_key=f"feed-{n}", ledger_entity="E", variance_amount=Decimal("1.00"),
+                      match_decision="PARTIAL", source_hash=f"h{n}")  # fmt: skip
+    everything = list(reader.feed(limit=2, follow=False))
+    by_position = [r[0] for r in sql.execute("SELECT id FROM review_queue_event ORDER BY xid, id")]
+    assert [e.id for e in everything] == by_position and len(by_position) == 5
+    assert all(e.event == "ENQUEUED" and e.item.lease_token is None for e in everything)
+    assert [e.id for e in reader.feed(everything[1].cursor, follow=False)] == by_position[2:]
+    with pytest.raises(Forbidden):
+        list(ReviewQueueClient(live_server, make_token("rita", "reviewer")).feed(follow=False))
+
+    token = make_token("ingo", "integration")
+
+    async def follow() -> list[int]:
+        async with AsyncReviewQueueClient(live_server, token) as client:
+            got = []
+            async for event in client.feed(everything[-1].cursor, wait_s=20, types=["RESOLVED", "ENQUEUED"]):
+                got.append(event.id)
+                return got
+        return []
+
+    later = threading.Timer(
+        0.5,
+        lambda: admin.enqueue(
+            idempotency_key="feed-late",
+            ledger_entity="E",
+            variance_amount=Decimal("2.00"),
+            match_decision="PARTIAL",
+            source_hash="late",
+        ),
+    )
+    later.start()
+    (late,) = asyncio.run(follow())
+    later.join()
+    assert late == max(r[0] for r in sql.execute("SELECT id FROM review_queue_event"))
+
+
+def test_verify_webhook_takes_a_genuine_delivery_and_refuses_a_forged_one() -> None:
+    from datetime import UTC, datetime
+
+    from standardwebhooks import Webhook
+
+    from api.client import InvalidWebhook, verify_webhook
+
+    secret = "whsec_" + "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+    body = b'{"type":"item.resolved","timestamp":"2026-12-03T09:05:12+00:00","data":{}}'
+    # The server's clock is the database's; a receiver checks freshness against its own.
+    now = datetime.now(UTC)
+    headers = {
+        "Webhook-Id": "evt_1",
+        "Webhook-Timestamp": str(int(now.timestamp())),
+        "Webhook-Signature": Webhook(secret).sign("evt_1", now, body),
+    }
+    assert verify_webhook(headers, body, secret)["type"] == "item.resolved"
+    assert ReviewQueueClient.verify_webhook(headers, body, secret) == AsyncReviewQueueClient.verify_webhook(
+        headers, body, secret
+    )
+    for forged in (body.replace(b"resolved", b"approved"), body + b" "):
+        with pytest.raises(InvalidWebhook):
+            verify_webhook(headers, forged, secret)
+    with pytest.raises(InvalidWebhook):
+        verify_webhook({**headers, "Webhook-Id": "evt_2"}, body, secret)
+    with pytest.raises(InvalidWebhook):
+        verify_webhook(headers, body, "whsec_" + "A" * 32)

@@ -244,6 +244,7 @@ class ReviewQueueMachine(RuleBasedStateMachine):
     client: ClassVar[TestClient]
     sql: ClassVar[psycopg.Connection]
     tokens: ClassVar[dict[str, str]] = {}  # subject -> bearer token: reviewers, root, feeder
+    feed_cursor: ClassVar[str | None] = None  # where the change feed was read to, across examples
 
     items = Bundle("items")  # every enqueued item
     leases = Bundle("leases")  # an item each time it is leased: holder actions aim here
@@ -266,6 +267,10 @@ class ReviewQueueMachine(RuleBasedStateMachine):
         self.payloads = itertools.count()
         self.expired_seq = itertools.count(1)
         self.all_tokens: set[str] = set()
+        # The change feed from here on: each event once, each item's in id order, its item as now.
+        self.feed_seen: Counter[tuple[str, str]] = Counter()
+        self.feed_ids: dict[str, list[int]] = {}
+        self.read_feed(500, check=False)
         TALLY["examples"] += 1
 
     # --- helpers ------------------------------------------------------------------------
@@ -1222,6 +1227,34 @@ class ReviewQueueMachine(RuleBasedStateMachine):
         if expected:
             key("admin released or reassigned a lease")
 
+    def read_feed(self, limit: int, check: bool = True) -> None:
+        """Read GET /events (as the auditor) to its end: what it serves is exactly the events the
+        model expects, each once, each item's in their own order, with the item as it is now."""
+        while True:
+            params = {"limit": limit, **({"after": self.feed_cursor} if self.feed_cursor else {})}
+            page = self.client.get("/events", params=params, headers=self.headers("audrey"))
+            assert page.status_code == 200, page.text
+            for entry in page.json()["events"] if check else ():
+                item_id = entry["item_id"]
+                assert item_id in self.model, f"the feed served another example's event: {entry}"
+                self.feed_seen[(item_id, entry["event"])] += 1
+                ids = self.feed_ids.setdefault(item_id, [])
+                assert not ids or ids[-1] < entry["id"], f"item {item_id}: {entry['id']} after {ids}"
+                ids.append(entry["id"])
+                assert entry["item"]["state"] == self.model[item_id].state, entry
+                assert entry["item"]["lease_token"] is None
+            if page.json()["next_cursor"] == self.feed_cursor:
+                break
+            ReviewQueueMachine.feed_cursor = page.json()["next_cursor"]
+        if check:
+            wanted = {(i, e): n for i, m in self.model.items() for e, n in m.events.items() if n}
+            assert dict(self.feed_seen) == wanted, {
+                k: (self.feed_seen.get(k, 0), wanted.get(k, 0))
+                for k in self.feed_seen.keys() | wanted.keys()
+                if self.feed_seen.get(k, 0) != wanted.get(k, 0)
+            }
+            tally("feed read to its end")
+
     @rule(case=st.sampled_from(REFUSED))
     def refused(self, case: tuple[str, str | None, int, str]) -> None:
         path, subject, status, code = case
@@ -1242,6 +1275,8 @@ class ReviewQueueMachine(RuleBasedStateMachine):
     @invariant()
     def database_matches_model(self) -> None:
         TALLY["steps"] += 1
+        # Not a rule of its own: a new rule shifts which rules each derandomized example draws.
+        self.read_feed((1, 3, 500)[TALLY["steps"] % 3])
         rows = self.sql.execute(
             """
             SELECT id::text, state, leased_by, lease_epoch, attempts, resolution, resolved_by,
@@ -1337,6 +1372,7 @@ def test_api_behaves_like_the_model(db_url: str, make_token: Callable[[str, str]
     tokens["root"] = make_token("root", "admin")
     tokens["feeder"] = make_token("feeder", "ingest")
     tokens["audrey"] = make_token("audrey", "auditor")
+    ReviewQueueMachine.feed_cursor = None
     app_settings = make_settings(
         db_url,
         max_leases_per_reviewer=CAP,

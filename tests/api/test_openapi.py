@@ -41,6 +41,11 @@ OPERATION_IDS = {
     ("get", "/session"): "getSession",
     ("delete", "/session"): "signOut",
     ("get", "/audit/export"): "exportAudit",
+    ("get", "/events"): "readFeed",
+    ("put", "/webhooks/{name}"): "putWebhook",
+    ("get", "/webhooks"): "listWebhooks",
+    ("get", "/webhooks/{name}/deliveries"): "listWebhookDeliveries",
+    ("post", "/webhooks/{name}/redeliver"): "redeliverWebhook",
 }
 
 

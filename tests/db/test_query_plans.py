@@ -14,8 +14,9 @@ import psycopg
 import pytest
 from sqlalchemy.dialects import postgresql
 
-from db import queue, stats
+from db import feed, queue, stats
 from db.engine import _arguments, _compiled
+from tests.support import seed_items
 
 
 @pytest.fixture
@@ -306,3 +307,38 @@ def test_my_decisions_read_their_partial_index(busy_table: psycopg.Connection) -
     assert any(name == "ix_review_queue_event_decisions_by_actor" for _, name in found), found
     assert_no_table_scan(found)
     no_full_sort(tree)
+
+
+@pytest.fixture
+def busy_trail(sql: psycopg.Connection) -> psycopg.Connection:
+    """2,000 items with 20 events each, written by 40 transactions (so 40 xids), analysed."""
+    seed_items(sql, 2000)
+    for batch in range(40):
+        sql.execute(
+            "INSERT INTO review_queue_event (item_id, event, actor, lease_epoch, trace_id)"
+            " SELECT id, 'RENEWED', 'r', 1, trace_id FROM review_queue_item i, generate_series(1, 20)"
+            " WHERE abs(hashtext(i.id::text) %% 40) = %s",
+            (batch,),
+        )
+    sql.execute("VACUUM ANALYZE review_queue_event")
+    sql.execute("VACUUM ANALYZE review_queue_item")
+    return sql
+
+
+@pytest.mark.parametrize("types", [None, ["RESOLVED", "APPROVED"]])
+def test_the_feed_walks_the_xid_index_and_reads_one_items_trail(
+    busy_trail: psycopg.Connection, types: list[str] | None
+) -> None:
+    """A page of the change feed reads positions off (xid, id) from the cursor, and each position's
+    item trail (the barrier, what it serves, whether it was served early) by (item_id, id): never a
+    scan of the whole event table, whatever its size."""
+    (xid, id_) = busy_trail.execute(
+        "SELECT xid::text, id FROM review_queue_event ORDER BY xid, id OFFSET 20000 LIMIT 1"
+    ).fetchone()  # type: ignore[misc]
+    found = scans(plan(busy_trail, feed._PAGE, {"xid": xid, "id": id_, "scan": 100, "types": types}))
+    assert ("Seq Scan", "review_queue_event") not in found, found
+    assert ("Index Scan", "ix_review_queue_event_xid_id") in found or (
+        "Index Only Scan",
+        "ix_review_queue_event_xid_id",
+    ) in found, found
+    assert any(index == "ix_review_queue_event_item_id_id" for _, index in found), found

@@ -80,6 +80,9 @@ def test_the_service_role_has_exactly_the_table_rights_it_needs(as_service: psyc
         "review_queue_chain": "INSERT,SELECT",
         "review_queue_event": "INSERT,SELECT",
         "review_queue_item": "INSERT,SELECT,UPDATE",
+        # Subscriptions are deactivated, never deleted; attempts are appended and pruned.
+        "webhook_delivery": "DELETE,INSERT,SELECT",
+        "webhook_subscription": "INSERT,SELECT,UPDATE",
     }
     owns = as_service.execute(
         "SELECT count(*) FROM pg_class WHERE relowner = current_user::regrole"

@@ -17,7 +17,8 @@ from db import roles
 from tests.api.helpers import assert_problem, item_body
 from tests.conftest import _create_token, fresh_database, libpq, start_server, stop_server, with_database
 from tests.deploy.conftest import DEPLOY
-from tests.support import backdate_lease
+from tests.receiver import Receiver
+from tests.support import backdate_lease, wait_for
 
 ALERTS = DEPLOY / "prometheus" / "alerts.yml"
 ALERT_TESTS = DEPLOY / "prometheus" / "alerts.test.yml"
@@ -32,6 +33,9 @@ EXPECTED_ALERTS = {
     "ReviewQueueUnavailable",
     "ReviewQueueItemsQuarantined",
     "ReviewQueueSlaBreached",
+    # Issue 27: webhooks.
+    "ReviewQueueWebhookFailing",
+    "ReviewQueueWebhookLagging",
 }
 # Metrics a rule or panel may use before the service exposes them (none now). Listed only while
 # absent: the test fails once one appears, so the list cannot go stale.
@@ -101,27 +105,40 @@ def test_dashboard_has_the_operators_panels() -> None:
         "review_queue_http_request_duration_seconds_bucket",  # latency
         "review_queue_database_unavailable_total",  # 503s
         "review_queue_overdue_items",  # the SLA
+        "review_queue_webhook_delivery_lag_seconds",  # webhooks
+        "review_queue_webhook_attempts_total",
     ):
         assert metric in text, f"no panel queries {metric}"
 
 
 @pytest.fixture(scope="module")
 def scrape(server_url: str, template_db: str) -> Iterator[str]:
-    """/metrics of a live `review-queue serve` after every kind of transition, a lock timeout and
-    a 503, so labelled counters have samples."""
+    """/metrics of a live `review-queue serve` (with its deliverer) after every kind of transition,
+    a webhook delivery, a lock timeout and a 503, so labelled counters have samples."""
+    receiver = Receiver().start()
     with fresh_database(server_url, template_db) as name:
         url = with_database(server_url, name, role=roles.APP_ROLE)
-        process, base = start_server({"DATABASE_URL": url, "REVIEW_QUEUE_METRICS_TOKEN": "scrape-secret"})
+        env = {
+            "DATABASE_URL": url,
+            "REVIEW_QUEUE_METRICS_TOKEN": "scrape-secret",
+            "REVIEW_QUEUE_WEBHOOK_ALLOW_HTTP": "1",
+            "REVIEW_QUEUE_WEBHOOK_ALLOW_HOSTS": "127.0.0.1",
+            "REVIEW_QUEUE_DELIVERER_INTERVAL_MS": "100",
+        }
+        process, base = start_server(env, deliverer=True)
         try:
-            yield _exercise_and_scrape(base, url, with_database(server_url, name))
+            yield _exercise_and_scrape(base, url, with_database(server_url, name), receiver)
         finally:
             stop_server(process)
+            receiver.stop()
 
 
-def _exercise_and_scrape(base: str, url: str, arrange_url: str) -> str:
+def _exercise_and_scrape(base: str, url: str, arrange_url: str, receiver: Receiver) -> str:
     admin = {"Authorization": f"Bearer {_create_token(url, 'ops', 'admin')}"}
     ann = {"Authorization": f"Bearer {_create_token(url, 'ann', 'reviewer')}"}
     with httpx.Client(base_url=base, timeout=30) as http, psycopg.connect(libpq(arrange_url)) as sql:
+        hook = http.put("/webhooks/ledger", json={"url": receiver.url()}, headers=admin)
+        assert hook.status_code == 201, hook.text
         for _ in range(4):
             assert http.post("/items", json=item_body(), headers=admin).status_code == 201
         held = http.post("/leases", json={"batch_size": 4}, headers=ann).json()["items"]
@@ -133,6 +150,8 @@ def _exercise_and_scrape(base: str, url: str, arrange_url: str) -> str:
         backdate_lease(sql, held[3]["id"])
         sql.commit()
         assert http.post("/admin/reclaim", headers=admin).json()["reclaimed"] == 1
+        # The RESOLVED event, by the deliverer child: counted before its outcome is recorded.
+        wait_for(lambda: http.get("/webhooks/ledger/deliveries", headers=admin).json()["deliveries"], 60)
         sql.execute("LOCK TABLE review_queue_item IN ACCESS EXCLUSIVE MODE")
         assert_problem(http.post("/leases", headers=ann), 503, "DATABASE_UNAVAILABLE")
         sql.rollback()

@@ -11,8 +11,9 @@ import pytest
 from tests.deploy.conftest import DEPLOY
 
 UNITS = {
-    "review-queue.service": "review-queue serve --no-reclaimer",
+    "review-queue.service": "review-queue serve --no-reclaimer --no-deliverer",
     "review-queue-reclaimer.service": "review-queue reclaimer",
+    "review-queue-deliverer.service": "review-queue deliverer",
 }
 COMMAND = Path("/opt/review-queue/.venv/bin/review-queue")
 

@@ -1,0 +1,56 @@
+"""The change feed: every event across items, in commit-safe order, for the systems that act on them."""
+
+import asyncio
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Request
+
+from api.deps import FeedReader, SettingsDep, request_transaction
+from api.routes.leases import _disconnected
+from api.routing import QueueRoute
+from api.schemas import FeedEventOut, FeedOut, FeedQuery
+from db import feed
+
+router = APIRouter(route_class=QueueRoute, tags=["feed"])
+
+
+@router.get("/events", operation_id="readFeed", summary="Read the change feed")
+async def read_feed(
+    request: Request, query: Annotated[FeedQuery, Query()], _: FeedReader, settings: SettingsDep
+) -> FeedOut:
+    """Every event across items after `after`, oldest first, each with its item as it is now (roles
+    auditor, admin, integration). Store `next_cursor` (or each event's `cursor` as you go) and pass
+    it back as `after`: only events of finished transactions are served, so an event that commits
+    late is never skipped, and each item's events come in their own order.
+
+    With `wait_s`, a call that finds nothing new waits up to that many seconds and answers as soon
+    as something arrives (it looks again every REVIEW_QUEUE_POLL_INTERVAL_MS, holding no database
+    connection in between).
+    """
+    after = feed.Position.decode(query.after) if query.after else feed.START
+    types = query.types.split(",") if query.types else None
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + query.wait_s
+    gone: asyncio.Future[None] | None = None
+    try:
+        while True:
+            # Each look is its own short transaction: a waiting request holds no pooled connection.
+            async with request_transaction(request) as conn:
+                page = await feed.read(conn, after=after, limit=query.limit, events=types)
+            remaining = deadline - loop.time()
+            if page.events or remaining <= 0:
+                break
+            if page.next != after:  # a filter skipped a stretch: there may be more right behind it
+                after = page.next
+                continue
+            gone = gone or asyncio.ensure_future(_disconnected(request))
+            pause = asyncio.ensure_future(asyncio.sleep(min(remaining, settings.poll_interval_ms / 1000)))
+            await asyncio.wait({pause, gone}, return_when=asyncio.FIRST_COMPLETED)
+            pause.cancel()
+            if gone.done():
+                break
+    finally:
+        if gone is not None:
+            gone.cancel()
+            await asyncio.gather(gone, return_exceptions=True)
+    return FeedOut(events=[FeedEventOut.of(e) for e in page.events], next_cursor=page.next.encode())

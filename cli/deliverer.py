@@ -1,0 +1,251 @@
+"""The deliverer: reads the change feed for each webhook subscription and POSTs its events, at least once.
+
+Supervised like the reclaimer (`review-queue deliverer`; `serve` runs one as a child; any number
+may run): each pass claims one due subscription (db/webhooks.py, FOR UPDATE SKIP LOCKED), sends
+the events after its cursor in feed order, and records each outcome before the next. A failure
+blocks the subscription (head-of-line: each item's events stay in order) and is retried with
+exponential backoff and jitter until REVIEW_QUEUE_WEBHOOK_GIVE_UP_H; a 410 disables it. A crash
+between a delivery and its record only means that event goes again, with the same webhook-id.
+"""
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import random
+import signal
+import socket
+import time
+from contextlib import AbstractAsyncContextManager
+from datetime import datetime, timedelta
+
+import httpx
+from prometheus_client import Counter
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from standardwebhooks import Webhook
+
+from api import webhook_secret
+from api.schemas import FeedEventOut
+from api.settings import Settings
+from cli import outbound
+from db import feed, webhooks
+from db.engine import create_engine, transaction
+from db.errors import classify
+
+log = logging.getLogger("review_queue.deliverer")
+
+ATTEMPTS = Counter(
+    "review_queue_webhook_attempts_total",
+    "Webhook delivery attempts by outcome: delivered, http_error, gone (410), timeout, unreachable, refused.",
+    ["outcome"],
+)
+PAGE = 50  # events read from the feed at a time
+PER_CLAIM = 200  # events sent before the subscription is let go, so others get their turn
+MAX_BACKOFF_S = 30.0
+
+
+def deliverer_identity() -> str:
+    return f"deliverer@{socket.gethostname()}:{os.getpid()}"
+
+
+def retry_in(settings: Settings, failures: int) -> timedelta:
+    """The n-th retry waits min(max, base * 2^(n-1)) times a jitter of 0.5-1: the first within
+    REVIEW_QUEUE_WEBHOOK_RETRY_BASE_MS (10 s), then hours apart."""
+    ceiling = min(
+        settings.webhook_retry_max_s, settings.webhook_retry_base_ms / 1000 * 2 ** min(failures - 1, 40)
+    )
+    return timedelta(seconds=ceiling * random.uniform(0.5, 1.0))  # noqa: S311 - jitter, not a secret
+
+
+def payload(event: feed.FeedEvent) -> bytes:
+    """The Standard Webhooks body: {type, timestamp, data}, data being the feed entry."""
+    data = FeedEventOut.of(event).model_dump(mode="json")
+    return json.dumps(
+        {"type": event.type, "timestamp": data["at"], "data": data}, separators=(",", ":")
+    ).encode()
+
+
+class Delivery:
+    """One claimed subscription, delivered until it is caught up, fails, or has had its turn."""
+
+    def __init__(
+        self, engine: AsyncEngine, http: httpx.AsyncClient, settings: Settings, held: webhooks.Claim
+    ):
+        self.engine, self.http, self.settings, self.held = engine, http, settings, held
+        self.hold = timedelta(seconds=settings.webhook_timeout_s * 3 + 10)
+        self._claimed = time.monotonic()
+        self._signer: Webhook | None = None
+
+    def _transaction(self) -> AbstractAsyncContextManager[AsyncConnection]:
+        return transaction(
+            self.engine,
+            lock_timeout_ms=self.settings.pg_lock_timeout_ms,
+            statement_timeout_ms=self.settings.statement_timeout_ms,
+        )
+
+    def _now(self) -> datetime:
+        # The database's clock at the claim, moved on by a monotonic timer: webhook-timestamp
+        # follows the database, like every other time the service writes.
+        return self.held.claimed_at + timedelta(seconds=time.monotonic() - self._claimed)
+
+    def _sign_with(self) -> Webhook | str:
+        """The signer, or why there is none."""
+        if self._signer is None:
+            keys = webhook_secret.keys(self.settings)
+            if keys is None:
+                return "REVIEW_QUEUE_WEBHOOK_KEY is not set: the secret cannot be read"
+            try:
+                self._signer = Webhook(webhook_secret.decrypt(keys, self.held.secret))
+            except webhook_secret.InvalidToken:
+                return (
+                    "the secret cannot be decrypted: REVIEW_QUEUE_WEBHOOK_KEY changed, the old key not kept"
+                )
+        return self._signer
+
+    async def _send(self, event: feed.FeedEvent) -> outbound.Sent:
+        signer = self._sign_with()
+        if isinstance(signer, str):
+            return outbound.Sent("refused", None, 0.0, signer)
+        return await outbound.send(
+            self.http,
+            self.held.subscription.url,
+            webhook_id=event.webhook_id,
+            timestamp=self._now(),
+            body=payload(event),
+            signer=signer,
+            timeout_s=self.settings.webhook_timeout_s,
+            allow=self.settings.webhook_allow_hosts,
+        )
+
+    async def run(self) -> None:
+        sub = self.held.subscription
+        events = [feed.EVENTS_OF_TYPE[t] for t in sub.event_types if t in feed.EVENTS_OF_TYPE]
+        cursor, sent = sub.cursor, 0
+        while sent < PER_CLAIM:
+            async with self._transaction() as conn:
+                page = await feed.read(conn, after=cursor, limit=PAGE, events=events)
+            for event in page.events:
+                result = await self._send(event)
+                ATTEMPTS.labels(result.outcome).inc()
+                outcome = webhooks.Outcome(
+                    event.id,
+                    event.webhook_id,
+                    event.type,
+                    result.status_code,
+                    result.latency_ms,
+                    result.error,
+                )
+                if not result.ok:
+                    await self._failed(event, outcome, result)
+                    return
+                async with self._transaction() as conn:
+                    ours = await webhooks.delivered(
+                        conn, self.held, outcome=outcome, cursor=event.cursor, hold=self.hold
+                    )
+                if not ours:
+                    log.warning("webhook_claim_lost", extra={"subscription": sub.name, "event_id": event.id})
+                    return
+                log.info(
+                    "webhook_delivered",
+                    extra={"subscription": sub.name, "webhook_id": event.webhook_id, "type": event.type,
+                           "status": result.status_code, "latency_ms": result.latency_ms},
+                )  # fmt: skip
+                cursor, sent = event.cursor, sent + 1
+            if page.next != cursor:
+                async with self._transaction() as conn:
+                    if not await webhooks.advance(conn, self.held, cursor=page.next, hold=self.hold):
+                        return
+                cursor = page.next
+            elif not page.events:
+                break  # caught up
+        async with self._transaction() as conn:
+            await webhooks.prune(conn, name=sub.name)
+            # Had its turn: due again at once; caught up: looked at again after an interval.
+            later = 0.0 if sent >= PER_CLAIM else self.settings.deliverer_interval_ms / 1000
+            await webhooks.release(conn, self.held, later=timedelta(seconds=later))
+
+    async def _failed(self, event: feed.FeedEvent, outcome: webhooks.Outcome, result: outbound.Sent) -> None:
+        sub = self.held.subscription
+        wait = retry_in(self.settings, sub.attempts + 1)
+        async with self._transaction() as conn:
+            state = await webhooks.failed(
+                conn,
+                self.held,
+                outcome=outcome,
+                retry_in=wait,
+                give_up=timedelta(seconds=self.settings.webhook_give_up_s),
+                gone=result.outcome == "gone",
+            )
+        extra = {
+            "subscription": sub.name,
+            "webhook_id": event.webhook_id,
+            "type": event.type,
+            "attempt": sub.attempts + 1,
+            "error": result.error,
+            "retry_in_s": round(wait.total_seconds(), 1),
+        }
+        if state == "gave_up":
+            log.error("webhook_gave_up", extra=extra)
+        elif state == "disabled":
+            log.warning("webhook_disabled_gone", extra=extra)
+        else:
+            log.warning("webhook_delivery_failed", extra=extra)
+
+
+async def deliver_one(
+    engine: AsyncEngine, http: httpx.AsyncClient, settings: Settings, identity: str
+) -> bool:
+    """Claim the subscription due first and deliver it; False when none is due."""
+    async with transaction(
+        engine,
+        lock_timeout_ms=settings.pg_lock_timeout_ms,
+        statement_timeout_ms=settings.statement_timeout_ms,
+    ) as conn:
+        held = await webhooks.claim(
+            conn, deliverer=identity, hold=timedelta(seconds=settings.webhook_timeout_s * 3 + 10)
+        )
+    if held is None:
+        return False
+    await Delivery(engine, http, settings, held).run()
+    return True
+
+
+async def _worker(
+    engine: AsyncEngine, http: httpx.AsyncClient, settings: Settings, stop: asyncio.Event
+) -> None:
+    identity, failures = deliverer_identity(), 0
+    while not stop.is_set():
+        try:
+            worked = await deliver_one(engine, http, settings, identity)
+            failures = 0
+            delay = 0.0 if worked else settings.deliverer_interval_ms / 1000 * random.uniform(0.9, 1.1)  # noqa: S311
+        except Exception as error:
+            failures += 1
+            delay = min(MAX_BACKOFF_S, 0.5 * 2**failures)
+            reason = classify(error)
+            if reason is None:
+                log.exception("deliverer_failed", extra={"retry_in_s": delay})
+            else:
+                log.warning("deliverer_database_unavailable", extra={"reason": reason, "retry_in_s": delay})
+        if delay:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), delay)
+
+
+async def run_forever(settings: Settings, url: str, stop: asyncio.Event | None = None) -> None:
+    """REVIEW_QUEUE_DELIVERER_CONCURRENCY workers, each claiming one subscription at a time, until
+    SIGTERM or SIGINT (the deliveries in flight finish first)."""
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    concurrency = settings.deliverer_concurrency
+    engine = create_engine(url, pool_size=concurrency, max_overflow=1, pool_timeout_s=5)
+    log.info("deliverer_started", extra={"concurrency": concurrency, "identity": deliverer_identity()})
+    try:
+        async with outbound.client() as http:
+            await asyncio.gather(*(_worker(engine, http, settings, stop) for _ in range(concurrency)))
+    finally:
+        await engine.dispose()
+        log.info("deliverer_stopped")

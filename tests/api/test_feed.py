@@ -1,0 +1,96 @@
+"""GET /events over HTTP: the long poll (no pooled connection held while it waits) and its 422s."""
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import psycopg
+import pytest
+from fastapi.testclient import TestClient
+
+from tests.api.helpers import assert_problem, item_body
+from tests.api.test_long_poll import tight_server  # noqa: F401 - the fixture
+
+WAIT_S = 20
+
+
+def test_a_waiting_feed_read_holds_no_connection_and_answers_when_an_event_commits(
+    tight_server: str,  # noqa: F811 - the fixture
+    make_token: Callable[[str, str], str],
+    sql: psycopg.Connection,
+) -> None:
+    reader = {"Authorization": f"Bearer {make_token('ledger', 'integration')}"}
+    admin = {"Authorization": f"Bearer {make_token('ada', 'admin')}"}
+    head = httpx.get(f"{tight_server}/events", headers=reader).json()
+    assert head == {"events": [], "next_cursor": "0" * 32}
+    answer: dict[str, Any] = {}
+
+    def wait_for_events() -> None:
+        answer["response"] = httpx.get(
+            f"{tight_server}/events",
+            params={"after": head["next_cursor"], "wait_s": WAIT_S},
+            headers=reader,
+            timeout=WAIT_S + 10,
+        )
+
+    waiter = threading.Thread(target=wait_for_events)
+    waiter.start()
+    time.sleep(1)  # not a synchronisation: the checks below hold whether or not it waits yet
+    # The pool has one connection: these answer only because the waiting read holds none.
+    for _ in range(3):
+        assert httpx.get(f"{tight_server}/items", headers=admin).status_code == 200
+    assert sql.execute(
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+        " AND application_name = 'review-queue' AND state LIKE 'idle in transaction%'"
+    ).fetchone() == (0,)
+    created = httpx.post(f"{tight_server}/items", json=item_body(), headers=admin)
+    assert created.status_code == 201, created.text
+    waiter.join(timeout=WAIT_S + 15)
+    response = answer["response"]
+    assert response.status_code == 200, response.text
+    (event,) = response.json()["events"]
+    assert (event["event"], event["item_id"], event["item"]["state"]) == (
+        "ENQUEUED",
+        created.json()["id"],
+        "PENDING",
+    )
+    assert response.json()["next_cursor"] == event["cursor"] != head["next_cursor"]
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        {"after": "0" * 31},
+        {"after": "0" * 16 + "8" + "0" * 15},  # the id's top bit: not a bigint
+        {"after": "G" * 32},
+        {"types": "RESOLVED,"},
+        {"types": "resolved"},
+        {"types": "DELETED"},
+        {"wait_s": 21},
+        {"wait_s": -1},
+        {"limit": 0},
+        {"limit": 501},
+    ],
+)
+def test_a_malformed_feed_request_is_a_422(
+    client: TestClient, auth: Callable[[str, str], dict[str, str]], params: dict[str, Any]
+) -> None:
+    assert_problem(
+        client.get("/events", params=params, headers=auth("ledger", "integration")), 422, "VALIDATION_ERROR"
+    )
+
+
+def test_a_filtered_read_moves_its_cursor_over_what_it_does_not_serve(
+    client: TestClient, auth: Callable[[str, str], dict[str, str]]
+) -> None:
+    admin, reader = auth("ada", "admin"), auth("ledger", "integration")
+    for _ in range(3):
+        client.post("/items", json=item_body(), headers=admin)
+    page = client.get("/events", params={"types": "RESOLVED"}, headers=reader).json()
+    everything = client.get("/events", headers=reader).json()
+    assert (
+        page["events"] == []
+        and page["next_cursor"] == everything["next_cursor"] == everything["events"][-1]["cursor"]
+    )

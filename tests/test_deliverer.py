@@ -1,0 +1,308 @@
+"""The webhook deliverer as a real process, against real PostgreSQL and a real HTTP receiver: signed
+deliveries a receiver verifies with the standardwebhooks package, retries with backoff that give up
+into `failing`, redeliver, 410, redirects, timeouts, the SSRF guard, and two deliverers at once."""
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from fastapi.testclient import TestClient
+
+from tests.api.helpers import assert_problem, item_body
+from tests.conftest import STARTUP_S, WEBHOOK_KEY
+from tests.receiver import Receiver
+from tests.support import wait_for
+
+Headers = Callable[[str, str], dict[str, str]]
+# Short everything, so that retries and giving up happen in seconds (the "minute" of the issue).
+FAST = {
+    "REVIEW_QUEUE_WEBHOOK_ALLOW_HTTP": "1",
+    "REVIEW_QUEUE_WEBHOOK_ALLOW_HOSTS": "127.0.0.1",
+    "REVIEW_QUEUE_WEBHOOK_RETRY_BASE_MS": "200",
+    "REVIEW_QUEUE_WEBHOOK_RETRY_MAX_S": "1",
+    "REVIEW_QUEUE_DELIVERER_INTERVAL_MS": "100",
+    "REVIEW_QUEUE_WEBHOOK_TIMEOUT_S": "2",
+}
+DEADLINE_S = 60  # generous: reached only when something is broken, or the machine is very busy
+
+
+def start_deliverer(db_url: str, log: Path, **env: str) -> subprocess.Popen[bytes]:
+    handle = log.open("ab")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "cli", "deliverer"],
+        env={
+            **os.environ,
+            "DATABASE_URL": db_url,
+            "REVIEW_QUEUE_WEBHOOK_KEY": WEBHOOK_KEY,
+            "REVIEW_QUEUE_LOG_FORMAT": "text",
+            **FAST,
+            **env,
+        },
+        stdout=handle,
+        stderr=subprocess.STDOUT,
+    )
+    wait_for(lambda: "deliverer_started" in log.read_text() or process.poll() is not None, STARTUP_S)
+    assert process.poll() is None, log.read_text()
+    return process
+
+
+def stop(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    got = Receiver().start()
+    yield got
+    got.stop()
+
+
+@pytest.fixture
+def deliverer(db_url: str, tmp_path: Path) -> Iterator[Path]:
+    log = tmp_path / "deliverer.log"
+    process = start_deliverer(db_url, log)
+    yield log
+    stop(process)
+    assert "deliverer_stopped" in log.read_text(), log.read_text()[-3000:]
+
+
+@pytest.fixture
+def fast_client(db_url: str) -> Iterator[TestClient]:
+    from api.app import create_app
+    from tests.conftest import make_settings
+
+    with TestClient(
+        create_app(make_settings(db_url, webhook_allow_http=True)), raise_server_exceptions=False
+    ) as c:
+        yield c
+
+
+def subscribe(client: TestClient, admin: dict[str, str], receiver: Receiver, path: str, **body: Any) -> str:
+    answer = client.put(
+        f"/webhooks/{path.strip('/')}", json={"url": receiver.url(path), **body}, headers=admin
+    )
+    assert answer.status_code == 201, answer.text
+    secret = answer.json()["secret"]
+    assert secret.startswith("whsec_")
+    receiver.secrets[path] = secret
+    return str(secret)
+
+
+def resolve_one(client: TestClient, admin: dict[str, str], reviewer: dict[str, str]) -> dict[str, Any]:
+    created = client.post("/items", json=item_body(), headers=admin).json()
+    (held,) = client.post("/leases", json={"batch_size": 1}, headers=reviewer).json()["items"]
+    assert held["id"] == created["id"]
+    done = client.post(f"/items/{held['id']}/complete", json={"resolution": "APPROVED"}, headers=reviewer)
+    assert done.status_code == 200, done.text
+    return dict(done.json()["item"])
+
+
+def webhook(client: TestClient, admin: dict[str, str], name: str) -> dict[str, Any]:
+    (found,) = [w for w in client.get("/webhooks", headers=admin).json()["webhooks"] if w["name"] == name]
+    return dict(found)
+
+
+def test_a_decision_is_delivered_signed_and_the_receiver_verifies_it(
+    fast_client: TestClient, auth: Headers, receiver: Receiver, deliverer: Path, sql: psycopg.Connection
+) -> None:
+    admin, reviewer = auth("ada", "admin"), auth("alice", "reviewer")
+    subscribe(fast_client, admin, receiver, "/ledger")
+    item = resolve_one(fast_client, admin, reviewer)
+    wait_for(lambda: receiver.of("/ledger"), DEADLINE_S)
+    (got,) = receiver.of("/ledger")
+    assert got.forged is None and got.verified is not None, got
+    (event_id,) = sql.execute(
+        "SELECT id FROM review_queue_event WHERE item_id = %s AND event = 'RESOLVED'", (item["id"],)
+    ).fetchone()  # type: ignore[misc]
+    assert got.headers["webhook-id"] == f"evt_{event_id}"
+    assert got.headers["content-type"] == "application/json"
+    body = got.payload
+    assert body["type"] == "item.resolved" and body["timestamp"] == body["data"]["at"]
+    data = body["data"]
+    assert (data["id"], data["event"], data["item_id"], data["actor"]) == (
+        event_id,
+        "RESOLVED",
+        item["id"],
+        "alice",
+    )
+    assert data["item"]["state"] == "RESOLVED" and data["item"]["lease_token"] is None
+    # Only the default types went out: ENQUEUED and LEASED are not among them.
+    assert [r.payload["type"] for r in receiver.received] == ["item.resolved"]
+    wait_for(
+        lambda: webhook(fast_client, admin, "ledger")["status"] == "ok" and _delivered(fast_client, admin), 30
+    )
+    (attempt,) = fast_client.get("/webhooks/ledger/deliveries", headers=admin).json()["deliveries"]
+    assert (attempt["outcome"], attempt["status_code"], attempt["attempt"], attempt["webhook_id"]) == (
+        "delivered", 200, 1, f"evt_{event_id}",
+    )  # fmt: skip
+    assert "secret" not in webhook(fast_client, admin, "ledger")
+
+
+def _delivered(client: TestClient, admin: dict[str, str]) -> bool:
+    return bool(client.get("/webhooks/ledger/deliveries", headers=admin).json()["deliveries"])
+
+
+def test_failures_back_off_then_give_up_and_redeliver_resumes(
+    fast_client: TestClient, auth: Headers, receiver: Receiver, db_url: str, tmp_path: Path
+) -> None:
+    admin, reviewer = auth("ada", "admin"), auth("alice", "reviewer")
+    receiver.answer = lambda _: (500, {})
+    subscribe(fast_client, admin, receiver, "/flaky")
+    resolve_one(fast_client, admin, reviewer)
+    process = start_deliverer(db_url, tmp_path / "d.log", REVIEW_QUEUE_WEBHOOK_GIVE_UP_TEST_S="3")
+    try:
+        wait_for(lambda: webhook(fast_client, admin, "flaky")["status"] == "failing", DEADLINE_S)
+        failing = webhook(fast_client, admin, "flaky")
+        attempts = fast_client.get("/webhooks/flaky/deliveries", headers=admin).json()["deliveries"]
+        assert len(attempts) >= 2 and {a["outcome"] for a in attempts} == {"failed"}, attempts
+        assert [a["attempt"] for a in attempts] == list(range(len(attempts), 0, -1))  # newest first
+        assert {a["webhook_id"] for a in attempts} == {attempts[0]["webhook_id"]}  # the same id every time
+        assert attempts[0]["error"] == "HTTP 500" and failing["last_error"] == "HTTP 500"
+        metrics = fast_client.get("/metrics", headers=admin).text
+        assert "review_queue_webhook_failing_subscriptions 1.0" in metrics
+        assert 'review_queue_webhook_delivery_lag_seconds{subscription="flaky"}' in metrics
+        # Given up: no more attempts until an admin resumes it.
+        seen = len(receiver.of("/flaky"))
+        time.sleep(1.5)  # several retry intervals: a retry now would be a bug
+        assert len(receiver.of("/flaky")) == seen
+        receiver.answer = lambda _: (200, {})
+        resumed = fast_client.post("/webhooks/flaky/redeliver", json={}, headers=admin)
+        assert resumed.status_code == 200 and resumed.json()["status"] == "ok", resumed.text
+        wait_for(lambda: any(r.answered == 200 for r in receiver.of("/flaky")), DEADLINE_S)
+        wait_for(lambda: "review_queue_webhook_failing_subscriptions 0.0" in fast_client.get(
+            "/metrics", headers=admin).text, 30)  # fmt: skip
+        assert all(r.forged is None for r in receiver.received)
+    finally:
+        stop(process)
+
+
+def test_a_410_disables_the_subscription(
+    fast_client: TestClient, auth: Headers, receiver: Receiver, deliverer: Path
+) -> None:
+    admin, reviewer = auth("ada", "admin"), auth("alice", "reviewer")
+    receiver.answer = lambda _: (410, {})
+    subscribe(fast_client, admin, receiver, "/gone")
+    resolve_one(fast_client, admin, reviewer)
+    wait_for(lambda: webhook(fast_client, admin, "gone")["status"] == "disabled", DEADLINE_S)
+    sub = webhook(fast_client, admin, "gone")
+    assert sub["active"] is False and "410" in sub["disabled_reason"], sub
+    resolve_one(fast_client, admin, reviewer)
+    time.sleep(1)  # ten deliverer intervals: a delivery now would be a bug
+    assert len(receiver.of("/gone")) == 1
+
+
+def test_a_redirect_is_not_followed(
+    fast_client: TestClient, auth: Headers, receiver: Receiver, deliverer: Path
+) -> None:
+    admin, reviewer = auth("ada", "admin"), auth("alice", "reviewer")
+    receiver.answer = lambda r: (
+        (302, {"location": receiver.url("/elsewhere")}) if r.path == "/moved" else (200, {})
+    )
+    subscribe(fast_client, admin, receiver, "/moved")
+    resolve_one(fast_client, admin, reviewer)
+    wait_for(
+        lambda: fast_client.get("/webhooks/moved/deliveries", headers=admin).json()["deliveries"], DEADLINE_S
+    )
+    attempt = fast_client.get("/webhooks/moved/deliveries", headers=admin).json()["deliveries"][-1]
+    assert attempt["outcome"] == "failed" and attempt["status_code"] == 302, attempt
+    assert "not followed" in attempt["error"] and "/elsewhere" in attempt["error"]
+    assert receiver.of("/elsewhere") == []
+
+
+def test_a_slow_receiver_times_out(
+    fast_client: TestClient, auth: Headers, receiver: Receiver, db_url: str, tmp_path: Path
+) -> None:
+    admin, reviewer = auth("ada", "admin"), auth("alice", "reviewer")
+    receiver.delay_s = 4
+    subscribe(fast_client, admin, receiver, "/slow")
+    resolve_one(fast_client, admin, reviewer)
+    process = start_deliverer(db_url, tmp_path / "d.log", REVIEW_QUEUE_WEBHOOK_TIMEOUT_S="1")
+    try:
+        wait_for(
+            lambda: fast_client.get("/webhooks/slow/deliveries", headers=admin).json()["deliveries"],
+            DEADLINE_S,
+        )
+        attempt = fast_client.get("/webhooks/slow/deliveries", headers=admin).json()["deliveries"][-1]
+        assert (attempt["outcome"], attempt["status_code"], attempt["error"]) == (
+            "failed", None, "no answer within 1 s",
+        )  # fmt: skip
+    finally:
+        stop(process)
+
+
+def test_a_loopback_receiver_is_refused_unless_allowed(
+    fast_client: TestClient, auth: Headers, receiver: Receiver, db_url: str, tmp_path: Path
+) -> None:
+    admin, reviewer = auth("ada", "admin"), auth("alice", "reviewer")
+    subscribe(fast_client, admin, receiver, "/internal")
+    resolve_one(fast_client, admin, reviewer)
+    process = start_deliverer(db_url, tmp_path / "d.log", REVIEW_QUEUE_WEBHOOK_ALLOW_HOSTS="")
+    try:
+        wait_for(
+            lambda: fast_client.get("/webhooks/internal/deliveries", headers=admin).json()["deliveries"],
+            DEADLINE_S,
+        )
+        attempt = fast_client.get("/webhooks/internal/deliveries", headers=admin).json()["deliveries"][-1]
+        assert attempt["outcome"] == "failed" and attempt["status_code"] is None
+        assert "127.0.0.1, a loopback address" in attempt["error"], attempt
+        assert receiver.of("/internal") == []
+    finally:
+        stop(process)
+
+
+def test_two_deliverers_never_send_one_subscription_twice_at_once(
+    fast_client: TestClient,
+    auth: Headers,
+    receiver: Receiver,
+    db_url: str,
+    tmp_path: Path,
+    sql: psycopg.Connection,
+) -> None:
+    admin = auth("ada", "admin")
+    receiver.delay_s = 0.05  # each request stays in flight a while: overlap would be seen
+    paths = [f"/sub-{n}" for n in range(3)]
+    for path in paths:
+        subscribe(fast_client, admin, receiver, path, events=["item.enqueued"])
+    for _ in range(10):
+        assert fast_client.post("/items", json=item_body(), headers=admin).status_code == 201
+    processes = [start_deliverer(db_url, tmp_path / f"d{n}.log") for n in range(2)]
+    try:
+        wait_for(
+            lambda: all(len({r.headers["webhook-id"] for r in receiver.of(p)}) == 10 for p in paths),
+            DEADLINE_S,
+        )
+    finally:
+        for process in processes:
+            stop(process)
+    assert receiver.most_in_flight == dict.fromkeys(paths, 1), receiver.most_in_flight
+    enqueued = [f"evt_{r[0]}" for r in sql.execute("SELECT id FROM review_queue_event ORDER BY xid, id")]
+    for path in paths:
+        assert [r.headers["webhook-id"] for r in receiver.of(path)] == enqueued, path
+    logs = "".join((tmp_path / f"d{n}.log").read_text() for n in range(2))
+    assert logs.count("webhook_delivered") == 30, "a deliverer sent an event another one had sent"
+
+
+def test_http_is_refused_unless_allowed_and_https_is_taken(client: TestClient, auth: Headers) -> None:
+    admin = auth("ada", "admin")
+    problem = assert_problem(
+        client.put("/webhooks/plain", json={"url": "http://hooks.example.com/rq"}, headers=admin),
+        422,
+        "VALIDATION_ERROR",
+    )
+    assert problem["errors"][0]["loc"] == ["body", "url"]
+    assert (
+        client.put("/webhooks/tls", json={"url": "https://hooks.example.com/rq"}, headers=admin).status_code
+        == 201
+    )
