@@ -30,9 +30,9 @@ from urllib.parse import urlencode
 
 import httpx
 from authlib.common.security import generate_token
-from authlib.integrations.httpx_client import AsyncOAuth2Client, OAuthError
+from authlib.oauth2.auth import ClientAuth
 from authlib.oauth2.claims import JWTClaims
-from authlib.oauth2.rfc6749.parameters import prepare_grant_uri
+from authlib.oauth2.rfc6749.parameters import prepare_grant_uri, prepare_token_request
 from authlib.oauth2.rfc7636 import create_s256_code_challenge
 from authlib.oidc.core import CodeIDToken
 from joserfc import jws, jwt
@@ -333,25 +333,7 @@ class OidcProvider:
         """Exchange the code, check the ID token, and decide who this is; Refused or
         ProviderUnavailable otherwise."""
         metadata = await self.metadata()
-        secret = self.settings.oidc_client_secret
-        try:
-            async with AsyncOAuth2Client(
-                client_id=self.settings.oidc_client_id,
-                client_secret=secret.get_secret_value() if secret else None,
-                token_endpoint_auth_method="client_secret_basic" if secret else "none",
-                timeout=TIMEOUT,
-            ) as oauth:
-                tokens = await oauth.fetch_token(
-                    metadata.token_endpoint,
-                    grant_type="authorization_code",
-                    code=code,
-                    redirect_uri=self.redirect_uri,
-                    code_verifier=code_verifier,
-                )
-        except OAuthError as error:
-            raise Refused("OIDC_EXCHANGE_FAILED", f"the token endpoint refused the code: {error}") from None
-        except httpx.HTTPError as error:
-            raise ProviderUnavailable(f"the token endpoint ({metadata.token_endpoint}): {error}") from None
+        tokens = await self._exchange(metadata, code=code, code_verifier=code_verifier)
         id_token = tokens.get("id_token")
         if not isinstance(id_token, str):
             raise Refused("OIDC_ID_TOKEN_INVALID", "the token endpoint sent no ID token")
@@ -363,6 +345,32 @@ class OidcProvider:
         # desk's own limit.
         ends = min(datetime.fromtimestamp(int(claims["exp"]), UTC), datetime.now(UTC) + timedelta(hours=12))
         return Identity(subject, role, ends, id_token)
+
+    async def _exchange(self, metadata: Metadata, *, code: str, code_verifier: str) -> dict[str, Any]:
+        """The token endpoint's answer to the code (RFC 6749 4.1.3, RFC 7636 4.5), the client
+        authenticated by its secret (client_secret_basic) or, for a public client, by its id alone."""
+        body = prepare_token_request(
+            "authorization_code", code=code, redirect_uri=self.redirect_uri, code_verifier=code_verifier
+        )
+        secret = self.settings.oidc_client_secret
+        auth = ClientAuth(
+            self.settings.oidc_client_id,
+            secret.get_secret_value() if secret else None,
+            "client_secret_basic" if secret else "none",
+        )
+        headers = {"Content-Type": "application/x-www-form-urlencoded", "Accept": "application/json"}
+        url, headers, body = auth.prepare("POST", metadata.token_endpoint, headers, body)  # type: ignore[no-untyped-call]
+        try:
+            response = await self._client().post(url, content=body, headers=headers)
+            answer = response.json()
+        except (httpx.HTTPError, ValueError) as error:
+            raise ProviderUnavailable(f"the token endpoint ({metadata.token_endpoint}): {error}") from None
+        if not isinstance(answer, dict) or response.is_server_error:
+            raise ProviderUnavailable(f"the token endpoint answered {response.status_code}")
+        if "error" in answer or not response.is_success:
+            refusal = f"{answer.get('error')!r}: {str(answer.get('error_description'))[:300]!r}"
+            raise Refused("OIDC_EXCHANGE_FAILED", f"the token endpoint refused the code: {refusal}")
+        return answer
 
     async def id_token_claims(self, id_token: str, *, nonce: str, access_token: object) -> dict[str, Any]:
         """The ID token's claims once signature, issuer, audience, nonce, expiry (with the clock
@@ -411,9 +419,16 @@ class OidcProvider:
             raise Refused("OIDC_ID_TOKEN_INVALID", "the userinfo answer is about someone else (sub)")
         return {**info, **claims}
 
-    def end_session_url(self, metadata: Metadata, id_token: str) -> str | None:
-        """Where the browser goes to end the provider's session too (RP-Initiated Logout 1.0)."""
-        if metadata.end_session_endpoint is None:
+    async def sign_out_url(self, id_token: str) -> str | None:
+        """Where the browser goes to end the provider's session too (RP-Initiated Logout 1.0):
+        the end-session endpoint with id_token_hint and post_logout_redirect_uri (the desk); None
+        when the provider offers none, or cannot be reached (the desk session has ended anyway)."""
+        try:
+            endpoint = (await self.metadata()).end_session_endpoint
+        except ProviderUnavailable as error:
+            log.warning("oidc_sign_out_without_provider", extra={"reason": str(error)})
+            return None
+        if endpoint is None:
             return None
         query = urlencode(
             {
@@ -422,8 +437,7 @@ class OidcProvider:
                 "client_id": self.settings.oidc_client_id,
             }
         )
-        separator = "&" if "?" in metadata.end_session_endpoint else "?"
-        return f"{metadata.end_session_endpoint}{separator}{query}"
+        return f"{endpoint}{'&' if '?' in endpoint else '?'}{query}"
 
     # --- API calls with the provider's JWTs --------------------------------------------------------
 

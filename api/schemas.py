@@ -730,3 +730,20 @@ class SessionOut(BaseModel):
     lease_s: float = Field(description="Lease duration (REVIEW_QUEUE_LOCK_TIMEOUT_MS) in seconds.")
     idle_release_s: int = Field(description="REVIEW_QUEUE_UI_IDLE_RELEASE_S: the desk releases idle work.")
     max_wait_s: int = Field(description="The largest wait_s of POST /leases.")
+
+
+class OidcProviderOut(BaseModel):
+    """Whether the desk offers sign-in with the company's identity provider (OpenID Connect)."""
+
+    enabled: bool
+    provider_name: str | None = Field(
+        description='For the desk\'s "Sign in with <provider_name>"; null when OIDC sign-in is off.'
+    )
+    login_url: str | None = Field(description="Where the browser goes to sign in; null when off.")
+
+
+class SignOutOut(BaseModel):
+    end_session_url: str = Field(
+        description="The provider's end-session endpoint (RP-Initiated Logout): send the browser there"
+        " to end the provider's session too."
+    )
