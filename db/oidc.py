@@ -45,12 +45,12 @@ async def start_login(
         literal(code_verifier),
         func.now() + bindparam("ttl", ttl, type_=Interval),
     ).where(pending < MAX_PENDING_LOGINS)
-    result = await conn.execute(
-        oidc_login.insert().from_select(
-            ["state_hash", "browser_hash", "nonce", "code_verifier", "expires_at"], values
-        )
+    inserted = await conn.scalar(
+        oidc_login.insert()
+        .from_select(["state_hash", "browser_hash", "nonce", "code_verifier", "expires_at"], values)
+        .returning(oidc_login.c.state_hash)
     )
-    return result.rowcount == 1
+    return inserted is not None
 
 
 async def take_login(conn: AsyncConnection, *, state: str, browser: str) -> PendingLogin | None:

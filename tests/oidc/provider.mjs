@@ -1,9 +1,10 @@
 // A real OpenID Connect provider for the tests: panva's oidc-provider (OpenID Certified), in memory.
 // Started by tests/oidc_provider.py with its configuration as JSON in OIDC_TEST_CONFIG:
 //   {port, issuer, initial_access_token, users: {login: {preferred_username, groups, ...}},
-//    resources: [audience, ...], conform_id_token_claims: bool}
-// Clients are registered by the tests through the provider's own registration endpoint (RFC 7591),
-// with the redirect URI of the server each test starts. The development interactions give a plain
+//    clients: [static clients, e.g. client credentials ones], resources: [audience, ...],
+//    conform_id_token_claims: bool}
+// Desk clients are registered by the tests through the provider's own registration endpoint
+// (RFC 7591), with the redirect URI of the server each test starts. The development interactions give a plain
 // login form (any login, any password) and a consent page, which a browser test fills like a person.
 // One addition for the tests only: GET /_test/requests counts the requests per path, so a test
 // can prove what the service fetched (discovery, keys) and how often.
@@ -30,6 +31,7 @@ function account(id) {
 const ttl = (fallback) => (_ctx, _token, client) => client?.test_ttl_s ?? fallback;
 
 const provider = new Provider(config.issuer, {
+  clients: config.clients ?? [],
   findAccount: async (_ctx, id) => account(id),
   claims: {
     openid: ["sub"],
