@@ -181,7 +181,8 @@ class OidcProvider:
         self._metadata_at = self._metadata_tried = 0.0  # monotonic: fetched, and last tried
         self._keys: KeySet | None = None
         self._keys_at = self._keys_tried = 0.0
-        self._lock: asyncio.Lock | None = None
+        # One fetch at a time of each document; two locks, as fetching the keys reads the metadata.
+        self._locks: dict[str, asyncio.Lock] = {}
 
     @property
     def redirect_uri(self) -> str:
@@ -192,10 +193,8 @@ class OidcProvider:
             self._http = httpx.AsyncClient(timeout=TIMEOUT, follow_redirects=False)
         return self._http
 
-    def _locked(self) -> asyncio.Lock:
-        if self._lock is None:
-            self._lock = asyncio.Lock()
-        return self._lock
+    def _locked(self, document: str) -> asyncio.Lock:
+        return self._locks.setdefault(document, asyncio.Lock())
 
     async def aclose(self) -> None:
         if self._http is not None:
@@ -218,7 +217,7 @@ class OidcProvider:
     async def metadata(self) -> Metadata:
         if self._metadata is not None and time.monotonic() - self._metadata_at < METADATA_MAX_AGE_S:
             return self._metadata
-        async with self._locked():
+        async with self._locked("metadata"):
             cached = self._metadata
             if cached is not None and time.monotonic() - self._metadata_at < METADATA_MAX_AGE_S:
                 return cached
@@ -271,7 +270,7 @@ class OidcProvider:
 
         if self._keys is not None and usable(self._keys):
             return self._keys
-        async with self._locked():
+        async with self._locked("keys"):
             cached = self._keys
             if cached is not None and usable(cached):
                 return cached

@@ -53,9 +53,9 @@ async def start_login(
     return inserted is not None
 
 
-async def take_login(conn: AsyncConnection, *, state: str, browser: str) -> PendingLogin | None:
-    """The sign-in this state belongs to, deleted as it is read (a state is good once); None when
-    there is none, it expired, or another browser started it (deleted all the same)."""
+async def take_login(conn: AsyncConnection, *, state: str, browser: str | None) -> PendingLogin | None:
+    """The sign-in this state belongs to, deleted as it is read (a state is presented once); None
+    when there is none, it expired, or another browser (or none) started it: deleted all the same."""
     row = (
         await conn.execute(
             oidc_login.delete()
@@ -70,7 +70,7 @@ async def take_login(conn: AsyncConnection, *, state: str, browser: str) -> Pend
     ).first()
     if row is None or not row[3]:
         return None
-    if not secrets.compare_digest(row.browser_hash, _hash(browser)):
+    if browser is None or not secrets.compare_digest(row.browser_hash, _hash(browser)):
         return None
     return PendingLogin(row.nonce, row.code_verifier)
 

@@ -35,7 +35,10 @@ import pytest
 OIDC_DIR = Path(__file__).resolve().parent / "oidc"
 API_AUDIENCE = "https://review-queue.test/api"
 OTHER_AUDIENCE = "https://another-service.test/api"
-ROLE_MAP = "recon-reviewers=reviewer,recon-approvers=approver,recon-audit=auditor,recon-admins=admin,recon-ingest=ingest"
+ROLE_MAP = (
+    "recon-reviewers=reviewer,recon-approvers=approver,recon-audit=auditor,recon-admins=admin,"
+    "recon-ingest=ingest"
+)
 SCOPES = "openid profile email groups"  # groups: a scope of this provider, as in many real ones
 PROVIDER_NAME = "Test IdP"
 # login -> claims. The login name is the provider's `sub`; preferred_username is the reviewer.
@@ -229,6 +232,8 @@ class RealProvider:
             fields = dict(re.findall(r'<input type="hidden" name="([^"]+)" value="([^"]*)"', page))
             if 'name="login"' in page:
                 fields.update(login=login, password="any password")
+            if 'name="logout"' in page:  # the provider's sign-out page: "Yes, sign me out"
+                fields["logout"] = "yes"
             posted = browser.post(urljoin(url, action), data=fields)
             assert posted.is_redirect, posted.text
             url = urljoin(url, posted.headers["location"])

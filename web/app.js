@@ -3,6 +3,7 @@
 // elements are made with createElement and filled with textContent, never with innerHTML.
 
 import { api, ApiError, useCsrfToken } from "./api.js";
+import { loadProvider, providerSignIn, takeSignInError } from "./oidc.js";
 
 const REVIEWER_ROLES = ["reviewer", "approver", "admin"];
 const APPROVER_ROLES = ["approver", "admin"];
@@ -175,7 +176,7 @@ function renderSignIn() {
     state.signInError ? h("p", { class: "error", role: "alert" }, state.signInError) : null,
     h("p", { class: "muted" }, "Paste the token you were given (make run prints one). It is exchanged for a session and not kept by this page."),
   );
-  fill(main, h("section", { "aria-label": "Sign in" }, h("h2", {}, "Sign in"), form));
+  fill(main, h("section", { "aria-label": "Sign in" }, h("h2", {}, "Sign in"), providerSignIn(h), form));
   token.focus();
 }
 
@@ -625,10 +626,16 @@ async function signIn(token) {
 
 async function signOut() {
   stopWaiting();
+  let out;
   try {
-    await withRetry(() => api.signOut());
+    out = await withRetry(() => api.signOut());
   } catch (error) {
     handle(error);
+    return;
+  }
+  // Signed in by the identity provider: sign out there too; it sends the browser back here.
+  if (out?.end_session_url) {
+    window.location.assign(out.end_session_url);
     return;
   }
   endSession(null);
@@ -1052,9 +1059,12 @@ async function boot() {
   });
   renderHelp();
   setInterval(tick, 1000);
+  state.signInError = takeSignInError();
+  const offered = loadProvider(); // alongside the session: the sign-in page needs it, the desk not
   try {
     startDesk(await withRetry(() => api.session()));
   } catch (error) {
+    await offered;
     state.me = null;
     render();
     if (!(error instanceof ApiError && error.status === 401)) handle(error);

@@ -173,7 +173,7 @@ async def callback(
     oidc = _provider(request)
     browser = request.cookies.get(LOGIN_COOKIE)
     pending = None
-    if state and browser and len(browser) <= 100:
+    if state:
         async with request_transaction(request) as conn:
             pending = await oidc_db.take_login(conn, state=state, browser=browser)
     if error is not None:

@@ -39,6 +39,9 @@ OPERATION_IDS = {
     ("post", "/session"): "signIn",
     ("get", "/session"): "getSession",
     ("delete", "/session"): "signOut",
+    ("get", "/auth/oidc"): "getOidcProvider",
+    ("get", "/auth/oidc/login"): "startOidcSignIn",
+    ("get", "/auth/oidc/callback"): "finishOidcSignIn",
     ("get", "/audit/export"): "exportAudit",
 }
 
