@@ -63,9 +63,16 @@ SCRIPTS: dict[str, dict[str, Any]] = {
 def node_or_skip() -> str:
     """Node and the installed package, or a skip (a failure under REVIEW_QUEUE_REQUIRE_OIDC)."""
     node = shutil.which("node")
+    major = (
+        int(subprocess.run([node, "--version"], capture_output=True, text=True).stdout[1:].split(".")[0])
+        if node
+        else 0
+    )
     missing = (
         "Node is not installed (apt-get install nodejs npm)"
         if node is None
+        else f"Node {major} is too old for oidc-provider 9 (20 or later)"
+        if major < 20
         else "oidc-provider is not installed (cd tests/oidc && npm ci)"
         if not (OIDC_DIR / "node_modules" / "oidc-provider").is_dir()
         else None
