@@ -567,3 +567,34 @@ def test_api_audience_alone_needs_no_desk_client(db_url: str, oidc_provider: Rea
         )
         assert service.get("/auth/oidc").json()["enabled"] is False
         assert_problem(service.get("/auth/oidc/login", follow_redirects=False), 404, "OIDC_NOT_CONFIGURED")
+
+
+def _garbage() -> list[str]:
+    def b(value: object) -> str:
+        raw = value if isinstance(value, bytes) else json.dumps(value).encode()
+        return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
+
+    rs = b({"alg": "RS256"})
+    return [
+        "eyJ.eyJ.x",
+        f"{b([1, 2])}.e30.x",
+        f"eyJ{b(b'garbage')}.e30.x",
+        f"{b({'alg': 5})}.e30.x",
+        f"{b({'alg': 'RS256', 'kid': 5})}.e30.x",
+        f"{b({'alg': 'RS256', 'kid': 'a', 'crit': ['x']})}.e30.x",
+        f"{b({'alg': 'RS256', 'b64': False, 'crit': ['b64']})}.e30.x",
+        f"{b({'alg': 'RS256', 'jku': 'https://evil.example/jwks'})}.e30.x",
+        f"{rs}.{b([1])}.x",
+        f"{rs}.{b(bytes([255]))}.x",
+        f"{rs}.e30.{'A' * 342}",
+    ]
+
+
+@pytest.mark.parametrize("token", _garbage())
+def test_garbage_shaped_like_a_jwt_is_a_401_never_a_500(
+    service: TestClient, oidc_provider: RealProvider, token: str
+) -> None:
+    assert (
+        service.get("/session", headers=bearer(oidc_provider.script_token("recon-script"))).status_code == 200
+    )
+    assert_problem(service.get("/session", headers=bearer(token)), 401, "UNAUTHENTICATED")
