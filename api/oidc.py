@@ -24,7 +24,7 @@ import secrets
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlencode
 
@@ -340,10 +340,8 @@ class OidcProvider:
         claims = await self._with_userinfo(metadata, claims, tokens.get("access_token"))
         subject = subject_of(claims, [self.settings.oidc_subject_claim])
         role = role_of(claims.get(self.settings.oidc_roles_claim), self.settings.oidc_role_map)
-        # No later than the provider's word on it (the ID token's expiry), and never past the
-        # desk's own limit.
-        ends = min(datetime.fromtimestamp(int(claims["exp"]), UTC), datetime.now(UTC) + timedelta(hours=12))
-        return Identity(subject, role, ends, id_token)
+        # The session ends no later than the provider's word on it, the ID token's expiry.
+        return Identity(subject, role, datetime.fromtimestamp(int(claims["exp"]), UTC), id_token)
 
     async def _exchange(self, metadata: Metadata, *, code: str, code_verifier: str) -> dict[str, Any]:
         """The token endpoint's answer to the code (RFC 6749 4.1.3, RFC 7636 4.5), the client

@@ -10,7 +10,7 @@ import secrets
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import Interval, bindparam, func, literal, select
+from sqlalchemy import DateTime, Interval, bindparam, func, literal, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from db.sessions import DeskSession
@@ -76,18 +76,26 @@ async def take_login(conn: AsyncConnection, *, state: str, browser: str | None) 
 
 
 async def create_session(
-    conn: AsyncConnection, *, subject: str, role: str, id_token: str, expires_at: datetime
-) -> tuple[str, DeskSession]:
-    """A desk session for the provider's identity until expires_at: (the cookie value, the session)."""
+    conn: AsyncConnection, *, subject: str, role: str, id_token: str, ends_by: datetime, ttl: timedelta
+) -> tuple[str, DeskSession, int]:
+    """A desk session for the provider's identity, ending at ends_by (the ID token's expiry) or ttl
+    from now (the database clock), whichever is first: (the cookie value, the session, its seconds)."""
     await conn.execute(oidc_session.delete().where(oidc_session.c.expires_at < func.now()))
     session_id, csrf = SESSION_PREFIX + secrets.token_urlsafe(32), secrets.token_urlsafe(32)
-    await conn.execute(
-        oidc_session.insert().values(
+    expires_at = func.least(
+        bindparam("ends_by", ends_by, type_=DateTime(timezone=True)),
+        func.now() + bindparam("ttl", ttl, type_=Interval),
+    )
+    left = func.floor(func.extract("epoch", oidc_session.c.expires_at - func.now()))
+    seconds = await conn.scalar(
+        oidc_session.insert()
+        .values(
             id_hash=_hash(session_id), subject=subject, role=role, csrf_token=csrf, id_token=id_token,
             expires_at=expires_at,
         )
+        .returning(func.greatest(0, left))
     )  # fmt: skip
-    return session_id, DeskSession(subject, role, csrf)
+    return session_id, DeskSession(subject, role, csrf), int(seconds or 0)
 
 
 _FIND = select(oidc_session.c.subject, oidc_session.c.role, oidc_session.c.csrf_token).where(

@@ -14,7 +14,7 @@ redirect to the desk is a relative path, so no header can send a browser elsewhe
 
 import logging
 import re
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request, Response
@@ -196,17 +196,17 @@ async def callback(
     except ProviderUnavailable as unavailable:
         return _to_desk(oidc, "IDENTITY_PROVIDER_UNAVAILABLE", str(unavailable))
     async with request_transaction(request) as conn:
-        session_id, _ = await oidc_db.create_session(
+        session_id, _, seconds = await oidc_db.create_session(
             conn,
             subject=identity.subject,
             role=identity.role,
             id_token=identity.id_token,
-            expires_at=identity.expires_at,
+            ends_by=identity.expires_at,
+            ttl=session.TTL,
         )
     OIDC_SIGN_INS.labels("signed_in").inc()
     log.info("oidc_signed_in", extra={"subject": identity.subject, "role": identity.role})
     response = RedirectResponse("/desk/", status_code=303)
-    remaining = int((identity.expires_at - datetime.now(UTC)).total_seconds())
-    session.set_cookie(response, request, session_id, max_age=max(remaining, 0))
+    session.set_cookie(response, request, session_id, max_age=seconds)
     _login_cookie(response, oidc, None)
     return _uncached(response)
