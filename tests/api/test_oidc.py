@@ -598,3 +598,15 @@ def test_garbage_shaped_like_a_jwt_is_a_401_never_a_500(
         service.get("/session", headers=bearer(oidc_provider.script_token("recon-script"))).status_code == 200
     )
     assert_problem(service.get("/session", headers=bearer(token)), 401, "UNAUTHENTICATED")
+
+
+def test_the_desk_has_a_sentence_for_every_refusal_code() -> None:
+    """The callback sends only a code; web/oidc.js words each one (an unknown code would get the
+    generic sentence, which says nothing useful)."""
+    from api.desk import WEB_DIR
+    from api.oidc import SIGN_IN_ERRORS
+
+    source = (WEB_DIR / "oidc.js").read_text()
+    table = source[source.index("const SIGN_IN_ERRORS = {") :]
+    missing = [code for code in SIGN_IN_ERRORS if f"  {code}: " not in table]
+    assert not missing, f"web/oidc.js has no sentence for {missing}"
