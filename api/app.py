@@ -15,12 +15,13 @@ from fastapi.responses import HTMLResponse
 from fastapi.staticfiles import StaticFiles
 
 from api import desk, webhook_secret
-from api.errors import COMMON_PROBLEMS, install_error_handlers
+from api.errors import COMMON_PROBLEMS, install_error_handlers, problem_responses
 from api.examples import with_examples
 from api.logs import configure_logging
 from api.metrics import AccessLog
 from api.middleware import BodyLimit
-from api.routes import admin, audit, feed, health, items, leases, ops, resolutions, session, webhooks
+from api.oidc import OidcProvider
+from api.routes import admin, audit, feed, health, items, leases, oidc, ops, resolutions, session, webhooks
 from api.settings import Settings, get_settings
 from db.engine import create_engine, database_url, libpq_url
 from db.notify import WorkSignal
@@ -126,6 +127,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         finally:
             await work_signal.stop()
             await engine.dispose()
+            if app.state.oidc is not None:
+                await app.state.oidc.aclose()
 
     app = FastAPI(
         title="review-queue",
@@ -152,6 +155,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     # The Fernet keys of webhook secrets; None: PUT /webhooks answers NOT_CONFIGURED.
     app.state.webhook_keys = webhook_secret.keys(settings)
+    # Sign-in with the company's identity provider, and API calls with its JWTs (docs/security.md).
+    app.state.oidc = OidcProvider(settings) if settings.oidc_issuer is not None else None
     app.state.token_cache = (
         TTLCache(maxsize=10_000, ttl=settings.token_cache_s) if settings.token_cache_s else None
     )
@@ -182,6 +187,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         webhooks.router,
     ):
         app.include_router(router, responses=COMMON_PROBLEMS)
+    # Public, like health: browser navigations that need no token.
+    app.include_router(oidc.router, responses=problem_responses("VALIDATION_ERROR", "DATABASE_UNAVAILABLE"))
     app.include_router(health.router)
     _serve_docs(app)
     desk.install(app)

@@ -417,20 +417,30 @@ class _Calls:
         return "POST", f"/admin/items/{item_id}/reassign", {"reviewer": reviewer, "reason": reason}
 
 
+# A project token, or a function returning the current bearer, called before every request: for the
+# identity provider's client-credentials tokens, which expire (keep it cheap: return a cached token,
+# fetching a new one shortly before the old one's expiry).
+Token = str | Callable[[], str]
+
+
+def _auth(token: Token) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token if isinstance(token, str) else token()}"}
+
+
 class ReviewQueueClient:
     """Synchronous client. Pass `http` to reuse an httpx.Client (it must carry no auth)."""
 
     def __init__(
         self,
         base_url: str,
-        token: str,
+        token: "Token",
         *,
         timeout: float = 10.0,
         retries: int = 3,
         http: httpx.Client | None = None,
     ) -> None:
         self._http = http or httpx.Client(base_url=base_url, timeout=timeout)
-        self._headers = {"Authorization": f"Bearer {token}"}
+        self._token = token
         self._retries = retries
         self._stop = threading.Event()
 
@@ -447,7 +457,7 @@ class ReviewQueueClient:
         for attempt in range(self._retries + 1):
             try:
                 response = self._http.request(
-                    method, path, json=body, headers=self._headers, timeout=_timeout(self._http, wait_s)
+                    method, path, json=body, headers=_auth(self._token), timeout=_timeout(self._http, wait_s)
                 )
                 _raise_for_problem(response)
                 return response.json()
@@ -758,14 +768,14 @@ class AsyncReviewQueueClient:
     def __init__(
         self,
         base_url: str,
-        token: str,
+        token: "Token",
         *,
         timeout: float = 10.0,
         retries: int = 3,
         http: httpx.AsyncClient | None = None,
     ) -> None:
         self._http = http or httpx.AsyncClient(base_url=base_url, timeout=timeout)
-        self._headers = {"Authorization": f"Bearer {token}"}
+        self._token = token
         self._retries = retries
         self._stop = asyncio.Event()
 
@@ -784,7 +794,7 @@ class AsyncReviewQueueClient:
         for attempt in range(self._retries + 1):
             try:
                 response = await self._http.request(
-                    method, path, json=body, headers=self._headers, timeout=_timeout(self._http, wait_s)
+                    method, path, json=body, headers=_auth(self._token), timeout=_timeout(self._http, wait_s)
                 )
                 _raise_for_problem(response)
                 return response.json()

@@ -14,6 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from api import session
 from api.errors import ProblemError
 from api.metrics import AUTH_FAILURES
+from api.oidc import OidcProvider, ProviderUnavailable, Refused
 from api.settings import Settings
 from db.engine import OneRoundTrip, transaction
 from db.tokens import Principal, find_principal, hash_token
@@ -43,6 +44,10 @@ _bearer = HTTPBearer(auto_error=False, description="A token from `review-queue t
 # `review-queue token create` mints "rq_" + 43 URL-safe characters; anything else is refused
 # without a database lookup.
 _TOKEN_SHAPE = re.compile(r"rq_[A-Za-z0-9_-]{43}")
+# The identity provider's access tokens (REVIEW_QUEUE_OIDC_API_AUDIENCE): a compact JWS, whose
+# header is a JSON object ("eyJ"); 16 KiB leaves room for a token carrying many groups.
+_JWT_SHAPE = re.compile(r"eyJ[A-Za-z0-9_-]*\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+")
+MAX_JWT_LENGTH = 16_384
 SCRAPER = "scraper"  # the role of REVIEW_QUEUE_METRICS_TOKEN, which can read /metrics and nothing else
 
 
@@ -89,6 +94,9 @@ async def _identify(request: Request, credentials: HTTPAuthorizationCredentials 
     if scraper_token is not None and secrets.compare_digest(token.encode(), scraper_token.encode()):
         return Principal(SCRAPER, SCRAPER)
     if not _TOKEN_SHAPE.fullmatch(token):
+        oidc: OidcProvider | None = request.app.state.oidc
+        if oidc is not None and settings.oidc_api_audience and _looks_like_jwt(token):
+            return await _from_provider(oidc, token)
         raise _unauthenticated("malformed", "the token is not a review-queue token")
     cache: TTLCache[str, Principal | None] | None = request.app.state.token_cache
     key = hash_token(token)
@@ -105,6 +113,28 @@ async def _identify(request: Request, credentials: HTTPAuthorizationCredentials 
     if principal is None:
         raise _unauthenticated("unknown", "the token is unknown or revoked")
     return principal
+
+
+def _looks_like_jwt(token: str) -> bool:
+    return len(token) <= MAX_JWT_LENGTH and _JWT_SHAPE.fullmatch(token) is not None
+
+
+async def _from_provider(oidc: OidcProvider, token: str) -> Principal:
+    """The caller of a JWT from the identity provider, checked against its cached keys (api/oidc.py)."""
+    try:
+        return await oidc.api_principal(token)
+    except Refused as refused:
+        if refused.code in ("OIDC_NO_ROLE", "OIDC_AMBIGUOUS_ROLE"):
+            raise ProblemError(
+                "FORBIDDEN", f"the provider's token gives no role here: {refused.detail}"
+            ) from None
+        raise _unauthenticated("provider_token", refused.detail) from None
+    except ProviderUnavailable as error:
+        raise ProblemError(
+            "IDENTITY_PROVIDER_UNAVAILABLE",
+            f"the identity provider's keys cannot be fetched to check this token; retry shortly ({error})",
+            headers={"Retry-After": "5"},
+        ) from None
 
 
 Caller = Annotated[Principal, Depends(_authenticate)]

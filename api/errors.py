@@ -27,6 +27,8 @@ PROBLEMS: dict[str, tuple[int, str]] = {
     "FORBIDDEN": (403, "Not allowed for this role"),
     "CSRF_REJECTED": (403, "Cross-site request refused"),
     "SEGREGATION_OF_DUTIES": (403, "You may not approve or reject your own proposal"),
+    # Before NOT_FOUND and DATABASE_UNAVAILABLE: a bare 404 or 503 takes the last code of its status.
+    "OIDC_NOT_CONFIGURED": (404, "Sign-in with an identity provider is not configured"),
     "NOT_FOUND": (404, "Not found"),
     "METHOD_NOT_ALLOWED": (405, "Method not allowed"),
     "LEASE_NOT_HELD": (409, "Lease not held"),
@@ -43,6 +45,7 @@ PROBLEMS: dict[str, tuple[int, str]] = {
     "UNSUPPORTED_MEDIA_TYPE": (415, "Unsupported media type"),
     "VALIDATION_ERROR": (422, "Request validation failed"),
     "INTERNAL_ERROR": (500, "Internal error"),
+    "IDENTITY_PROVIDER_UNAVAILABLE": (503, "Identity provider unavailable"),
     "DATABASE_UNAVAILABLE": (503, "Database unavailable"),
     "NOT_CONFIGURED": (503, "Not configured on this server"),
 }

@@ -201,6 +201,12 @@ SESSION_OUT = {
     "max_wait_s": 20,
     "release_cooldown_s": 900,
 }
+OIDC_PROVIDER_OUT = {"enabled": True, "provider_name": "Keycloak", "login_url": "/auth/oidc/login"}
+SIGN_OUT_OUT = {
+    "end_session_url": "https://sso.example.com/realms/finance/protocol/openid-connect/logout"
+    "?id_token_hint=eyJhbGciOiJSUzI1NiJ9.e30.c2ln"
+    "&post_logout_redirect_uri=https%3A%2F%2Freview.example.com%2Fdesk%2F&client_id=review-queue"
+}
 HEALTH = {"status": "ok"}
 PROBLEM = {
     "type": "/problems/resolution-conflict",
@@ -334,6 +340,8 @@ BY_SCHEMA: dict[str, list[dict[str, Any]]] = {
     "Problem": [PROBLEM],
     "SessionIn": [SESSION_IN],
     "SessionOut": [SESSION_OUT],
+    "OidcProviderOut": [OIDC_PROVIDER_OUT, {"enabled": False, "provider_name": None, "login_url": None}],
+    "SignOutOut": [SIGN_OUT_OUT],
     "RevisionIn": [REVISION_IN],
     "RevisionOut": [REVISION_OUT],
     "AdminReleaseIn": [ADMIN_RELEASE_IN],

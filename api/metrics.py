@@ -34,8 +34,14 @@ LOCK_TIMEOUTS = Counter(
 )
 AUTH_FAILURES = Counter(
     "review_queue_auth_failures_total",
-    "Requests refused 401, by reason: missing, malformed, unknown (or revoked) token.",
+    "Requests refused 401, by reason: missing, malformed, unknown (or revoked) token, or a refused"
+    " provider_token (an OIDC JWT).",
     ["reason"],
+)
+OIDC_SIGN_INS = Counter(
+    "review_queue_oidc_sign_ins_total",
+    "Desk sign-ins with the identity provider, by outcome: signed_in, or the sign_in_error code.",
+    ["outcome"],
 )
 DB_UNAVAILABLE = Counter(
     "review_queue_database_unavailable_total", "Requests answered 503 DATABASE_UNAVAILABLE.", ["route"]

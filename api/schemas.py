@@ -954,3 +954,20 @@ class RedeliverIn(Strict):
         description="Deliver again everything after this feed position (back to replay, or on to skip);"
         " absent: carry on from `cursor`, where it stopped.",
     )
+
+
+class OidcProviderOut(BaseModel):
+    """Whether the desk offers sign-in with the company's identity provider (OpenID Connect)."""
+
+    enabled: bool
+    provider_name: str | None = Field(
+        description='For the desk\'s "Sign in with <provider_name>"; null when OIDC sign-in is off.'
+    )
+    login_url: str | None = Field(description="Where the browser goes to sign in; null when off.")
+
+
+class SignOutOut(BaseModel):
+    end_session_url: str = Field(
+        description="The provider's end-session endpoint (RP-Initiated Logout): send the browser there"
+        " to end the provider's session too."
+    )

@@ -19,7 +19,8 @@ from fastapi import Request, Response
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from api.errors import ProblemError
-from db.sessions import DeskSession, find_session
+from db import oidc as oidc_sessions
+from db.sessions import DeskSession, delete_session, find_session
 from db.tokens import Principal
 
 COOKIE = "rq_session"
@@ -31,11 +32,11 @@ T = TypeVar("T")
 Lookup = Callable[[Request, Callable[[AsyncConnection], Awaitable[T]]], Awaitable[T]]
 
 
-def set_cookie(response: Response, request: Request, session_id: str) -> None:
+def set_cookie(response: Response, request: Request, session_id: str, *, max_age: int | None = None) -> None:
     response.set_cookie(
         COOKIE,
         session_id,
-        max_age=int(TTL.total_seconds()),
+        max_age=int(TTL.total_seconds()) if max_age is None else max_age,
         path="/",
         httponly=True,
         samesite="strict",
@@ -71,9 +72,20 @@ async def session_of(request: Request, lookup: Lookup[DeskSession | None]) -> De
         return None
 
     async def find(conn: AsyncConnection) -> DeskSession | None:
+        # A session opened by the identity provider (api/routes/oidc.py) says so in its id.
+        if session_id.startswith(oidc_sessions.SESSION_PREFIX):
+            return await oidc_sessions.find_session(conn, session_id=session_id)
         return await find_session(conn, session_id=session_id)
 
     return await lookup(request, find)
+
+
+async def end_session(conn: AsyncConnection, session_id: str) -> str | None:
+    """Delete the session; the ID token of one the identity provider opened (for its sign-out)."""
+    if session_id.startswith(oidc_sessions.SESSION_PREFIX):
+        return await oidc_sessions.delete_session(conn, session_id=session_id)
+    await delete_session(conn, session_id=session_id)
+    return None
 
 
 async def principal_from_cookie(request: Request, lookup: Lookup[DeskSession | None]) -> Principal | None:

@@ -5,12 +5,13 @@ from decimal import Decimal
 from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Literal
+from urllib.parse import urlsplit
 
-from pydantic import AliasChoices, Field, ValidationError, field_validator
+from pydantic import AliasChoices, Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from db.roles import APP_ROLE
-from db.tables import DEFAULT_MAX_ATTEMPTS, DEFAULT_SLA_TIERS
+from db.tables import DEFAULT_MAX_ATTEMPTS, DEFAULT_SLA_TIERS, ROLES
 
 # One tier: "AMOUNT:DURATION", DURATION in hours (24h) or days (3d).
 _TIER = re.compile(r"^\s*([0-9]{1,16}(?:\.[0-9]{1,2})?)\s*:\s*([1-9][0-9]{0,5})\s*([hd])\s*$")
@@ -42,6 +43,44 @@ def parse_sla_tiers(value: str) -> SlaTiers:
 def sla_hours(tiers: SlaTiers, amount: Decimal) -> int:
     """The hours from enqueue to due_at for an amount: the first tier from the top it reaches."""
     return next(hours for floor, hours in tiers if abs(amount) >= floor)
+
+
+RoleMap = tuple[tuple[str, str], ...]  # (the provider's group, the service's role), in the given order
+
+
+def parse_role_map(value: str) -> RoleMap:
+    """REVIEW_QUEUE_OIDC_ROLE_MAP: comma-separated GROUP=ROLE pairs, ROLE one of the service's roles."""
+    pairs: dict[str, str] = {}
+    for part in value.split(","):
+        group, sign, role = (piece.strip() for piece in part.partition("="))
+        if not sign or not group:
+            raise ValueError(f"{part.strip()!r} is not GROUP=ROLE (e.g. recon-reviewers=reviewer)")
+        if role not in ROLES:
+            raise ValueError(
+                f"{role!r} (for group {group!r}) is not a role; the roles are {', '.join(ROLES)}"
+            )
+        if group in pairs:
+            raise ValueError(f"group {group!r} appears twice")
+        pairs[group] = role
+    return tuple(pairs.items())
+
+
+def _loopback(host: str | None) -> bool:
+    return host in ("localhost", "127.0.0.1", "::1")
+
+
+def _web_origin(value: str, name: str, *, path_allowed: bool) -> str:
+    """An https URL (http only on this machine's loopback), without query, fragment or credentials."""
+    parts = urlsplit(value)
+    if parts.scheme not in ("https", "http") or not parts.hostname:
+        raise ValueError(f"{name} must be an https:// URL, not {value!r}")
+    if parts.scheme == "http" and not _loopback(parts.hostname):
+        raise ValueError(f"{name} must use https (plain http only for localhost), not {value!r}")
+    if parts.query or parts.fragment or parts.username or parts.password:
+        raise ValueError(f"{name} must have no query, fragment or credentials: {value!r}")
+    if parts.path.strip("/") and not path_allowed:
+        raise ValueError(f"{name} must have no path: {value!r}")
+    return value.rstrip("/")
 
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -159,6 +198,108 @@ class Settings(BaseSettings):
     # Empty: none, so a client cannot choose the address it is logged under.
     forwarded_allow_ips: str = Field(default="", validation_alias="REVIEW_QUEUE_FORWARDED_ALLOW_IPS")
 
+    # Sign-in with the company's OpenID Connect provider (docs/security.md). Unset issuer: off.
+    oidc_issuer: str | None = Field(default=None, validation_alias="REVIEW_QUEUE_OIDC_ISSUER")
+    # The desk's client; without one, only API calls with the provider's JWTs are accepted.
+    oidc_client_id: str | None = Field(default=None, validation_alias="REVIEW_QUEUE_OIDC_CLIENT_ID")
+    # None: a public client (PKCE alone).
+    oidc_client_secret: SecretStr | None = Field(
+        default=None, validation_alias="REVIEW_QUEUE_OIDC_CLIENT_SECRET"
+    )
+    oidc_scopes: str = Field(default="openid profile email", validation_alias="REVIEW_QUEUE_OIDC_SCOPES")
+    # The claim whose value (lower-cased) is the reviewer identity, as a token's subject is.
+    oidc_subject_claim: str = Field(
+        default="preferred_username", min_length=1, validation_alias="REVIEW_QUEUE_OIDC_SUBJECT_CLAIM"
+    )
+    oidc_roles_claim: str = Field(
+        default="groups", min_length=1, validation_alias="REVIEW_QUEUE_OIDC_ROLES_CLAIM"
+    )
+    oidc_role_map: Annotated[RoleMap, NoDecode] = Field(
+        default=(), validation_alias="REVIEW_QUEUE_OIDC_ROLE_MAP"
+    )
+    # The `aud` of the provider's access tokens for this API (client credentials); unset: none accepted.
+    oidc_api_audience: str | None = Field(default=None, validation_alias="REVIEW_QUEUE_OIDC_API_AUDIENCE")
+    # "Sign in with <this>" on the desk; unset: the issuer's host name.
+    oidc_provider_name: str | None = Field(
+        default=None, min_length=1, max_length=60, validation_alias="REVIEW_QUEUE_OIDC_PROVIDER_NAME"
+    )
+    # Tolerance for the provider's clock in exp, nbf and iat.
+    oidc_clock_skew_s: int = _range(60, 0, 300, "REVIEW_QUEUE_OIDC_CLOCK_SKEW_S")
+    # The address people open the service at (https://review.example.com): the OIDC redirect URI is
+    # built from it, never from a request's Host header. Required for the desk's OIDC sign-in.
+    public_url: str | None = Field(default=None, validation_alias="REVIEW_QUEUE_PUBLIC_URL")
+
+    @field_validator("oidc_role_map", mode="before")
+    @classmethod
+    def _parse_role_map(cls, value: object) -> object:
+        return parse_role_map(value) if isinstance(value, str) else value
+
+    @field_validator("oidc_issuer")
+    @classmethod
+    def _issuer_url(cls, value: str | None) -> str | None:
+        # Checked, not rewritten: `iss` must equal it exactly, trailing slash and all (OpenID
+        # Connect Discovery 4.3).
+        if value is not None:
+            _web_origin(value, "REVIEW_QUEUE_OIDC_ISSUER", path_allowed=True)
+        return value
+
+    @field_validator("public_url")
+    @classmethod
+    def _public_origin(cls, value: str | None) -> str | None:
+        return None if value is None else _web_origin(value, "REVIEW_QUEUE_PUBLIC_URL", path_allowed=False)
+
+    @model_validator(mode="after")
+    def _oidc_complete(self) -> "Settings":
+        # Every message names the variables: a model-level error has no single field to point at.
+        given = [
+            name
+            for name, value in (
+                ("REVIEW_QUEUE_OIDC_CLIENT_ID", self.oidc_client_id),
+                ("REVIEW_QUEUE_OIDC_CLIENT_SECRET", self.oidc_client_secret),
+                ("REVIEW_QUEUE_OIDC_ROLE_MAP", self.oidc_role_map),
+                ("REVIEW_QUEUE_OIDC_API_AUDIENCE", self.oidc_api_audience),
+            )
+            if value
+        ]
+        if self.oidc_issuer is None:
+            if given:
+                raise ValueError(f"{', '.join(given)} set, but REVIEW_QUEUE_OIDC_ISSUER is not")
+            return self
+        if not self.oidc_client_id and not self.oidc_api_audience:
+            raise ValueError(
+                "REVIEW_QUEUE_OIDC_ISSUER needs REVIEW_QUEUE_OIDC_CLIENT_ID (the desk's sign-in),"
+                " REVIEW_QUEUE_OIDC_API_AUDIENCE (API calls with the provider's tokens), or both"
+            )
+        if not self.oidc_role_map:
+            raise ValueError(
+                "REVIEW_QUEUE_OIDC_ROLE_MAP is required with REVIEW_QUEUE_OIDC_ISSUER: GROUP=ROLE pairs,"
+                " e.g. recon-reviewers=reviewer,recon-admins=admin"
+            )
+        if "openid" not in self.oidc_scopes.split():
+            raise ValueError(f"REVIEW_QUEUE_OIDC_SCOPES must include openid: {self.oidc_scopes!r}")
+        if self.oidc_client_id and self.public_url is None:
+            raise ValueError(
+                "REVIEW_QUEUE_PUBLIC_URL is required with REVIEW_QUEUE_OIDC_CLIENT_ID: the address"
+                " people open the service at (e.g. https://review.example.com), from which the"
+                " redirect URI <it>/auth/oidc/callback is built"
+            )
+        if self.oidc_api_audience is not None and self.oidc_api_audience == self.oidc_client_id:
+            raise ValueError(
+                "REVIEW_QUEUE_OIDC_API_AUDIENCE must differ from REVIEW_QUEUE_OIDC_CLIENT_ID: an ID"
+                " token's audience is the client id, and an ID token must never pass as an API token"
+            )
+        return self
+
+    @property
+    def oidc_login_enabled(self) -> bool:
+        return self.oidc_issuer is not None and self.oidc_client_id is not None
+
+    @property
+    def oidc_display_name(self) -> str:
+        return (
+            self.oidc_provider_name or urlsplit(self.oidc_issuer or "").hostname or "your identity provider"
+        )
+
     @field_validator("database_url", "migration_database_url")
     @classmethod
     def _postgresql_only(cls, value: str | None) -> str | None:
@@ -233,7 +374,10 @@ def hide_password(url: str) -> str:
 def _explain(error: ValidationError) -> str:
     lines = []
     for err in error.errors():
-        loc = str(err["loc"][0]) if err["loc"] else "?"
+        if not err["loc"]:  # a rule over several settings: its message names them
+            lines.append(f"invalid settings: {err['msg'].removeprefix('Value error, ')}")
+            continue
+        loc = str(err["loc"][0])
         field = next(
             (f for n, f in Settings.model_fields.items() if loc in (n, f.validation_alias)),
             None,

@@ -374,3 +374,38 @@ webhook_delivery = Table(
     CheckConstraint("outcome IN ('delivered', 'failed')", name="valid_outcome"),
     Index("ix_webhook_delivery_subscription_id", "subscription", "id"),
 )
+
+# Sign-in with the company's OpenID Connect provider (api/oidc.py). A sign-in in progress: the
+# `state` sent to the provider (its sha256), the browser that started it (the sha256 of an HttpOnly
+# cookie), and the nonce and PKCE verifier the callback needs. Taken (deleted) by the callback, so a
+# state is good once, and only in the browser that started the sign-in.
+oidc_login = Table(
+    "oidc_login",
+    metadata,
+    Column("state_hash", Text, primary_key=True),
+    Column("browser_hash", Text, nullable=False),
+    Column("nonce", Text, nullable=False),
+    Column("code_verifier", Text, nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Column("expires_at", DateTime(timezone=True), nullable=False),
+    Index("ix_oidc_login_expires_at", "expires_at"),
+)
+
+# Desk sessions of people signed in by the provider: like desk_session, but the identity is the
+# provider's (subject and role as mapped at sign-in), not a token's. It ends no later than the ID
+# token it was made from; the ID token is kept for the provider's sign-out (id_token_hint). Apart
+# from desk_session so that token sessions stay exactly as they are. No CHECK on role: it comes from
+# REVIEW_QUEUE_OIDC_ROLE_MAP, which accepts only db.tables.ROLES, so a new role needs no migration here.
+oidc_session = Table(
+    "oidc_session",
+    metadata,
+    Column("id_hash", Text, primary_key=True),
+    Column("subject", Text, nullable=False),
+    Column("role", Text, nullable=False),
+    Column("csrf_token", Text, nullable=False),
+    Column("id_token", Text, nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Column("expires_at", DateTime(timezone=True), nullable=False),
+    CheckConstraint(SUBJECT_CHECK, name="valid_subject"),
+    Index("ix_oidc_session_expires_at", "expires_at"),
+)

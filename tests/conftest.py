@@ -10,6 +10,7 @@ import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -184,6 +185,15 @@ def auth(make_token: Callable[[str, str], str]) -> Callable[[str, str], dict[str
 
 
 @pytest.fixture(scope="session")
+def oidc_provider() -> Iterator[Any]:
+    """A real OpenID Connect provider (tests/oidc_provider.py), one per test session and worker."""
+    from tests.oidc_provider import real_provider
+
+    with real_provider() as provider:
+        yield provider
+
+
+@pytest.fixture(scope="session")
 def anyio_backend() -> str:
     return "asyncio"
 
@@ -203,14 +213,16 @@ def start_server(
     stdout: object = None,
     ready: bool = True,
     deliverer: bool = False,
+    port: int | None = None,
 ) -> tuple[subprocess.Popen[bytes], str]:
-    """The API as users run it, in its own process. Returns (process, base_url)."""
+    """The API as users run it, in its own process. Returns (process, base_url). `port`: one the
+    test chose (free_port()) because something must know the address before the server starts."""
     import sys
     import time
 
     import httpx
 
-    port = free_port()
+    port = port or free_port()
     # `review-queue serve`, as users start it (migrations, signal handling); the reclaimer child is
     # left out so tests decide when leases are reclaimed, and the deliverer unless asked for.
     process = subprocess.Popen(

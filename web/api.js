@@ -94,7 +94,8 @@ async function call(method, path, body, { signal } = {}) {
 export const api = {
   signIn: (token) => call("POST", "/session", { token }),
   session: () => call("GET", "/session"),
-  signOut: () => call("DELETE", "/session"),
+  signOut: () => call("DELETE", "/session"), // null, or {end_session_url} after a provider's sign-in
+  oidcProvider: () => call("GET", "/auth/oidc"),
   lease: (waitS, signal, entity) =>
     call("POST", "/leases", { batch_size: 1, wait_s: waitS, ...(entity ? { ledger_entity: entity } : {}) }, { signal }),
   mine: () => call("GET", "/items?state=ASSIGNED&leased_by=me&limit=200"),

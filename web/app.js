@@ -16,6 +16,7 @@ import "./approvals.js";
 import "./admin.js";
 import "./ingest.js";
 import { onKey, renderHelp, toggleHelp } from "./shortcuts.js";
+import { loadProvider, providerSignIn, takeSignInError } from "./oidc.js";
 
 function renderWho() {
   const who = $("who");
@@ -58,7 +59,7 @@ function renderSignIn() {
     state.signInError ? h("p", { class: "error", role: "alert" }, state.signInError) : null,
     h("p", { class: "muted" }, "Paste the token you were given (make run prints one). It is exchanged for a session and not kept by this page."),
   );
-  fill($("main"), h("section", { "aria-label": "Sign in" }, h("h2", {}, "Sign in"), form));
+  fill($("main"), h("section", { "aria-label": "Sign in" }, h("h2", {}, "Sign in"), providerSignIn(h), form));
   token.focus();
 }
 
@@ -109,10 +110,16 @@ async function signIn(token) {
 
 async function signOut() {
   stopWaiting(); // the long poll in flight would answer 401 once the session is gone
+  let out;
   try {
-    await withRetry(() => api.signOut());
+    out = await withRetry(() => api.signOut());
   } catch (error) {
     handle(error);
+    return;
+  }
+  // Signed in by the identity provider: sign out there too; it sends the browser back here.
+  if (out?.end_session_url) {
+    window.location.assign(out.end_session_url);
     return;
   }
   endSession(null);
@@ -139,9 +146,12 @@ async function boot() {
     state.helpOpen = false;
   });
   renderHelp();
+  state.signInError = takeSignInError();
+  const offered = loadProvider(); // alongside the session: the sign-in page needs it, the desk not
   try {
     startDesk(await withRetry(() => api.session()));
   } catch (error) {
+    await offered;
     state.me = null;
     render();
     if (!(error instanceof ApiError && error.status === 401)) handle(error);

@@ -12,7 +12,7 @@ deactivated, never deleted, so the application role loses DELETE on them; attemp
 and pruned, never changed, so it loses UPDATE on those.
 
 Revision ID: 7019dfc9a481
-Revises: 7c4e1f9a2b60
+Revises: 8b3f1d6a2c57
 Create Date: 2026-12-04 08:00:00+00:00
 """
 
@@ -26,7 +26,7 @@ from db.roles import APP_ROLE
 from db.tables import Xid8
 
 revision: str = "7019dfc9a481"
-down_revision: str | None = "7c4e1f9a2b60"
+down_revision: str | None = "8b3f1d6a2c57"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

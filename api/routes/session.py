@@ -1,12 +1,14 @@
 """The reviewer desk's session: sign in with a token, read the session, sign out."""
 
 from fastapi import APIRouter, Request, Response, status
+from fastapi.responses import JSONResponse
 
 from api import session
 from api.deps import Anyone, SettingsDep, request_transaction
 from api.errors import ProblemError, problem_responses
+from api.oidc import OidcProvider
 from api.routing import QueueRoute
-from api.schemas import MAX_WAIT_S, SessionIn, SessionOut
+from api.schemas import MAX_WAIT_S, SessionIn, SessionOut, SignOutOut
 from api.settings import Settings
 from db import sessions
 
@@ -65,16 +67,31 @@ async def who_am_i(request: Request, principal: Anyone, settings: SettingsDep) -
     operation_id="signOut",
     summary="Sign out of the desk",
     status_code=status.HTTP_204_NO_CONTENT,
-    responses=problem_responses("CSRF_REJECTED"),
+    responses={
+        200: {
+            "model": SignOutOut,
+            "description": "Signed out of a session the identity provider opened, whose provider"
+            " offers an end-session endpoint: send the browser to `end_session_url` to sign out"
+            " there too.",
+        },
+        **problem_responses("CSRF_REJECTED"),
+    },
 )
 async def sign_out(request: Request, settings: SettingsDep) -> Response:
     """Sign out: the session ends on the server and the cookie is cleared. Needs no token; with a
     live session cookie it needs the session's X-CSRF-Token, so no other site can sign you out."""
+    id_token = None
     async with request_transaction(request) as conn:
         desk = await session.session_of(request, lambda _request, read: read(conn))
         if desk is not None:
             session.check_csrf(request, desk)
-            await sessions.delete_session(conn, session_id=request.cookies[session.COOKIE])
-    response = Response(status_code=status.HTTP_204_NO_CONTENT)
+            id_token = await session.end_session(conn, request.cookies[session.COOKIE])
+    oidc: OidcProvider | None = request.app.state.oidc
+    end_session_url = await oidc.sign_out_url(id_token) if oidc is not None and id_token else None
+    response: Response
+    if end_session_url is not None:
+        response = JSONResponse(SignOutOut(end_session_url=end_session_url).model_dump())
+    else:
+        response = Response(status_code=status.HTTP_204_NO_CONTENT)
     session.clear_cookie(response, request)
     return response

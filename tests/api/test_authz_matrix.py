@@ -146,6 +146,11 @@ MATRIX: dict[tuple[str, str], Route] = {
     ("POST", "/session"): Route(PUBLIC, ok=401, code="UNAUTHENTICATED", body=lambda: {"token": "rq_unknown"}),
     ("GET", "/session"): Route(EVERYONE),
     ("DELETE", "/session"): Route(PUBLIC, ok=204),
+    # Sign-in with an identity provider: browser navigations, public. This app has no provider
+    # configured, so the two that would redirect say so (tests/api/test_oidc.py has them configured).
+    ("GET", "/auth/oidc"): Route(PUBLIC),
+    ("GET", "/auth/oidc/login"): Route(PUBLIC, ok=404, code="OIDC_NOT_CONFIGURED"),
+    ("GET", "/auth/oidc/callback"): Route(PUBLIC, ok=404, code="OIDC_NOT_CONFIGURED"),
     ("GET", "/audit/export"): Route(AUDITORS),
     ("GET", "/events"): Route(FEED_READERS),
     # The admin's PUT writes the world's subscription again: a webhook row, not the queue.
@@ -658,7 +663,9 @@ def test_every_query_route_is_listed() -> None:
         for operation in operations.values()
         if any(p["in"] == "query" for p in operation.get("parameters", []))
     }
-    assert with_query == {p for p, _ in QUERY_ROUTES}
+    # The OIDC callback's parameters are the provider's, and a provider may add its own (RFC 6749
+    # 4.1.2; session_state, say): unknown ones are ignored there (tests/api/test_oidc.py).
+    assert with_query - {"/auth/oidc/callback"} == {p for p, _ in QUERY_ROUTES}
 
 
 @pytest.mark.parametrize(("path", "target", "caller", "params"), QUERY_CASES)

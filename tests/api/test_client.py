@@ -482,3 +482,22 @@ def test_verify_webhook_takes_a_genuine_delivery_and_refuses_a_forged_one() -> N
         verify_webhook({**headers, "Webhook-Id": "evt_2"}, body, secret)
     with pytest.raises(InvalidWebhook):
         verify_webhook(headers, body, "whsec_" + "A" * 32)
+
+
+def test_the_token_can_be_a_function_called_for_every_request(
+    live_server: str, make_token: Callable[[str, str], str], sql: psycopg.Connection
+) -> None:
+    """An identity provider's client-credentials token expires: the client asks for the current one
+    before every request (both halves)."""
+    seed_items(sql, 4)
+    tokens = iter([make_token("first", "reviewer"), make_token("second", "reviewer")])
+    with ReviewQueueClient(live_server, lambda: next(tokens)) as client:
+        assert [i.leased_by for i in client.lease(batch_size=1)] == ["first"]
+        assert [i.leased_by for i in client.lease(batch_size=1)] == ["second"]
+    later = iter([make_token("third", "reviewer"), make_token("fourth", "reviewer")])
+
+    async def run() -> list[str | None]:
+        async with AsyncReviewQueueClient(live_server, lambda: next(later)) as client:
+            return [(await client.lease(batch_size=1))[0].leased_by for _ in range(2)]
+
+    assert asyncio.run(run()) == ["third", "fourth"]

@@ -1,0 +1,102 @@
+// A real OpenID Connect provider for the tests: panva's oidc-provider (OpenID Certified), in memory.
+// Started by tests/oidc_provider.py with its configuration as JSON in OIDC_TEST_CONFIG:
+//   {port, issuer, initial_access_token, users: {login: {preferred_username, groups, ...}},
+//    clients: [static clients, e.g. client credentials ones], resources: [audience, ...],
+//    conform_id_token_claims: bool}
+// Desk clients are registered by the tests through the provider's own registration endpoint
+// (RFC 7591), with the redirect URI of the server each test starts. The development interactions give a plain
+// login form (any login, any password) and a consent page, which a browser test fills like a person.
+// One addition for the tests only: GET /_test/requests counts the requests per path, so a test
+// can prove what the service fetched (discovery, keys) and how often.
+import Provider, { errors } from "oidc-provider";
+
+const config = JSON.parse(process.env.OIDC_TEST_CONFIG);
+const users = config.users;
+const requests = {};
+
+function account(id) {
+  const user = users[id] ?? {};
+  const claims = {
+    sub: id,
+    preferred_username: user.preferred_username ?? id,
+    name: user.name ?? id,
+    email: `${id}@example.com`,
+    email_verified: true,
+    groups: user.groups ?? [],
+  };
+  return { accountId: id, claims: async () => claims };
+}
+
+// Per-client test metadata: test_ttl_s shortens every token the client gets (the expiry tests).
+const ttl = (fallback) => (_ctx, _token, client) => client?.test_ttl_s ?? fallback;
+
+const provider = new Provider(config.issuer, {
+  clients: config.clients ?? [],
+  findAccount: async (_ctx, id) => account(id),
+  claims: {
+    openid: ["sub"],
+    profile: ["preferred_username", "name"],
+    email: ["email", "email_verified"],
+    groups: ["groups"],
+  },
+  conformIdTokenClaims: config.conform_id_token_claims ?? true,
+  cookies: { keys: ["review-queue-test-cookie-key"] },
+  pkce: { required: () => true },
+  extraClientMetadata: { properties: ["test_groups", "test_ttl_s"] },
+  ttl: {
+    AccessToken: ttl(600),
+    ClientCredentials: ttl(600),
+    IdToken: ttl(3600),
+    Interaction: 600,
+    Session: 3600,
+    Grant: 3600,
+  },
+  features: {
+    devInteractions: { enabled: true },
+    registration: { enabled: true, initialAccessToken: config.initial_access_token },
+    clientCredentials: { enabled: true },
+    rpInitiatedLogout: { enabled: true },
+    resourceIndicators: {
+      enabled: true,
+      defaultResource: async (_ctx, _client, oneOf) => oneOf,
+      useGrantedResource: async () => true,
+      getResourceServerInfo: async (_ctx, resource, client) => {
+        if (!config.resources.includes(resource)) throw new errors.InvalidTarget();
+        return {
+          scope: "queue",
+          audience: resource,
+          accessTokenTTL: client.test_ttl_s ?? 600,
+          accessTokenFormat: "jwt",
+          jwt: { sign: { alg: "RS256" } },
+        };
+      },
+    },
+  },
+  // Access tokens carry what the API reads: a person's name and groups, or a client's groups.
+  extraTokenClaims: async (ctx, token) => {
+    if (token.kind === "ClientCredentials") {
+      const client = await ctx.oidc.provider.Client.find(token.clientId);
+      return { groups: client?.test_groups ?? [] };
+    }
+    if (token.accountId) {
+      const claims = await account(token.accountId).claims();
+      return { preferred_username: claims.preferred_username, groups: claims.groups };
+    }
+    return undefined;
+  },
+});
+provider.proxy = false;
+
+provider.use(async (ctx, next) => {
+  if (ctx.path === "/_test/requests") {
+    ctx.body = requests;
+    return;
+  }
+  requests[ctx.path] = (requests[ctx.path] ?? 0) + 1;
+  await next();
+});
+
+const server = provider.listen(config.port, () => {
+  console.log(`ready ${config.issuer}`);
+});
+process.on("SIGTERM", () => server.close(() => process.exit(0)));

@@ -1,0 +1,96 @@
+"""The OIDC settings: a configuration that cannot work stops start-up with a message naming the
+variables, before anything listens (docs/security.md, "Sign-in with OpenID Connect")."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from api.settings import load_settings, parse_role_map
+
+GOOD = {
+    "REVIEW_QUEUE_OIDC_ISSUER": "https://sso.example.com/realms/finance",
+    "REVIEW_QUEUE_OIDC_CLIENT_ID": "review-queue",
+    "REVIEW_QUEUE_OIDC_ROLE_MAP": "recon-reviewers=reviewer,recon-admins=admin",
+    "REVIEW_QUEUE_PUBLIC_URL": "https://review.example.com",
+}
+
+
+@pytest.mark.parametrize(
+    ("change", "says"),
+    [
+        (
+            {"REVIEW_QUEUE_OIDC_ISSUER": None},
+            "REVIEW_QUEUE_OIDC_CLIENT_ID, REVIEW_QUEUE_OIDC_ROLE_MAP set, but",
+        ),
+        (
+            {"REVIEW_QUEUE_OIDC_ISSUER": "http://sso.example.com"},
+            "must use https (plain http only for localhost)",
+        ),
+        ({"REVIEW_QUEUE_OIDC_ISSUER": "sso.example.com"}, "REVIEW_QUEUE_OIDC_ISSUER must be an https:// URL"),
+        ({"REVIEW_QUEUE_OIDC_ROLE_MAP": None}, "REVIEW_QUEUE_OIDC_ROLE_MAP is required"),
+        (
+            {"REVIEW_QUEUE_OIDC_ROLE_MAP": "recon-reviewers=boss"},
+            "'boss' (for group 'recon-reviewers') is not a role",
+        ),
+        ({"REVIEW_QUEUE_OIDC_ROLE_MAP": "recon-reviewers"}, "is not GROUP=ROLE"),
+        ({"REVIEW_QUEUE_OIDC_ROLE_MAP": "a=reviewer,a=admin"}, "group 'a' appears twice"),
+        (
+            {"REVIEW_QUEUE_PUBLIC_URL": None},
+            "REVIEW_QUEUE_PUBLIC_URL is required with REVIEW_QUEUE_OIDC_CLIENT_ID",
+        ),
+        (
+            {"REVIEW_QUEUE_PUBLIC_URL": "https://review.example.com/desk"},
+            "REVIEW_QUEUE_PUBLIC_URL must have no path",
+        ),
+        ({"REVIEW_QUEUE_OIDC_SCOPES": "profile email"}, "REVIEW_QUEUE_OIDC_SCOPES must include openid"),
+        ({"REVIEW_QUEUE_OIDC_CLIENT_ID": None}, "needs REVIEW_QUEUE_OIDC_CLIENT_ID (the desk's sign-in)"),
+        ({"REVIEW_QUEUE_OIDC_API_AUDIENCE": "review-queue"}, "must differ from REVIEW_QUEUE_OIDC_CLIENT_ID"),
+        ({"REVIEW_QUEUE_OIDC_CLOCK_SKEW_S": "900"}, "(allowed range 0-300)"),
+    ],
+)
+def test_a_configuration_that_cannot_work_stops_with_a_message(
+    monkeypatch: pytest.MonkeyPatch, change: dict[str, str | None], says: str
+) -> None:
+    for name, value in {**GOOD, **change}.items():
+        if value is None:
+            monkeypatch.delenv(name, raising=False)
+        else:
+            monkeypatch.setenv(name, value)
+    with pytest.raises(SystemExit) as stopped:
+        load_settings()
+    assert says in str(stopped.value), stopped.value
+
+
+def test_a_good_configuration_loads(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name, value in GOOD.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("REVIEW_QUEUE_PUBLIC_URL", "https://review.example.com/")
+    settings = load_settings()
+    assert settings.oidc_role_map == (("recon-reviewers", "reviewer"), ("recon-admins", "admin"))
+    assert settings.public_url == "https://review.example.com"
+    assert settings.oidc_display_name == "sso.example.com"  # REVIEW_QUEUE_OIDC_PROVIDER_NAME unset
+    assert settings.oidc_login_enabled
+
+
+def test_the_role_map_accepts_every_role_the_service_defines() -> None:
+    from db.tables import ROLES
+
+    assert parse_role_map(",".join(f"g-{role}={role}" for role in ROLES)) == tuple(
+        (f"g-{r}", r) for r in ROLES
+    )
+
+
+def test_serve_refuses_to_start_with_a_broken_oidc_configuration(db_url: str) -> None:
+    result = subprocess.run(
+        [str(Path(sys.executable).parent / "review-queue"), "serve", "--no-reclaimer"],
+        env={**os.environ, **GOOD, "DATABASE_URL": db_url, "REVIEW_QUEUE_PUBLIC_URL": ""},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 1, result.stdout
+    assert "REVIEW_QUEUE_PUBLIC_URL" in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr
