@@ -294,7 +294,7 @@ def admin_release(
 ) -> None:
     """Hand another reviewer's leases back to the queue: one item, or all of a reviewer's.
     Releasing nothing is an error (exit 1)."""
-    from db import queue, telemetry
+    from db import queue
 
     if (item is None) == (reviewer is None):
         raise typer.BadParameter("give either --item or --reviewer")
@@ -313,8 +313,7 @@ def admin_release(
             )
         )
         nothing = f"{reviewer} holds no items"
-    for o in released:  # committed: the log lines are true now
-        telemetry.admin_released(o.item, admin, o.previous_holder, reason)
+    # db.queue reported each release, and in_transaction emitted the reports after its COMMIT.
     if not released:
         typer.echo(f"review-queue: {nothing}; nothing released", err=True)
         raise typer.Exit(1)
@@ -334,7 +333,7 @@ def admin_reassign(
 ) -> None:
     """Move an item's lease to another reviewer: a full lease from now, a new token; the old holder's
     token is refused from then on."""
-    from db import queue, telemetry
+    from db import queue
 
     settings = get_settings()
     configure_logging(settings.log_format, settings.log_level)
@@ -359,7 +358,6 @@ def admin_reassign(
         }.get(outcome, f"item {item} is {current.state if current else 'gone'}, not ASSIGNED")
         typer.echo(f"review-queue: {why}; nothing reassigned", err=True)
         raise typer.Exit(1)
-    telemetry.reassigned(done.item, admin, done.previous_holder, to, reason)
     typer.echo(f"reassigned {item} from {done.previous_holder} to {to}")
 
 
