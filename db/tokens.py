@@ -6,7 +6,7 @@ import secrets
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import Interval, bindparam, exists, func, or_, select
+from sqlalchemy import Interval, and_, bindparam, exists, func, or_, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from db.tables import api_token
@@ -101,10 +101,14 @@ async def any_token_exists(conn: AsyncConnection) -> bool:
     return bool(await conn.scalar(select(exists().select_from(api_token))))
 
 
-_FIND = select(api_token.c.subject, api_token.c.role).where(
-    api_token.c.token_hash == bindparam("token_hash"),
+# A token that works now: not revoked, not expired (by the database clock). Bearer calls and the
+# desk's sessions (db/sessions.py) both ask exactly this.
+LIVE = and_(
     api_token.c.revoked_at.is_(None),
     or_(api_token.c.expires_at.is_(None), api_token.c.expires_at > func.now()),
+)
+_FIND = select(api_token.c.subject, api_token.c.role).where(
+    api_token.c.token_hash == bindparam("token_hash"), LIVE
 )
 
 
