@@ -24,7 +24,7 @@ from api.settings import Settings, get_settings, hide_password
 from db import tokens
 from db.engine import create_engine, database_url, libpq_url, migration_url, transaction
 from db.errors import DatabaseUnavailable
-from db.migrations import upgrade_head
+from db.migrations import MigrationRefused, upgrade_head
 
 # Plain help (rich_markup_mode=None): the rich panels of this Typer print `<bool>` after every flag.
 app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__, rich_markup_mode=None)
@@ -669,6 +669,9 @@ def _raise_open_file_limit() -> None:
 def main() -> None:
     try:
         app()
+    except MigrationRefused as error:
+        typer.echo(f"review-queue: the migration stopped: {error}", err=True)
+        sys.exit(1)
     except Exception as error:
         settings = get_settings()
         message = database_failure(error, settings)

@@ -68,3 +68,65 @@ def test_subject_check_keeps_existing_rows_and_guards_new_ones(owner_url: str) -
             "SELECT convalidated FROM pg_constraint WHERE conname = 'ck_api_token_valid_subject'"
         ).fetchone()
         assert validated == (True,)
+
+
+def _item_sql(key: str, **columns: str) -> str:
+    names = ", ".join(
+        ["idempotency_key", "ledger_entity", "variance_amount", "match_decision", "source_hash"]
+    )
+    values = f"'{key}', 'ACME', 1, 'MATCHED', 'h-{key}'"
+    for name, value in columns.items():
+        names += f", {name}"
+        values += f", {value}" if value.endswith("()") else f", '{value}'"
+    return f"INSERT INTO review_queue_item ({names}) VALUES ({values})"
+
+
+def test_identities_are_folded_and_a_collision_stops_the_upgrade_with_the_way_out(owner_url: str) -> None:
+    """Issue 23: existing mixed-case subjects and item identities are folded; two token spellings of
+    one folded identity stop the upgrade, naming them; a decision four-eyed only by letter case is
+    kept, under a CHECK that holds for new rows (NOT VALID)."""
+    config = alembic_config(owner_url)
+    command.downgrade(config, "5e1c0a7d2b94")
+    with psycopg.connect(libpq(owner_url), autocommit=True) as conn:
+        for n, (subject, role) in enumerate(
+            [("CaseyX", "approver"), ("caseyX", "reviewer"), ("Bob", "reviewer"), ("EVE", "approver")]
+        ):
+            conn.execute(
+                "INSERT INTO api_token (subject, role, token_hash) VALUES (%s, %s, %s)",
+                (subject, role, f"h{n}"),
+            )
+        conn.execute(_item_sql("held", state="ASSIGNED", leased_by="Bob", lease_expires_at="now()"))
+        conn.execute(
+            _item_sql(
+                "own",
+                state="RESOLVED",
+                resolution="APPROVED",
+                resolved_by="eve",
+                resolved_at="now()",
+                prepared_by="eve",
+                approved_by="EVE",
+                approved_at="now()",
+            )
+        )
+    with pytest.raises(RuntimeError, match=r"CaseyX, caseyX -> caseyx\..*one person or two"):
+        command.upgrade(config, "head")
+    with psycopg.connect(libpq(owner_url), autocommit=True) as conn:
+        assert conn.execute("SELECT version_num FROM alembic_version").fetchone() == ("5e1c0a7d2b94",)
+        conn.execute("UPDATE api_token SET subject = lower(subject) WHERE lower(subject) = 'caseyx'")
+    command.upgrade(config, "head")
+    with psycopg.connect(libpq(owner_url), autocommit=True) as conn:
+        subjects = conn.execute("SELECT subject FROM api_token ORDER BY id").fetchall()
+        assert subjects == [("caseyx",), ("caseyx",), ("bob",), ("eve",)]
+        held = conn.execute(
+            "SELECT leased_by FROM review_queue_item WHERE idempotency_key = 'held'"
+        ).fetchone()
+        assert held == ("bob",)
+        checks = dict(
+            conn.execute(
+                "SELECT conname, convalidated FROM pg_constraint WHERE conname IN"
+                " ('ck_review_queue_item_four_eyes', 'ck_api_token_valid_subject')"
+            ).fetchall()
+        )
+        assert checks == {"ck_review_queue_item_four_eyes": False, "ck_api_token_valid_subject": True}
+        with pytest.raises(psycopg.errors.CheckViolation):
+            conn.execute(_item_sql("new", approved_by="EVE", resolved_by="eve", approved_at="now()"))

@@ -138,7 +138,9 @@ def test_preparers_and_approvers_racing_keep_the_four_eyes_rules(
                 " WHERE s.item_id = %s AND s.event = 'SUBMITTED_FOR_APPROVAL' AND s.actor = %s)",
                 (name, item_id, name),
             ).fetchone()
-            assert rejected_after == (True,), f"{name}'s own approve of {item_id} was a 409 without a rejection"
+            assert rejected_after == (True,), (
+                f"{name}'s own approve of {item_id} was a 409 without a rejection"
+            )
     assert statuses[("approve", 200)] >= TOTAL and statuses[("reject", 200)] > 0, statuses
 
     states = sql.execute("SELECT state, count(*) FROM review_queue_item GROUP BY state").fetchall()
