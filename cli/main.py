@@ -8,6 +8,7 @@ import signal
 import sys
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
+from decimal import Decimal
 from enum import StrEnum
 from typing import Annotated, TypeVar
 from uuid import UUID
@@ -37,7 +38,9 @@ audit_app = typer.Typer(
 )
 app.add_typer(audit_app, name="audit")
 resolutions_app = typer.Typer(
-    no_args_is_help=True, help="The resolution catalogue: list, set, deactivate.", rich_markup_mode=None
+    no_args_is_help=True,
+    help="The resolution catalogue: list, set, deactivate, and the materiality policy.",
+    rich_markup_mode=None,
 )
 app.add_typer(resolutions_app, name="resolutions")
 admin_app = typer.Typer(
@@ -211,12 +214,28 @@ def resolutions_list(
     from db import queue
 
     codes = in_transaction(lambda conn: queue.list_resolution_codes(conn, include_inactive=all_))
-    typer.echo(f"{'CODE':<20} {'NOTE':<8} {'APPROVAL AT':>14}  {'STATE':<8} LABEL")
+    # APPROVAL AT is what applies (the lower of the code's own threshold and materiality).
+    typer.echo(f"{'CODE':<20} {'NOTE':<8} {'OWN':>14} {'APPROVAL AT':>20}  {'STATE':<8} LABEL")
     for c in codes:
-        threshold = f"{c.approval_threshold:.2f}" if c.approval_threshold is not None else "never"
+        own = _amount_or_never(c.approval_threshold)
+        applies = _amount_or_never(c.effective_approval_threshold)
         note = "required" if c.requires_note else "-"
         state = "active" if c.active else "inactive"
-        typer.echo(f"{c.code:<20} {note:<8} {threshold:>14}  {state:<8} {c.label}")
+        typer.echo(f"{c.code:<20} {note:<8} {own:>14} {applies:>20}  {state:<8} {c.label}")
+
+
+def _amount_or_never(amount: Decimal | None) -> str:
+    return f"{amount:.2f}" if amount is not None else "never"
+
+
+def _amount(value: str | None, param_hint: str) -> Decimal | None:
+    if value is None:
+        return None
+    if not _AMOUNT.fullmatch(value):
+        raise typer.BadParameter(
+            "an amount like 10000.00 (no sign, at most 2 decimals)", param_hint=param_hint
+        )
+    return Decimal(value)
 
 
 @resolutions_app.command("set")
@@ -233,14 +252,9 @@ def resolutions_set(
     ] = None,
 ) -> None:
     """Create or update a code (active)."""
-    from decimal import Decimal
-
     from db import queue
 
-    if approval_threshold is not None and not _AMOUNT.fullmatch(approval_threshold):
-        raise typer.BadParameter(
-            "an amount like 10000.00 (no sign, at most 2 decimals)", param_hint="--approval-threshold"
-        )
+    threshold = _amount(approval_threshold, "--approval-threshold")
     if not label.strip() or len(label) > 200:
         raise typer.BadParameter("1-200 characters", param_hint="--label")
     created, saved = in_transaction(
@@ -250,7 +264,7 @@ def resolutions_set(
             label=label,
             description=description,
             requires_note=requires_note,
-            approval_threshold=Decimal(approval_threshold) if approval_threshold is not None else None,
+            approval_threshold=threshold,
             active=True,
         )
     )
@@ -269,6 +283,39 @@ def resolutions_deactivate(
         typer.echo(f"no resolution code {code}", err=True)
         raise typer.Exit(1)
     typer.echo(f"deactivated {code}")
+
+
+@resolutions_app.command("policy")
+def resolutions_policy(
+    materiality_threshold: Annotated[
+        str | None,
+        typer.Option(
+            help="Set it: every completion at or above this absolute amount needs an approver, whatever"
+            " its code (unless the code's own threshold is lower), e.g. 10000.00. Omit to print it."
+        ),
+    ] = None,
+    admin: Annotated[
+        str | None, typer.Option("--admin", help="Who sets it (kept as updated_by); needed to set it.")
+    ] = None,
+) -> None:
+    """Print the materiality threshold, or set it with --materiality-threshold and --admin."""
+    from db import catalogue
+
+    threshold = _amount(materiality_threshold, "--materiality-threshold")
+    if threshold is None:
+        policy = in_transaction(catalogue.get_policy)
+    elif admin is None:
+        raise typer.BadParameter("say who sets it", param_hint="--admin")
+    else:
+        actor = _subject(admin)
+        policy = in_transaction(
+            lambda conn: catalogue.put_policy(conn, materiality_threshold=threshold, actor=actor)
+        )
+    by = f" by {policy.updated_by}" if policy.updated_by else ""
+    typer.echo(
+        f"materiality threshold {policy.materiality_threshold:.2f}: every completion at or above it needs"
+        f" an approver (set {policy.updated_at:%Y-%m-%d %H:%M}{by})"
+    )
 
 
 def _reason(value: str) -> str:

@@ -51,6 +51,7 @@ from sqlalchemy.sql.elements import BindParameter
 from sqlalchemy.sql.selectable import CTE
 
 from db import telemetry
+from db.catalogue import approval_threshold
 from db.engine import OneRoundTrip, Record
 from db.errors import DatabaseUnavailable, is_lock_timeout
 from db.notify import CHANNEL, notify_work
@@ -515,8 +516,10 @@ _code_ok = [
         func.length(func.btrim(func.coalesce(bindparam("note", type_=Text), ""))) > 0,
     ),
 ]
-# At or above the code's threshold (by absolute amount) the item needs an approver; NULL never does.
-_needs_approval = func.abs(item.c.variance_amount) >= catalogue.c.approval_threshold
+# At or above the code's threshold or materiality, whichever is lower (by absolute amount), the item
+# needs an approver. Both are read by this statement (db/catalogue.py).
+_threshold = approval_threshold(catalogue.c.approval_threshold)
+_needs_approval = func.abs(item.c.variance_amount) >= _threshold
 
 
 def _unless_approval(resolved: Any, submitted: Any) -> Any:
@@ -564,7 +567,7 @@ _resolved = (
         leased_at=_unless_approval(item.c.leased_at, None),
         lease_expires_at=_unless_approval(item.c.lease_expires_at, None),
     )
-    .returning(*_ITEM_COLUMNS, catalogue.c.approval_threshold)
+    .returning(*_ITEM_COLUMNS, _threshold.label("approval_threshold"))
     .cte("resolved")
 )
 _COMPLETE: Any = select(*[_resolved.c[n] for n in _ITEM_FIELDS]).add_cte(
@@ -1356,9 +1359,13 @@ class ResolutionCode:
     approval_threshold: Decimal | None
     active: bool
     updated_at: datetime
+    effective_approval_threshold: Decimal | None  # the lower of approval_threshold and materiality
 
 
-_CODE_COLUMNS = [catalogue.c[f.name] for f in dataclasses.fields(ResolutionCode)]
+_CODE_COLUMNS = [
+    *(catalogue.c[f.name] for f in dataclasses.fields(ResolutionCode)[:-1]),
+    approval_threshold(catalogue.c.approval_threshold).label("effective_approval_threshold"),
+]
 
 
 async def list_resolution_codes(

@@ -273,6 +273,19 @@ resolution_code = Table(
     CheckConstraint("approval_threshold IS NULL OR approval_threshold >= 0", name="threshold_not_negative"),
 )
 
+# The catalogue-wide approval threshold (materiality): one row. A completion at or above it by
+# absolute amount needs an approver, whatever its code, unless the code's own threshold is lower.
+approval_policy = Table(
+    "approval_policy",
+    metadata,
+    Column("id", Boolean, primary_key=True, server_default=text("true")),
+    Column("materiality_threshold", Numeric(18, 2, asdecimal=True), nullable=False),
+    Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Column("updated_by", Text),  # the admin who set it; NULL: the migration's default
+    CheckConstraint("id", name="one_row"),
+    CheckConstraint("materiality_threshold >= 0", name="threshold_not_negative"),
+)
+
 api_token = Table(
     "api_token",
     metadata,
