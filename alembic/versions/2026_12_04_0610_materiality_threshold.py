@@ -35,18 +35,18 @@ def upgrade() -> None:
         sa.Column("updated_at", sa.DateTime(timezone=True), server_default=sa.text("now()"), nullable=False),
         sa.Column("updated_by", sa.Text(), nullable=True),
         sa.CheckConstraint("id", name=op.f("ck_approval_policy_one_row")),
-        sa.CheckConstraint("materiality_threshold >= 0", name=op.f("ck_approval_policy_threshold_not_negative")),
+        sa.CheckConstraint(
+            "materiality_threshold >= 0", name=op.f("ck_approval_policy_threshold_not_negative")
+        ),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_approval_policy")),
     )
     op.bulk_insert(policy, [{"id": True, "materiality_threshold": DEFAULT_MATERIALITY}])
     role = context.config.attributes.get("app_role", APP_ROLE)
-    quoted, literal = '"' + role.replace('"', '""') + '"', role.replace("'", "''")
-    # The grants migration's default privileges gave INSERT and DELETE too: one row, kept.
-    op.execute(
-        f"DO $$ BEGIN IF EXISTS (SELECT FROM pg_roles WHERE rolname = '{literal}') THEN"
-        f" EXECUTE 'REVOKE INSERT, DELETE, TRUNCATE ON approval_policy FROM {quoted.replace(chr(39), chr(39) * 2)}';"
-        " END IF; END $$"
-    )
+    exists = op.get_bind().execute(sa.text("SELECT 1 FROM pg_roles WHERE rolname = :r"), {"r": role}).first()
+    if exists:
+        # The grants migration's default privileges gave INSERT and DELETE too: one row, kept.
+        quoted = '"' + role.replace('"', '""') + '"'
+        op.execute(f"REVOKE INSERT, DELETE, TRUNCATE ON approval_policy FROM {quoted}")
 
 
 def downgrade() -> None:
