@@ -40,51 +40,73 @@ depends_on: str | Sequence[str] | None = None
 # A string as Python's json.dumps(ensure_ascii=True) writes it: to_json escapes quotes, backslashes
 # and control characters exactly as Python does (\b \f \n \r \t, else \u00xx); everything outside
 # printable ASCII is then written as \uxxxx (lower-case hex; beyond the BMP, a surrogate pair).
-_JSON_STRING = r"""
-CREATE FUNCTION review_queue_json_string(s text) RETURNS text
-LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+# Single expressions, so that PostgreSQL inlines them into the sealer's query: per event, the
+# encoding costs no function call but for nested objects, arrays and non-ASCII text.
+_JSON_ASCII = r"""
+CREATE FUNCTION review_queue_json_ascii(quoted text) RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
 AS $$
-    SELECT CASE WHEN quoted !~ '[^ -~]' THEN quoted ELSE (
-        SELECT string_agg(
-            CASE
-                WHEN ascii(c) < 127 THEN c
-                WHEN ascii(c) < 65536 THEN '\u' || lpad(to_hex(ascii(c)), 4, '0')
-                ELSE '\u' || to_hex(55296 + ((ascii(c) - 65536) >> 10))
-                    || '\u' || to_hex(56320 + ((ascii(c) - 65536) & 1023))
-            END, '' ORDER BY n)
-        FROM regexp_split_to_table(quoted, '') WITH ORDINALITY AS t(c, n)
-    ) END
-    FROM (SELECT to_json(s)::text AS quoted) AS q
+    SELECT string_agg(
+        CASE
+            WHEN ascii(c) < 127 THEN c
+            WHEN ascii(c) < 65536 THEN '\u' || lpad(to_hex(ascii(c)), 4, '0')
+            ELSE '\u' || to_hex(55296 + ((ascii(c) - 65536) >> 10))
+                || '\u' || to_hex(56320 + ((ascii(c) - 65536) & 1023))
+        END, '' ORDER BY n)
+    FROM regexp_split_to_table(quoted, '') WITH ORDINALITY AS t(c, n)
 $$
 """
-
+_JSON_STRING = r"""
+CREATE FUNCTION review_queue_json_string(s text) RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+    SELECT CASE WHEN octet_length(s) = length(s) AND strpos(s, chr(127)) = 0 THEN to_json(s)::text
+                ELSE review_queue_json_ascii(to_json(s)::text) END
+$$
+"""
 # Canonical JSON of a jsonb value (db/chain.py canonical_details): object keys sorted by code point
 # (the C collation's byte order in UTF-8), no whitespace, numbers exactly as jsonb prints them.
-# Neither helper sets a search_path (that would cost a settings push and pop per call, per event):
-# they are called by review_queue_seal, whose own search_path is fixed.
+_JSON_MEMBERS = r"""
+CREATE FUNCTION review_queue_json_members(v jsonb) RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+    SELECT '{' || coalesce((
+        SELECT string_agg(review_queue_json_string(key) || ':' || review_queue_json_value(value), ','
+                          ORDER BY key COLLATE "C")
+        FROM jsonb_each(v)), '') || '}'
+$$
+"""
+_JSON_VALUE = r"""
+CREATE FUNCTION review_queue_json_value(v jsonb) RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+    SELECT CASE jsonb_typeof(v)
+        WHEN 'string' THEN review_queue_json_string(v #>> '{}')
+        WHEN 'object' THEN review_queue_canonical_json(v)
+        WHEN 'array' THEN review_queue_canonical_json(v)
+        ELSE v::text  -- a number, true, false or null, as jsonb prints it
+    END
+$$
+"""
+# Nested objects and arrays (plpgsql: it recurses, and keeps its plans for the session).
 _CANONICAL = r"""
 CREATE FUNCTION review_queue_canonical_json(v jsonb) RETURNS text
-LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
 AS $$
 BEGIN
-    CASE jsonb_typeof(v)
-    WHEN 'object' THEN
-        RETURN '{' || coalesce((
-            SELECT string_agg(review_queue_json_string(key) || ':' || review_queue_canonical_json(value), ','
-                              ORDER BY key COLLATE "C")
-            FROM jsonb_each(v)), '') || '}';
-    WHEN 'array' THEN
+    IF jsonb_typeof(v) = 'object' THEN
+        RETURN review_queue_json_members(v);
+    ELSIF jsonb_typeof(v) = 'array' THEN
         RETURN '[' || coalesce((
-            SELECT string_agg(review_queue_canonical_json(value), ',' ORDER BY n)
+            SELECT string_agg(review_queue_json_value(value), ',' ORDER BY n)
             FROM jsonb_array_elements(v) WITH ORDINALITY AS t(value, n)), '') || ']';
-    WHEN 'string' THEN
-        RETURN review_queue_json_string(v #>> '{}');
-    ELSE
-        RETURN v::text;  -- a number, true, false or null, as jsonb prints it
-    END CASE;
+    END IF;
+    RETURN review_queue_json_value(v);
 END
 $$
 """
+# None of these helpers sets a search_path (that would stop the inlining and cost a settings push
+# and pop per call): the sealer calls them, and its own search_path is fixed.
 
 # The sealer (db/audit.py documents the algorithm): under the chain's advisory lock, append the
 # events of finished transactions (xid below the snapshot's xmin) in (xid, id) order after the head.
@@ -126,22 +148,23 @@ BEGIN
         mark_id := head.id;
     END IF;
     FOR ev IN
-        SELECT e.id, e.item_id, e.event, e.actor, e.at, e.lease_epoch, e.trace_id, e.details
+        SELECT e.id, convert_to(
+            '{"actor":' || review_queue_json_string(e.actor)
+            || ',"at":"' || to_char(e.at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')
+            || '","details":' || CASE WHEN jsonb_typeof(e.details) = 'object'
+                THEN review_queue_json_members(e.details) ELSE review_queue_canonical_json(e.details) END
+            || ',"event":' || review_queue_json_string(e.event)
+            || ',"id":' || e.id
+            || ',"item_id":"' || e.item_id::text
+            || '","lease_epoch":' || e.lease_epoch
+            || ',"trace_id":"' || e.trace_id::text || '"}',
+            'UTF8') AS encoded
         FROM review_queue_event e
         WHERE e.xid < pg_snapshot_xmin(pg_current_snapshot()) AND (e.xid, e.id) > (mark_xid, mark_id)
         ORDER BY e.xid, e.id
         LIMIT batch
     LOOP
-        previous := sha256(previous || convert_to(
-            '{"actor":' || review_queue_json_string(ev.actor)
-            || ',"at":"' || to_char(ev.at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')
-            || '","details":' || review_queue_canonical_json(ev.details)
-            || ',"event":' || review_queue_json_string(ev.event)
-            || ',"id":' || ev.id
-            || ',"item_id":"' || ev.item_id::text
-            || '","lease_epoch":' || ev.lease_epoch
-            || ',"trace_id":"' || ev.trace_id::text || '"}',
-            'UTF8'));
+        previous := sha256(previous || ev.encoded);
         seq := seq + 1;
         seqs := seqs || seq;
         ids := ids || ev.id;
@@ -154,6 +177,13 @@ END
 $$
 """
 
+_HELPERS = (
+    "review_queue_json_ascii(text)",
+    "review_queue_json_string(text)",
+    "review_queue_json_members(jsonb)",
+    "review_queue_json_value(jsonb)",
+    "review_queue_canonical_json(jsonb)",
+)
 # What the content of an event is: the only columns the application role may insert.
 EVENT_CONTENT = "item_id, event, actor, lease_epoch, trace_id, details"
 
@@ -188,8 +218,12 @@ def _sealer_may_own() -> bool:
 def upgrade() -> None:
     app_role = context.config.attributes.get("app_role", APP_ROLE)
     separated = _role_exists(app_role)
-    for statement in (_JSON_STRING, _CANONICAL, _SEAL):
+    # The JSON helpers call each other (objects hold objects): a body checked at CREATE would not
+    # find the ones created after it.
+    op.execute("SET LOCAL check_function_bodies = off")
+    for statement in (_JSON_ASCII, _JSON_STRING, _JSON_MEMBERS, _JSON_VALUE, _CANONICAL, _SEAL):
         op.execute(statement)
+    op.execute("SET LOCAL check_function_bodies = on")
     op.execute("REVOKE EXECUTE ON FUNCTION review_queue_seal(integer) FROM PUBLIC")
     if _sealer_may_own():
         sealer = _quoted(SEALER_ROLE)
@@ -205,7 +239,7 @@ def upgrade() -> None:
         )
         if grant_create:
             op.execute(f"GRANT CREATE ON SCHEMA public TO {sealer}")
-        for function in ("review_queue_json_string(text)", "review_queue_canonical_json(jsonb)"):
+        for function in _HELPERS:
             op.execute(f"ALTER FUNCTION {function} OWNER TO {sealer}")
         op.execute(f"ALTER FUNCTION review_queue_seal(integer) OWNER TO {sealer}")
         if grant_create:
@@ -233,8 +267,8 @@ def downgrade() -> None:
         op.execute(f"GRANT INSERT ON review_queue_event TO {app}")
         op.execute(f"GRANT INSERT ON review_queue_chain TO {app}")
     op.execute("DROP FUNCTION review_queue_seal(integer)")
-    op.execute("DROP FUNCTION review_queue_canonical_json(jsonb)")
-    op.execute("DROP FUNCTION review_queue_json_string(text)")
+    for function in reversed(_HELPERS):
+        op.execute(f"DROP FUNCTION {function}")
     if _role_exists(SEALER_ROLE):
         sealer = _quoted(SEALER_ROLE)
         op.execute(f"REVOKE ALL ON review_queue_event, review_queue_chain FROM {sealer}")

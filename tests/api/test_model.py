@@ -16,7 +16,9 @@ approvers lease from the approval queue (never their own proposals, in the same 
 or reject (the preparer is refused with SEGREGATION_OF_DUTIES), and approval leases are released and
 reclaimed back to that queue; a revision sends a proposal back to PENDING. After every step the
 database must show: approved_by never equal to resolved_by, nothing RESOLVED at or above its code's
-threshold without an approval, and no item resolved more than once per reopen.
+threshold without an approval, and no item resolved more than once per reopen. Issue 23: an admin
+moves the materiality threshold between the seeded 10,000.00 (every big completion, APPROVED too,
+is submitted) and one above every amount.
 
 A plain-Python model predicts every answer exactly: which items a lease hands out and in which
 order, which items a reclaim returns and in which order, and the status and problem `code` of every
@@ -79,6 +81,10 @@ RESOLUTIONS = ("APPROVED", "WRITE_OFF", "ADJUSTMENT_POSTED")
 # approver and takes no note; the other two need a note, and an approver from BIG on.
 NEEDS_NOTE = ("WRITE_OFF", "ADJUSTMENT_POSTED")
 BIG = 50000  # every third item is at least this big (see new_payload)
+# Materiality (GET/PUT /resolutions/policy), set by a rule: between the small items' amounts and
+# BIG (the seeded 10,000.00), so that every big completion needs an approver whatever its code, or
+# above every amount, so that only the codes' own thresholds apply.
+MATERIAL, IMMATERIAL = "10000.00", "9999999999999999.99"
 NOTES = (None, "FX rounding", "another note")
 # Repeats weight a choice: the holder with a valid token is the common case (it is what lets items
 # get resolved and retried at all); every other kind of caller and token still comes up often.
@@ -147,6 +153,7 @@ KEY_MINIMUMS = {
     "reclaim took leases back": 0.2,
     "retry answered already_resolved": 0.2,
     "completion submitted for approval": 0.3,
+    "completion submitted at materiality": 0.05,
     "proposal approved": 0.2,
     "proposal rejected": 0.1,
     "approval refused: segregation of duties": 0.1,
@@ -259,6 +266,7 @@ class ReviewQueueMachine(RuleBasedStateMachine):
         self.payloads = itertools.count()
         self.expired_seq = itertools.count(1)
         self.all_tokens: set[str] = set()
+        self.set_materiality(material=True)  # as seeded: every example starts from the default
         TALLY["examples"] += 1
 
     # --- helpers ------------------------------------------------------------------------
@@ -451,9 +459,11 @@ class ReviewQueueMachine(RuleBasedStateMachine):
             assert answer["problem"]["errors"][0]["loc"] == ["body", "note"], answer
             tally("completion refused: note required")
             return False
-        if held and resolution != "APPROVED" and m.big:
+        if held and (resolution != "APPROVED" or self.material) and m.big:
             assert answer.get("outcome") == "submitted_for_approval", answer
             key("completion submitted for approval")
+            if resolution == "APPROVED":
+                key("completion submitted at materiality")
             m.state, m.leased_by, m.expiry = "AWAITING_APPROVAL", None, "live"
             m.prepared_by, m.proposed, m.proposed_note, m.approved_by = reviewer, resolution, note, None
             m.events["SUBMITTED_FOR_APPROVAL"] += 1
@@ -1172,6 +1182,21 @@ class ReviewQueueMachine(RuleBasedStateMachine):
             self.check_item(body, body["id"], "root")
         if expected:
             key("admin released or reassigned a lease")
+
+    @rule(material=st.booleans())
+    def set_materiality(self, material: bool) -> None:
+        """An admin sets the catalogue-wide approval threshold; it applies from the next completion."""
+        threshold = MATERIAL if material else IMMATERIAL
+        response = self.client.put(
+            "/resolutions/policy", json={"materiality_threshold": threshold}, headers=self.headers("root")
+        )
+        assert response.status_code == 200, response.text
+        assert (response.json()["materiality_threshold"], response.json()["updated_by"]) == (
+            threshold,
+            "root",
+        )
+        self.material = material
+        tally(f"materiality {'10,000.00' if material else 'above every amount'}")
 
     @rule(case=st.sampled_from(REFUSED))
     def refused(self, case: tuple[str, str | None, int, str]) -> None:

@@ -10,6 +10,8 @@ from decimal import Decimal
 
 import psycopg
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from cli import reclaimer
 from db import audit, chain
@@ -355,3 +357,53 @@ def test_the_sealer_stops_at_a_chain_whose_head_event_is_gone(
     with pytest.raises(audit.ChainBroken, match="seq 12"):
         seal(db_url)
     assert len(chain_rows(sql)) == 12
+
+
+# ---------------------------------------------------------------------------------------------
+# The database's sealer and the Python verifier agree on every byte
+# ---------------------------------------------------------------------------------------------
+
+_TEXT = st.text(st.characters(codec="utf-8", exclude_characters="\x00"), max_size=12)  # jsonb: no NUL
+_JSON = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(10**30), 10**30)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | _TEXT,
+    lambda children: st.lists(children, max_size=3) | st.dictionaries(_TEXT, children, max_size=3),
+    max_leaves=10,
+)
+
+
+@settings(
+    max_examples=20,
+    deadline=None,
+    database=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(details=st.lists(st.dictionaries(_TEXT, _JSON, max_size=4), min_size=1, max_size=8), actor=_TEXT)
+def test_the_database_seals_exactly_what_the_python_verifier_computes(
+    db_url: str, sql: psycopg.Connection, details: list[dict[str, object]], actor: str
+) -> None:
+    """review_queue_seal (SQL) computes the links; audit verify (Python) recomputes them: any
+    difference in the canonical encoding (key order, escapes, numbers) would be a broken chain."""
+    if sql.execute("SELECT count(*) FROM review_queue_item").fetchone() == (0,):
+        seed_items(sql, 1)
+    for value in details:
+        text = json.dumps(value)
+        (in_sql, as_jsonb) = sql.execute(
+            "SELECT review_queue_canonical_json(%s::jsonb), %s::jsonb::text", (text, text)
+        ).fetchone()  # type: ignore[misc]
+        assert in_sql == chain.canonical_details(as_jsonb), text
+        sql.execute(
+            "INSERT INTO review_queue_event (item_id, event, actor, lease_epoch, trace_id, details)"
+            " SELECT id, 'LEASED', %s, 1, trace_id, %s::jsonb FROM review_queue_item",
+            (actor or "a", text),
+        )
+    seal(db_url)
+    (events, sealed) = sql.execute(
+        "SELECT (SELECT count(*) FROM review_queue_event), (SELECT count(*) FROM review_queue_chain)"
+    ).fetchone()  # type: ignore[misc]
+    assert sealed == events
+    assert verify(db_url).broken is None

@@ -201,6 +201,10 @@ def test_keyboard_alone_signs_in_leases_resolves_and_advances(
         expect(page.get_by_label("Resolution")).to_contain_text(
             "Write-off (WRITE_OFF): note required, approver from 1000.00"
         )
+        # A code without a threshold of its own says where materiality starts (issue 23).
+        expect(page.get_by_label("Resolution")).to_contain_text(
+            "Approved as is (APPROVED): approver from 10000.00"
+        )
         page.keyboard.press(str(codes.index("WRITE_OFF") + 1))
         page.keyboard.press("e")
         expect(page.get_by_label("Note")).to_be_focused()
