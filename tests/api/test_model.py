@@ -16,7 +16,7 @@ approvers lease from the approval queue (never their own proposals, in the same 
 or reject (the preparer is refused with SEGREGATION_OF_DUTIES), and approval leases are released and
 reclaimed back to that queue; a revision sends a proposal back to PENDING. After every step the
 database must show: approved_by never equal to resolved_by, nothing RESOLVED at or above its code's
-threshold without an approval, and no item resolved more than once per reopen. Issue 23: every other
+threshold without an approval, and no item resolved more than once per reopen. Issue 23: every fourth
 example runs with the seeded materiality threshold of 10,000.00 (every big completion, APPROVED
 too, is submitted), the others with one above every amount.
 
@@ -153,7 +153,7 @@ KEY_MINIMUMS = {
     "reclaim took leases back": 0.2,
     "retry answered already_resolved": 0.2,
     "completion submitted for approval": 0.3,
-    "completion submitted at materiality": 0.05,
+    "completion submitted at materiality": 0.03,
     "proposal approved": 0.2,
     "proposal rejected": 0.1,
     "approval refused: segregation of duties": 0.1,
@@ -266,8 +266,9 @@ class ReviewQueueMachine(RuleBasedStateMachine):
         self.payloads = itertools.count()
         self.expired_seq = itertools.count(1)
         self.all_tokens: set[str] = set()
-        # Materiality as seeded (10,000.00) in every other example, above every amount in the others.
-        self.set_materiality(material=TALLY["examples"] % 2 == 0)
+        # Materiality as seeded (10,000.00) in every fourth example, above every amount in the others
+        # (where the codes' own thresholds decide, as the rest of this test was tuned on).
+        self.set_materiality(material=TALLY["examples"] % 4 == 0)
         TALLY["examples"] += 1
 
     # --- helpers ------------------------------------------------------------------------
