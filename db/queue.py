@@ -169,14 +169,14 @@ def _announced(changed: CTE, leasable: ColumnElement[bool], name: str) -> CTE:
     return select(func.count(func.pg_notify(CHANNEL, "")).label("announced")).where(leasable).cte(name)
 
 
-# A release or reclaim of an item that has used up its attempts quarantines it: a poison item
-# that crashes every handler stops circulating instead of being leased again in a tight loop.
 def _not_prepared_by(name: str) -> ColumnElement[bool]:
     """Segregation of duties in SQL: the item's preparer is not the identity bound as `name`,
     compared case-folded like the CHECKs (`CaseyX` is `caseyx`)."""
     return func.lower(item.c.prepared_by) != func.lower(bindparam(name, type_=Text))
 
 
+# A release or reclaim of an item that has used up its attempts quarantines it: a poison item
+# that crashes every handler stops circulating instead of being leased again in a tight loop.
 _BACK_TO_QUEUE = case(
     (item.c.attempts >= bindparam("max_attempts", type_=Integer), QUARANTINED), else_=PENDING
 )
