@@ -130,3 +130,33 @@ def test_identities_are_folded_and_a_collision_stops_the_upgrade_with_the_way_ou
         assert checks == {"ck_review_queue_item_four_eyes": False, "ck_api_token_valid_subject": True}
         with pytest.raises(psycopg.errors.CheckViolation):
             conn.execute(_item_sql("new", approved_by="EVE", resolved_by="eve", approved_at="now()"))
+
+
+def test_without_the_sealer_role_granted_the_migration_stops_and_says_how(server_url: str) -> None:
+    """An existing installation whose migrating role may not act as review_queue_sealer (the two
+    lines of docs/security.md not run yet) is stopped at the sealer's migration with those lines,
+    and carries on once they are."""
+    from db.migrations import MigrationRefused
+    from db.roles import SEALER_ROLE
+    from tests.conftest import _admin_sql, with_database
+
+    suffix = uuid.uuid4().hex[:8]
+    owner, name = f"rq_owner_{suffix}", f"rq_nosealer_{suffix}"
+    _admin_sql(server_url, f"CREATE ROLE {owner} LOGIN CREATEDB")
+    _admin_sql(server_url, f"CREATE DATABASE {name} OWNER {owner}")
+    try:
+        config = alembic_config(with_database(server_url, name, role=owner))
+        with pytest.raises(
+            MigrationRefused, match=f"CREATE ROLE {SEALER_ROLE} NOLOGIN; GRANT {SEALER_ROLE} TO"
+        ):
+            command.upgrade(config, "head")
+        _admin_sql(server_url, f"GRANT {SEALER_ROLE} TO {owner}")
+        command.upgrade(config, "head")
+        with psycopg.connect(libpq(with_database(server_url, name))) as conn:
+            owned = conn.execute(
+                "SELECT proowner::regrole::text FROM pg_proc WHERE proname = 'review_queue_seal'"
+            )
+            assert owned.fetchone() == (SEALER_ROLE,)
+    finally:
+        _admin_sql(server_url, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        _admin_sql(server_url, f"DROP ROLE IF EXISTS {owner}")
