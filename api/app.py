@@ -35,7 +35,8 @@ DOCS_ASSETS_URL = "/docs/assets"
 # 1.1: due_at, due_before, ledger_entity leases, overdue and aging in /stats.
 # 1.2: source revisions (SOURCE_CHANGED), admin release and reassign, POST /items/complete.
 # 1.3: the resolution catalogue, maker-checker approval (AWAITING_APPROVAL, approve, reject).
-# 1.4: the change feed (GET /events), webhooks, the integration role.
+# 1.4: the change feed (GET /events), webhooks, the integration role; materiality (GET/PUT
+# /resolutions/policy; effective_approval_threshold of each code); OIDC sign-in; the work list.
 API_VERSION = "1.4.0"
 
 # One tag per resource; generated clients group their functions by these.

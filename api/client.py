@@ -50,6 +50,7 @@ from api.schemas import (
     ItemOut,
     ReleasedOut,
     ResolutionCodeOut,
+    ResolutionPolicyOut,
     RevisionOut,
 )
 
@@ -394,6 +395,10 @@ class _Calls:
         return "PUT", f"/resolutions/{code}", fields
 
     @staticmethod
+    def put_resolution_policy(materiality_threshold: Decimal | str) -> tuple[str, str, dict[str, Any] | None]:
+        return "PUT", "/resolutions/policy", {"materiality_threshold": str(materiality_threshold)}
+
+    @staticmethod
     def revise(
         item_id: UUID, variance_amount: Decimal | str, source_hash: str, match_decision: str | None
     ) -> tuple[str, str, dict[str, Any] | None]:
@@ -549,6 +554,16 @@ class ReviewQueueClient:
         """Create or update a resolution code (admin): label, description, requires_note,
         approval_threshold (Decimal or None), active."""
         return ResolutionCodeOut.model_validate(self._call(*_Calls.put_resolution(code, fields)))
+
+    def resolution_policy(self) -> ResolutionPolicyOut:
+        """The catalogue-wide approval policy: the materiality threshold."""
+        return ResolutionPolicyOut.model_validate(self._call("GET", "/resolutions/policy"))
+
+    def put_resolution_policy(self, materiality_threshold: Decimal | str) -> ResolutionPolicyOut:
+        """Set the materiality threshold (admin): every completion at or above it needs an approver."""
+        return ResolutionPolicyOut.model_validate(
+            self._call(*_Calls.put_resolution_policy(materiality_threshold))
+        )
 
     def revise(
         self,
@@ -879,6 +894,14 @@ class AsyncReviewQueueClient:
 
     async def put_resolution(self, code: str, **fields: Any) -> ResolutionCodeOut:
         return ResolutionCodeOut.model_validate(await self._call(*_Calls.put_resolution(code, fields)))
+
+    async def resolution_policy(self) -> ResolutionPolicyOut:
+        return ResolutionPolicyOut.model_validate(await self._call("GET", "/resolutions/policy"))
+
+    async def put_resolution_policy(self, materiality_threshold: Decimal | str) -> ResolutionPolicyOut:
+        return ResolutionPolicyOut.model_validate(
+            await self._call(*_Calls.put_resolution_policy(materiality_threshold))
+        )
 
     async def revise(
         self,

@@ -97,6 +97,12 @@ RESOLUTION_CODE_OUT = {
     "code": "ADJUSTMENT_POSTED",
     **RESOLUTION_CODE_IN,
     "updated_at": "2026-12-03T08:00:00+00:00",
+    "effective_approval_threshold": "10000.00",
+}
+RESOLUTION_POLICY_OUT = {
+    "materiality_threshold": "10000.00",
+    "updated_at": "2026-12-04T06:10:00+00:00",
+    "updated_by": "ada",
 }
 
 LEASE_IN = {"batch_size": 5, "ledger_entity": "ACME-CORP"}
@@ -323,6 +329,8 @@ BY_SCHEMA: dict[str, list[dict[str, Any]]] = {
     "ResolutionCodeIn": [RESOLUTION_CODE_IN],
     "ResolutionCodeOut": [RESOLUTION_CODE_OUT],
     "ResolutionsOut": [{"resolutions": [RESOLUTION_CODE_OUT]}],
+    "ResolutionPolicyIn": [{"materiality_threshold": "10000.00"}],
+    "ResolutionPolicyOut": [RESOLUTION_POLICY_OUT, {**RESOLUTION_POLICY_OUT, "updated_by": None}],
     "CompleteBatchIn": [COMPLETE_BATCH_IN],
     "CompleteBatchOut": [COMPLETE_BATCH_OUT],
     "RenewIn": [RENEW_IN],

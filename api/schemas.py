@@ -679,12 +679,32 @@ class ResolutionCodeOut(BaseModel):
     approval_threshold: Threshold | None
     active: bool
     updated_at: Timestamp
+    effective_approval_threshold: Threshold | None = Field(
+        description="From which abs(variance_amount) a completion with this code needs an approver:"
+        " the lower of its approval_threshold and the catalogue's materiality_threshold"
+        " (GET /resolutions/policy)."
+    )
 
     model_config = ConfigDict(from_attributes=True)
 
 
 class ResolutionsOut(BaseModel):
     resolutions: list[ResolutionCodeOut]
+
+
+class ResolutionPolicyIn(Strict):
+    materiality_threshold: Threshold = Field(
+        description="A completion with abs(variance_amount) at or above it needs an approver, whatever"
+        " its code, unless the code's own approval_threshold is lower."
+    )
+
+
+class ResolutionPolicyOut(BaseModel):
+    materiality_threshold: Threshold
+    updated_at: Timestamp
+    updated_by: str | None = Field(description="The admin who set it; null: the default of the migration.")
+
+    model_config = ConfigDict(from_attributes=True)
 
 
 MAX_COMPLETE_ITEMS = 200

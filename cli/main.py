@@ -8,6 +8,7 @@ import signal
 import sys
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
+from decimal import Decimal
 from enum import StrEnum
 from typing import Annotated, TypeVar
 from uuid import UUID
@@ -24,7 +25,7 @@ from api.settings import Settings, get_settings, hide_password
 from db import tokens
 from db.engine import create_engine, database_url, libpq_url, migration_url, transaction
 from db.errors import DatabaseUnavailable
-from db.migrations import upgrade_head
+from db.migrations import MigrationRefused, upgrade_head
 
 # Plain help (rich_markup_mode=None): the rich panels of this Typer print `<bool>` after every flag.
 app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__, rich_markup_mode=None)
@@ -37,7 +38,9 @@ audit_app = typer.Typer(
 )
 app.add_typer(audit_app, name="audit")
 resolutions_app = typer.Typer(
-    no_args_is_help=True, help="The resolution catalogue: list, set, deactivate.", rich_markup_mode=None
+    no_args_is_help=True,
+    help="The resolution catalogue: list, set, deactivate, and the materiality policy.",
+    rich_markup_mode=None,
 )
 app.add_typer(resolutions_app, name="resolutions")
 admin_app = typer.Typer(
@@ -219,12 +222,28 @@ def resolutions_list(
     from db import queue
 
     codes = in_transaction(lambda conn: queue.list_resolution_codes(conn, include_inactive=all_))
-    typer.echo(f"{'CODE':<20} {'NOTE':<8} {'APPROVAL AT':>14}  {'STATE':<8} LABEL")
+    # APPROVAL AT is what applies (the lower of the code's own threshold and materiality).
+    typer.echo(f"{'CODE':<20} {'NOTE':<8} {'OWN':>14} {'APPROVAL AT':>20}  {'STATE':<8} LABEL")
     for c in codes:
-        threshold = f"{c.approval_threshold:.2f}" if c.approval_threshold is not None else "never"
+        own = _amount_or_never(c.approval_threshold)
+        applies = _amount_or_never(c.effective_approval_threshold)
         note = "required" if c.requires_note else "-"
         state = "active" if c.active else "inactive"
-        typer.echo(f"{c.code:<20} {note:<8} {threshold:>14}  {state:<8} {c.label}")
+        typer.echo(f"{c.code:<20} {note:<8} {own:>14} {applies:>20}  {state:<8} {c.label}")
+
+
+def _amount_or_never(amount: Decimal | None) -> str:
+    return f"{amount:.2f}" if amount is not None else "never"
+
+
+def _amount(value: str | None, param_hint: str) -> Decimal | None:
+    if value is None:
+        return None
+    if not _AMOUNT.fullmatch(value):
+        raise typer.BadParameter(
+            "an amount like 10000.00 (no sign, at most 2 decimals)", param_hint=param_hint
+        )
+    return Decimal(value)
 
 
 @resolutions_app.command("set")
@@ -241,14 +260,9 @@ def resolutions_set(
     ] = None,
 ) -> None:
     """Create or update a code (active)."""
-    from decimal import Decimal
-
     from db import queue
 
-    if approval_threshold is not None and not _AMOUNT.fullmatch(approval_threshold):
-        raise typer.BadParameter(
-            "an amount like 10000.00 (no sign, at most 2 decimals)", param_hint="--approval-threshold"
-        )
+    threshold = _amount(approval_threshold, "--approval-threshold")
     if not label.strip() or len(label) > 200:
         raise typer.BadParameter("1-200 characters", param_hint="--label")
     created, saved = in_transaction(
@@ -258,7 +272,7 @@ def resolutions_set(
             label=label,
             description=description,
             requires_note=requires_note,
-            approval_threshold=Decimal(approval_threshold) if approval_threshold is not None else None,
+            approval_threshold=threshold,
             active=True,
         )
     )
@@ -277,6 +291,39 @@ def resolutions_deactivate(
         typer.echo(f"no resolution code {code}", err=True)
         raise typer.Exit(1)
     typer.echo(f"deactivated {code}")
+
+
+@resolutions_app.command("policy")
+def resolutions_policy(
+    materiality_threshold: Annotated[
+        str | None,
+        typer.Option(
+            help="Set it: every completion at or above this absolute amount needs an approver, whatever"
+            " its code (unless the code's own threshold is lower), e.g. 10000.00. Omit to print it."
+        ),
+    ] = None,
+    admin: Annotated[
+        str | None, typer.Option("--admin", help="Who sets it (kept as updated_by); needed to set it.")
+    ] = None,
+) -> None:
+    """Print the materiality threshold, or set it with --materiality-threshold and --admin."""
+    from db import catalogue
+
+    threshold = _amount(materiality_threshold, "--materiality-threshold")
+    if threshold is None:
+        policy = in_transaction(catalogue.get_policy)
+    elif admin is None:
+        raise typer.BadParameter("say who sets it", param_hint="--admin")
+    else:
+        actor = _subject(admin)
+        policy = in_transaction(
+            lambda conn: catalogue.put_policy(conn, materiality_threshold=threshold, actor=actor)
+        )
+    by = f" by {policy.updated_by}" if policy.updated_by else ""
+    typer.echo(
+        f"materiality threshold {policy.materiality_threshold:.2f}: every completion at or above it needs"
+        f" an approver (set {policy.updated_at:%Y-%m-%d %H:%M}{by})"
+    )
 
 
 def _reason(value: str) -> str:
@@ -302,7 +349,7 @@ def admin_release(
 ) -> None:
     """Hand another reviewer's leases back to the queue: one item, or all of a reviewer's.
     Releasing nothing is an error (exit 1)."""
-    from db import queue, telemetry
+    from db import queue
 
     if (item is None) == (reviewer is None):
         raise typer.BadParameter("give either --item or --reviewer")
@@ -321,8 +368,7 @@ def admin_release(
             )
         )
         nothing = f"{reviewer} holds no items"
-    for o in released:  # committed: the log lines are true now
-        telemetry.admin_released(o.item, admin, o.previous_holder, reason)
+    # db.queue reported each release, and in_transaction emitted the reports after its COMMIT.
     if not released:
         typer.echo(f"review-queue: {nothing}; nothing released", err=True)
         raise typer.Exit(1)
@@ -342,7 +388,7 @@ def admin_reassign(
 ) -> None:
     """Move an item's lease to another reviewer: a full lease from now, a new token; the old holder's
     token is refused from then on."""
-    from db import queue, telemetry
+    from db import queue
 
     settings = get_settings()
     configure_logging(settings.log_format, settings.log_level)
@@ -367,7 +413,6 @@ def admin_reassign(
         }.get(outcome, f"item {item} is {current.state if current else 'gone'}, not ASSIGNED")
         typer.echo(f"review-queue: {why}; nothing reassigned", err=True)
         raise typer.Exit(1)
-    telemetry.reassigned(done.item, admin, done.previous_holder, to, reason)
     typer.echo(f"reassigned {item} from {done.previous_holder} to {to}")
 
 
@@ -714,6 +759,9 @@ def _raise_open_file_limit() -> None:
 def main() -> None:
     try:
         app()
+    except MigrationRefused as error:
+        typer.echo(f"review-queue: the migration stopped: {error}", err=True)
+        sys.exit(1)
     except Exception as error:
         settings = get_settings()
         message = database_failure(error, settings)

@@ -1,8 +1,11 @@
 """The hash chain in the database: the sealer, the head, verification and the export's rows.
 
 Chaining is a sealer's job, outside the request path (no hot row: a request only inserts its
-event, as before). The sealer appends, in one transaction per batch and under an advisory lock
-so two sealers never interleave, the events of *finished* transactions in (xid, id) order:
+event, as before). The sealer is the database function `review_queue_seal` (SECURITY DEFINER,
+owned by the NOLOGIN role review_queue_sealer, the only one with INSERT on the chain; see the
+migration 2026_12_04_0620): the service's role can ask it to seal, never write a chain row itself.
+It appends, in one transaction per batch and under an advisory lock so two sealers never
+interleave, the events of *finished* transactions in (xid, id) order:
 
 - `xid < pg_snapshot_xmin(pg_current_snapshot())` means the inserting transaction has ended, so
   no event can still appear below that line: an open transaction holding a low identity value
@@ -12,6 +15,10 @@ so two sealers never interleave, the events of *finished* transactions in (xid, 
 
 The chain's order is therefore (xid, id): deterministic and never rewritten, though not exactly
 commit order (two transactions may commit in the other order of their xids).
+
+The function computes each link with the encoding db/chain.py specifies, byte for byte (checked by
+tests/db/test_audit.py, which verifies in Python what the database sealed); verification and
+export stay here, in Python, so that they do not depend on the database's own code.
 """
 
 import time
@@ -20,6 +27,7 @@ from dataclasses import dataclass
 
 import psycopg
 from sqlalchemy import text
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from db.chain import GENESIS, Break, EventFields, canonical_details, export_line, link
@@ -50,23 +58,13 @@ def _fields(row: tuple[object, ...]) -> EventFields:
     )
 
 
-# The head and the watermark: the last chain row and its event's (xid, id). A head whose event
-# is gone (tampering) stops the sealer rather than re-sealing around the hole.
+# The head: the last chain row and its event's (xid, id).
 _HEAD = text(
     "SELECT c.seq, c.hash, e.xid::text, e.id FROM review_queue_chain c"
     " LEFT JOIN review_queue_event e ON e.id = c.event_id ORDER BY c.seq DESC LIMIT 1"
 )
-_TRY_LOCK = text("SELECT pg_try_advisory_xact_lock(hashtext(:key))")
-_READY = text(
-    f"SELECT {_FIELDS} FROM review_queue_event e"
-    " WHERE e.xid < pg_snapshot_xmin(pg_current_snapshot())"
-    " AND (e.xid, e.id) > (CAST(:xid AS xid8), :id)"
-    " ORDER BY e.xid, e.id LIMIT :batch"
-)
-_APPEND = text(
-    "INSERT INTO review_queue_chain (seq, event_id, hash)"
-    " SELECT * FROM unnest(CAST(:seqs AS bigint[]), CAST(:ids AS bigint[]), CAST(:hashes AS bytea[]))"
-)
+_SEAL = text("SELECT review_queue_seal(:batch)")
+CHAIN_BROKEN_SQLSTATE = "RQ001"  # raised by review_queue_seal when the head's event is gone
 
 
 class ChainBroken(RuntimeError):
@@ -74,29 +72,16 @@ class ChainBroken(RuntimeError):
 
 
 async def seal_batch(conn: AsyncConnection, *, batch: int = SEAL_BATCH) -> int | None:
-    """Append up to `batch` events to the chain in this transaction; None when another sealer
-    holds the lock (it is doing the work)."""
-    if not await conn.scalar(_TRY_LOCK, {"key": _LOCK_KEY}):
-        return None
-    head = (await conn.execute(_HEAD)).one_or_none()
-    if head is None:
-        seq, previous, xid, last_id = 0, GENESIS, "0", 0
-    else:
-        seq, previous, xid, last_id = head.seq, bytes(head.hash), head.xid, head.id
-        if xid is None:
-            raise ChainBroken(f"the event sealed at seq {seq} is missing")
-    rows = (await conn.execute(_READY, {"xid": xid, "id": last_id, "batch": batch})).all()
-    seqs, ids, hashes = [], [], []
-    for row in rows:
-        event = _fields(tuple(row))
-        previous = link(previous, event)
-        seq += 1
-        seqs.append(seq)
-        ids.append(event.id)
-        hashes.append(previous)
-    if rows:
-        await conn.execute(_APPEND, {"seqs": seqs, "ids": ids, "hashes": hashes})
-    return len(rows)
+    """Have the sealer append up to `batch` events to the chain in this transaction; None when
+    another sealer holds the lock (it is doing the work)."""
+    try:
+        sealed: int | None = await conn.scalar(_SEAL, {"batch": batch})
+    except DBAPIError as error:
+        driver = error.orig
+        if isinstance(driver, psycopg.Error) and driver.sqlstate == CHAIN_BROKEN_SQLSTATE:
+            raise ChainBroken(driver.diag.message_primary or str(driver)) from error
+        raise
+    return sealed
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,6 +11,11 @@ from alembic import command
 from api.settings import REPO_ROOT
 
 
+class MigrationRefused(RuntimeError):
+    """A migration that stops because the data needs a person's decision first; its message says
+    which decision and how (the CLI prints it as one message, without a traceback)."""
+
+
 def alembic_config(url: str, *, app_role: str | None = None) -> Config:
     """Alembic on `url` (the schema owner), granting the service's rights to `app_role`."""
     config = Config(str(REPO_ROOT / "alembic.ini"))

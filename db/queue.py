@@ -53,6 +53,7 @@ from sqlalchemy.sql.elements import BindParameter
 from sqlalchemy.sql.selectable import CTE
 
 from db import telemetry
+from db.catalogue import approval_threshold
 from db.engine import OneRoundTrip, Record
 from db.errors import DatabaseUnavailable, is_lock_timeout
 from db.notify import CHANNEL, notify_work
@@ -60,6 +61,7 @@ from db.tables import DEFAULT_MAX_ATTEMPTS, api_token
 from db.tables import resolution_code as catalogue
 from db.tables import review_queue_event as event
 from db.tables import review_queue_item as item
+from db.tokens import fold_subject, same_identity
 
 # Inline constants, not bind parameters: the planner can only match the partial indexes
 # (WHERE state = 'PENDING' ...) against a literal it can see in every plan.
@@ -167,6 +169,12 @@ def _announced(changed: CTE, leasable: ColumnElement[bool], name: str) -> CTE:
     pg_notify is volatile, so this CTE is evaluated once, and only where it is read: join the
     changed rows to its one row (an aggregate without GROUP BY always has exactly one)."""
     return select(func.count(func.pg_notify(CHANNEL, "")).label("announced")).where(leasable).cte(name)
+
+
+def _not_prepared_by(name: str) -> ColumnElement[bool]:
+    """Segregation of duties in SQL: the item's preparer is not the identity bound as `name`,
+    compared case-folded like the CHECKs (`CaseyX` is `caseyx`)."""
+    return func.lower(item.c.prepared_by) != func.lower(bindparam(name, type_=Text))
 
 
 # A release or reclaim of an item that has used up its attempts quarantines it: a poison item
@@ -355,7 +363,7 @@ def _lease_statement(*, approval: bool, by_entity: bool, by_id: bool) -> Any:
     prefix = "approval_" if approval else ""
     actor = bindparam("actor", type_=Text)
     unheld = [item.c.state == AWAITING_APPROVAL, item.c.leased_by.is_(None)] if approval else []
-    wanted = [*unheld, item.c.prepared_by != actor] if approval else [item.c.state == PENDING]
+    wanted = [*unheld, _not_prepared_by("actor")] if approval else [item.c.state == PENDING]
     if by_entity:
         wanted.append(item.c.ledger_entity == bindparam("entity", type_=Text))
     if by_id:
@@ -538,8 +546,10 @@ _code_ok = [
         func.length(func.btrim(func.coalesce(bindparam("note", type_=Text), ""))) > 0,
     ),
 ]
-# At or above the code's threshold (by absolute amount) the item needs an approver; NULL never does.
-_needs_approval = func.abs(item.c.variance_amount) >= catalogue.c.approval_threshold
+# At or above the code's threshold or materiality, whichever is lower (by absolute amount), the item
+# needs an approver. Both are read by this statement (db/catalogue.py).
+_threshold = approval_threshold(catalogue.c.approval_threshold)
+_needs_approval = func.abs(item.c.variance_amount) >= _threshold
 
 
 def _unless_approval(resolved: Any, submitted: Any) -> Any:
@@ -587,7 +597,7 @@ _resolved = (
         leased_at=_unless_approval(item.c.leased_at, None),
         lease_expires_at=_unless_approval(item.c.lease_expires_at, None),
     )
-    .returning(*_ITEM_COLUMNS, catalogue.c.approval_threshold)
+    .returning(*_ITEM_COLUMNS, _threshold.label("approval_threshold"))
     .cte("resolved")
 )
 _COMPLETE: Any = select(*[_resolved.c[n] for n in _ITEM_FIELDS]).add_cte(
@@ -621,7 +631,7 @@ _COMPLETE: Any = select(*[_resolved.c[n] for n in _ITEM_FIELDS]).add_cte(
 _approved = (
     item.update()
     .where(*_held_by_caller(AWAITING_APPROVAL))
-    .where(item.c.prepared_by != bindparam("actor", type_=Text))
+    .where(_not_prepared_by("actor"))
     .values(
         state=RESOLVED,
         resolution=item.c.proposed_resolution,
@@ -652,7 +662,7 @@ _APPROVE = _changed_items(
 _rejected = (
     item.update()
     .where(*_held_by_caller(AWAITING_APPROVAL))
-    .where(item.c.prepared_by != bindparam("actor", type_=Text))
+    .where(_not_prepared_by("actor"))
     .values(state=PENDING, leased_by=None, leased_at=None, lease_expires_at=None)
     .returning(*_ITEM_COLUMNS)
     .cte("rejected")
@@ -1136,7 +1146,8 @@ async def admin_release_reviewer(
     conn: AsyncConnection, *, reviewer: str, actor: str, reason: str
 ) -> list[Overridden]:
     """An admin hands every item `reviewer` holds back to the queue (the reviewer went on leave)."""
-    rows = await conn.execute(_ADMIN_RELEASE_REVIEWER, {"holder": reviewer, "actor": actor, "reason": reason})
+    params = {"holder": fold_subject(reviewer), "actor": actor, "reason": reason}
+    rows = await conn.execute(_ADMIN_RELEASE_REVIEWER, params)
     released = sorted(
         (Overridden(_item(r), r.previous_holder) for r in rows),
         key=lambda o: (o.item.due_at, o.item.created_at, o.item.id),
@@ -1177,7 +1188,7 @@ _reassign_target = (
         _any_lease,
         item.c.leased_by != bindparam("to_reviewer", type_=Text),
         # Segregation of duties: an approval lease never goes to the proposal's preparer.
-        or_(item.c.state != AWAITING_APPROVAL, item.c.prepared_by != bindparam("to_reviewer", type_=Text)),
+        or_(item.c.state != AWAITING_APPROVAL, _not_prepared_by("to_reviewer")),
         _CAN_TAKE,
         # The per-reviewer cap holds for an admin's move too (counted under the reviewer's lock).
         _target_holds < bindparam("cap", type_=Integer),
@@ -1236,6 +1247,7 @@ async def reassign_item(
 ) -> tuple[ReassignOutcome, Overridden | None, Item | None]:
     """An admin moves an item's lease (a review lease, or an approval lease: never to the proposal's
     preparer) to another reviewer or approver (never past their cap)."""
+    to_reviewer = fold_subject(to_reviewer)
     params = {
         "item_id": item_id,
         "to_reviewer": to_reviewer,
@@ -1261,7 +1273,7 @@ async def reassign_item(
         outcome = "not_assigned"
     elif current.leased_by == to_reviewer:
         outcome = "already_held"
-    elif current.state == "AWAITING_APPROVAL" and current.prepared_by == to_reviewer:
+    elif current.state == "AWAITING_APPROVAL" and same_identity(current.prepared_by, to_reviewer):
         outcome = "segregation_of_duties"
     elif not (
         await conn.execute(_IS_APPROVER if current.state == "AWAITING_APPROVAL" else _IS_REVIEWER, params)
@@ -1380,9 +1392,13 @@ class ResolutionCode:
     approval_threshold: Decimal | None
     active: bool
     updated_at: datetime
+    effective_approval_threshold: Decimal | None  # the lower of approval_threshold and materiality
 
 
-_CODE_COLUMNS = [catalogue.c[f.name] for f in dataclasses.fields(ResolutionCode)]
+_CODE_COLUMNS = [
+    *(catalogue.c[f.name] for f in dataclasses.fields(ResolutionCode)[:-1]),
+    approval_threshold(catalogue.c.approval_threshold).label("effective_approval_threshold"),
+]
 
 
 async def list_resolution_codes(
@@ -1471,7 +1487,7 @@ def _refusal(
     LEASE_NOT_HELD."""
     if source_changed(current, reviewer, completion.lease_nonce, completion.source_hash):
         return "source_changed"
-    submitted = current.state == "AWAITING_APPROVAL" and current.prepared_by == reviewer
+    submitted = current.state == "AWAITING_APPROVAL" and same_identity(current.prepared_by, reviewer)
     if submitted and completion.lease_nonce in (None, current.lease_nonce):
         return (
             "already_submitted"
@@ -1570,7 +1586,7 @@ async def approve_item(
         return "approved", current
     if current is None:
         return "not_found", None
-    if current.prepared_by == approver and current.state in ("AWAITING_APPROVAL", "RESOLVED"):
+    if same_identity(current.prepared_by, approver) and current.state in ("AWAITING_APPROVAL", "RESOLVED"):
         return "segregation_of_duties", current
     if (
         current.state == "RESOLVED"
@@ -1593,7 +1609,7 @@ async def reject_item(
         return "rejected", current
     if current is None:
         return "not_found", None
-    if current.prepared_by == approver and current.state == "AWAITING_APPROVAL":
+    if same_identity(current.prepared_by, approver) and current.state == "AWAITING_APPROVAL":
         return "segregation_of_duties", current
     return "lease_not_held", current
 
@@ -1770,7 +1786,9 @@ def list_query(
     for name in ("state", "leased_by", "resolved_by", "ledger_entity", "match_decision", "idempotency_key"):
         value = getattr(where, name)
         if value is not None:
-            query = query.where(item.c[name] == value)
+            # An identity is found whatever the letter case it is typed in.
+            folded = name in ("leased_by", "resolved_by")
+            query = query.where(item.c[name] == (fold_subject(value) if folded else value))
     if where.created_after is not None:
         query = query.where(item.c.created_at >= where.created_after)
     if where.created_before is not None:

@@ -9,7 +9,7 @@ from sqlalchemy import Interval, bindparam, func, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from db.tables import api_token, desk_session
-from db.tokens import hash_token
+from db.tokens import LIVE, hash_token
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,11 +26,12 @@ def _hash(session_id: str) -> str:
 async def create_session(
     conn: AsyncConnection, *, token: str, ttl: timedelta
 ) -> tuple[str, DeskSession] | None:
-    """A new session for a valid, unrevoked token: (the cookie value, the session); None otherwise."""
+    """A new session for a live token (neither revoked nor expired): (the cookie value, the
+    session); None otherwise. The session ends no later than the token does."""
     row = (
         await conn.execute(
-            select(api_token.c.id, api_token.c.subject, api_token.c.role).where(
-                api_token.c.token_hash == hash_token(token), api_token.c.revoked_at.is_(None)
+            select(api_token.c.id, api_token.c.subject, api_token.c.role, api_token.c.expires_at).where(
+                api_token.c.token_hash == hash_token(token), LIVE
             )
         )
     ).first()
@@ -44,7 +45,8 @@ async def create_session(
             id_hash=_hash(session_id),
             token_id=row.id,
             csrf_token=csrf,
-            expires_at=func.now() + bindparam("ttl", ttl, type_=Interval),
+            # LEAST ignores a NULL expiry (a token that never expires).
+            expires_at=func.least(func.now() + bindparam("ttl", ttl, type_=Interval), row.expires_at),
         )
     )
     return session_id, DeskSession(row.subject, row.role, csrf)
@@ -56,7 +58,8 @@ _FIND = (
     .where(
         desk_session.c.id_hash == bindparam("id_hash"),
         desk_session.c.expires_at > func.now(),
-        api_token.c.revoked_at.is_(None),
+        # Revoking or expiring the token ends its sessions at once.
+        LIVE,
     )
 )
 

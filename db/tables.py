@@ -63,12 +63,13 @@ MATCH_DECISIONS = ("MATCHED", "PARTIAL", "UNMATCHED")
 ROLES = ("reviewer", "approver", "ingest", "auditor", "admin", "integration")
 
 # Token subjects (see db.tokens.check_subject, which says the same in Python): 1-128 characters,
-# letters, digits and . _ @ + -, starting with a letter or digit; `me` (the caller, in
+# letters, digits and . _ @ + -, starting with a letter or digit, stored case-folded (lower case:
+# `caseyX` and `CaseyX` are one identity, so only one spelling can exist); `me` (the caller, in
 # `leased_by=me`) and `reclaimer`, `reclaimer@...` (the reclaimer's actor) are reserved.
 SUBJECT_CHECK = (
-    "subject ~ '^[A-Za-z0-9][A-Za-z0-9._@+-]{0,127}$'"
-    " AND lower(subject) NOT IN ('me', 'reclaimer')"
-    " AND lower(subject) NOT LIKE 'reclaimer@%'"
+    "subject ~ '^[a-z0-9][a-z0-9._@+-]{0,127}$'"
+    " AND subject NOT IN ('me', 'reclaimer')"
+    " AND subject NOT LIKE 'reclaimer@%'"
 )
 
 review_queue_item = Table(
@@ -142,13 +143,14 @@ review_queue_item = Table(
         name="awaiting_has_proposal",
     ),
     # Segregation of duties, the database's backstop: nobody holds the approval lease of their
-    # own proposal, and nobody approves what they resolved.
+    # own proposal, and nobody approves what they resolved. Identities compare case-folded.
     CheckConstraint(
-        "state <> 'AWAITING_APPROVAL' OR leased_by IS NULL OR leased_by <> prepared_by",
+        "state <> 'AWAITING_APPROVAL' OR leased_by IS NULL OR lower(leased_by) <> lower(prepared_by)",
         name="approval_lease_not_preparer",
     ),
     CheckConstraint(
-        "approved_by IS NULL OR (approved_by <> resolved_by AND approved_at IS NOT NULL)", name="four_eyes"
+        "approved_by IS NULL OR (lower(approved_by) <> lower(resolved_by) AND approved_at IS NOT NULL)",
+        name="four_eyes",
     ),
     # The lease scans only PENDING rows, in lease order (earliest due_at, then oldest): neither
     # resolved history nor open leases at the head of the queue are in its way. (The seed's single
@@ -284,6 +286,19 @@ resolution_code = Table(
     Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     CheckConstraint("code ~ '^[A-Z][A-Z0-9_]{0,63}$'", name="valid_code"),
     CheckConstraint("approval_threshold IS NULL OR approval_threshold >= 0", name="threshold_not_negative"),
+)
+
+# The catalogue-wide approval threshold (materiality): one row. A completion at or above it by
+# absolute amount needs an approver, whatever its code, unless the code's own threshold is lower.
+approval_policy = Table(
+    "approval_policy",
+    metadata,
+    Column("id", Boolean, primary_key=True, server_default=text("true")),
+    Column("materiality_threshold", Numeric(18, 2, asdecimal=True), nullable=False),
+    Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Column("updated_by", Text),  # the admin who set it; NULL: the migration's default
+    CheckConstraint("id", name="one_row"),
+    CheckConstraint("materiality_threshold >= 0", name="threshold_not_negative"),
 )
 
 api_token = Table(

@@ -155,17 +155,20 @@ def reopened(item: _Row, actor: str, reason: str, previous_resolution: str | Non
     )
 
 
+@_after_commit
 def submitted(item: _Row, preparer: str, **extra: Any) -> None:
     SUBMITTED.inc()
     log.info("review_item_submitted_for_approval", extra=fields(item, worker_id=preparer, **extra))
 
 
+@_after_commit
 def approved(item: _Row, approver: str, **extra: Any) -> None:
     APPROVED.inc()
     RESOLVED.labels(resolution=resolution_label(extra.get("resolution") or "")).inc()
     log.info("review_item_approved", extra=fields(item, worker_id=approver, **extra))
 
 
+@_after_commit
 def rejected(item: _Row, approver: str, **extra: Any) -> None:
     REJECTED.inc()
     log.info("review_item_rejected", extra=fields(item, worker_id=approver, **extra))

@@ -6,7 +6,7 @@ import secrets
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import Interval, bindparam, exists, func, or_, select
+from sqlalchemy import Interval, and_, bindparam, exists, func, or_, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from db.tables import api_token
@@ -33,20 +33,34 @@ SUBJECT_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@+-]{0,127}")
 RESERVED_SUBJECTS = ("me", "reclaimer")
 
 
+def fold_subject(subject: str) -> str:
+    """An identity as it is stored and compared: case-folded, so `caseyX` and `CaseyX` are one.
+
+    `str.lower()`, the same fold as PostgreSQL's `lower()` in the CHECKs and the segregation of
+    duties guards: subjects are ASCII, where the two agree whatever the collation. (`casefold()`
+    would differ from PostgreSQL on non-ASCII text, so neither side uses it.)"""
+    return subject.lower()
+
+
+def same_identity(a: str | None, b: str | None) -> bool:
+    return a is not None and b is not None and fold_subject(a) == fold_subject(b)
+
+
 def check_subject(subject: str) -> str:
-    """The subject when it may name a token, else ValueError saying why (db.tables.SUBJECT_CHECK)."""
+    """The subject, folded, when it may name a token, else ValueError saying why
+    (db.tables.SUBJECT_CHECK)."""
     if not SUBJECT_PATTERN.fullmatch(subject):
         raise ValueError(
             f"subject {subject!r} must be 1-128 characters: letters, digits and . _ @ + -,"
             " starting with a letter or digit"
         )
-    lowered = subject.lower()
+    lowered = fold_subject(subject)
     if lowered in RESERVED_SUBJECTS or lowered.startswith("reclaimer@"):
         raise ValueError(
             f"subject {subject!r} is reserved: `me` means the caller in leased_by=me, and"
             " `reclaimer` / `reclaimer@<host>` is the reclaimer in the audit trail"
         )
-    return subject
+    return lowered
 
 
 def hash_token(token: str) -> str:
@@ -56,9 +70,10 @@ def hash_token(token: str) -> str:
 async def create_token(
     conn: AsyncConnection, *, subject: str, role: str, expires_in: timedelta | None = None
 ) -> str:
-    """Store a new token for subject and return it; this is the only time it exists in clear.
+    """Store a new token for subject (folded: see fold_subject) and return it; this is the only
+    time it exists in clear.
     With expires_in, it stops working that long from now (the database clock)."""
-    check_subject(subject)
+    subject = check_subject(subject)
     token = "rq_" + secrets.token_urlsafe(32)
     expires_at = func.now() + bindparam("expires_in", expires_in, Interval) if expires_in else None
     await conn.execute(
@@ -75,7 +90,9 @@ async def revoke_tokens(
     """Revoke the subject's active tokens, or the one token with this id; how many were revoked."""
     if (subject is None) == (token_id is None):
         raise ValueError("revoke by subject or by id")
-    which = api_token.c.subject == subject if subject is not None else api_token.c.id == token_id
+    which = (
+        api_token.c.subject == fold_subject(subject) if subject is not None else api_token.c.id == token_id
+    )
     result = await conn.execute(
         api_token.update().where(which, api_token.c.revoked_at.is_(None)).values(revoked_at=func.now())
     )
@@ -101,10 +118,14 @@ async def any_token_exists(conn: AsyncConnection) -> bool:
     return bool(await conn.scalar(select(exists().select_from(api_token))))
 
 
-_FIND = select(api_token.c.subject, api_token.c.role).where(
-    api_token.c.token_hash == bindparam("token_hash"),
+# A token that works now: not revoked, not expired (by the database clock). Bearer calls and the
+# desk's sessions (db/sessions.py) both ask exactly this.
+LIVE = and_(
     api_token.c.revoked_at.is_(None),
     or_(api_token.c.expires_at.is_(None), api_token.c.expires_at > func.now()),
+)
+_FIND = select(api_token.c.subject, api_token.c.role).where(
+    api_token.c.token_hash == bindparam("token_hash"), LIVE
 )
 
 

@@ -363,7 +363,9 @@ def test_audit_seal_head_verify_and_verify_against(db_url: str, sql: psycopg.Con
 def test_resolutions_list_set_and_deactivate(db_url: str, sql: psycopg.Connection) -> None:
     listed = cli(db_url, "resolutions", "list")
     assert listed.returncode == 0, listed.stderr
-    assert re.search(r"ADJUSTMENT_POSTED\s+required\s+10000\.00\s+active", listed.stdout), listed.stdout
+    assert re.search(r"ADJUSTMENT_POSTED\s+required\s+10000\.00\s+10000\.00\s+active", listed.stdout), (
+        listed.stdout
+    )
     created = cli(
         db_url, "resolutions", "set", "FX_REVALUATION", "--label", "FX revaluation",
         "--requires-note", "--approval-threshold", "500.00",
@@ -386,3 +388,27 @@ def test_resolutions_list_set_and_deactivate(db_url: str, sql: psycopg.Connectio
     negative = cli(db_url, "resolutions", "set", "FX", "--label", "x", "--approval-threshold", "-1")
     assert negative.returncode == 2, negative.stderr
     assert sql.execute("SELECT count(*) FROM resolution_code WHERE code IN ('FX', 'fx')").fetchone() == (0,)
+
+
+def test_resolutions_policy_prints_and_sets_materiality(db_url: str, sql: psycopg.Connection) -> None:
+    shown = cli(db_url, "resolutions", "policy")
+    assert shown.returncode == 0, shown.stderr
+    assert "materiality threshold 10000.00" in shown.stdout
+    listed = cli(db_url, "resolutions", "list").stdout
+    # APPROVED has no threshold of its own: materiality applies to it.
+    assert re.search(r"^APPROVED\s+-\s+never\s+10000\.00\s+active", listed, re.M), listed
+    assert re.search(r"^WRITE_OFF\s+required\s+1000\.00\s+1000\.00\s+active", listed, re.M), listed
+    set_ = cli(db_url, "resolutions", "policy", "--materiality-threshold", "250000.00", "--admin", "Ada")
+    assert set_.returncode == 0, set_.stderr
+    assert "materiality threshold 250000.00" in set_.stdout and "by ada" in set_.stdout
+    assert sql.execute("SELECT materiality_threshold::text, updated_by FROM approval_policy").fetchall() == [
+        ("250000.00", "ada")
+    ]
+    for refused in (
+        ("--materiality-threshold", "-1", "--admin", "ada"),
+        ("--materiality-threshold", "1e5", "--admin", "ada"),
+        ("--materiality-threshold", "5.00"),  # who sets it must be said
+    ):
+        result = cli(db_url, "resolutions", "policy", *refused)
+        assert result.returncode == 2, (refused, result.stdout, result.stderr)
+    assert sql.execute("SELECT materiality_threshold::text FROM approval_policy").fetchone() == ("250000.00",)

@@ -68,3 +68,95 @@ def test_subject_check_keeps_existing_rows_and_guards_new_ones(owner_url: str) -
             "SELECT convalidated FROM pg_constraint WHERE conname = 'ck_api_token_valid_subject'"
         ).fetchone()
         assert validated == (True,)
+
+
+def _item_sql(key: str, **columns: str) -> str:
+    names = ", ".join(
+        ["idempotency_key", "ledger_entity", "variance_amount", "match_decision", "source_hash"]
+    )
+    values = f"'{key}', 'ACME', 1, 'MATCHED', 'h-{key}'"
+    for name, value in columns.items():
+        names += f", {name}"
+        values += f", {value}" if value.endswith("()") else f", '{value}'"
+    return f"INSERT INTO review_queue_item ({names}) VALUES ({values})"
+
+
+def test_identities_are_folded_and_a_collision_stops_the_upgrade_with_the_way_out(owner_url: str) -> None:
+    """Issue 23: existing mixed-case subjects and item identities are folded; two token spellings of
+    one folded identity stop the upgrade, naming them; a decision four-eyed only by letter case is
+    kept, under a CHECK that holds for new rows (NOT VALID)."""
+    config = alembic_config(owner_url)
+    command.downgrade(config, "5e1c0a7d2b94")
+    with psycopg.connect(libpq(owner_url), autocommit=True) as conn:
+        for n, (subject, role) in enumerate(
+            [("CaseyX", "approver"), ("caseyX", "reviewer"), ("Bob", "reviewer"), ("EVE", "approver")]
+        ):
+            conn.execute(
+                "INSERT INTO api_token (subject, role, token_hash) VALUES (%s, %s, %s)",
+                (subject, role, f"h{n}"),
+            )
+        conn.execute(_item_sql("held", state="ASSIGNED", leased_by="Bob", lease_expires_at="now()"))
+        conn.execute(
+            _item_sql(
+                "own",
+                state="RESOLVED",
+                resolution="APPROVED",
+                resolved_by="eve",
+                resolved_at="now()",
+                prepared_by="eve",
+                approved_by="EVE",
+                approved_at="now()",
+            )
+        )
+    with pytest.raises(RuntimeError, match=r"CaseyX, caseyX -> caseyx\..*one person or two"):
+        command.upgrade(config, "head")
+    with psycopg.connect(libpq(owner_url), autocommit=True) as conn:
+        assert conn.execute("SELECT version_num FROM alembic_version").fetchone() == ("5e1c0a7d2b94",)
+        conn.execute("UPDATE api_token SET subject = lower(subject) WHERE lower(subject) = 'caseyx'")
+    command.upgrade(config, "head")
+    with psycopg.connect(libpq(owner_url), autocommit=True) as conn:
+        subjects = conn.execute("SELECT subject FROM api_token ORDER BY id").fetchall()
+        assert subjects == [("caseyx",), ("caseyx",), ("bob",), ("eve",)]
+        held = conn.execute(
+            "SELECT leased_by FROM review_queue_item WHERE idempotency_key = 'held'"
+        ).fetchone()
+        assert held == ("bob",)
+        checks = dict(
+            conn.execute(
+                "SELECT conname, convalidated FROM pg_constraint WHERE conname IN"
+                " ('ck_review_queue_item_four_eyes', 'ck_api_token_valid_subject')"
+            ).fetchall()
+        )
+        assert checks == {"ck_review_queue_item_four_eyes": False, "ck_api_token_valid_subject": True}
+        with pytest.raises(psycopg.errors.CheckViolation):
+            conn.execute(_item_sql("new", approved_by="EVE", resolved_by="eve", approved_at="now()"))
+
+
+def test_without_the_sealer_role_granted_the_migration_stops_and_says_how(server_url: str) -> None:
+    """An existing installation whose migrating role may not act as review_queue_sealer (the two
+    lines of docs/security.md not run yet) is stopped at the sealer's migration with those lines,
+    and carries on once they are."""
+    from db.migrations import MigrationRefused
+    from db.roles import SEALER_ROLE
+    from tests.conftest import _admin_sql, with_database
+
+    suffix = uuid.uuid4().hex[:8]
+    owner, name = f"rq_owner_{suffix}", f"rq_nosealer_{suffix}"
+    _admin_sql(server_url, f"CREATE ROLE {owner} LOGIN CREATEDB")
+    _admin_sql(server_url, f"CREATE DATABASE {name} OWNER {owner}")
+    try:
+        config = alembic_config(with_database(server_url, name, role=owner))
+        with pytest.raises(
+            MigrationRefused, match=f"CREATE ROLE {SEALER_ROLE} NOLOGIN; GRANT {SEALER_ROLE} TO"
+        ):
+            command.upgrade(config, "head")
+        _admin_sql(server_url, f"GRANT {SEALER_ROLE} TO {owner}")
+        command.upgrade(config, "head")
+        with psycopg.connect(libpq(with_database(server_url, name))) as conn:
+            owned = conn.execute(
+                "SELECT proowner::regrole::text FROM pg_proc WHERE proname = 'review_queue_seal'"
+            )
+            assert owned.fetchone() == (SEALER_ROLE,)
+    finally:
+        _admin_sql(server_url, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        _admin_sql(server_url, f"DROP ROLE IF EXISTS {owner}")

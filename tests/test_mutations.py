@@ -41,7 +41,7 @@ class Mutant:
 
 
 QUEUE = "db/queue.py"
-MUTANTS = (
+MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "no SKIP LOCKED in the lease",
         "tests/db/test_queue.py::test_two_workers_never_double_lease",
@@ -112,6 +112,119 @@ MUTANTS = (
                 "        BEFORE UPDATE OR DELETE ON review_queue_event\n"
                 "        FOR EACH ROW EXECUTE FUNCTION review_queue_event_append_only()\n",
                 "        SELECT 1\n",
+            ),
+        ),
+    ),
+)
+
+# Issue 23: the mutation audit's survivors (49 mutants, 8 survived), and the guards it found caught
+# only through a CHECK's 500, each now killed by a test of its own.
+MUTANTS += (
+    Mutant(
+        "reject without its prepared_by <> caller guard",
+        "tests/api/test_approval.py::test_approve_and_reject_refuse_the_preparer_by_their_own_guard",
+        (
+            Edit(
+                QUEUE,
+                "_rejected = (\n    item.update()\n    .where(*_held_by_caller(AWAITING_APPROVAL))\n"
+                '    .where(_not_prepared_by("actor"))\n',
+                "_rejected = (\n    item.update()\n    .where(*_held_by_caller(AWAITING_APPROVAL))\n",
+            ),
+        ),
+    ),
+    Mutant(
+        "approve without its prepared_by <> caller guard",
+        "tests/api/test_approval.py::test_approve_and_reject_refuse_the_preparer_by_their_own_guard",
+        (
+            Edit(
+                QUEUE,
+                "_approved = (\n    item.update()\n    .where(*_held_by_caller(AWAITING_APPROVAL))\n"
+                '    .where(_not_prepared_by("actor"))\n',
+                "_approved = (\n    item.update()\n    .where(*_held_by_caller(AWAITING_APPROVAL))\n",
+            ),
+        ),
+    ),
+    Mutant(
+        "the approval lease without its preparer guard",
+        "tests/api/test_approval.py::test_the_approval_lease_skips_the_preparers_proposal_by_its_own_guard",
+        (
+            Edit(
+                QUEUE,
+                'wanted = [*unheld, _not_prepared_by("actor")] if approval',
+                "wanted = [*unheld] if approval",
+            ),
+        ),
+    ),
+    Mutant(
+        "the four_eyes CHECK without approved_by <> resolved_by",
+        "tests/api/test_approval.py::test_the_database_refuses_an_approval_by_the_resolver",
+        (
+            Edit(
+                "alembic/versions/2026_12_04_0600_case_folded_identities.py",
+                '"approved_by IS NULL OR (lower(approved_by) <> lower(resolved_by)'
+                ' AND approved_at IS NOT NULL)"',
+                '"approved_by IS NULL OR approved_at IS NOT NULL"',
+            ),
+        ),
+    ),
+    Mutant(
+        "the per-person cap not counting approval leases",
+        "tests/api/test_approval.py::test_approval_leases_count_against_the_per_person_cap",
+        (
+            Edit(
+                QUEUE,
+                "    .where(item.c.state == AWAITING_APPROVAL, item.c.leased_by.is_not(None))\n"
+                '    .where(item.c.leased_by == bindparam("actor", type_=Text))\n',
+                "    .where(false())\n",
+            ),
+        ),
+    ),
+    Mutant(
+        "the sealer ordering by id instead of (xid, id)",
+        "tests/db/test_audit.py::test_a_transaction_whose_xid_order_differs_from_its_id_order_is_sealed_in_xid_order",
+        (
+            Edit(
+                "alembic/versions/2026_12_04_0620_sealer_role_and_function.py",
+                "        ORDER BY e.xid, e.id\n",
+                "        ORDER BY e.id\n",
+            ),
+        ),
+    ),
+    Mutant(
+        "script-src * in the desk's CSP",
+        "tests/api/test_session.py::test_the_desk_is_served_with_a_strict_csp",
+        (Edit("api/desk.py", "script-src 'self';", "script-src *;"),),
+    ),
+    Mutant(
+        "no nosniff on the desk",
+        "tests/api/test_session.py::test_the_desk_is_served_with_a_strict_csp",
+        (Edit("api/desk.py", '    (b"x-content-type-options", b"nosniff"),\n', ""),),
+    ),
+    Mutant(
+        "sign-in not checking revocation",
+        "tests/api/test_session.py::test_a_revoked_token_gets_no_session",
+        (
+            Edit(
+                "db/sessions.py",
+                "api_token.c.token_hash == hash_token(token), LIVE",
+                "api_token.c.token_hash == hash_token(token)",
+            ),
+        ),
+    ),
+    Mutant(
+        "the verifier accepting a first line with a non-zero prev_hash",
+        "tests/db/test_audit.py::test_an_export_whose_first_line_links_to_anything_but_genesis_is_broken",
+        (Edit("db/chain.py", "if seq == 1 and prev_hash != GENESIS:", "if False:"),),
+    ),
+    Mutant(
+        "the desk's idle check in waitForWork",
+        "tests/web/test_desk.py::test_waiting_for_work_stops_when_the_reviewer_is_away",
+        (
+            Edit(
+                "web/app.js",
+                "      if (idleFor() >= state.me.idle_release_s * 1000) {\n"
+                '        state.paused = "Stopped waiting for work while you were away.',
+                '      if (false) {\n        state.paused = "Stopped waiting for work while you were away.',
             ),
         ),
     ),

@@ -13,11 +13,12 @@ import { registerView, shown } from "./views.js";
 const fresh = () => ({ item: null, events: [], message: null, waiting: null, endsAt: 0, renewedAt: 0 });
 state.approval = fresh();
 
-// The threshold the proposal met: the code's, as the catalogue states it (a decimal string), else as
-// the submission recorded it.
+// The threshold the proposal met: the one that applies to its code (its own or the catalogue's
+// materiality, whichever is lower) as the catalogue states it (a decimal string), else as the
+// submission recorded it.
 function threshold(item, events) {
   const code = state.codes.find((c) => c.code === item.proposed_resolution);
-  if (code?.approval_threshold) return money(code.approval_threshold);
+  if (code?.effective_approval_threshold) return money(code.effective_approval_threshold);
   const submitted = [...events].reverse().find((e) => e.event === "SUBMITTED_FOR_APPROVAL");
   return submitted ? String(submitted.details?.approval_threshold ?? "") : "";
 }

@@ -67,7 +67,8 @@ function codeOptions() {
   return [none, ...state.codes.map((c, i) => {
     const needs = [];
     if (c.requires_note) needs.push("note required");
-    if (c.approval_threshold !== null) needs.push(`approver from ${c.approval_threshold}`);
+    // The threshold that applies: the code's own or the catalogue's materiality, whichever is lower.
+    if (c.effective_approval_threshold !== null) needs.push(`approver from ${c.effective_approval_threshold}`);
     const text = `${i < 9 ? `${i + 1}. ` : ""}${c.label} (${c.code})${needs.length ? `: ${needs.join(", ")}` : ""}`;
     return h("option", { value: c.code, title: c.description }, text);
   })];

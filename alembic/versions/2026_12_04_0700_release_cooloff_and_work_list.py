@@ -12,7 +12,7 @@ events newest first from a partial index of those events only, so the trail's ot
 renewals: most of them) cost it nothing.
 
 Revision ID: 7c4e1f9a2b60
-Revises: 5e1c0a7d2b94
+Revises: 642667459b15
 Create Date: 2026-12-04 07:00:00+00:00
 """
 
@@ -23,7 +23,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "7c4e1f9a2b60"
-down_revision: str | None = "5e1c0a7d2b94"
+down_revision: str | None = "642667459b15"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

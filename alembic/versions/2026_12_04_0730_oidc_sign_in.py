@@ -23,10 +23,11 @@ depends_on: str | Sequence[str] | None = None
 
 # A copy of db.tables.SUBJECT_CHECK as it is today, as migrations are frozen in time: a provider's
 # subject obeys the rule a token's does (it goes into leased_by the same way).
+# Case-folded, like a token's since 2026_12_04_0600_case_folded_identities.
 _SUBJECT_CHECK = (
-    "subject ~ '^[A-Za-z0-9][A-Za-z0-9._@+-]{0,127}$'"
-    " AND lower(subject) NOT IN ('me', 'reclaimer')"
-    " AND lower(subject) NOT LIKE 'reclaimer@%'"
+    "subject ~ '^[a-z0-9][a-z0-9._@+-]{0,127}$'"
+    " AND subject NOT IN ('me', 'reclaimer')"
+    " AND subject NOT LIKE 'reclaimer@%'"
 )
 
 

@@ -56,7 +56,7 @@ from api.schemas import (
 )
 from api.settings import Settings, sla_hours
 from db import queue
-from db.tokens import Principal
+from db.tokens import Principal, fold_subject
 
 router = APIRouter(route_class=QueueRoute, tags=["items"])
 
@@ -357,7 +357,7 @@ async def list_decisions(
     """What a reviewer decided, newest first: the RESOLVED, SUBMITTED_FOR_APPROVAL, APPROVED and
     REJECTED events they are the actor of (`actor=me`: the caller), each with its item as it is now.
     Keyset-paginated by the event id."""
-    actor = principal.subject if query.actor == "me" else query.actor
+    actor = principal.subject if query.actor == "me" else fold_subject(query.actor)
     before = decode_event_cursor(query.cursor) if query.cursor else None
     rows = await queue.decisions(conn, actor=actor, before=before, limit=query.limit + 1)
     page = rows[: query.limit]

@@ -6,8 +6,14 @@ from fastapi import APIRouter, Path, Response, status
 
 from api.deps import Admin, AnyRole, Conn
 from api.routing import QueueRoute
-from api.schemas import ResolutionCodeIn, ResolutionCodeOut, ResolutionsOut
-from db import queue
+from api.schemas import (
+    ResolutionCodeIn,
+    ResolutionCodeOut,
+    ResolutionPolicyIn,
+    ResolutionPolicyOut,
+    ResolutionsOut,
+)
+from db import catalogue, queue
 
 router = APIRouter(route_class=QueueRoute, tags=["resolutions"])
 
@@ -25,6 +31,32 @@ async def list_resolutions(conn: Conn, _: AnyRole) -> ResolutionsOut:
     """The codes a completion may use, with their note rule and approval threshold (any role)."""
     codes = await queue.list_resolution_codes(conn)
     return ResolutionsOut(resolutions=[ResolutionCodeOut.model_validate(c) for c in codes])
+
+
+# Before /resolutions/{code}: FastAPI tries routes in order, and `policy` is a path segment too.
+@router.get(
+    "/resolutions/policy",
+    operation_id="getResolutionPolicy",
+    summary="Read the catalogue-wide approval policy",
+)
+async def get_policy(conn: Conn, _: AnyRole) -> ResolutionPolicyOut:
+    """Materiality: the amount from which every completion needs an approver, whatever its code
+    (unless the code's own approval_threshold is lower). Any role."""
+    return ResolutionPolicyOut.model_validate(await catalogue.get_policy(conn))
+
+
+@router.put(
+    "/resolutions/policy",
+    operation_id="putResolutionPolicy",
+    summary="Set the catalogue-wide approval policy (admin)",
+)
+async def put_policy(body: ResolutionPolicyIn, conn: Conn, principal: Admin) -> ResolutionPolicyOut:
+    """Set the materiality threshold. The completion statement reads it, so a completion committed
+    meanwhile is wholly before or after the change; the row keeps who changed it and when."""
+    saved = await catalogue.put_policy(
+        conn, materiality_threshold=body.materiality_threshold, actor=principal.subject
+    )
+    return ResolutionPolicyOut.model_validate(saved)
 
 
 @router.put(

@@ -48,7 +48,9 @@ async def sign_in(body: SessionIn, request: Request, response: Response, setting
         created = await sessions.create_session(conn, token=body.token, ttl=session.TTL)
     if created is None:
         raise ProblemError(
-            "UNAUTHENTICATED", "the token is unknown or revoked", headers={"WWW-Authenticate": "Bearer"}
+            "UNAUTHENTICATED",
+            "the token is unknown, revoked or expired",
+            headers={"WWW-Authenticate": "Bearer"},
         )
     session_id, desk = created
     session.set_cookie(response, request, session_id)

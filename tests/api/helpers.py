@@ -34,3 +34,17 @@ def assert_problem(response: httpx.Response, status: int, code: str) -> dict[str
         assert isinstance(body[field], str) and body[field], f"problem field {field} missing: {body}"
     assert "Traceback" not in response.text
     return body
+
+
+# The largest amount there is: a materiality threshold no item reaches (only the codes' own apply).
+ABOVE_EVERY_AMOUNT = "9999999999999999.99"
+
+
+def set_materiality(client: Any, admin_token: str, threshold: str) -> None:
+    """PUT /resolutions/policy as an admin (client: a TestClient or an httpx.Client)."""
+    answer = client.put(
+        "/resolutions/policy",
+        json={"materiality_threshold": threshold},
+        headers={"Authorization": f"Bearer {admin_token}"},
+    )
+    assert answer.status_code == 200, answer.text

@@ -9,7 +9,9 @@ import psycopg
 import pytest
 from fastapi.testclient import TestClient
 
+from api.app import create_app
 from tests.api.helpers import assert_problem, item_body
+from tests.conftest import make_settings
 
 Auth = Callable[[str, str], dict[str, str]]
 
@@ -457,3 +459,85 @@ def test_reopen_of_an_approved_item_clears_the_approval_and_keeps_it_in_the_trai
     )
     assert reopened.status_code == 200 and reopened.json()["approved_by"] is None
     assert events_of(sql, item_id)[-1][2]["previous_approved_by"] == "bob"
+
+
+# --- each guard on its own (issue 23: a mutation audit found them caught only by a CHECK's 500) ---
+
+
+def _drop_sod_checks(sql: psycopg.Connection) -> None:
+    for name in ("approval_lease_not_preparer", "four_eyes"):
+        sql.execute(f"ALTER TABLE review_queue_item DROP CONSTRAINT ck_review_queue_item_{name}")
+
+
+@pytest.mark.parametrize("action", ["approve", "reject"])
+def test_approve_and_reject_refuse_the_preparer_by_their_own_guard(
+    client: TestClient, auth: Auth, sql: psycopg.Connection, action: str
+) -> None:
+    """Both SoD CHECKs dropped and the row forced to show alice, the preparer, holding the approval
+    lease: only the statement's `prepared_by <> caller` guard is left to refuse her, and it does."""
+    item_id, _ = submitted(client, auth)
+    _drop_sod_checks(sql)
+    sql.execute(
+        "UPDATE review_queue_item SET leased_by = 'alice', leased_at = now(),"
+        " lease_expires_at = now() + interval '1 hour', lease_nonce = gen_random_uuid() WHERE id = %s",
+        (item_id,),
+    )
+    before = snapshot(sql)
+    body = {"reason": "mine"} if action == "reject" else {}
+    assert_problem(
+        client.post(f"/items/{item_id}/{action}", json=body, headers=auth("alice", "approver")),
+        403,
+        "SEGREGATION_OF_DUTIES",
+    )
+    assert snapshot(sql) == before
+
+
+def test_the_approval_lease_skips_the_preparers_proposal_by_its_own_guard(
+    client: TestClient, auth: Auth, sql: psycopg.Connection
+) -> None:
+    """With the CHECK that would refuse it dropped, the approval lease's WHERE alone keeps alice's
+    own proposal from her; another approver gets it."""
+    item_id, _ = submitted(client, auth)
+    _drop_sod_checks(sql)
+    before = snapshot(sql)
+    alice = auth("alice", "approver")
+    assert client.post("/leases", json={"queue": "approval"}, headers=alice).json()["items"] == []
+    assert snapshot(sql) == before
+    assert lease_one(client, auth("bob", "approver"), "approval")["id"] == item_id
+
+
+def test_the_database_refuses_an_approval_by_the_resolver(
+    client: TestClient, auth: Auth, sql: psycopg.Connection
+) -> None:
+    """The four_eyes CHECK itself: approved_by equal to resolved_by (in any letter case) is refused,
+    whoever writes the row."""
+    item_id, _ = submitted(client, auth)
+    for approver in ("alice", "ALICE"):
+        with pytest.raises(psycopg.errors.CheckViolation, match="four_eyes"):
+            sql.execute(
+                "UPDATE review_queue_item SET state = 'RESOLVED', resolution = proposed_resolution,"
+                " resolved_by = prepared_by, resolved_at = now(), approved_by = %s, approved_at = now()"
+                " WHERE id = %s",
+                (approver, item_id),
+            )
+
+
+def test_approval_leases_count_against_the_per_person_cap(db_url: str, auth: Auth) -> None:
+    """The cap counts review and approval leases together: an approver holding CAP approval leases
+    gets nothing from either queue until one is handed back."""
+    cap = 2
+    with TestClient(create_app(make_settings(db_url, max_leases_per_reviewer=cap))) as capped:
+        for _ in range(cap + 1):
+            submitted(capped, auth)
+        capped.post("/items", json=item_body(), headers=auth("ada", "admin"))  # a PENDING item too
+        bob = auth("bob", "approver")
+        held = capped.post("/leases", json={"queue": "approval", "batch_size": 5}, headers=bob).json()[
+            "items"
+        ]
+        assert len(held) == cap, held
+        assert capped.post("/leases", json={"batch_size": 5}, headers=bob).json()["items"] == []
+        assert capped.post("/leases", json={"queue": "approval"}, headers=bob).json()["items"] == []
+        released = capped.post(f"/items/{held[0]['id']}/release", json={}, headers=bob)
+        assert released.status_code == 200, released.text
+        (review,) = capped.post("/leases", json={"batch_size": 5}, headers=bob).json()["items"]
+        assert review["state"] == "ASSIGNED"

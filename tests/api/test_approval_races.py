@@ -9,7 +9,9 @@ four-eyes rules hold, checked from the event table afterwards:
 - no approval lease ever went to the preparer of the proposal it leased (LEASED events with
   queue=approval, against the latest SUBMITTED_FOR_APPROVAL before them);
 - an approver who also prepares, and tries to approve their own proposal the moment they submit
-  it (while the other approvers race for it), is refused with 403 SEGREGATION_OF_DUTIES every time.
+  it (while the other approvers race for it), is never let through: 403 SEGREGATION_OF_DUTIES while
+  it is still their proposal, or 409 LEASE_NOT_HELD when another approver rejected it first (it is
+  then nobody's proposal, or someone else's), which the event table must show.
 """
 
 import random
@@ -35,7 +37,7 @@ def test_preparers_and_approvers_racing_keep_the_four_eyes_rules(
 ) -> None:
     seed_items(sql, TOTAL, amount="25000.00")  # all above ADJUSTMENT_POSTED's 10000.00
     statuses: Counter[tuple[str, int]] = Counter()
-    own_attempts: Counter[int] = Counter()
+    own_attempts: list[tuple[str, str, int, str | None]] = []  # (approver, item, status, code)
     lock = threading.Lock()
     errors: list[str] = []
     stop_at = time.monotonic() + DEADLINE_S
@@ -78,7 +80,9 @@ def test_preparers_and_approvers_racing_keep_the_four_eyes_rules(
                                     mine = http.post(f"/items/{item['id']}/approve")
                                     note("approve own", mine)
                                     with lock:
-                                        own_attempts[mine.status_code] += 1
+                                        own_attempts.append(
+                                            (name, item["id"], mine.status_code, mine.json().get("code"))
+                                        )
                             elif rng.random() < 0.15:
                                 rejected = http.post(
                                     f"/items/{item['id']}/reject",
@@ -118,9 +122,25 @@ def test_preparers_and_approvers_racing_keep_the_four_eyes_rules(
     assert not errors, errors[:5]
 
     # Every call answered as the rules say: no 5xx, and the only refusals are the expected ones.
-    unexpected = {k: n for k, n in statuses.items() if k[1] != 200 and k != ("approve own", 403)}
+    refusals = {("approve own", 403), ("approve own", 409)}
+    unexpected = {k: n for k, n in statuses.items() if k[1] != 200 and k not in refusals}
     assert not unexpected, (unexpected, statuses)
-    assert own_attempts and set(own_attempts) == {403}, own_attempts
+    outcomes = Counter((status, code) for _, _, status, code in own_attempts)
+    assert set(outcomes) <= {(403, "SEGREGATION_OF_DUTIES"), (409, "LEASE_NOT_HELD")}, outcomes
+    assert outcomes[(403, "SEGREGATION_OF_DUTIES")] > 0, outcomes
+    # A 409 only where another approver rejected the proposal after it was submitted: until then
+    # the item is the caller's own proposal, and the answer must be 403.
+    for name, item_id, status, _ in own_attempts:
+        if status == 409:
+            rejected_after = sql.execute(
+                "SELECT EXISTS (SELECT FROM review_queue_event s JOIN review_queue_event r"
+                " ON r.item_id = s.item_id AND r.id > s.id AND r.event = 'REJECTED' AND r.actor <> %s"
+                " WHERE s.item_id = %s AND s.event = 'SUBMITTED_FOR_APPROVAL' AND s.actor = %s)",
+                (name, item_id, name),
+            ).fetchone()
+            assert rejected_after == (True,), (
+                f"{name}'s own approve of {item_id} was a 409 without a rejection"
+            )
     assert statuses[("approve", 200)] >= TOTAL and statuses[("reject", 200)] > 0, statuses
 
     states = sql.execute("SELECT state, count(*) FROM review_queue_item GROUP BY state").fetchall()

@@ -116,6 +116,9 @@ MATRIX: dict[tuple[str, str], Route] = {
     ("PUT", "/resolutions/{code}"): Route(
         ADMIN, body=lambda: {"label": "Match confirmed", "description": MATCH_CONFIRMED_DESCRIPTION}
     ),
+    # Materiality: anyone reads it; the admin's PUT writes the seeded value again (not the queue).
+    ("GET", "/resolutions/policy"): Route(ANY_ROLE),
+    ("PUT", "/resolutions/policy"): Route(ADMIN, body=lambda: {"materiality_threshold": "10000.00"}),
     # A revision changes any item, leased by anyone (its holder keeps it under a new lease).
     ("POST", "/items/{item_id}/revisions"): Route(
         INGEST,

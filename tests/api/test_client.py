@@ -72,7 +72,12 @@ def test_typed_errors_and_calls(live_server: str, make_token: Callable[[str, str
     with (
         ReviewQueueClient(live_server, make_token("ingest", "ingest")) as ingest,
         ReviewQueueClient(live_server, make_token("alice", "reviewer")) as alice,
+        ReviewQueueClient(live_server, make_token("ada", "admin")) as admin,
     ):
+        # The biggest amount resolves without an approver only above materiality (issue 23).
+        policy = admin.put_resolution_policy(Decimal("9999999999999999.99"))
+        assert (policy.materiality_threshold, policy.updated_by) == (Decimal("9999999999999999.99"), "ada")
+        assert alice.resolution_policy() == policy
         item = ingest.enqueue(
             idempotency_key="c-1",
             ledger_entity="ACME",
@@ -244,6 +249,27 @@ def test_async_client_work_loop(live_server: str, make_token, sql: psycopg.Conne
         "SELECT count(*), count(DISTINCT item_id) FROM review_queue_event WHERE event = 'RESOLVED'"
     )
     assert rows.fetchone() == (40, 40)
+
+
+def test_resolution_policy_in_both_halves(live_server: str, make_token: Callable[[str, str], str]) -> None:
+    admin_token, alice_token = make_token("ada", "admin"), make_token("alice", "reviewer")
+    with ReviewQueueClient(live_server, alice_token) as alice:
+        assert alice.resolution_policy().materiality_threshold == Decimal("10000.00")
+        codes = {c.code: c for c in alice.resolutions()}
+        assert codes["APPROVED"].effective_approval_threshold == Decimal("10000.00")
+        assert codes["WRITE_OFF"].effective_approval_threshold == Decimal("1000.00")
+        with pytest.raises(Forbidden):
+            alice.put_resolution_policy("1.00")
+
+    async def main() -> None:
+        async with AsyncReviewQueueClient(live_server, admin_token) as admin:
+            saved = await admin.put_resolution_policy("500.00")
+            assert (saved.materiality_threshold, saved.updated_by) == (Decimal("500.00"), "ada")
+            assert await admin.resolution_policy() == saved
+            codes = {c.code: c for c in await admin.resolutions()}
+            assert codes["WRITE_OFF"].effective_approval_threshold == Decimal("500.00")
+
+    asyncio.run(main())
 
 
 def test_events_follow_every_page(live_server: str, make_token, sql: psycopg.Connection) -> None:

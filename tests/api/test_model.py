@@ -20,6 +20,8 @@ threshold without an approval, and no item resolved more than once per reopen. I
 release starts a cool-off in which that reviewer's (or approver's) own leases skip the item while
 everyone else gets it in its place, until a rule ends every cool-off; a lease naming its item
 (item_id) takes exactly that item when it is PENDING and the caller is under the cap, cool-off or not.
+Materiality (issue 23) is set above every amount here, so the codes' own thresholds decide;
+test_model_materiality.py runs the same machine at the seeded 10,000.00.
 
 A plain-Python model predicts every answer exactly: which items a lease hands out and in which
 order, which items a reclaim returns and in which order, and the status and problem `code` of every
@@ -66,7 +68,7 @@ from hypothesis.stateful import (
 )
 
 from api.app import create_app
-from tests.api.helpers import assert_problem
+from tests.api.helpers import ABOVE_EVERY_AMOUNT, assert_problem, set_materiality
 from tests.conftest import LONG, libpq, make_settings
 
 REVIEWERS = ("alice", "bob", "carol")
@@ -1397,6 +1399,7 @@ def test_api_behaves_like_the_model(db_url: str, make_token: Callable[[str, str]
                 f"/resolutions/{code}", json=body, headers={"Authorization": f"Bearer {tokens['root']}"}
             )
             assert answer.status_code == 200, answer.text
+        set_materiality(client, tokens["root"], ABOVE_EVERY_AMOUNT)
         ReviewQueueMachine.client = client
         ReviewQueueMachine.sql = sql
         ReviewQueueMachine.tokens = tokens

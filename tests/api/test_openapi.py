@@ -27,6 +27,8 @@ OPERATION_IDS = {
     ("post", "/items/{item_id}/reject"): "rejectItem",
     ("get", "/resolutions"): "listResolutions",
     ("put", "/resolutions/{code}"): "putResolution",
+    ("get", "/resolutions/policy"): "getResolutionPolicy",
+    ("put", "/resolutions/policy"): "putResolutionPolicy",
     ("post", "/items/{item_id}/revisions"): "reviseItem",
     ("post", "/admin/items/{item_id}/release"): "adminReleaseItem",
     ("post", "/admin/reviewers/{reviewer}/release"): "adminReleaseReviewer",

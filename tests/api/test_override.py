@@ -253,13 +253,17 @@ def test_cli_release_and_reassign(
     )
     assert moved.returncode == 0, moved.stderr
     assert f"reassigned {first['id']} from alice to bob" in moved.stdout
+    # Reported once, after the commit (the db function reports it; the command must not again).
+    assert moved.stdout.count('"review_item_reassigned"') == 1, moved.stdout
     assert client.get(f"/items/{first['id']}", headers=bob).json()["leased_by"] == "bob"
 
     one = cli(db_url, "admin", "release", "--item", second["id"], "--reason", "stuck", "--admin", "ada")
     assert one.returncode == 0, one.stderr
     assert "released 1 item(s)" in one.stdout
+    assert one.stdout.count('"review_item_released_by_admin"') == 1, one.stdout
     rest = cli(db_url, "admin", "release", "--reviewer", "alice", "--reason", "on leave", "--admin", "ada")
     assert rest.returncode == 0 and f"released {third['id']} (held by alice)" in rest.stdout, rest.stderr
+    assert rest.stdout.count('"review_item_released_by_admin"') == 1, rest.stdout
     nothing = cli(db_url, "admin", "release", "--reviewer", "alice", "--reason", "again", "--admin", "ada")
     assert nothing.returncode == 1 and "alice holds no items; nothing released" in nothing.stderr
     bad = cli(db_url, "admin", "reassign", first["id"], "--to", "zed", "--reason", "x", "--admin", "ada")

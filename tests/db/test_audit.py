@@ -10,6 +10,8 @@ from decimal import Decimal
 
 import psycopg
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from cli import reclaimer
 from db import audit, chain
@@ -194,6 +196,32 @@ def test_an_open_transaction_holding_a_low_id_is_sealed_after_it_commits_never_s
     assert verify(db_url).broken is None
 
 
+def test_a_transaction_whose_xid_order_differs_from_its_id_order_is_sealed_in_xid_order(
+    db_url: str, sql: psycopg.Connection
+) -> None:
+    """T1 takes its transaction id first but inserts its event after T2 (a higher xid, a lower
+    event id) committed: the chain follows (xid, id), so T1's event comes first, and the sealer's
+    watermark never passes an event it has not sealed."""
+    add_events(sql, 1)
+    with psycopg.connect(libpq(db_url)) as t1:
+        (xid_1,) = t1.execute("SELECT pg_current_xact_id()::text").fetchone()  # type: ignore[misc]
+        add_events(sql, 1)  # T2: commits with the higher xid and the lower id
+        (id_2, xid_2) = sql.execute(
+            "SELECT id, xid::text FROM review_queue_event ORDER BY id DESC LIMIT 1"
+        ).fetchone()  # type: ignore[misc]
+        (id_1,) = t1.execute(
+            "INSERT INTO review_queue_event (item_id, event, actor, lease_epoch, trace_id)"
+            " SELECT id, 'RENEWED', 't1', 1, trace_id FROM review_queue_item LIMIT 1 RETURNING id"
+        ).fetchone()  # type: ignore[misc]
+        t1.commit()
+    assert int(xid_1) < int(xid_2) and id_1 > id_2, "the arrangement failed: nothing to tell apart"
+    assert seal(db_url) == 3
+    assert [e for _, e in chain_rows(sql)][1:] == [id_1, id_2]
+    add_events(sql, 1)
+    assert seal(db_url) == 1, "the next seal must find exactly the one new event"
+    assert verify(db_url).broken is None
+
+
 def test_a_rolled_back_event_leaves_no_gap(db_url: str, sql: psycopg.Connection) -> None:
     add_events(sql, 2)
     with psycopg.connect(libpq(db_url)) as aborted:
@@ -355,3 +383,76 @@ def test_the_sealer_stops_at_a_chain_whose_head_event_is_gone(
     with pytest.raises(audit.ChainBroken, match="seq 12"):
         seal(db_url)
     assert len(chain_rows(sql)) == 12
+
+
+# ---------------------------------------------------------------------------------------------
+# The database's sealer and the Python verifier agree on every byte
+# ---------------------------------------------------------------------------------------------
+
+_TEXT = st.text(st.characters(codec="utf-8", exclude_characters="\x00"), max_size=12)  # jsonb: no NUL
+_JSON = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(10**30), 10**30)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | _TEXT,
+    lambda children: st.lists(children, max_size=3) | st.dictionaries(_TEXT, children, max_size=3),
+    max_leaves=10,
+)
+
+
+@settings(
+    max_examples=20,
+    deadline=None,
+    database=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(details=st.lists(st.dictionaries(_TEXT, _JSON, max_size=4), min_size=1, max_size=8), actor=_TEXT)
+def test_the_database_seals_exactly_what_the_python_verifier_computes(
+    db_url: str, sql: psycopg.Connection, details: list[dict[str, object]], actor: str
+) -> None:
+    """review_queue_seal (SQL) computes the links; audit verify (Python) recomputes them: any
+    difference in the canonical encoding (key order, escapes, numbers) would be a broken chain."""
+    if sql.execute("SELECT count(*) FROM review_queue_item").fetchone() == (0,):
+        seed_items(sql, 1)
+    for value in details:
+        text = json.dumps(value)
+        (in_sql, as_jsonb) = sql.execute(
+            "SELECT review_queue_canonical_json(%s::jsonb), %s::jsonb::text", (text, text)
+        ).fetchone()  # type: ignore[misc]
+        assert in_sql == chain.canonical_details(as_jsonb), text
+        sql.execute(
+            "INSERT INTO review_queue_event (item_id, event, actor, lease_epoch, trace_id, details)"
+            " SELECT id, 'LEASED', %s, 1, trace_id, %s::jsonb FROM review_queue_item",
+            (actor or "a", text),
+        )
+    seal(db_url)
+    (events, sealed) = sql.execute(
+        "SELECT (SELECT count(*) FROM review_queue_event), (SELECT count(*) FROM review_queue_chain)"
+    ).fetchone()  # type: ignore[misc]
+    assert sealed == events
+    assert verify(db_url).broken is None
+
+
+def test_an_export_whose_first_line_links_to_anything_but_genesis_is_broken() -> None:
+    """seq 1 starts the chain: its prev_hash must be 32 zero bytes. A file that starts at seq 1
+    linking elsewhere (a chain cut from another, re-numbered) is refused even though each line's
+    hash is consistent with its own prev_hash."""
+    event = chain.EventFields(
+        id=1,
+        item_id="5f0c2d1e-0000-4000-8000-000000000001",
+        event="ENQUEUED",
+        actor="ingest",
+        at="2026-12-03T09:30:00.000007Z",
+        lease_epoch=0,
+        trace_id="9a1e0000-0000-4000-8000-000000000002",
+        details="{}",
+    )
+    for previous, broken in ((chain.GENESIS, False), (b"\x01" * 32, True)):
+        line = chain.export_line(1, previous, chain.link(previous, event), event)
+        result = chain.verify_lines([line])
+        if broken:
+            assert result.broken is not None and (result.broken.seq, result.broken.kind) == (1, "modified")
+        else:
+            assert result.broken is None and result.events == 1

@@ -115,12 +115,14 @@ def test_holder_statements_read_by_primary_key(busy_table: psycopg.Connection) -
     params = {"item_id": item_id, "actor": "r1", "fence_nonce": None, "chosen_code": "APPROVED", "note": None}
     params["expected_source_hash"] = None
     found = scans(plan(busy_table, queue._COMPLETE, params))
-    # The completion also reads its catalogue row, by primary key.
-    # (A handful of codes: the planner may read the small table whole.)
+    # The completion also reads its catalogue row, by primary key, and materiality (one row).
+    # (A handful of codes: the planner may read the small tables whole.)
     allowed = {
         ("Index Scan", "pk_review_queue_item"),
         ("Index Scan", "pk_resolution_code"),
         ("Seq Scan", "resolution_code"),
+        ("Index Scan", "pk_approval_policy"),
+        ("Seq Scan", "approval_policy"),
     }
     assert found - {("CTE Scan", "")} <= allowed, found
     assert ("Index Scan", "pk_review_queue_item") in found, found
@@ -203,7 +205,7 @@ def test_the_completion_statements_generic_plan_reads_by_primary_key(busy_table:
     assert_no_table_scan(found)
     indexes = {name for kind, name in found if "Index" in kind}
     assert "pk_review_queue_item" in indexes, found
-    assert indexes <= {"pk_review_queue_item", "pk_resolution_code"}, found
+    assert indexes <= {"pk_review_queue_item", "pk_resolution_code", "pk_approval_policy"}, found
 
 
 def test_the_lease_with_the_release_cool_off_still_reads_the_pending_index_in_order(

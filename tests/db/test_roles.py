@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator
 import psycopg
 import pytest
 
-from db.roles import APP_ROLE
+from db.roles import APP_ROLE, OWNER_ROLE, SEALER_ROLE
 from tests.conftest import libpq
 from tests.support import seed_items
 
@@ -35,6 +35,22 @@ ATTEMPTS = [
     "DELETE FROM review_queue_chain",
     "TRUNCATE review_queue_chain",
     "ALTER TABLE review_queue_chain DISABLE TRIGGER review_queue_chain_no_change",
+    # Issue 23: the sealer is the only writer of the chain. One row at seq = max + 1 (or seq 1 on an
+    # empty chain) would stop it for good.
+    "INSERT INTO review_queue_chain (seq, event_id, hash)"
+    " SELECT coalesce(max(seq), 0) + 1, 1, sha256('x') FROM review_queue_chain",
+    "ALTER FUNCTION review_queue_seal(integer) SECURITY INVOKER",
+    "CREATE OR REPLACE FUNCTION review_queue_canonical_json(v jsonb) RETURNS text"
+    " LANGUAGE sql AS $f$SELECT '{}'$f$",
+    # An event's place in time and in the chain's order comes from the database, never the client.
+    "INSERT INTO review_queue_event (item_id, event, actor, lease_epoch, trace_id, xid)"
+    " SELECT id, 'LEASED', 'mallory', 1, trace_id, '1' FROM review_queue_item LIMIT 1",
+    "INSERT INTO review_queue_event (item_id, event, actor, lease_epoch, trace_id, at)"
+    " SELECT id, 'LEASED', 'mallory', 1, trace_id, now() - interval '1 year' FROM review_queue_item LIMIT 1",
+    "INSERT INTO review_queue_event (id, item_id, event, actor, lease_epoch, trace_id)"
+    " OVERRIDING SYSTEM VALUE SELECT 1, id, 'LEASED', 'mallory', 1, trace_id FROM review_queue_item LIMIT 1",
+    "ALTER TABLE approval_policy ADD COLUMN mallory text",
+    "DELETE FROM approval_policy",
 ]
 
 
@@ -77,8 +93,12 @@ def test_the_service_role_has_exactly_the_table_rights_it_needs(as_service: psyc
         "desk_session": "DELETE,INSERT,SELECT",
         # Codes are deactivated, never deleted.
         "resolution_code": "INSERT,SELECT,UPDATE",
-        "review_queue_chain": "INSERT,SELECT",
-        "review_queue_event": "INSERT,SELECT",
+        # The sealer function appends to the chain; the service may only call it.
+        "review_queue_chain": "SELECT",
+        # INSERT on the event's content columns only (test_an_event_gets_its_place_from_the_database).
+        "review_queue_event": "SELECT",
+        # Materiality: one row, updated, never added or deleted.
+        "approval_policy": "SELECT,UPDATE",
         "review_queue_item": "INSERT,SELECT,UPDATE",
         # Subscriptions are deactivated, never deleted; attempts are appended and pruned.
         "webhook_delivery": "DELETE,INSERT,SELECT",
@@ -101,3 +121,50 @@ def test_the_service_role_can_append_events(
         " SELECT id, 'LEASED', 'alice', 1, trace_id FROM review_queue_item LIMIT 1"
     )
     assert sql.execute("SELECT count(*) FROM review_queue_event").fetchone() == (count + 1,)
+
+
+def test_an_event_gets_its_place_from_the_database(
+    as_service: psycopg.Connection, sql: psycopg.Connection
+) -> None:
+    """The service inserts an event's content; its id, time and transaction come from the database."""
+    rows = as_service.execute(
+        "SELECT column_name FROM information_schema.column_privileges WHERE grantee = current_user"
+        " AND table_name = 'review_queue_event' AND privilege_type = 'INSERT' ORDER BY 1"
+    ).fetchall()
+    assert [r[0] for r in rows] == ["actor", "details", "event", "item_id", "lease_epoch", "trace_id"]
+    with as_service.transaction():
+        (xid, now) = as_service.execute("SELECT pg_current_xact_id()::text, now()").fetchone()  # type: ignore[misc]
+        (event_id,) = as_service.execute(
+            "INSERT INTO review_queue_event (item_id, event, actor, lease_epoch, trace_id)"
+            " SELECT id, 'LEASED', 'alice', 1, trace_id FROM review_queue_item LIMIT 1 RETURNING id"
+        ).fetchone()  # type: ignore[misc]
+    row = sql.execute("SELECT xid::text, at FROM review_queue_event WHERE id = %s", (event_id,)).fetchone()
+    assert row == (xid, now)
+
+
+def test_the_service_role_can_only_ask_the_sealer(
+    as_service: psycopg.Connection, sql: psycopg.Connection
+) -> None:
+    """The service's role calls review_queue_seal (what the reclaimer does), which appends the
+    real events; temporary tables of the same names in its session do not divert it."""
+    as_service.execute("CREATE TEMPORARY TABLE review_queue_chain (seq bigint, event_id bigint, hash bytea)")
+    as_service.execute(
+        "CREATE TEMPORARY TABLE review_queue_event AS SELECT * FROM review_queue_event WHERE false"
+    )
+    (sealed,) = as_service.execute("SELECT review_queue_seal(1000)").fetchone()  # type: ignore[misc]
+    (events,) = sql.execute("SELECT count(*) FROM review_queue_event").fetchone()  # type: ignore[misc]
+    assert sealed == events == 3
+    assert sql.execute("SELECT count(*) FROM review_queue_chain").fetchone() == (3,)
+    assert as_service.execute("SELECT count(*) FROM pg_temp.review_queue_chain").fetchone() == (0,)
+    (owner, definer) = sql.execute(
+        "SELECT proowner::regrole::text, prosecdef FROM pg_proc WHERE proname = 'review_queue_seal'"
+    ).fetchone()  # type: ignore[misc]
+    assert (owner, definer) == (SEALER_ROLE, True)
+    inserters = sql.execute(
+        "SELECT grantee FROM information_schema.role_table_grants WHERE table_schema = 'public'"
+        " AND table_name = 'review_queue_chain' AND privilege_type = 'INSERT' ORDER BY 1"
+    ).fetchall()
+    assert [g for (g,) in inserters] == [OWNER_ROLE, SEALER_ROLE]
+    assert sql.execute("SELECT rolcanlogin FROM pg_roles WHERE rolname = %s", (SEALER_ROLE,)).fetchone() == (
+        False,
+    )

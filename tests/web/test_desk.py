@@ -5,6 +5,7 @@ Skipped where Chromium is missing, unless REVIEW_QUEUE_REQUIRE_BROWSER=1 (set by
 that is a failure. Screenshots of the main screens go to .screenshots/ (git-ignored).
 """
 
+import json
 import os
 import re
 import secrets
@@ -207,6 +208,10 @@ def test_keyboard_alone_signs_in_leases_resolves_and_advances(
         page.keyboard.press("Escape")
         expect(region.get_by_label("Resolution", exact=True)).to_contain_text(
             "Write-off (WRITE_OFF): note required, approver from 1000.00"
+        )
+        # A code without a threshold of its own says where materiality starts (issue 23).
+        expect(page.get_by_label("Resolution")).to_contain_text(
+            "Approved as is (APPROVED): approver from 10000.00"
         )
         page.keyboard.press(str(codes.index("WRITE_OFF") + 1))
         page.keyboard.press("e")
@@ -497,6 +502,39 @@ def test_countdown_renew_and_idle_release(
         expect(notice(page, "without activity")).to_be_visible(timeout=(idle_s + lease_s) * 1000 + SOON)
         assert events_of(sql, item["id"])[-1] == ("RELEASED", "alice", {"reason": "idle"})
         shot(page, "desk-idle-released")
+
+
+def test_waiting_for_work_stops_when_the_reviewer_is_away(
+    db_url: str, make_token: Tokens, sql: psycopg.Connection, contexts: Callable[[], BrowserContext]
+) -> None:
+    """An empty queue makes the desk wait for work (long polls, one after another); once nobody has
+    touched the page for the idle time it stops asking, so an unattended tab leases nothing."""
+    idle_s = 3
+    with desk(db_url, REVIEW_QUEUE_UI_IDLE_RELEASE_TEST_S=str(idle_s)) as base:
+        page = contexts().new_page()
+
+        def short_polls(route: Route, request: Request) -> None:
+            # Each long poll lasts 1 s instead of 20, so the loop comes round to its idle check soon.
+            body = request.post_data_json if request.method == "POST" else None
+            if isinstance(body, dict) and body.get("wait_s"):
+                route.continue_(post_data=json.dumps({**body, "wait_s": 1}))
+            else:
+                route.continue_()
+
+        page.route("**/leases", short_polls)
+        sign_in(page, base, make_token("alice", "reviewer"))
+        page.get_by_role("button", name="Next item").click()
+        queue = page.get_by_role("region", name="Queue")
+        expect(queue).to_contain_text("Waiting for work")
+        # No key, click or scroll from here on.
+        expect(page.get_by_text("Stopped waiting for work while you were away")).to_be_visible(
+            timeout=idle_s * 1000 + 6 * SOON
+        )
+        expect(queue).not_to_contain_text("Waiting for work")
+        enqueue(base, make_token("ada", "admin"), ledger_entity="WHILE-AWAY")
+        # Back at the desk: Next item carries on, and leases what arrived meanwhile.
+        page.get_by_role("button", name="Next item").click()
+        expect(current(page)).to_contain_text("WHILE-AWAY")
 
 
 def test_admin_sees_stats_reclaims_and_looks_up_an_audit_trail(
