@@ -7,6 +7,7 @@ import json
 import logging
 import random
 from collections.abc import Callable, Coroutine
+from contextlib import AsyncExitStack
 from decimal import Decimal
 from typing import Any
 
@@ -81,6 +82,19 @@ def _is_json(content_type: str | None) -> bool:
     return _cached_is_json(content_type)
 
 
+async def _committed(
+    handler: Callable[[Request], Coroutine[Any, Any, Response]], request: Request
+) -> Response:
+    """The handler's response, with the request's transaction (api.deps.Conn, a dependency of scope
+    "function") committed, or its error raised, here: inside the retries and the translation to 503
+    of QueueRoute. FastAPI closes such dependencies in an exit stack of its own, after the handler
+    and outside the route, where an error at COMMIT (a lock timeout on NOTIFY's queue lock) was a
+    500 in the logs and metrics and an ASGI traceback; so the route provides the stack."""
+    async with AsyncExitStack() as stack:
+        request.scope["fastapi_function_astack"] = stack
+        return await handler(request)
+
+
 class QueueRoute(APIRoute):
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         handler = super().get_route_handler()
@@ -110,7 +124,7 @@ class QueueRoute(APIRoute):
                 )
             for attempt in range(1, MAX_ATTEMPTS + 1):
                 try:
-                    return await handler(request)
+                    return await _committed(handler, request)
                 except Exception as error:
                     # The transaction was rolled back as the error left the dependency, so a
                     # deadlock or serialization failure can safely run the whole request again.
