@@ -474,9 +474,11 @@ def audit_export(
     with open(file, "wb") as out:
 
         async def write(conn: AsyncConnection) -> int:
-            previous = await audit.link_into(conn, first=first)
+            # One transaction for every page: no pool to keep free here.
+            at: audit.ExportPosition | None = await audit.export_start(conn, first=first, last=upto)
             size = 0
-            async for chunk in audit.export_ndjson(conn, first=first, last=upto, previous=previous):
+            while at is not None:
+                chunk, at = await audit.export_page(conn, at=at)
                 out.write(chunk)
                 size += chunk.count(b"\n")
             return size
