@@ -426,7 +426,8 @@ def audit_verify(
         str | None, typer.Option(help="Verify this export instead, with no database access.")
     ] = None,
 ) -> None:
-    """Recompute the chain; exit 0 when intact, 1 naming the first broken sequence number."""
+    """Recompute the chain; exit 0 when intact, 1 naming the first broken sequence number (or
+    when a --file holds no line at all: nothing was verified)."""
     import time
 
     from db import chain
@@ -438,6 +439,10 @@ def audit_verify(
     if file is not None:
         started = time.perf_counter()
         result = chain.verify_lines(chain.iter_file(file), against=head)
+        if result.events == 0 and result.broken is None:
+            # An empty file proves nothing; "intact" would read as a clean audit.
+            typer.echo(f"NOTHING VERIFIED: {file} holds no export lines", err=True)
+            raise typer.Exit(1)
         seconds, events, broken = time.perf_counter() - started, result.events, result.broken
         scope = "no events"
         if result.last_seq is not None and result.last_hash is not None:
