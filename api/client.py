@@ -76,7 +76,21 @@ class Forbidden(ReviewQueueError): ...
 class NotFound(ReviewQueueError): ...
 
 
-class LeaseNotHeld(ReviewQueueError): ...
+class LeaseNotHeld(ReviewQueueError):
+    """Not your current lease. When the reclaimer took your lease back (it expired), `reclaimed_at`
+    and `lease_expired_at` say when; both are None otherwise."""
+
+    @property
+    def reclaimed_at(self) -> datetime | None:
+        return _moment(self.problem.get("reclaimed_at"))
+
+    @property
+    def lease_expired_at(self) -> datetime | None:
+        return _moment(self.problem.get("lease_expired_at"))
+
+
+def _moment(value: object) -> datetime | None:
+    return datetime.fromisoformat(value) if isinstance(value, str) else None
 
 
 class IdempotencyConflict(ReviewQueueError): ...

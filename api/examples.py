@@ -223,6 +223,18 @@ PROBLEM = {
     "instance": f"/items/{ITEM_ID}/complete",
 }
 
+LEASE_RECLAIMED = {
+    "type": "/problems/lease-not-held",
+    "title": "Lease not held",
+    "status": 409,
+    "detail": f"your lease on item {ITEM_ID} expired at 2026-12-04T09:31:00+00:00 and was reclaimed at"
+    " 2026-12-04T09:31:58.412907+00:00, back to its queue; nothing was changed",
+    "code": "LEASE_NOT_HELD",
+    "instance": f"/items/{ITEM_ID}/complete",
+    "lease_expired_at": "2026-12-04T09:31:00+00:00",
+    "reclaimed_at": "2026-12-04T09:31:58.412907+00:00",
+}
+
 REVISION_IN = {"variance_amount": "14.75", "source_hash": "sha256:a41d", "match_decision": "UNMATCHED"}
 REVISION_OUT = {
     "outcome": "revised",
@@ -345,7 +357,7 @@ BY_SCHEMA: dict[str, list[dict[str, Any]]] = {
     "ReclaimOut": [RECLAIM_OUT],
     "StatsOut": [STATS_OUT],
     "Health": [HEALTH],
-    "Problem": [PROBLEM],
+    "Problem": [PROBLEM, LEASE_RECLAIMED],
     "SessionIn": [SESSION_IN],
     "SessionOut": [SESSION_OUT],
     "OidcProviderOut": [OIDC_PROVIDER_OUT, {"enabled": False, "provider_name": None, "login_url": None}],

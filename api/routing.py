@@ -7,6 +7,7 @@ import json
 import logging
 import random
 from collections.abc import Callable, Coroutine
+from contextlib import AsyncExitStack
 from decimal import Decimal
 from typing import Any
 
@@ -22,20 +23,38 @@ log = logging.getLogger("review_queue.api")
 MAX_ATTEMPTS = 3
 
 
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    # JSON would keep the last of a key given twice: {"variance_amount": "1.00", ...,
+    # "variance_amount": "99999.00"} would be read as 99999.00, and another reader of the same
+    # body (a log, a proxy, an audit copy) might take the first. I-JSON (RFC 7493) forbids it.
+    found = dict(pairs)
+    if len(found) < len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise ValueError(f"the key {key!r} appears twice in one object")
+            seen.add(key)
+    return found
+
+
 class DecimalJSONRequest(Request):
     async def json(self) -> Any:
         if not hasattr(self, "_json"):
             # A JSON number becomes a Decimal, never a float: 1234567890123456.78 must not
             # arrive as 1234567890123456.8. NaN/Infinity become Decimals the models refuse.
+            # Every body of every route is parsed here, and only here.
             body = await self.body()
             try:
-                self._json = json.loads(body, parse_float=Decimal, parse_constant=Decimal)
+                self._json = json.loads(
+                    body, parse_float=Decimal, parse_constant=Decimal, object_pairs_hook=_unique_keys
+                )
             except json.JSONDecodeError as error:
                 # FastAPI reports only error.msg: put the position into it, in words.
                 where = f"at line {error.lineno}, column {error.colno} (character {error.pos})"
                 raise json.JSONDecodeError(f"{error.msg} {where}", error.doc, error.pos) from None
             except (ValueError, RecursionError) as error:
-                # Invalid UTF-8, a 5000-digit integer or 5000-deep nesting: still just invalid JSON (422).
+                # Invalid UTF-8, a 5000-digit integer, 5000-deep nesting or a key given twice:
+                # still just invalid JSON (422).
                 raise json.JSONDecodeError(str(error) or type(error).__name__, "", 0) from None
         return self._json
 
@@ -61,6 +80,19 @@ def _is_json(content_type: str | None) -> bool:
     if content_type is not None and len(content_type) > 100:
         return _parses_as_json(content_type)
     return _cached_is_json(content_type)
+
+
+async def _committed(
+    handler: Callable[[Request], Coroutine[Any, Any, Response]], request: Request
+) -> Response:
+    """The handler's response, with the request's transaction (api.deps.Conn, a dependency of scope
+    "function") committed, or its error raised, here: inside the retries and the translation to 503
+    of QueueRoute. FastAPI closes such dependencies in an exit stack of its own, after the handler
+    and outside the route, where an error at COMMIT (a lock timeout on NOTIFY's queue lock) was a
+    500 in the logs and metrics and an ASGI traceback; so the route provides the stack."""
+    async with AsyncExitStack() as stack:
+        request.scope["fastapi_function_astack"] = stack
+        return await handler(request)
 
 
 class QueueRoute(APIRoute):
@@ -92,7 +124,7 @@ class QueueRoute(APIRoute):
                 )
             for attempt in range(1, MAX_ATTEMPTS + 1):
                 try:
-                    return await handler(request)
+                    return await _committed(handler, request)
                 except Exception as error:
                     # The transaction was rolled back as the error left the dependency, so a
                     # deadlock or serialization failure can safely run the whole request again.

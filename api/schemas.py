@@ -59,6 +59,9 @@ def _money_input(value: object) -> object:
     return value
 
 
+_CENT = Decimal("0.01")
+
+
 def _money(value: Decimal) -> Decimal:
     if not value.is_finite():
         raise ValueError("must be a finite number")
@@ -66,9 +69,12 @@ def _money(value: Decimal) -> Decimal:
     assert isinstance(exponent, int)
     if exponent < -2:
         raise ValueError("at most 2 fraction digits; the amount is never rounded")
-    if abs(value) >= Decimal("1e16"):
+    # adjusted() reads the exponent; abs() would compute in the decimal context and overflow
+    # (decimal.Overflow, a 500) on a JSON number such as 1E+1000000.
+    if value and value.adjusted() >= 16:
         raise ValueError("at most 16 integer digits")
-    return value
+    # Exact (at most 18 digits by now); 0E+1000000 becomes 0.00, which PostgreSQL can read.
+    return value.quantize(_CENT)
 
 
 # PostgreSQL text cannot hold NUL: the documented pattern says so, and _storable also refuses lone
@@ -175,9 +181,16 @@ def _due_at(value: object) -> object:
     return value
 
 
+def _in_utc(value: datetime) -> datetime:
+    # The same instant in UTC: PostgreSQL reads offsets up to 15:59 only, and RFC 3339 (and the
+    # pattern) allow up to 23:59 (+23:59 was a 500).
+    return value.astimezone(UTC)
+
+
 DueAt = Annotated[
     AwareDatetime,
     BeforeValidator(_due_at),
+    AfterValidator(_in_utc),
     WithJsonSchema(
         {
             "type": "string",
@@ -195,8 +208,12 @@ def _json_integer(value: object) -> object:
     # parses to a Decimal). Not `true`, which lax mode takes for 1, and not the string "2".
     if isinstance(value, bool | str):
         raise ValueError("must be a JSON integer")
-    if isinstance(value, Decimal) and value.is_finite() and value == value.to_integral_value():
-        return int(value)
+    if isinstance(value, Decimal) and value.is_finite():
+        # Looked at before int(): int(Decimal("1E+1000000")) is minutes of CPU, with the event loop stopped.
+        if value and value.adjusted() > 18:
+            raise ValueError("is far out of range")
+        if value == value.to_integral_value():
+            return int(value)
     return value
 
 
@@ -297,14 +314,18 @@ class Strict(BaseModel):
 
 
 MAX_CONTEXT_BYTES = 16 * 1024
+MAX_CONTEXT_DEPTH = 32  # the context object itself is the first level
 
 
-def _plain_json(value: Any) -> Any:
-    """The context as plain JSON values: NUL-free text, numbers a double holds exactly."""
+def _plain_json(value: Any, *, depth: int = 1) -> Any:
+    """The context as plain JSON values: NUL-free text, numbers a double holds exactly, at most
+    MAX_CONTEXT_DEPTH levels deep (checked on the way down, before any deeper recursion)."""
+    if isinstance(value, dict | list) and depth > MAX_CONTEXT_DEPTH:
+        raise ValueError(f"nested deeper than {MAX_CONTEXT_DEPTH} levels")
     if isinstance(value, dict):
-        return {_storable(k): _plain_json(v) for k, v in value.items()}
+        return {_storable(k): _plain_json(v, depth=depth + 1) for k, v in value.items()}
     if isinstance(value, list):
-        return [_plain_json(v) for v in value]
+        return [_plain_json(v, depth=depth + 1) for v in value]
     if isinstance(value, str):
         return _storable(value)
     if isinstance(value, Decimal):
@@ -317,10 +338,31 @@ def _plain_json(value: Any) -> Any:
     return value
 
 
+def _stored_json(value: Any) -> str:
+    if isinstance(value, dict):
+        return (
+            "{"
+            + ",".join(f"{json.dumps(k, ensure_ascii=False)}:{_stored_json(v)}" for k, v in value.items())
+            + "}"
+        )
+    if isinstance(value, list):
+        return "[" + ",".join(_stored_json(v) for v in value) + "]"
+    if isinstance(value, float):
+        return format(Decimal(repr(value)), "f")  # as jsonb keeps a number: 1e300 is 301 digits
+    return json.dumps(value, ensure_ascii=False)
+
+
+def stored_size(context: dict[str, Any]) -> int:
+    """The bytes of a context as compact JSON with each number written out as PostgreSQL's jsonb
+    keeps it: measured as stored, not as sent (110 times 1e300 is 620 bytes sent, 33 KB stored).
+    jsonb's text adds a space after each separator, at most half as much again: under its CHECK."""
+    return len(_stored_json(context).encode())
+
+
 def _context_size(value: dict[str, Any]) -> dict[str, Any]:
-    size = len(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode())
+    size = stored_size(value)
     if size > MAX_CONTEXT_BYTES:
-        raise ValueError(f"at most {MAX_CONTEXT_BYTES} bytes of compact JSON, got {size}")
+        raise ValueError(f"at most {MAX_CONTEXT_BYTES} bytes of compact JSON as stored, got {size}")
     return value
 
 
@@ -342,8 +384,9 @@ Context = Annotated[
     AfterValidator(_context_size),
     Field(
         description="Facts for the reviewer (account, counterparty, value dates, links): any JSON"
-        " object up to 16 KiB as compact JSON. Stored as given and returned with the item; part of"
-        " the idempotency comparison. Shown as text, never as HTML.",
+        " object up to 16 KiB as compact JSON, each number counted as stored (written out in full:"
+        " 1e300 counts 301 bytes), nested at most 32 levels. Stored as given and returned with the"
+        " item; part of the idempotency comparison. Shown as text, never as HTML.",
         examples=[{"account": "ACME-EUR-001", "counterparty": "Globex", "value_date": "2026-11-30"}],
     ),
 ]

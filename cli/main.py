@@ -10,7 +10,7 @@ from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from decimal import Decimal
 from enum import StrEnum
-from typing import Annotated, TypeVar
+from typing import Annotated, Any, TypeVar
 from uuid import UUID
 
 import psycopg
@@ -19,6 +19,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError
 from sqlalchemy.exc import TimeoutError as SATimeoutError
 from sqlalchemy.ext.asyncio import AsyncConnection
+from typer.core import TyperGroup
 
 from api.logs import configure_logging
 from api.settings import Settings, get_settings, hide_password
@@ -27,27 +28,33 @@ from db.engine import create_engine, database_url, libpq_url, migration_url, tra
 from db.errors import DatabaseUnavailable
 from db.migrations import MigrationRefused, upgrade_head
 
-# Plain help (rich_markup_mode=None): the rich panels of this Typer print `<bool>` after every flag.
-app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__, rich_markup_mode=None)
-token_app = typer.Typer(
-    no_args_is_help=True, help="Create, revoke and list API tokens.", rich_markup_mode=None
-)
+
+class _Commands(TyperGroup):
+    """Lists each command with the whole first paragraph of its help, a one-line summary: click
+    would cut it at its first period ("Create a token.") or at the terminal's width ("...")."""
+
+    def __init__(self, **attrs: Any) -> None:
+        super().__init__(**attrs)
+        for command in self.commands.values():
+            if command.short_help is None and command.help:
+                command.short_help = " ".join(command.help.split("\n\n")[0].split())
+
+
+def _typer(help_: str | None) -> typer.Typer:
+    # Plain help (rich_markup_mode=None): the rich panels of this Typer print `<bool>` after every flag.
+    return typer.Typer(
+        no_args_is_help=True, add_completion=False, help=help_, rich_markup_mode=None, cls=_Commands
+    )
+
+
+app = _typer(__doc__)
+token_app = _typer("Create, revoke and list API tokens.")
 app.add_typer(token_app, name="token")
-audit_app = typer.Typer(
-    no_args_is_help=True, help="The audit trail's hash chain: seal, head, verify, export."
-)
+audit_app = _typer("The audit trail's hash chain: seal, head, verify, export.")
 app.add_typer(audit_app, name="audit")
-resolutions_app = typer.Typer(
-    no_args_is_help=True,
-    help="The resolution catalogue: list, set, deactivate, and the materiality policy.",
-    rich_markup_mode=None,
-)
+resolutions_app = _typer("The resolution catalogue: list, set, deactivate, and the materiality policy.")
 app.add_typer(resolutions_app, name="resolutions")
-admin_app = typer.Typer(
-    no_args_is_help=True,
-    help="An admin's override of leases: release someone's items, reassign one.",
-    rich_markup_mode=None,
-)
+admin_app = _typer("An admin's override of leases: release or reassign them.")
 app.add_typer(admin_app, name="admin")
 webhooks_app = typer.Typer(
     no_args_is_help=True, help="Webhooks: the deliverer's key for secrets at rest.", rich_markup_mode=None
@@ -99,7 +106,7 @@ def in_transaction(fn: Callable[[AsyncConnection], Awaitable[T]]) -> T:
 
 @app.command()
 def migrate() -> None:
-    """Bring the schema to the newest migration (alembic upgrade head)."""
+    """Bring the schema to head (alembic upgrade head)."""
     migrate_to_head(get_settings())
     typer.echo("schema is at head")
 
@@ -158,7 +165,9 @@ def token_create(
         ),
     ] = None,
 ) -> None:
-    """Create a token. It is printed once, alone on the last line, and never stored."""
+    """Create a token; it is printed once and never stored.
+
+    The token is alone on the last line of the output; only its sha256 is kept."""
     token = in_transaction(
         lambda conn: tokens.create_token(conn, subject=subject, role=role.value, expires_in=expires_in)
     )
@@ -175,7 +184,9 @@ def token_revoke(
         int | None, typer.Option("--id", help="Revoke the token with this id (token list).")
     ] = None,
 ) -> None:
-    """Revoke all of a subject's tokens, or one token by its id. Revoking nothing is an error."""
+    """Revoke a subject's tokens, or one token by its id.
+
+    Revoking nothing is an error (exit 1)."""
     if (subject is None) == (token_id is None):
         raise typer.BadParameter("give either --subject or --id")
     count = in_transaction(lambda conn: tokens.revoke_tokens(conn, subject=subject, token_id=token_id))
@@ -283,7 +294,9 @@ def resolutions_set(
 def resolutions_deactivate(
     code: Annotated[str, typer.Argument(help="The code to deactivate.", callback=_code)],
 ) -> None:
-    """Deactivate a code: completions can no longer use it; old decisions keep it."""
+    """Deactivate a code: no new completion may use it.
+
+    Decisions made with it keep it."""
     from db import queue
 
     saved = in_transaction(lambda conn: queue.deactivate_resolution_code(conn, code=code))
@@ -347,8 +360,10 @@ def admin_release(
     item: Annotated[UUID | None, typer.Option(help="Release this item, whoever holds it.")] = None,
     reviewer: Annotated[str | None, typer.Option(help="Release every item this reviewer holds.")] = None,
 ) -> None:
-    """Hand another reviewer's leases back to the queue: one item, or all of a reviewer's.
-    Releasing nothing is an error (exit 1)."""
+    """Hand someone's leases back to the queue: one item or all.
+
+    One item (--item), or every item a reviewer holds (--reviewer). Releasing nothing is an error
+    (exit 1)."""
     from db import queue
 
     if (item is None) == (reviewer is None):
@@ -386,8 +401,9 @@ def admin_reassign(
     reason: AdminReason,
     admin: AdminName,
 ) -> None:
-    """Move an item's lease to another reviewer: a full lease from now, a new token; the old holder's
-    token is refused from then on."""
+    """Move an item's lease to another reviewer, with a new token.
+
+    A full lease from now; the old holder's token is refused from then on."""
     from db import queue
 
     settings = get_settings()
@@ -422,7 +438,9 @@ def reclaim(
         bool, typer.Option("--once", help="Run one drain and exit (the default).", show_default=False)
     ] = True,
 ) -> None:
-    """Return expired leases to the queue now, draining batch after batch; prints how many."""
+    """Return expired leases to the queue now; print how many.
+
+    Drains batch after batch until none is left."""
     from cli import reclaimer
 
     settings = get_settings()
@@ -433,7 +451,9 @@ def reclaim(
 
 @app.command("reclaimer")
 def reclaimer_loop() -> None:
-    """Reclaim expired leases every REVIEW_QUEUE_RECLAIM_INTERVAL_S until SIGTERM/SIGINT."""
+    """Reclaim expired leases every interval until SIGTERM or SIGINT.
+
+    The interval is REVIEW_QUEUE_RECLAIM_INTERVAL_S."""
     # A stop signal before the loop installs its own handlers (while the embedded server starts,
     # say) is still a clean stop, not a KeyboardInterrupt traceback and exit 130.
     stop = asyncio.Event()
@@ -473,7 +493,9 @@ def audit_seal(
         bool, typer.Option("--once", help="Seal what is ready and exit (the default).", show_default=False)
     ] = True,
 ) -> None:
-    """Chain every event of a finished transaction now (the reclaimer does it every interval)."""
+    """Chain every event of a finished transaction now.
+
+    The reclaimer does it every interval."""
     from cli import reclaimer
 
     settings = get_settings()
@@ -500,7 +522,10 @@ def audit_verify(
         str | None, typer.Option(help="Verify this export instead, with no database access.")
     ] = None,
 ) -> None:
-    """Recompute the chain; exit 0 when intact, 1 naming the first broken sequence number."""
+    """Recompute the chain; exit 1 naming the first broken seq.
+
+    Exit 0 when intact. With --file, a file that holds no line at all exits 1 too: nothing was
+    verified."""
     import time
 
     from db import chain
@@ -512,6 +537,10 @@ def audit_verify(
     if file is not None:
         started = time.perf_counter()
         result = chain.verify_lines(chain.iter_file(file), against=head)
+        if result.events == 0 and result.broken is None:
+            # An empty file proves nothing; "intact" would read as a clean audit.
+            typer.echo(f"NOTHING VERIFIED: {file} holds no export lines", err=True)
+            raise typer.Exit(1)
         seconds, events, broken = time.perf_counter() - started, result.events, result.broken
         scope = "no events"
         if result.last_seq is not None and result.last_hash is not None:
@@ -540,7 +569,9 @@ def audit_export(
     first: Annotated[int, typer.Option("--from", min=1, help="First seq.")] = 1,
     last: Annotated[int | None, typer.Option("--to", min=1, help="Last seq (default: the head).")] = None,
 ) -> None:
-    """Write the chain from --from to --to as NDJSON, as GET /audit/export does."""
+    """Write the chain from --from to --to as NDJSON, like the API.
+
+    The same lines as GET /audit/export."""
     from db import audit
 
     upto = last if last is not None else 2**63 - 1
@@ -548,9 +579,11 @@ def audit_export(
     with open(file, "wb") as out:
 
         async def write(conn: AsyncConnection) -> int:
-            previous = await audit.link_into(conn, first=first)
+            # One transaction for every page: no pool to keep free here.
+            at: audit.ExportPosition | None = await audit.export_start(conn, first=first, last=upto)
             size = 0
-            async for chunk in audit.export_ndjson(conn, first=first, last=upto, previous=previous):
+            while at is not None:
+                chunk, at = await audit.export_page(conn, at=at)
                 out.write(chunk)
                 size += chunk.count(b"\n")
             return size
@@ -561,7 +594,9 @@ def audit_export(
 
 @app.command()
 def stats() -> None:
-    """Print queue depth, age, leases in flight, overdue items and the aging of open items."""
+    """Print queue depth, age, leases, overdue items and aging.
+
+    Leases in flight, overdue items, and the aging of open items by bucket."""
     from datetime import timedelta
 
     from db import stats as queue_stats
@@ -633,8 +668,9 @@ def serve(
         bool, typer.Option("--deliverer/--no-deliverer", help="Run the webhook deliverer as a child process.")
     ] = True,
 ) -> None:
-    """Migrate, then serve the API beside a reclaimer and a webhook deliverer (dev tokens printed on
-    the embedded database)."""
+    """Migrate, then serve the API beside a reclaimer and a webhook deliverer.
+
+    On the embedded database, dev tokens are printed first."""
     import shutil
     import subprocess
     import tempfile

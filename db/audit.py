@@ -22,7 +22,6 @@ export stay here, in Python, so that they do not depend on the database's own co
 """
 
 import time
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import psycopg
@@ -202,45 +201,57 @@ def verify(
 
 
 # ---------------------------------------------------------------------------------------------
-# Export: the chain's rows in order, with the link into the range.
+# Export: the chain in order, in pages of short transactions, each line with the link into it.
 # ---------------------------------------------------------------------------------------------
 
-_PREVIOUS = text("SELECT hash FROM review_queue_chain WHERE seq = :seq")
-_RANGE = text(
+EXPORT_PAGE = 1000  # lines a page reads: about 500 KB, in one short transaction
+
+
+@dataclass(frozen=True, slots=True)
+class ExportPosition:
+    """Where an export stands between two pages."""
+
+    after: int  # the last seq exported (the seq before the range, at the start)
+    last: int  # the last seq to export: what was asked for, capped at the head when it began
+    previous: bytes  # the hash of seq `after`: what the next line links to
+
+
+_START = text(
+    "SELECT (SELECT hash FROM review_queue_chain WHERE seq = :before) AS previous,"
+    " (SELECT max(seq) FROM review_queue_chain) AS head"
+)
+_PAGE = text(
     f"SELECT c.seq, c.hash, {_FIELDS} FROM review_queue_chain c"
     " JOIN review_queue_event e ON e.id = c.event_id"
-    " WHERE c.seq BETWEEN :first AND :last ORDER BY c.seq"
+    " WHERE c.seq > :after AND c.seq <= :last ORDER BY c.seq LIMIT :limit"
 )
 
 
-async def link_into(conn: AsyncConnection, *, first: int) -> bytes:
-    """The hash a range starting at `first` links to (32 zeros for seq 1)."""
-    if first <= 1:
-        return GENESIS
-    digest = await conn.scalar(_PREVIOUS, {"seq": first - 1})
-    return GENESIS if digest is None else bytes(digest)
+async def export_start(conn: AsyncConnection, *, first: int, last: int) -> ExportPosition:
+    """Where an export of seq `first` to `last` starts: the hash the range links to (32 zeros for
+    seq 1), and its end, capped at the head now.
+
+    The pages that follow each read in a transaction of their own, and together they are the
+    chain as it stood here, as one snapshot would have read it: the chain is append-only (a
+    trigger refuses UPDATE, DELETE and TRUNCATE), seqs are given in order under the sealer's lock
+    (every seq up to the head read here is committed, anything sealed later is above it), and each
+    page is a keyset range on seq (the primary key) below the cap.
+    """
+    row = (await conn.execute(_START, {"before": first - 1})).one()
+    previous = GENESIS if first <= 1 or row.previous is None else bytes(row.previous)
+    return ExportPosition(after=first - 1, last=min(last, row.head or 0), previous=previous)
 
 
-async def chain_range(
-    conn: AsyncConnection, *, first: int, last: int
-) -> AsyncIterator[tuple[int, bytes, EventFields]]:
-    """(seq, hash, event) from first to last, streamed through a server-side cursor."""
-    result = await conn.stream(_RANGE.execution_options(yield_per=1000), {"first": first, "last": last})
-    async for row in result:
-        yield int(row[0]), bytes(row[1]), _fields(tuple(row[2:]))
-
-
-async def export_ndjson(
-    conn: AsyncConnection, *, first: int, last: int, previous: bytes, chunk_lines: int = 500
-) -> AsyncIterator[bytes]:
-    """The export's NDJSON (db/chain.export_line), a few hundred lines per chunk: memory stays
-    bounded whatever the range. `previous` is link_into(first)."""
-    lines: list[bytes] = []
-    async for seq, digest, event in chain_range(conn, first=first, last=last):
-        lines.append(export_line(seq, previous, digest, event))
+async def export_page(
+    conn: AsyncConnection, *, at: ExportPosition, limit: int = EXPORT_PAGE
+) -> tuple[bytes, ExportPosition | None]:
+    """The export's next lines after `at` as NDJSON (db/chain.export_line), and where the page
+    after starts (None: the export is complete)."""
+    rows = (await conn.execute(_PAGE, {"after": at.after, "last": at.last, "limit": limit})).all()
+    lines, seq, previous = [], at.after, at.previous
+    for row in rows:
+        seq, digest = int(row[0]), bytes(row[1])
+        lines.append(export_line(seq, previous, digest, _fields(tuple(row[2:]))))
         previous = digest
-        if len(lines) >= chunk_lines:
-            yield b"".join(lines)
-            lines.clear()
-    if lines:
-        yield b"".join(lines)
+    done = len(rows) < limit or seq >= at.last
+    return b"".join(lines), None if done else ExportPosition(after=seq, last=at.last, previous=previous)

@@ -176,8 +176,10 @@ def verify_lines(lines: Iterable[bytes], *, against: tuple[int, bytes] | None = 
             event = _event_of(obj)
             if not isinstance(seq, int) or isinstance(seq, bool) or len(digest) != 32 or len(prev_hash) != 32:
                 raise ValueError("seq or hash")
-        except (ValueError, KeyError, TypeError, AttributeError) as error:
-            return result(Break(seq_guess, "malformed", f"line {number} is not an export line ({error})"))
+        except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as error:
+            # RecursionError: a line nested deeper than the parser or the encoder goes.
+            why = "nested too deep" if isinstance(error, RecursionError) else error
+            return result(Break(seq_guess, "malformed", f"line {number} is not an export line ({why})"))
         if last is None:
             first = seq
             if seq == 1 and prev_hash != GENESIS:

@@ -1,6 +1,7 @@
 """Connections: which database, how the pool behaves, and what every transaction sets first."""
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Coroutine
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -239,16 +240,35 @@ class OneRoundTrip:
                 for cursor, (sql, arguments) in zip(cursors, queries, strict=True):
                     await cursor.execute(sql, arguments)
             return [await _records(cursor) for cursor in cursors]
-        except psycopg.Error:
+        except psycopg.Error as error:
             # psycopg keeps a result on each cursor whose statement ran; the first without one failed.
             ran = [c.pgresult is not None and c.pgresult.status != ExecStatus.FATAL_ERROR for c in cursors]
             self.failed_step = ran.index(False) if False in ran else None
-            raise
+            server = _server_error(error)
+            if server is error:
+                raise
+            raise server from None
         finally:
             if not raw.broken:
-                if raw.info.transaction_status != TransactionStatus.IDLE:
-                    await raw.rollback()
-                await raw.set_autocommit(False)
+                # After an error at the Sync (the implicit COMMIT) psycopg leaves the connection in
+                # pipeline mode: these fail too, and it is closed instead of pooled (_give_back).
+                with contextlib.suppress(psycopg.Error):
+                    if raw.info.transaction_status != TransactionStatus.IDLE:
+                        await raw.rollback()
+                    await raw.set_autocommit(False)
+
+
+def _server_error(error: BaseException) -> BaseException:
+    """What the server said, when psycopg raised its own error while handling it. An error at the
+    Sync, where the implicit transaction commits (a lock timeout on NOTIFY's queue lock, a deferred
+    constraint), comes out of the pipeline as "cannot exit pipeline mode while busy", with the
+    server's error as its context: that one says what happened (db.errors.classify)."""
+    found: BaseException | None = error
+    while found is not None:
+        if isinstance(found, psycopg.Error) and found.sqlstate is not None:
+            return found
+        found = found.__context__
+    return error
 
 
 async def _give_back(pooled: PoolProxiedConnection, raw: psycopg.AsyncConnection[Any]) -> None:

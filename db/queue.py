@@ -1866,3 +1866,48 @@ async def decisions(conn: AsyncConnection, *, actor: str, before: int | None, li
     # By position: the event's columns, then the item's (both have an `id`).
     split = len(_EVENT_COLUMNS)
     return [Decision(Event(*r[:split]), Item(*r[split:])) for r in rows]
+
+
+@dataclass(frozen=True, slots=True)
+class LostLease:
+    """A holder's lease that expired and that the reclaimer took back: its RECLAIMED event."""
+
+    item_id: UUID
+    lease_expired_at: datetime
+    reclaimed_at: datetime
+
+
+_leased_since = event.alias("leased_since")
+# Why a holder's call was refused, when the reclaimer ended their lease: the item's last RECLAIMED
+# event naming them as the previous holder, unless they leased the item again after it. On the
+# index of (item_id, id); read only for a refusal, after it.
+_LOST = (
+    select(
+        event.c.item_id,
+        cast(event.c.details["lease_expired_at"].astext, DateTime(timezone=True)).label("lease_expired_at"),
+        event.c.at.label("reclaimed_at"),
+    )
+    .where(
+        event.c.item_id == func.any(bindparam("item_ids", type_=ARRAY(PG_UUID(as_uuid=True)))),
+        event.c.event == "RECLAIMED",
+        event.c.details["previous_holder"].astext == bindparam("holder", type_=Text),
+        ~exists().where(
+            _leased_since.c.item_id == event.c.item_id,
+            _leased_since.c.id > event.c.id,
+            _leased_since.c.event == "LEASED",
+            _leased_since.c.actor == bindparam("holder", type_=Text),
+        ),
+    )
+    .order_by(event.c.item_id, event.c.id.desc())
+)
+
+
+async def lost_leases(
+    conn: AsyncConnection, *, item_ids: Sequence[UUID], holder: str
+) -> dict[UUID, LostLease]:
+    """For each item whose lease `holder` lost to the reclaimer (and has not leased again since):
+    when the lease expired and when it was reclaimed."""
+    found: dict[UUID, LostLease] = {}
+    for row in await conn.execute(_LOST, {"item_ids": list(item_ids), "holder": holder}):
+        found.setdefault(row.item_id, LostLease(*row))  # the newest of each item comes first
+    return found

@@ -18,6 +18,7 @@ import psycopg
 import pytest
 
 from api.client import ReviewQueueClient
+from tests.api.helpers import item_body
 from tests.conftest import LONG, OwnPostgres, libpq, start_server, stop_server
 from tests.support import backdate_lease, seed_items, wait_for
 from tests.test_reclaimer import start_reclaimer
@@ -326,3 +327,86 @@ def test_slow_uploads_hold_no_database_connection(
         for sock in stalled:
             sock.close()
         stop_server(process)
+
+
+def _blocked_in_commit(sql: psycopg.Connection, pid: int) -> bool:
+    row = sql.execute("SELECT wait_event FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone()
+    return row is not None and row[0] == "SyncRep"
+
+
+def test_a_lock_timeout_at_commit_is_a_503_everywhere(
+    own_postgres: OwnPostgres, make_token_on: Callable[[str, str, str], str], tmp_path: Path
+) -> None:
+    """NOTIFY takes one database-wide lock at COMMIT (notifying commits queue up in order). A commit
+    that holds it long (here: one waiting for a synchronous standby that never answers) makes every
+    other notifying commit hit lock_timeout at its COMMIT, as seen under load. Both transaction paths
+    (POST /items through the request's transaction, a release in one round trip) must answer 503
+    DATABASE_UNAVAILABLE, log it and count it so, and never print an ASGI traceback."""
+    url = own_postgres.url
+
+    def local_session() -> psycopg.Connection:
+        sql = psycopg.connect(libpq(url), autocommit=True)
+        sql.execute("SET synchronous_commit = local")  # this session's commits never wait
+        return sql
+
+    with local_session() as sql:
+        seed_items(sql, 2)
+        # Only the blocker waits for the standby: the service's sessions commit locally.
+        sql.execute("ALTER DATABASE postgres SET synchronous_commit = local")
+        sql.execute("ALTER SYSTEM SET synchronous_standby_names = 'nobody'")
+        sql.execute("SELECT pg_reload_conf()")
+    admin = {"Authorization": f"Bearer {make_token_on(url, 'ada', 'admin')}"}
+    alice = {"Authorization": f"Bearer {make_token_on(url, 'alice', 'reviewer')}"}
+    log = tmp_path / "server.log"
+    env = {"DATABASE_URL": url, "REVIEW_QUEUE_LOG_FORMAT": "json", "REVIEW_QUEUE_LOG_LEVEL": "INFO"}
+    process, base = start_server(env, stdout=log.open("wb"))
+    blocker = psycopg.connect(libpq(url))
+    blocker.execute("SET synchronous_commit = on")
+    blocker.execute("CREATE TEMP TABLE written (x int)")  # a commit waits for a standby if it wrote
+    blocker.execute("NOTIFY review_queue_elsewhere")
+    committing = threading.Thread(target=blocker.commit)  # returns once its backend is cancelled
+
+    def unblock() -> None:
+        with local_session() as sql:
+            sql.execute("SELECT pg_cancel_backend(%s)", (blocker.info.backend_pid,))
+        committing.join(timeout=60)
+        assert not committing.is_alive()
+
+    try:
+        with httpx.Client(base_url=base, timeout=60) as http:
+            items = http.post("/leases", json={"batch_size": 2}, headers=alice).json()["items"]
+            assert len(items) == 2
+            committing.start()
+            with local_session() as sql:
+                wait_for(lambda: _blocked_in_commit(sql, blocker.info.backend_pid), 60)
+            enqueued = http.post("/items", json=item_body(), headers=admin)
+            released = http.post(f"/items/{items[0]['id']}/release", json={}, headers=alice)
+            # A commit that notifies nobody is not held up.
+            assert http.get("/stats", headers=alice).status_code == 200
+            unblock()
+            for response in (enqueued, released):
+                problem = response.json()
+                assert (response.status_code, problem["code"]) == (503, "DATABASE_UNAVAILABLE"), problem
+                assert "lock timeout" in problem["detail"], problem
+            # Nothing of either was kept, and the pool is healthy: both go through now.
+            assert http.post("/items", json=item_body(), headers=admin).status_code == 201
+            assert http.post(f"/items/{items[0]['id']}/release", json={}, headers=alice).status_code == 200
+            metrics = http.get("/metrics", headers=admin).text
+    finally:
+        if committing.is_alive():
+            unblock()
+        blocker.close()
+        stop_server(process)
+        with local_session() as sql:
+            sql.execute("ALTER SYSTEM RESET synchronous_standby_names")
+            sql.execute("SELECT pg_reload_conf()")
+    for route in ("/items", "/items/{item_id}/release"):
+        assert f'route="{route}",status="503"}} 1.0' in metrics, metrics
+        assert f'review_queue_lock_timeouts_total{{route="{route}"}} 1.0' in metrics, metrics
+        assert f'review_queue_database_unavailable_total{{route="{route}"}} 1.0' in metrics, metrics
+    assert 'status="500"' not in metrics, metrics
+    text = log.read_text()
+    assert "Traceback" not in text and "Exception in ASGI application" not in text, text[-5000:]
+    logged = [json.loads(line) for line in text.splitlines() if line.startswith("{")]
+    statuses = [line["status"] for line in logged if line.get("event") == "http_request"]
+    assert statuses.count(503) == 2 and 500 not in statuses, statuses

@@ -1,10 +1,12 @@
 """The README's curl walk-through, run as written against a live server, so the docs cannot drift.
 
 Every ```sh block of the "Walk-through with curl" section is cut into its commands, in order; the
-commands run in one bash session (with the dev tokens exported as `make run` prints them, and
-`localhost:8000` pointed at the test's server), and each command's answer is checked. A changed,
-added or removed command fails the test until the expectations below say what it should answer.
-The snippets need curl and python3 (jq is not assumed): the test fails, and says so, without curl.
+commands run in one bash session (with the dev tokens exported as `make run` prints them, and PORT
+set to the test's server), and each command's answer is checked. The walk-through runs twice over
+the same server and database, as a person who tries it again the next day does: every answer is
+checked both times, and neither run may print a traceback. A changed, added or removed command fails
+the test until the expectations below say what it should answer. The snippets need curl and python3
+(jq is not assumed): the test fails, and says so, without curl.
 """
 
 import contextlib
@@ -73,7 +75,7 @@ Check = Callable[[str, dict[str, Any]], None]
 def _enqueued(out: str, seen: dict[str, Any]) -> None:
     item = _json(out)
     assert (item["idempotency_key"], item["state"], item["variance_amount"]) == (
-        "ACME-2026-11-30-0042",
+        f"ACME-2026-11-30-0042-{seen['run']}",
         "PENDING",
         "12.50",
     ), item
@@ -113,13 +115,19 @@ def _trail(out: str, seen: dict[str, Any]) -> None:
 
 def _batch(out: str, seen: dict[str, Any]) -> None:
     (result,) = _json(out)["results"]
-    assert result["outcome"] == "created" and result["item"]["idempotency_key"] == "b-1", result
+    assert result["outcome"] == "created" and result["item"]["idempotency_key"] == f"b-1-{seen['run']}", (
+        result
+    )
     assert result["item"]["due_at"] == "2030-12-31T17:00:00+00:00", result
 
 
 def _released(out: str, seen: dict[str, Any]) -> None:
     item = _json(out)
-    assert (item["idempotency_key"], item["state"], item["leased_by"]) == ("b-1", "PENDING", None), item
+    assert (item["idempotency_key"], item["state"], item["leased_by"]) == (
+        f"b-1-{seen['run']}",
+        "PENDING",
+        None,
+    )
 
 
 def _catalogue(out: str, seen: dict[str, Any]) -> None:
@@ -131,6 +139,7 @@ def _catalogue(out: str, seen: dict[str, Any]) -> None:
 def _big_enqueued(out: str, seen: dict[str, Any]) -> None:
     item = _json(out)
     assert (item["variance_amount"], item["state"]) == ("25000.00", "PENDING"), item
+    assert item["idempotency_key"] == f"ACME-2026-11-30-0043-{seen['run']}", item
     seen["big"] = item["id"]
 
 
@@ -156,12 +165,12 @@ def _approved(out: str, seen: dict[str, Any]) -> None:
 
 def _batch_completed(out: str, seen: dict[str, Any]) -> None:
     resolved, unknown = _json(out)["results"]
-    assert (resolved["outcome"], resolved["item"]["idempotency_key"]) == ("resolved", "b-1"), resolved
+    assert (resolved["outcome"], resolved["item"]["idempotency_key"]) == ("resolved", f"b-1-{seen['run']}")
     assert (unknown["outcome"], unknown["problem"]["code"], unknown["item"]) == ("refused", "NOT_FOUND", None)
 
 
 def _due_soon(out: str, seen: dict[str, Any]) -> None:
-    assert [i["idempotency_key"] for i in _json(out)["items"]] == ["b-1"], out
+    assert [i["idempotency_key"] for i in _json(out)["items"]] == [f"b-1-{seen['run']}"], out
 
 
 def _stats(out: str, seen: dict[str, Any]) -> None:
@@ -170,7 +179,7 @@ def _stats(out: str, seen: dict[str, Any]) -> None:
         "PENDING": 0,
         "ASSIGNED": 0,
         "QUARANTINED": 0,
-        "RESOLVED": 3,
+        "RESOLVED": 3 * seen["runs"],  # each run resolves its three items
         "AWAITING_APPROVAL": 0,
     }, out
     assert (stats["overdue"], stats["aging"]["0-1d"]) == (0, 0), out
@@ -199,8 +208,14 @@ def _nothing(out: str, seen: dict[str, Any]) -> None:
     _empty(out)
 
 
+def _run_suffix(out: str, seen: dict[str, Any]) -> None:
+    assert re.fullmatch(r"[0-9a-f]{8}", out), out
+    seen["run"] = out
+
+
 EXPECTED: list[tuple[str, Check]] = [
-    ("-X POST localhost:8000/items ", _enqueued),
+    ("RUN=$(python3", _run_suffix),
+    ("-X POST localhost:${PORT:-8000}/items ", _enqueued),
     ("LEASED=$(curl", _nothing),
     ('echo "$LEASED"', _leased),
     ('ID=$(echo "$LEASED"', _nothing),
@@ -209,7 +224,7 @@ EXPECTED: list[tuple[str, Check]] = [
     ("leased_by=me", _mine),
     ("/items/$ID/complete", _completed),
     ("/items/$ID/events", _trail),
-    ("localhost:8000/resolutions", _catalogue),
+    ("localhost:${PORT:-8000}/resolutions", _catalogue),
     ("ACME-2026-11-30-0043", _big_enqueued),
     ("LEASED=$(curl", _nothing),
     ('ID=$(echo "$LEASED"', _nothing),
@@ -219,12 +234,12 @@ EXPECTED: list[tuple[str, Check]] = [
     ("APPROVAL_TOKEN=$(echo", _nothing),
     ("/items/$ID/approve", _approved),
     ("/items/batch", _batch),
-    ("ID=$(curl -s -X POST localhost:8000/leases", _nothing),
+    ("ID=$(curl -s -X POST localhost:${PORT:-8000}/leases", _nothing),
     ("/items/$ID/release", _released),
     ("due_before=", _due_soon),
-    ("ID=$(curl -s -X POST localhost:8000/leases", _nothing),
-    ("localhost:8000/items/complete ", _batch_completed),
-    ("localhost:8000/stats", _stats),
+    ("ID=$(curl -s -X POST localhost:${PORT:-8000}/leases", _nothing),
+    ("localhost:${PORT:-8000}/items/complete ", _batch_completed),
+    ("localhost:${PORT:-8000}/stats", _stats),
     ("/admin/reclaim", _reclaimed_nothing),
     ("localhost:8000/events?limit=2", _feed),
 ]
@@ -246,6 +261,7 @@ def test_the_walk_through_is_what_this_test_checks() -> None:
         assert fragment in command, f"expected a command with {fragment!r}, the README has:\n{command}"
     assert "jq " not in README, "the README's snippets use python3 for JSON, not jq (not on a fresh machine)"
     assert "uv run" not in README, "uv may not be on PATH on a fresh machine: use .venv/bin or make"
+    assert "localhost:8000" not in section("Walk-through with curl"), "the port is ${PORT:-8000}"
 
 
 def _needs(tool: str) -> str:
@@ -254,35 +270,46 @@ def _needs(tool: str) -> str:
     return path
 
 
-def test_the_curl_walk_through_answers_as_documented(
+def test_the_curl_walk_through_answers_as_documented_twice_over_one_database(
     live_server: str, make_token: Callable[[str, str], str]
 ) -> None:
     _needs("curl"), _needs("python3")
-    host = live_server.removeprefix("http://")
     script = ["set -eu -o pipefail"]
     for command in _walk_through():
-        script += [command.replace("localhost:8000", host), f"printf '\\n{END}\\n'"]
+        # The RUN suffix is printed, so that the checks know this run's keys.
+        script += [
+            command,
+            'printf "%s" "$RUN"' if command.startswith("RUN=") else ":",
+            f"printf '\\n{END}\\n'",
+        ]
     env = {
         "PATH": os.environ["PATH"],
         "HOME": os.environ.get("HOME", "/tmp"),
+        "PORT": live_server.rsplit(":", 1)[1],
         # As `make run` prints them: subjects admin and reviewer.
         "RQ_ADMIN": make_token("admin", "admin"),
         "RQ_REVIEWER": make_token("reviewer", "reviewer"),
         "RQ_APPROVER": make_token("approver", "approver"),
     }
-    result = subprocess.run(
-        ["bash", "-c", "\n".join(script)], env=env, capture_output=True, text=True, timeout=120
-    )
-    assert result.returncode == 0, f"the walk-through failed:\n{result.stdout}\n{result.stderr}"
-    outputs = result.stdout.split(f"\n{END}\n")
-    assert outputs[-1] == "", outputs[-1]
-    assert len(outputs) - 1 == len(EXPECTED), result.stdout
-    seen: dict[str, Any] = {}
-    for out, (fragment, check) in zip(outputs, EXPECTED, strict=False):
-        try:
-            check(out, seen)
-        except (AssertionError, ValueError, KeyError) as error:
-            raise AssertionError(f"the README command with {fragment!r} answered:\n{out}") from error
+    for runs in (1, 2):
+        result = subprocess.run(
+            ["bash", "-c", "\n".join(script)], env=env, capture_output=True, text=True, timeout=120
+        )
+        assert result.returncode == 0, (
+            f"run {runs} of the walk-through failed:\n{result.stdout}\n{result.stderr}"
+        )
+        assert "Traceback" not in result.stderr, f"run {runs}:\n{result.stderr}"
+        outputs = result.stdout.split(f"\n{END}\n")
+        assert outputs[-1] == "", outputs[-1]
+        assert len(outputs) - 1 == len(EXPECTED), result.stdout
+        seen: dict[str, Any] = {"runs": runs}
+        for out, (fragment, check) in zip(outputs, EXPECTED, strict=False):
+            try:
+                check(out, seen)
+            except (AssertionError, ValueError, KeyError) as error:
+                raise AssertionError(
+                    f"run {runs}: the README command with {fragment!r} answered:\n{out}"
+                ) from error
 
 
 def test_the_reclaim_demo_reclaims(db_url: str, make_token: Callable[[str, str], str]) -> None:

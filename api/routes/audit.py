@@ -1,7 +1,7 @@
 """Evidence for auditors: the hash chain's events as NDJSON, in chain order (docs/audit.md)."""
 
+import logging
 from collections.abc import AsyncIterator
-from contextlib import AsyncExitStack
 from typing import Annotated
 
 import anyio
@@ -13,8 +13,10 @@ from api.deps import Auditor, request_transaction
 from api.errors import problem_responses
 from api.routing import QueueRoute
 from db import audit
+from db.errors import classify
 
 router = APIRouter(route_class=QueueRoute, tags=["audit"])
+log = logging.getLogger("review_queue.api")
 
 BIGINT_MAX = 2**63 - 1
 NDJSON = "application/x-ndjson"
@@ -53,25 +55,46 @@ async def export(
                 for name in unknown
             ]
         )
-    # Not the request's `Conn`: that transaction commits before the response is sent, and this
-    # body is read after. The stream has its own connection and transaction, opened here (so a
-    # database that is away is still a 503) and closed when the last line is sent.
-    stack = AsyncExitStack()
-    conn = await stack.enter_async_context(request_transaction(request))
-    try:
-        previous = await audit.link_into(conn, first=first)
-    except BaseException:
-        await stack.aclose()
-        raise
+    # Not the request's `Conn`, and no transaction held while the client reads: pages of the chain,
+    # each read in a short transaction of its own and sent before the next is read, so a client
+    # that stops reading costs a socket and one page of memory, never a pooled connection (20
+    # auditors who stopped reading once held the whole pool). The first page is read before the
+    # answer, so a database that is away is still a 503.
+    async with request_transaction(request) as conn:
+        position = await audit.export_start(conn, first=first, last=last)
+        page, after = await audit.export_page(conn, at=position)
 
     async def body() -> AsyncIterator[bytes]:
-        try:
-            async for chunk in audit.export_ndjson(conn, first=first, last=last, previous=previous):
+        chunk, at = page, after
+        while True:
+            if chunk:
                 yield chunk
-        finally:
-            # A client that goes away cancels the stream; the connection still goes back to the
-            # pool (its transaction rolled back) rather than to the garbage collector.
+            if at is None:
+                return
+            # Read to its end even if the client leaves meanwhile, so that its connection goes back
+            # to the pool (a cancelled close would leave it to the garbage collector).
             with anyio.CancelScope(shield=True):
-                await stack.aclose()
+                chunk, at = await _next_page(request, at)
 
     return StreamingResponse(body(), media_type=NDJSON)
+
+
+PAGE_ATTEMPTS = 3
+
+
+async def _next_page(request: Request, at: audit.ExportPosition) -> tuple[bytes, audit.ExportPosition | None]:
+    """A page, in a transaction of its own. The answer has begun, so a database that is busy (the
+    pool exhausted, a lock or statement timeout) is tried again a few times rather than turned
+    into a 503; if it stays away, the stream is cut off without its final chunk, which clients see
+    as an incomplete transfer (docs/audit.md: resume with from=<the last seq received + 1>)."""
+    for attempt in range(1, PAGE_ATTEMPTS + 1):
+        try:
+            async with request_transaction(request) as conn:
+                return await audit.export_page(conn, at=at)
+        except Exception as error:
+            reason = classify(error)
+            if reason is None or attempt == PAGE_ATTEMPTS:
+                log.warning("audit_export_cut_off", extra={"after_seq": at.after, "reason": reason})
+                raise
+            await anyio.sleep(0.5 * attempt)
+    raise AssertionError("unreachable")

@@ -1,10 +1,11 @@
 """Items: enqueue, read, and the holder's actions (renew, release, complete)."""
 
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Annotated
 from uuid import UUID
 
 from fastapi import APIRouter, Body, Path, Query, Request, Response, status
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from api.deps import (
     Admin,
@@ -94,7 +95,47 @@ def source_changed(item: queue.Item, principal: Principal) -> ProblemError:
     )
 
 
-def _held(
+def _utc(moment: datetime) -> str:
+    return moment.astimezone(UTC).isoformat()
+
+
+def not_held(item_id: UUID, lost: queue.LostLease | None, *, lease: str = "lease") -> ProblemError:
+    """409 LEASE_NOT_HELD; when the reclaimer took the caller's lease back, what happened and when
+    (from its RECLAIMED event). It names nobody else: who holds the item now, if anyone, is for
+    GET /items/{id} to say."""
+    if lost is None:
+        return ProblemError("LEASE_NOT_HELD", f"you do not hold the current {lease} on item {item_id}")
+    expired, reclaimed = _utc(lost.lease_expired_at), _utc(lost.reclaimed_at)
+    return ProblemError(
+        "LEASE_NOT_HELD",
+        f"your {lease} on item {item_id} expired at {expired} and was reclaimed at {reclaimed}, back"
+        " to its queue; nothing was changed",
+        extra={"lease_expired_at": expired, "reclaimed_at": reclaimed},
+    )
+
+
+def _may_have_lost(outcome: str, item: queue.Item | None, principal: Principal) -> bool:
+    # A refusal the reclaimer may explain: not the caller's current lease, and the caller does
+    # not hold the item now (if they do, their token is from an older lease of theirs).
+    return outcome == "lease_not_held" and item is not None and item.leased_by != principal.subject
+
+
+async def _lost_leases(
+    request: Request, principal: Principal, refused: list[tuple[str, queue.Item | None]]
+) -> dict[UUID, queue.LostLease]:
+    """The caller's leases the reclaimer took back, for the refusals it may explain: read only
+    then, in a transaction of its own after the holder's call (one round trip, already over)."""
+    ids = [
+        item.id for outcome, item in refused if item is not None and _may_have_lost(outcome, item, principal)
+    ]
+    if not ids:
+        return {}
+    async with request_transaction(request) as conn:
+        return await queue.lost_leases(conn, item_ids=ids, holder=principal.subject)
+
+
+async def _held(
+    request: Request,
     outcome: queue.HolderOutcome,
     item: queue.Item | None,
     item_id: UUID,
@@ -106,7 +147,8 @@ def _held(
     if outcome == "lease_not_held":
         if queue.source_changed(item, principal.subject, nonce, None):
             raise source_changed(item, principal)
-        raise ProblemError("LEASE_NOT_HELD", f"you do not hold the current lease on item {item_id}")
+        lost = await _lost_leases(request, principal, [(outcome, item)])
+        raise not_held(item_id, lost.get(item_id))
     return ItemOut.of(item, principal.subject)
 
 
@@ -129,6 +171,7 @@ def _completion_problem(
     resolution: str,
     principal: Principal,
     allowed: list[str],
+    lost: queue.LostLease | None,
 ) -> ProblemError | None:
     """The problem a completion answers, or None when it succeeded: one rule for both routes."""
     if outcome == "not_found" or item is None:
@@ -155,7 +198,7 @@ def _completion_problem(
             },
         )
     if outcome == "lease_not_held":
-        return ProblemError("LEASE_NOT_HELD", f"you do not hold the current lease on item {item_id}")
+        return not_held(item_id, lost)
     return None
 
 
@@ -185,7 +228,10 @@ async def complete(item_id: ItemId, body: CompleteIn, principal: Reviewer, reque
         source_hash=body.source_hash,
     )
     allowed = await _allowed_codes(request, [outcome])
-    problem = _completion_problem(outcome, item, item_id, body.resolution, principal, allowed)
+    lost = await _lost_leases(request, principal, [(outcome, item)])
+    problem = _completion_problem(
+        outcome, item, item_id, body.resolution, principal, allowed, lost.get(item_id)
+    )
     if problem is not None:
         raise problem
     assert item is not None and outcome in (
@@ -210,9 +256,12 @@ async def complete_batch(body: CompleteBatchIn, principal: Reviewer, request: Re
         one_round_trip(request), completions=completions, reviewer=principal.subject
     )
     allowed = await _allowed_codes(request, [outcome for outcome, _ in results])
+    lost = await _lost_leases(request, principal, list(results))
     out = []
     for (outcome, item), entry in zip(results, body.items, strict=True):
-        problem = _completion_problem(outcome, item, entry.id, entry.resolution, principal, allowed)
+        problem = _completion_problem(
+            outcome, item, entry.id, entry.resolution, principal, allowed, lost.get(entry.id)
+        )
         if problem is not None:
             body_ = problem_body(problem.code, problem.detail, **problem.extra)
             out.append(CompleteResult(id=entry.id, outcome="refused", problem=Problem(**body_)))
@@ -246,7 +295,7 @@ async def renew(
         lease_nonce=nonce,
         lease_duration=timedelta(milliseconds=settings.lock_timeout_ms),
     )
-    return _held(outcome, item, item_id, principal, nonce)
+    return await _held(request, outcome, item, item_id, principal, nonce)
 
 
 @router.post(
@@ -273,7 +322,7 @@ async def release(
         max_attempts=settings.max_attempts,
         cooldown=timedelta(seconds=settings.release_cooldown_s),
     )
-    return _held(outcome, item, item_id, principal, nonce)
+    return await _held(request, outcome, item, item_id, principal, nonce)
 
 
 @router.post(
@@ -450,7 +499,13 @@ async def reopen(item_id: ItemId, body: ReopenIn, principal: Admin, conn: Conn) 
 _APPROVAL_PROBLEMS = problem_responses("NOT_FOUND", "LEASE_NOT_HELD", "SEGREGATION_OF_DUTIES")
 
 
-def _approval_refused(outcome: queue.ApprovalOutcome, item: queue.Item | None, item_id: UUID) -> None:
+async def _approval_refused(
+    conn: AsyncConnection,
+    outcome: queue.ApprovalOutcome,
+    item: queue.Item | None,
+    item_id: UUID,
+    approver: Principal,
+) -> None:
     if outcome == "not_found" or item is None:
         raise ProblemError("NOT_FOUND", f"no item {item_id}")
     if outcome == "segregation_of_duties":
@@ -460,7 +515,10 @@ def _approval_refused(outcome: queue.ApprovalOutcome, item: queue.Item | None, i
             extra={"prepared_by": item.prepared_by},
         )
     if outcome == "lease_not_held":
-        raise ProblemError("LEASE_NOT_HELD", f"you do not hold the current approval lease on item {item_id}")
+        lost = None
+        if _may_have_lost(outcome, item, approver):  # the refusal changed nothing: read why, here
+            lost = (await queue.lost_leases(conn, item_ids=[item_id], holder=approver.subject)).get(item_id)
+        raise not_held(item_id, lost, lease="approval lease")
 
 
 @router.post(
@@ -481,7 +539,7 @@ async def approve(
         approver=principal.subject,
         lease_nonce=_nonce(item_id, body.lease_token if body else None),
     )
-    _approval_refused(outcome, item, item_id)
+    await _approval_refused(conn, outcome, item, item_id, principal)
     assert item is not None and outcome in ("approved", "already_approved")
     return ApproveOut(outcome=outcome, item=ItemOut.of(item, principal.subject))
 
@@ -502,7 +560,7 @@ async def reject(item_id: ItemId, body: RejectIn, conn: Conn, principal: Approve
         reason=body.reason,
         lease_nonce=_nonce(item_id, body.lease_token),
     )
-    _approval_refused(outcome, item, item_id)
+    await _approval_refused(conn, outcome, item, item_id, principal)
     assert item is not None
     return ItemOut.of(item, principal.subject)
 

@@ -5,10 +5,11 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
-from datetime import timedelta
+from datetime import datetime, timedelta
 from decimal import Decimal
 from uuid import UUID
 
+import httpx
 import psycopg
 import pytest
 
@@ -527,3 +528,40 @@ def test_the_token_can_be_a_function_called_for_every_request(
             return [(await client.lease(batch_size=1))[0].leased_by for _ in range(2)]
 
     assert asyncio.run(run()) == ["third", "fourth"]
+
+
+def test_lease_not_held_says_when_the_reclaimer_took_the_lease_back(
+    live_server: str, make_token: Callable[[str, str], str], sql: psycopg.Connection
+) -> None:
+    from tests.support import backdate_lease
+
+    seed_items(sql, 1)
+    admin = make_token("ada", "admin")
+    with ReviewQueueClient(live_server, make_token("alice", "reviewer")) as alice:
+        (leased,) = alice.lease(1)
+        backdate_lease(sql, leased.id)
+        reclaimed_now = httpx.post(
+            f"{live_server}/admin/reclaim", headers={"Authorization": f"Bearer {admin}"}
+        )
+        assert reclaimed_now.json()["reclaimed"] == 1
+        with pytest.raises(LeaseNotHeld) as lost:
+            alice.complete(leased.id, "APPROVED", lease_token=leased.lease_token)
+        (reclaimed,) = [e for e in alice.events(leased.id) if e.event == "RECLAIMED"]
+    assert lost.value.reclaimed_at == reclaimed.at
+    assert lost.value.lease_expired_at == datetime.fromisoformat(reclaimed.details["lease_expired_at"])
+
+    alice_again = make_token("alice", "reviewer")
+
+    async def tokenless() -> LeaseNotHeld:
+        async with AsyncReviewQueueClient(live_server, alice_again) as again:
+            with pytest.raises(LeaseNotHeld) as refused:
+                await again.renew(leased.id)
+            return refused.value
+
+    assert asyncio.run(tokenless()).reclaimed_at == reclaimed.at
+    with (
+        ReviewQueueClient(live_server, make_token("bob", "reviewer")) as bob,
+        pytest.raises(LeaseNotHeld) as plain,
+    ):
+        bob.renew(leased.id)
+    assert plain.value.reclaimed_at is None and plain.value.lease_expired_at is None

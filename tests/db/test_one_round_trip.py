@@ -13,6 +13,7 @@ from sqlalchemy import Integer, bindparam, func, select, text, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from db.engine import OneRoundTrip, create_engine
+from db.errors import classify
 from db.tables import review_queue_item as item
 from tests.support import seed_items
 
@@ -44,6 +45,32 @@ async def test_a_failed_step_undoes_the_steps_before_it(engine: AsyncEngine, sql
     assert sql.execute("SELECT ledger_entity FROM review_queue_item").fetchall() == [("ACME-CORP",)]
     # And with no failure, the same step is committed when execute_all returns.
     (rows,) = await one(engine).execute_all([(touched, {})])
+    assert len(rows) == 1
+    assert sql.execute("SELECT ledger_entity FROM review_queue_item").fetchall() == [("CHANGED",)]
+
+
+async def test_an_error_at_its_commit_is_the_servers_and_the_pool_stays_usable(
+    engine: AsyncEngine, sql: psycopg.Connection
+) -> None:
+    """A deferred trigger runs at the Sync, where the pipeline's implicit transaction commits; one
+    that waits for a lock held elsewhere fails there with lock_timeout. psycopg then raises its own
+    "cannot exit pipeline mode while busy"; the caller must see the server's error (a lock timeout,
+    a 503 that says so) and the next transaction must get a working connection."""
+    seed_items(sql, 1)
+    sql.execute(
+        "CREATE FUNCTION wait_at_commit() RETURNS trigger LANGUAGE plpgsql AS"
+        " $$ BEGIN PERFORM pg_advisory_xact_lock(4242); RETURN NULL; END $$;"
+        " CREATE CONSTRAINT TRIGGER at_commit AFTER UPDATE ON review_queue_item"
+        " DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION wait_at_commit()"
+    )
+    touched = update(item).values(ledger_entity="CHANGED").returning(item.c.id)
+    with psycopg.connect(sql.info.dsn, autocommit=True) as holder:
+        holder.execute("SELECT pg_advisory_lock(4242)")
+        with pytest.raises(psycopg.errors.LockNotAvailable) as raised:
+            await one(engine).execute(touched, {})
+        assert classify(raised.value) == "lock timeout: the table is locked by another session"
+    assert sql.execute("SELECT ledger_entity FROM review_queue_item").fetchall() == [("ACME-CORP",)]
+    (rows,) = await one(engine).execute_all([(touched, {})])  # the one pooled connection, replaced
     assert len(rows) == 1
     assert sql.execute("SELECT ledger_entity FROM review_queue_item").fetchall() == [("CHANGED",)]
 
