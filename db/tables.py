@@ -195,6 +195,20 @@ review_queue_item = Table(
     ),
     # Keyset pagination of GET /items.
     Index("ix_review_queue_item_created_at_id", "created_at", "id"),
+    # The reports (db/reports.py) read resolved history through these two; an item enters them once,
+    # when it is resolved, so no lease, renewal or release writes to them.
+    Index(
+        "ix_review_queue_item_resolved_due",
+        "due_at",
+        postgresql_include=["created_at", "resolved_at", "ledger_entity"],
+        postgresql_where=text("state = 'RESOLVED'"),
+    ),
+    Index(
+        "ix_review_queue_item_resolved_at",
+        "resolved_at",
+        postgresql_include=["created_at", "leased_at", "resolved_by", "approved_by"],
+        postgresql_where=text("state = 'RESOLVED'"),
+    ),
 )
 
 EVENTS = (
@@ -237,6 +251,24 @@ review_queue_event = Table(
     ),
     Index("ix_review_queue_event_item_id_id", "item_id", "id"),
     Index("ix_review_queue_event_xid_id", "xid", "id"),
+    # The reports (db/reports.py): items ever reopened, decisions by time, and the holders' other
+    # decisions by time. Partial, so no LEASED or RENEWED event writes to them.
+    Index("ix_review_queue_event_reopened", "item_id", postgresql_where=text("event = 'REOPENED'")),
+    Index(
+        "ix_review_queue_event_decision_at",
+        "at",
+        "id",
+        postgresql_where=text("event IN ('RESOLVED', 'APPROVED')"),
+    ),
+    Index(
+        "ix_review_queue_event_other_work_at",
+        "at",
+        "id",
+        postgresql_include=["item_id", "actor", "event"],
+        postgresql_where=text(
+            "event IN ('SUBMITTED_FOR_APPROVAL', 'REJECTED') OR (event = 'RELEASED' AND NOT details ? 'override')"
+        ),
+    ),
 )
 
 # The hash chain over the events (docs/audit.md): gapless seq, each hash over the previous one
