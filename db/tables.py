@@ -251,14 +251,22 @@ review_queue_event = Table(
     ),
     Index("ix_review_queue_event_item_id_id", "item_id", "id"),
     Index("ix_review_queue_event_xid_id", "xid", "id"),
-    # The reports (db/reports.py): items ever reopened, decisions by time, and the holders' other
-    # decisions by time. Partial, so no LEASED or RENEWED event writes to them.
+    # The reports (db/reports.py): items ever reopened, decisions by time, the holders' other
+    # decisions by time, and lease starts (the time from lease to decision). Partial: a RENEWED event
+    # enters none of them.
     Index("ix_review_queue_event_reopened", "item_id", postgresql_where=text("event = 'REOPENED'")),
     Index(
         "ix_review_queue_event_decision_at",
         "at",
         "id",
         postgresql_where=text("event IN ('RESOLVED', 'APPROVED')"),
+    ),
+    Index(
+        "ix_review_queue_event_lease_start",
+        "item_id",
+        "id",
+        postgresql_include=["at"],
+        postgresql_where=text("event IN ('LEASED', 'REASSIGNED')"),
     ),
     Index(
         "ix_review_queue_event_other_work_at",

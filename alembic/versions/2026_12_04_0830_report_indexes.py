@@ -4,7 +4,8 @@ Every report reads resolved history, so each new index of the queue table is par
 `state = 'RESOLVED'`: an item enters it once, when it is resolved, and no lease, renewal or
 release writes to it. The open items come from the existing partial indexes of the live queue.
 The event indexes are partial too: the events a report reads are a small share of the trail
-(decisions, the holders' other decisions, reopenings), and no LEASED or RENEWED event enters them.
+(decisions, the holders' other decisions, reopenings, lease starts); a RENEWED event enters none,
+a LEASED event one (the time from lease to decision needs it).
 
 On a large existing table, create these by hand with CREATE INDEX CONCURRENTLY (same names,
 same definitions) before upgrading: the migration then finds them and creates nothing, so
@@ -69,6 +70,16 @@ def upgrade() -> None:
         postgresql_where=sa.text("event IN ('RESOLVED', 'APPROVED')"),
         if_not_exists=True,
     )
+    # The lease each of those decisions ended: the item's latest LEASED or REASSIGNED event before it,
+    # read from the index alone.
+    op.create_index(
+        "ix_review_queue_event_lease_start",
+        "review_queue_event",
+        ["item_id", "id"],
+        postgresql_include=["at"],
+        postgresql_where=sa.text("event IN ('LEASED', 'REASSIGNED')"),
+        if_not_exists=True,
+    )
     op.create_index(
         "ix_review_queue_event_other_work_at",
         "review_queue_event",
@@ -82,6 +93,7 @@ def upgrade() -> None:
 def downgrade() -> None:
     for name, table in (
         ("ix_review_queue_event_other_work_at", "review_queue_event"),
+        ("ix_review_queue_event_lease_start", "review_queue_event"),
         ("ix_review_queue_event_decision_at", "review_queue_event"),
         ("ix_review_queue_event_reopened", "review_queue_event"),
         ("ix_review_queue_item_resolved_at", "review_queue_item"),
