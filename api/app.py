@@ -20,7 +20,7 @@ from api.examples import with_examples
 from api.logs import configure_logging
 from api.metrics import AccessLog
 from api.middleware import BodyLimit
-from api.routes import admin, audit, health, items, leases, ops, resolutions, session
+from api.routes import admin, audit, health, items, leases, ops, reports, resolutions, session
 from api.settings import Settings, get_settings
 from db.engine import create_engine, database_url, libpq_url
 from db.notify import WorkSignal
@@ -34,7 +34,8 @@ DOCS_ASSETS_URL = "/docs/assets"
 # 1.1: due_at, due_before, ledger_entity leases, overdue and aging in /stats.
 # 1.2: source revisions (SOURCE_CHANGED), admin release and reassign, POST /items/complete.
 # 1.3: the resolution catalogue, maker-checker approval (AWAITING_APPROVAL, approve, reject).
-API_VERSION = "1.3.0"
+# 1.4: reports (SLA, throughput, backlog) and the decisions export.
+API_VERSION = "1.4.0"
 
 # One tag per resource; generated clients group their functions by these.
 TAGS = [
@@ -50,6 +51,10 @@ TAGS = [
     {"name": "health", "description": "Liveness and readiness; no token needed."},
     {"name": "session", "description": "The reviewer desk's cookie session: sign in and out."},
     {"name": "audit", "description": "The hash-chained audit trail, exported for auditors."},
+    {
+        "name": "reports",
+        "description": "The controller's reports: SLA attainment, throughput, backlog, the decisions export.",
+    },
 ]
 
 
@@ -170,6 +175,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         ops.router,
         session.router,
         audit.router,
+        reports.router,
     ):
         app.include_router(router, responses=COMMON_PROBLEMS)
     app.include_router(health.router)
