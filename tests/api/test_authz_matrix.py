@@ -47,6 +47,9 @@ INGEST = frozenset({"ingest", "admin"})
 ADMIN = frozenset({"admin"})
 
 
+REPORT_PERIOD = {"from": "2026-11-02", "to": "2026-12-07"}
+
+
 @dataclass(frozen=True)
 class Route:
     roles: frozenset[str] | None
@@ -62,6 +65,7 @@ class Route:
     # The item goes in the body (`body(item_id)`), as one entry of a batch: a refused entry is
     # answered 200 with the problem the single route gives (checked per entry), and changes nothing.
     body_item: bool = False
+    params: dict[str, str] | None = None  # query parameters of a call that succeeds
 
 
 MATRIX: dict[tuple[str, str], Route] = {
@@ -143,6 +147,13 @@ MATRIX: dict[tuple[str, str], Route] = {
     ("GET", "/session"): Route(ANY_ROLE),
     ("DELETE", "/session"): Route(PUBLIC, ok=204),
     ("GET", "/audit/export"): Route(AUDITORS),
+    # The reports: the controller's and the auditor's; every reviewer and approver sees their own
+    # throughput (tests/api/test_reports.py checks that the rows are theirs only).
+    ("GET", "/reports/sla"): Route(AUDITORS, params=REPORT_PERIOD),
+    ("GET", "/reports/throughput"): Route(STATS_READERS, params=REPORT_PERIOD),
+    ("GET", "/reports/backlog"): Route(AUDITORS, params=REPORT_PERIOD),
+    ("GET", "/reports/decisions.csv"): Route(AUDITORS, params=REPORT_PERIOD),
+    ("GET", "/reports/decisions.ndjson"): Route(AUDITORS, params=REPORT_PERIOD),
 }
 
 CALLERS = ("none", "revoked", "reviewer", "approver", "ingest", "auditor", "admin")
@@ -255,7 +266,9 @@ class World:
         route = MATRIX[(method, path)]
         body = route.body
         sent = (body(item_id) if route.body_item else body()) if body else None
-        response: httpx.Response = self.client.request(method, url, json=sent, headers=self.headers[caller])
+        response: httpx.Response = self.client.request(
+            method, url, json=sent, params=route.params, headers=self.headers[caller]
+        )
         return response
 
 
@@ -609,12 +622,33 @@ def test_row_to_json_snapshot_sees_every_column(shared_world: World) -> None:
 
 # Every route that takes query parameters refuses unknown ones (a typo is an answer, not a
 # silently ignored filter); the allowed caller and target are the ones that would succeed.
-QUERY_ROUTES = [("/items", None), ("/items/{item_id}/events", "own"), ("/audit/export", None)]
+QUERY_ROUTES = [
+    ("/items", None),
+    ("/items/{item_id}/events", "own"),
+    ("/audit/export", None),
+    *((path, None) for (_, path), route in MATRIX.items() if route.params),
+]
+
+
+def _query_callers(path: str) -> tuple[str, ...]:
+    route = MATRIX[("GET", path)]
+    if route.roles == AUDITORS:
+        return ("auditor", "admin")
+    if route.params:  # the throughput
+        return ("reviewer", "auditor", "admin")
+    return ("reviewer", "ingest", "admin")
+
+
 # (path, target, caller, parameters of a call that succeeds)
 QUERY_CASES = [
-    (path, target, caller, {"to": 1} if path == "/audit/export" else {"limit": 1})
+    (
+        path,
+        target,
+        caller,
+        MATRIX[("GET", path)].params or ({"to": 1} if path == "/audit/export" else {"limit": 1}),
+    )
     for path, target in QUERY_ROUTES
-    for caller in (("auditor", "admin") if path == "/audit/export" else ("reviewer", "ingest", "admin"))
+    for caller in _query_callers(path)
 ]
 
 
@@ -631,7 +665,7 @@ def test_every_query_route_is_listed() -> None:
 
 @pytest.mark.parametrize(("path", "target", "caller", "params"), QUERY_CASES)
 def test_unknown_query_parameters_are_refused(
-    shared_world: World, path: str, target: str | None, caller: str, params: dict[str, int]
+    shared_world: World, path: str, target: str | None, caller: str, params: dict[str, Any]
 ) -> None:
     item_id = shared_world.item_id(caller, target)
     url = path.replace("{item_id}", item_id) if item_id else path

@@ -40,6 +40,11 @@ OPERATION_IDS = {
     ("get", "/session"): "getSession",
     ("delete", "/session"): "signOut",
     ("get", "/audit/export"): "exportAudit",
+    ("get", "/reports/sla"): "getSlaReport",
+    ("get", "/reports/throughput"): "getThroughputReport",
+    ("get", "/reports/backlog"): "getBacklogReport",
+    ("get", "/reports/decisions.csv"): "exportDecisionsCsv",
+    ("get", "/reports/decisions.ndjson"): "exportDecisionsNdjson",
 }
 
 

@@ -259,7 +259,7 @@ BAD_QUERIES = [
         "/reports/throughput",
         {"from": "2025-01-06", "to": "2026-01-19", "bucket": "week"},
         "to",
-    ),  # 54 weeks
+    ),  # 
     ("/reports/sla", {"from": "2026-11-02", "to": "2026-11-09", "tz": "Mars/Olympus"}, "tz"),
     ("/reports/sla", {"from": "2026-11-02", "to": "2026-11-09", "tz": "localtime"}, "tz"),
     ("/reports/sla", {"from": "2026-11-02", "to": "2026-11-09", "tz": "UTC+3"}, "tz"),
