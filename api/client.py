@@ -21,9 +21,9 @@ import random
 import signal
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import date, datetime
 from decimal import Decimal
 from typing import Any
 from urllib.parse import quote, urlencode
@@ -34,14 +34,18 @@ import httpx
 from api.schemas import (
     MAX_COMPLETE_ITEMS,
     ApproveOut,
+    BacklogOut,
     CompleteBatchOut,
     CompleteOut,
     CompleteResult,
+    DecisionOut,
     EventOut,
     ItemOut,
     ReleasedOut,
     ResolutionCodeOut,
     RevisionOut,
+    SlaOut,
+    ThroughputOut,
 )
 
 log = logging.getLogger("review_queue.client")
@@ -251,6 +255,12 @@ def _events_path(item_id: UUID, cursor: str | None) -> str:
     return f"/items/{item_id}/events" + (
         f"?{urlencode({'cursor': cursor, 'limit': 500})}" if cursor else "?limit=500"
     )
+
+
+def _report_path(name: str, from_: date, to: date, **params: str | None) -> str:
+    """/reports/<name> for the local dates [from_, to) and the other parameters that are set."""
+    query = {"from": from_.isoformat(), "to": to.isoformat(), **{k: v for k, v in params.items() if v}}
+    return f"/reports/{name}?{urlencode(query)}"
 
 
 def _resolution(result: HandlerResult) -> tuple[str, str | None]:
@@ -532,6 +542,39 @@ class ReviewQueueClient:
             events += [EventOut.model_validate(e) for e in page["events"]]
             if (cursor := page["next_cursor"]) is None:
                 return events
+
+    # --- reports (roles auditor and admin; a reviewer's throughput is their own) -----------------
+
+    def report_sla(
+        self, from_: date, to: date, *, bucket: str = "day", tz: str = "UTC", ledger_entity: str | None = None
+    ) -> SlaOut:
+        """SLA attainment per day or week of the local dates [from_, to) in `tz`."""
+        path = _report_path("sla", from_, to, bucket=bucket, tz=tz, ledger_entity=ledger_entity)
+        return SlaOut.model_validate(self._call("GET", path))
+
+    def report_throughput(
+        self, from_: date, to: date, *, bucket: str = "day", tz: str = "UTC"
+    ) -> ThroughputOut:
+        """Decisions per reviewer per day or week, with the time from lease to decision."""
+        return ThroughputOut.model_validate(
+            self._call("GET", _report_path("throughput", from_, to, bucket=bucket, tz=tz))
+        )
+
+    def report_backlog(self, from_: date, to: date, *, tz: str = "UTC") -> BacklogOut:
+        """Open items by age at the end of each day."""
+        return BacklogOut.model_validate(self._call("GET", _report_path("backlog", from_, to, tz=tz)))
+
+    def decisions(self, from_: date, to: date, *, tz: str = "UTC") -> Iterator[DecisionOut]:
+        """Every decision of the period, streamed (NDJSON): memory stays flat however many there are.
+        A stream cut short raises httpx.RemoteProtocolError rather than ending early."""
+        path = _report_path("decisions.ndjson", from_, to, tz=tz)
+        with self._http.stream("GET", path, headers=self._headers) as response:
+            if response.status_code >= 400:
+                response.read()
+                _raise_for_problem(response)
+            for line in response.iter_lines():
+                if line:
+                    yield DecisionOut.model_validate_json(line)
 
     def stop(self) -> None:
         """Ask `work` to finish the item in hand, release the rest of its batch, and return."""
@@ -820,6 +863,33 @@ class AsyncReviewQueueClient:
             events += [EventOut.model_validate(e) for e in page["events"]]
             if (cursor := page["next_cursor"]) is None:
                 return events
+
+    # --- reports -------------------------------------------------------------------------------
+
+    async def report_sla(
+        self, from_: date, to: date, *, bucket: str = "day", tz: str = "UTC", ledger_entity: str | None = None
+    ) -> SlaOut:
+        path = _report_path("sla", from_, to, bucket=bucket, tz=tz, ledger_entity=ledger_entity)
+        return SlaOut.model_validate(await self._call("GET", path))
+
+    async def report_throughput(
+        self, from_: date, to: date, *, bucket: str = "day", tz: str = "UTC"
+    ) -> ThroughputOut:
+        path = _report_path("throughput", from_, to, bucket=bucket, tz=tz)
+        return ThroughputOut.model_validate(await self._call("GET", path))
+
+    async def report_backlog(self, from_: date, to: date, *, tz: str = "UTC") -> BacklogOut:
+        return BacklogOut.model_validate(await self._call("GET", _report_path("backlog", from_, to, tz=tz)))
+
+    async def decisions(self, from_: date, to: date, *, tz: str = "UTC") -> AsyncIterator[DecisionOut]:
+        path = _report_path("decisions.ndjson", from_, to, tz=tz)
+        async with self._http.stream("GET", path, headers=self._headers) as response:
+            if response.status_code >= 400:
+                await response.aread()
+                _raise_for_problem(response)
+            async for line in response.aiter_lines():
+                if line:
+                    yield DecisionOut.model_validate_json(line)
 
     def stop(self) -> None:
         self._stop.set()

@@ -826,7 +826,9 @@ Seconds = Annotated[
 
 
 class ReportOut(BaseModel):
-    from_: date = Field(serialization_alias="from")
+    model_config = ConfigDict(populate_by_name=True)
+
+    from_: date = Field(alias="from")
     to: date
     tz: str
     bucket: Literal["day", "week"]
