@@ -234,7 +234,14 @@ SLA_OUT = {
     "ledger_entity": None,
     "buckets": [
         {"start": "2026-11-02", **SLA_BUCKET},
-        {"start": "2026-11-09", "fell_due": 0, "on_time": 0, "late": 0, "open_past_due": 0, "attainment": None},
+        {
+            "start": "2026-11-09",
+            "fell_due": 0,
+            "on_time": 0,
+            "late": 0,
+            "open_past_due": 0,
+            "attainment": None,
+        },
     ],
     "total": SLA_BUCKET,
 }

@@ -1,6 +1,7 @@
 """The controller's reports: SLA attainment, throughput, backlog, and the decisions export
 (docs/reports.md defines every figure). Reviewers and approvers read their own throughput only."""
 
+import asyncio
 import csv
 import io
 import logging
@@ -191,6 +192,9 @@ async def _pages(
         if len(page) < reports.DECISIONS_PAGE:
             return
         after = (page[-1].resolved_at, page[-1].event_id)
+        # Give way first: a request waiting for a pooled connection gets it before the next page
+        # (a fast reader would otherwise take it back each time, and a small pool never free up).
+        await asyncio.sleep(0)
         async with request_transaction(request) as conn:
             page = await reports.decisions_page(conn, lo=lo, hi=hi, after=after)
 
