@@ -267,7 +267,8 @@ async def sla(conn: AsyncConnection, *, period: Period, ledger_entity: str | Non
     return SlaReport(as_of=as_of, buckets=buckets, total=total)
 
 
-_TRAILING = text("SELECT ARRAY[now() - make_interval(days => :days), 'infinity'::timestamptz]")
+# Up to now, inclusive (due_at <= now(), and the bucket's end is exclusive).
+_TRAILING = text("SELECT ARRAY[now() - make_interval(days => :days), now() + interval '1 microsecond']")
 
 
 async def sla_trailing(conn: AsyncConnection, *, days: int) -> SlaFigures:

@@ -259,7 +259,7 @@ BAD_QUERIES = [
         "/reports/throughput",
         {"from": "2025-01-06", "to": "2026-01-19", "bucket": "week"},
         "to",
-    ),  # 
+    ),  #
     ("/reports/sla", {"from": "2026-11-02", "to": "2026-11-09", "tz": "Mars/Olympus"}, "tz"),
     ("/reports/sla", {"from": "2026-11-02", "to": "2026-11-09", "tz": "localtime"}, "tz"),
     ("/reports/sla", {"from": "2026-11-02", "to": "2026-11-09", "tz": "UTC+3"}, "tz"),
@@ -435,3 +435,37 @@ def test_an_export_of_several_pages_is_whole_and_in_order(
     assert len({line["event_id"] for line in lines}) == count
     keys = [(line["resolved_at"], line["event_id"]) for line in lines]
     assert keys == sorted(keys)
+
+
+def test_metrics_expose_the_sla_of_the_last_seven_days(
+    client: TestClient, sql: psycopg.Connection, tokens: dict[str, Headers]
+) -> None:
+    """The gauges behind the recording rule review_queue:sla_attainment_7d:ratio."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    now = datetime.now(UTC)
+
+    def item(n: int, due_days_ago: float, resolved_hours_after_due: float) -> ref.History:
+        due = now - timedelta(days=due_days_ago)
+        life = ref.Life(random.Random(n), n, due - timedelta(hours=20), due, "ACME")
+        life.now = due - timedelta(hours=19)
+        life.lease("alice")
+        life.now = due + timedelta(hours=resolved_hours_after_due)
+        life.resolve("MATCH_CONFIRMED")
+        return life.finish()
+
+    ref.arrange(
+        sql,
+        [
+            item(1, 3, -1),  # on time
+            item(2, 3, -2),
+            item(3, 6.5, -1),
+            item(4, 2, +1),  # late
+            item(5, 10, -1),  # fell due before the window
+            item(6, -2, -40),  # not due yet
+        ],
+    )
+    scrape = client.get("/metrics", headers=tokens["ada"])
+    assert scrape.status_code == 200, scrape.text
+    samples = {s.name: s.value for f in text_string_to_metric_families(scrape.text) for s in f.samples}
+    assert (samples["review_queue_sla_fell_due_items"], samples["review_queue_sla_on_time_items"]) == (4, 3)
