@@ -3,6 +3,11 @@
 // elements are made with createElement and filled with textContent, never with innerHTML.
 
 import { api, ApiError, useCsrfToken } from "./api.js";
+// --- Reports view (web/reports.js): for the module split, re-hook these three marked spots -------
+import { mountReports } from "./reports.js";
+
+const REPORT_ROLES = ["auditor", "admin"];
+// --- end Reports view ----------------------------------------------------------------------------
 
 const REVIEWER_ROLES = ["reviewer", "approver", "admin"];
 const APPROVER_ROLES = ["approver", "admin"];
@@ -215,6 +220,8 @@ function renderDeskSkeleton() {
     sections.push(h("section", { "aria-label": "Approvals", id: "approvals" }));
   }
   if (state.me.role === "admin") sections.push(h("section", { "aria-label": "Admin", id: "admin" }));
+  // --- Reports view: its section ---
+  if (REPORT_ROLES.includes(state.me.role)) sections.push(h("section", { "aria-label": "Reports", id: "reports" }));
   $("main").replaceChildren(...sections);
 }
 
@@ -645,6 +652,8 @@ function startDesk(me) {
   state.resumed = resume();
   if (APPROVER_ROLES.includes(me.role)) loadApprovals();
   if (me.role === "admin") loadAdmin();
+  // --- Reports view: mounted once per sign-in, into its section ---
+  if (REPORT_ROLES.includes(me.role)) mountReports($("reports"), api);
 }
 
 // After sign-in or a reload: carry on with the items this reviewer already holds.
