@@ -296,7 +296,7 @@ _OUTCOME = (
 # - each item's standing decision, from its row (resolved_at, leased_at, approved_by or resolved_by),
 #   through ix_review_queue_item_resolved_at;
 # - submissions, rejections and the holders' releases, from the trail (ix_review_queue_event_other_work_at);
-# - decisions reopened since (no longer on their item's row), from the trail of the reopened items.
+# - decisions reopened since (no longer on their item's row), from the REOPENED events that name them.
 _THROUGHPUT = text(f"""
 WITH decided AS (
     SELECT i.resolved_at AS at, coalesce(i.approved_by, i.resolved_by) AS reviewer,
@@ -311,19 +311,19 @@ WITH decided AS (
            OR (w.event = 'RELEASED' AND NOT w.details ? 'override'))
       AND w.at >= :lo AND w.at < :hi
     UNION ALL
-    SELECT d.at, d.actor, {_OUTCOME.format(e="d")}, d.at - {_LEASE_START.format(e="d")}
-    FROM ({_REOPENED_IDS}) AS r
-    -- Each reopened item's own events (OFFSET 0 keeps the planner from scanning every decision).
+    -- Decisions reopened since (no longer on their item's row): each REOPENED event names the one it
+    -- reopened (previous_resolved_at, _by, previous_approved_by), and that decision ended the lease
+    -- begun last before it.
+    SELECT d.at, d.reviewer, d.outcome, d.at - {_LEASE_START.format(e="r")}
+    FROM review_queue_event r
     CROSS JOIN LATERAL (
-        SELECT e.id, e.item_id, e.event, e.actor, e.at FROM review_queue_event e
-        WHERE e.item_id = r.item_id AND e.event IN ('RESOLVED', 'APPROVED') OFFSET 0
+        SELECT CAST(r.details ->> 'previous_resolved_at' AS timestamptz) AS at,
+               coalesce(r.details ->> 'previous_approved_by', r.details ->> 'previous_resolved_by')
+                   AS reviewer,
+               CASE WHEN r.details ->> 'previous_approved_by' IS NULL THEN 'resolved' ELSE 'approved' END
+                   AS outcome
     ) AS d
-    WHERE d.at >= :lo AND d.at < :hi
-      -- ... except the standing decision, which is on the row (and counted above)
-      AND d.id <> coalesce((
-          SELECT max(s.id) FROM review_queue_event s
-          WHERE s.item_id = r.item_id AND s.event IN ('RESOLVED', 'APPROVED')
-            AND (SELECT state FROM review_queue_item WHERE id = r.item_id) = 'RESOLVED'), 0)
+    WHERE r.event = 'REOPENED' AND d.at >= :lo AND d.at < :hi
 ),
 timed AS (
     SELECT width_bucket(d.at, CAST(:edges AS timestamptz[])) AS k, d.reviewer, d.outcome,

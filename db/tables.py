@@ -274,7 +274,8 @@ review_queue_event = Table(
         "id",
         postgresql_include=["item_id", "actor", "event"],
         postgresql_where=text(
-            "event IN ('SUBMITTED_FOR_APPROVAL', 'REJECTED') OR (event = 'RELEASED' AND NOT details ? 'override')"
+            "event IN ('SUBMITTED_FOR_APPROVAL', 'REJECTED')"
+            " OR (event = 'RELEASED' AND NOT details ? 'override')"
         ),
     ),
 )

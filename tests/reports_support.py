@@ -432,10 +432,19 @@ class Life:
         self.end_lease()
 
     def reopen(self, *, decertified: bool = False) -> None:
-        details: dict[str, Any] = {"reason": "source revised" if decertified else "wrong", **self.decision}
+        # As db/queue.py writes it: the decision it reopens, under previous_*.
+        d = self.decision
+        details: dict[str, Any] = {
+            "reason": "source revised" if decertified else "wrong",
+            "previous_resolution": d["resolution"],
+            "previous_note": d["resolution_note"],
+            "previous_resolved_by": d["resolved_by"],
+            "previous_resolved_at": d["resolved_at"].isoformat(),
+            "previous_approved_by": d["approved_by"],
+        }
         if decertified:
             details["decertified"] = True
-        self.log("REOPENED", "ivan" if decertified else ADMIN, _json(details))
+        self.log("REOPENED", "ivan" if decertified else ADMIN, details)
         self.decision = {}
         self.state = "PENDING"
         self.end_lease()
@@ -509,10 +518,6 @@ class Life:
             **self.decision,
         }
         return h
-
-
-def _json(details: dict[str, Any]) -> dict[str, Any]:
-    return {k: (v.isoformat() if isinstance(v, datetime) else v) for k, v in details.items()}
 
 
 def live(

@@ -154,6 +154,13 @@ def spread_over_days(sql: psycopg.Connection, seed: int) -> None:
             {"back": back, "due": due, "id": item_id},
         )
         sql.execute("UPDATE review_queue_event SET at = at - %s WHERE item_id = %s", (back, item_id))
+        # A reopening names the decision it reopened by its moment: that moved too.
+        sql.execute(
+            "UPDATE review_queue_event SET details = jsonb_set(details, '{previous_resolved_at}',"
+            " to_jsonb(CAST(details ->> 'previous_resolved_at' AS timestamptz) - %s))"
+            " WHERE item_id = %s AND event = 'REOPENED'",
+            (back, item_id),
+        )
     sql.execute("SET session_replication_role = origin")
 
 
