@@ -512,6 +512,15 @@ _PERIOD = text(
 # decision was made on: the `previous` figures of the first revision after it, if any, else the
 # item's own (a revision of a resolved item reopens it, so a standing decision had none since).
 _DECISIONS = text("""
+WITH page AS (
+    -- The page itself, straight off the index in (at, id) order: never a sort of the period.
+    SELECT e.id, e.item_id, e.event, e.actor, e.at, e.details
+    FROM review_queue_event e
+    WHERE e.event IN ('RESOLVED', 'APPROVED') AND e.at >= :lo AND e.at < :hi
+      AND (e.at, e.id) > (CAST(:after_at AS timestamptz), CAST(:after_id AS bigint))
+    ORDER BY e.at, e.id
+    LIMIT :limit
+)
 SELECT e.id AS event_id, e.item_id, i.idempotency_key, i.ledger_entity,
        coalesce(CAST(rev.details -> 'previous' ->> 'variance_amount' AS numeric(18, 2)), i.variance_amount)
            AS variance_amount,
@@ -522,7 +531,7 @@ SELECT e.id AS event_id, e.item_id, i.idempotency_key, i.ledger_entity,
        CASE e.event WHEN 'APPROVED' THEN e.actor END AS approved_by,
        CASE e.event WHEN 'APPROVED' THEN e.at END AS approved_at,
        i.due_at, e.at <= i.due_at AS on_time, reopen.at AS reopened_at
-FROM review_queue_event e
+FROM page e
 JOIN review_queue_item i ON i.id = e.item_id
 LEFT JOIN LATERAL (
     SELECT r.details FROM review_queue_event r
@@ -532,10 +541,7 @@ LEFT JOIN LATERAL (
     SELECT r.at FROM review_queue_event r
     WHERE r.item_id = e.item_id AND r.id > e.id AND r.event = 'REOPENED' ORDER BY r.id LIMIT 1
 ) AS reopen ON true
-WHERE e.event IN ('RESOLVED', 'APPROVED') AND e.at >= :lo AND e.at < :hi
-  AND (e.at, e.id) > (CAST(:after_at AS timestamptz), CAST(:after_id AS bigint))
 ORDER BY e.at, e.id
-LIMIT :limit
 """)
 
 Cursor = tuple[datetime, int]
