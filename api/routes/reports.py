@@ -161,13 +161,21 @@ def spreadsheet_safe(cell: str) -> str:
     return cell
 
 
+def _cell(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"  # as in the NDJSON
+    return spreadsheet_safe(str(value))
+
+
 def _csv_lines(rows: list[dict[str, Any]], *, header: bool) -> bytes:
     out = io.StringIO()
     writer = csv.writer(out)  # RFC 4180: quoted when needed, CRLF line ends
     if header:
         writer.writerow(COLUMNS)
     for row in rows:
-        writer.writerow(["" if row[c] is None else spreadsheet_safe(str(row[c])) for c in COLUMNS])
+        writer.writerow([_cell(row[c]) for c in COLUMNS])
     return out.getvalue().encode()
 
 

@@ -400,7 +400,7 @@ def test_the_csv_is_spreadsheet_safe_and_parses_back_to_the_ndjson(
                 assert cells[column] == "'" + original, (column, cells[column])
             else:
                 assert cells[column] == original
-        assert cells["on_time"] == str(line["on_time"])
+        assert cells["on_time"] == json.dumps(line["on_time"])  # true or false, as in the NDJSON
         assert cells["approved_by"] == "" and line["approved_by"] is None
     assert response.text.endswith("\r\n")
 
