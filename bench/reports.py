@@ -12,7 +12,9 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
+import psutil
 import psycopg
+from sqlalchemy import text
 
 from db.engine import libpq_url as libpq
 
@@ -240,6 +242,7 @@ def time_reports(base: str, token: str, runs: int) -> list[dict[str, Any]]:
 
 def report_lines(result: dict[str, Any]) -> list[str]:
     load = result["load"]
+    write = [write_cost_line(result["write_cost"])] if "write_cost" in result else []
     lines = [
         f"8. reports over a year of history: {load['items']:,} items, {load['events']:,} events"
         f" (loaded in {load['load_s']} s); through the API, {result['runs']} runs each after a warm-up,"
@@ -256,4 +259,76 @@ def report_lines(result: dict[str, Any]) -> list[str]:
                 f"     {r['report']:<38}first byte {r['first_byte_s']} s,"
                 f" {r['rows']:,} rows in {r['total_s']} s ({r['rows_per_s']:,} rows/s)"
             )
-    return lines
+    return lines + write
+
+
+# --- what the report indexes cost the queue's writes ---------------------------------------------
+
+REPORT_INDEXES = (
+    "ix_review_queue_item_resolved_due",
+    "ix_review_queue_item_resolved_at",
+    "ix_review_queue_event_reopened",
+    "ix_review_queue_event_decision_at",
+    "ix_review_queue_event_other_work_at",
+    "ix_review_queue_event_lease_start",
+)
+
+
+async def _lease_and_complete(url: str, cycles: int) -> float:
+    """PostgreSQL CPU seconds (of the one backend serving it) per lease and completion of an item,
+    each in its own transaction, by the service's own statements."""
+    from db import queue
+    from db.engine import create_engine
+
+    engine = create_engine(url, pool_size=1, max_overflow=0)
+    try:
+        async with engine.connect() as conn:
+            pid = await conn.scalar(text("SELECT pg_backend_pid()"))
+        backend = psutil.Process(pid)
+        before = sum(backend.cpu_times()[:2])
+        for _ in range(cycles):
+            async with engine.begin() as conn:
+                (item,) = await queue.lease_items(
+                    conn, reviewer="bench", batch_size=1, lease_duration=timedelta(minutes=5), cap=10
+                )
+            async with engine.begin() as conn:
+                await queue.complete_item(
+                    conn, item_id=item.id, reviewer="bench", resolution="MATCH_CONFIRMED", note=None
+                )
+        return float(sum(backend.cpu_times()[:2]) - before) / cycles
+    finally:
+        await engine.dispose()
+
+
+def write_cost(with_indexes: str, without: str, *, cycles: int, rounds: int) -> dict[str, Any]:
+    """The same lease-and-complete cycle on two copies of one history, with and without the report
+    indexes, alternated `rounds` times (the machine's noise moves both alike): PostgreSQL CPU per item."""
+    import asyncio
+
+    with psycopg.connect(libpq(without), autocommit=True) as conn:
+        for name in REPORT_INDEXES:
+            conn.execute(f"DROP INDEX {name}")
+    seeded = (
+        "INSERT INTO review_queue_item (idempotency_key, ledger_entity, variance_amount, match_decision,"
+        " source_hash, due_at) SELECT 'write-' || i, 'ACME', 12.50, 'PARTIAL', 'h', now() + interval '1 day'"
+        " FROM generate_series(1, %(n)s) AS i"
+    )
+    for url in (with_indexes, without):
+        with psycopg.connect(libpq(url), autocommit=True) as conn:
+            conn.execute(seeded, {"n": cycles * rounds + 10})
+            conn.execute("VACUUM ANALYZE review_queue_item")
+    samples: dict[str, list[float]] = {"with": [], "without": []}
+    for _ in range(rounds):
+        samples["with"].append(asyncio.run(_lease_and_complete(with_indexes, cycles)))
+        samples["without"].append(asyncio.run(_lease_and_complete(without, cycles)))
+    us = {k: [round(v * 1e6) for v in values] for k, values in samples.items()}
+    ratio = round(statistics.median(samples["with"]) / statistics.median(samples["without"]), 3)
+    return {"cycles": cycles, "rounds": rounds, "postgres_us_per_item": us, "ratio": ratio}
+
+
+def write_cost_line(cost: dict[str, Any]) -> str:
+    return (
+        f"   the report indexes on the write path: PostgreSQL CPU per lease + completion (us), with"
+        f" {cost['postgres_us_per_item']['with']}, without {cost['postgres_us_per_item']['without']}"
+        f" (x{cost['ratio']}, medians; {cost['rounds']} alternated rounds of {cost['cycles']:,} items)"
+    )

@@ -869,7 +869,12 @@ def report(results: dict[str, Any]) -> str:
 
 
 def reports_over_a_year(server_url: str, port: int, items: int, runs: int) -> dict[str, Any]:
-    """Part 8: a year of history, then every report through one API worker."""
+    """Part 8: a year of history, then every report through one API worker; and what the reports'
+    indexes cost a lease and a completion (two copies of a smaller history, with and without them)."""
+    costs = [fresh_database(server_url, f"rq_bench_write_{kind}") for kind in ("with", "without")]
+    for url in costs:
+        report_bench.load_year(url, 50_000)
+    write = report_bench.write_cost(*costs, cycles=2_000, rounds=3)
     url = fresh_database(server_url, "rq_bench_reports")
     load = report_bench.load_year(url, items)
     (token,) = create_tokens(url, 1)
@@ -882,7 +887,7 @@ def reports_over_a_year(server_url: str, port: int, items: int, runs: int) -> di
         timed = report_bench.time_reports(server.base, token, runs)
     finally:
         stop_server(server)
-    return {"load": load, "reports": timed, "runs": runs, "loadavg": loadavg}
+    return {"load": load, "reports": timed, "runs": runs, "loadavg": loadavg, "write_cost": write}
 
 
 @app.command()
@@ -995,7 +1000,8 @@ def main(
     if only_reports:
         results["reports"] = reports_over_a_year(server_url, port, report_items, report_runs)
         with psycopg.connect(libpq(server_url, "postgres"), autocommit=True) as conn:
-            conn.execute("DROP DATABASE IF EXISTS rq_bench_reports WITH (FORCE)")
+            for name in ("rq_bench_reports", "rq_bench_write_with", "rq_bench_write_without"):
+                conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
         typer.echo("\n".join(report_bench.report_lines(results["reports"])))
         if json_path:
             json_path.write_text(json.dumps(results, indent=2))
@@ -1051,7 +1057,8 @@ def main(
     typer.echo("done", err=True)
     with psycopg.connect(libpq(server_url, "postgres"), autocommit=True) as conn:
         for name in ("rq_bench_raw", "rq_bench_api", "rq_bench_batched", "rq_bench_one",
-                     "rq_bench_dequeue", "rq_bench_audit", "rq_bench_reports"):  # fmt: skip
+                     "rq_bench_dequeue", "rq_bench_audit", "rq_bench_reports", "rq_bench_write_with",
+                     "rq_bench_write_without"):  # fmt: skip
             conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
     typer.echo(report(results))
     if "wakeup" in results:
