@@ -884,7 +884,7 @@ def reports_over_a_year(server_url: str, port: int, items: int, runs: int) -> di
     # A slow report is measured, not cut off by the default 5 s statement timeout.
     server = start_server(url, 1, port, env={"REVIEW_QUEUE_STATEMENT_TIMEOUT_MS": "120000"})
     try:
-        timed = report_bench.time_reports(server.base, token, runs)
+        timed = report_bench.time_reports(server.base, token, runs, PostgresCpu(url).seconds)
     finally:
         stop_server(server)
     return {"load": load, "reports": timed, "runs": runs, "loadavg": loadavg, "write_cost": write}

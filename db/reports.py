@@ -161,18 +161,40 @@ async def _begin(conn: AsyncConnection, period: Period) -> tuple[list[datetime],
 # SLA attainment
 # ---------------------------------------------------------------------------------------------
 
-# "Resolved at t" by the trail: the last of the item's enqueue, decisions and reopenings in effect
-# at t (effective time <= t) is a decision. Used for the few items ever reopened.
-_RESOLVED_AT_BY_TRAIL = """coalesce((
-    SELECT t.event IN ('RESOLVED', 'APPROVED') FROM (
-        SELECT e.id, e.event, max(e.at) OVER (ORDER BY e.id) AS effective
+# The items ever reopened, and their decisive moments in trail order, read from the REOPENED events
+# (each names the decision it reopened: previous_resolved_at) and the item's row (its enqueue and its
+# standing decision): enqueue, then per reopening the decision it reopened and the reopening, then
+# the standing decision if RESOLVED. That is the order of their events' ids; `effective` is the
+# running maximum of their moments. Two CTEs, shared by the SLA and the backlog.
+_REOPENED = """
+reopened_item AS MATERIALIZED (
+    SELECT i.id, i.created_at, i.due_at, i.state, i.resolved_at, i.ledger_entity
+    FROM (SELECT DISTINCT item_id FROM review_queue_event WHERE event = 'REOPENED') AS r
+    -- One primary-key read per reopened item (OFFSET 0 keeps the planner from scanning all items).
+    CROSS JOIN LATERAL (
+        SELECT id, created_at, due_at, state, resolved_at, ledger_entity
+        FROM review_queue_item WHERE id = r.item_id OFFSET 0
+    ) AS i
+),
+timeline AS MATERIALIZED (
+    SELECT t.id, t.decision, t.k1, t.k2,
+           max(t.at) OVER (PARTITION BY t.id ORDER BY t.k1, t.k2) AS effective
+    FROM (
+        SELECT id, false AS decision, created_at AS at, 0::bigint AS k1, 0 AS k2 FROM reopened_item
+        UNION ALL
+        SELECT e.item_id, m.decision, m.at, e.id, m.k2
         FROM review_queue_event e
-        WHERE e.item_id = {item}.id AND e.event IN ('ENQUEUED', 'RESOLVED', 'APPROVED', 'REOPENED')
-    ) t
-    WHERE t.effective <= {moment} ORDER BY t.id DESC LIMIT 1), false)"""
+        CROSS JOIN LATERAL (VALUES
+            (true, CAST(e.details ->> 'previous_resolved_at' AS timestamptz), 0),
+            (false, e.at, 1)
+        ) AS m (decision, at, k2)
+        WHERE e.event = 'REOPENED'
+        UNION ALL
+        SELECT id, true, resolved_at, 9223372036854775807, 0 FROM reopened_item WHERE state = 'RESOLVED'
+    ) AS t
+)"""
 
 _ENTITY = "(CAST(:entity AS text) IS NULL OR {t}.ledger_entity = CAST(:entity AS text))"
-_REOPENED_IDS = "SELECT DISTINCT item_id FROM review_queue_event WHERE event = 'REOPENED'"
 
 # Per bucket: the resolved rows that fell due in it, through ix_review_queue_item_resolved_due (on
 # time when the decision took effect by due_at), the open rows through the live queue's partial
@@ -183,16 +205,19 @@ WITH edges AS (SELECT CAST(:edges AS timestamptz[]) AS e),
 bucket AS (
     SELECT k, e[k] AS lo, e[k + 1] AS hi FROM edges, generate_series(1, cardinality(e) - 1) AS k
 ),
+{_REOPENED},
+-- Resolved at due_at by the timeline: its last moment in effect then is a decision.
 reopened AS MATERIALIZED (
     SELECT i.due_at, i.state = 'RESOLVED' AS resolved_now,
            i.state = 'RESOLVED' AND greatest(i.resolved_at, i.created_at) <= i.due_at AS on_time_by_row,
-           {_RESOLVED_AT_BY_TRAIL.format(item="i", moment="i.due_at")} AS on_time
-    FROM edges, ({_REOPENED_IDS}) AS r
-    -- One primary-key read per reopened item (OFFSET 0 keeps the planner from scanning all items).
-    CROSS JOIN LATERAL (
-        SELECT id, due_at, state, resolved_at, created_at, ledger_entity
-        FROM review_queue_item WHERE id = r.item_id OFFSET 0
-    ) AS i
+           coalesce(at_due.decision, false) AS on_time
+    FROM edges, reopened_item i
+    LEFT JOIN (
+        SELECT DISTINCT ON (t.id) t.id, t.decision
+        FROM timeline t JOIN reopened_item x ON x.id = t.id
+        WHERE t.effective <= x.due_at
+        ORDER BY t.id, t.k1 DESC, t.k2 DESC
+    ) AS at_due ON at_due.id = i.id
     WHERE i.due_at >= e[1] AND i.due_at < e[cardinality(e)] AND i.due_at <= now()
       AND {_ENTITY.format(t="i")}
 ),
@@ -424,13 +449,7 @@ grid AS MATERIALIZED (SELECT array_agg(DISTINCT p ORDER BY p) AS g FROM threshol
 position AS MATERIALIZED (
     SELECT t, array_agg(width_bucket(p, g) ORDER BY k) AS pos FROM threshold, grid GROUP BY t
 ),
-reopened AS MATERIALIZED (
-    SELECT i.id, i.created_at, CASE WHEN i.state = 'RESOLVED' THEN i.resolved_at END AS resolved_at
-    FROM ({_REOPENED_IDS}) AS r
-    CROSS JOIN LATERAL (
-        SELECT id, created_at, state, resolved_at FROM review_queue_item WHERE id = r.item_id OFFSET 0
-    ) AS i
-),
+{_REOPENED},
 span (c, s, f, n) AS (
     -- (grid positions of created_at, the span's start, its end or null; how many items)
     SELECT width_bucket(i.created_at, g), width_bucket(i.created_at, g), width_bucket(i.resolved_at, g),
@@ -447,22 +466,18 @@ span (c, s, f, n) AS (
     ) AS o
     GROUP BY 1
     UNION ALL
-    SELECT width_bucket(x.created_at, g), width_bucket(x.created_at, g), width_bucket(x.resolved_at, g), -1
-    FROM grid, reopened x
+    SELECT width_bucket(x.created_at, g), width_bucket(x.created_at, g),
+           width_bucket(CASE WHEN x.state = 'RESOLVED' THEN x.resolved_at END, g), -1
+    FROM grid, reopened_item x
     UNION ALL
-    SELECT width_bucket(x.created_at, g), width_bucket(trail.effective, g),
-           width_bucket(trail.next_effective, g), 1
-    FROM grid, reopened x
-    CROSS JOIN LATERAL (
-        SELECT m.event, m.effective,
-               lead(m.effective) OVER (ORDER BY m.id) AS next_effective
-        FROM (
-            SELECT e.id, e.event, max(e.at) OVER (ORDER BY e.id) AS effective
-            FROM review_queue_event e
-            WHERE e.item_id = x.id AND e.event IN ('ENQUEUED', 'RESOLVED', 'APPROVED', 'REOPENED')
-        ) AS m
-    ) AS trail
-    WHERE trail.event IN ('ENQUEUED', 'REOPENED')
+    SELECT width_bucket(x.created_at, g), width_bucket(m.effective, g), width_bucket(m.next_effective, g), 1
+    FROM grid, reopened_item x
+    JOIN (
+        SELECT t.id, t.decision, t.effective,
+               lead(t.effective) OVER (PARTITION BY t.id ORDER BY t.k1, t.k2) AS next_effective
+        FROM timeline t
+    ) AS m ON m.id = x.id
+    WHERE NOT m.decision
 ),
 run AS (
     SELECT p.t, greatest(width_bucket(s.s, b.pos), width_bucket(s.c, p.pos)) + 1 AS first,
