@@ -146,7 +146,7 @@ class _QueueCollector(Collector):
         )
         yield GaugeMetricFamily(
             "review_queue_sla_fell_due_items",
-            f"Items whose due_at passed in the last {SLA_WINDOW_DAYS} days (GET /reports/sla, docs/reports.md).",
+            f"Items whose due_at passed in the last {SLA_WINDOW_DAYS} days (docs/reports.md).",
             value=self.sla.fell_due,
         )
         yield GaugeMetricFamily(

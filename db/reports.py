@@ -548,14 +548,17 @@ SELECT e.id AS event_id, e.item_id, i.idempotency_key, i.ledger_entity,
        i.due_at, e.at <= i.due_at AS on_time, reopen.at AS reopened_at
 FROM page e
 JOIN review_queue_item i ON i.id = e.item_id
-LEFT JOIN LATERAL (
-    SELECT r.details FROM review_queue_event r
-    WHERE r.item_id = e.item_id AND r.id > e.id AND r.event = 'REVISED' ORDER BY r.id LIMIT 1
-) AS rev ON true
+-- Reopened since? Through the small index of reopenings; most decisions never were.
 LEFT JOIN LATERAL (
     SELECT r.at FROM review_queue_event r
-    WHERE r.item_id = e.item_id AND r.id > e.id AND r.event = 'REOPENED' ORDER BY r.id LIMIT 1
+    WHERE r.item_id = e.item_id AND r.event = 'REOPENED' AND r.id > e.id ORDER BY r.id LIMIT 1
 ) AS reopen ON true
+-- A revision after a decision reopens it (or comes after a reopening): looked for only then.
+LEFT JOIN LATERAL (
+    SELECT r.details FROM review_queue_event r
+    WHERE reopen.at IS NOT NULL AND r.item_id = e.item_id AND r.id > e.id AND r.event = 'REVISED'
+    ORDER BY r.id LIMIT 1
+) AS rev ON true
 ORDER BY e.at, e.id
 """)
 

@@ -7,6 +7,7 @@ import io
 import logging
 import re
 from collections.abc import AsyncIterator, Callable
+from datetime import UTC, datetime
 from typing import Annotated, Any
 
 import orjson
@@ -183,9 +184,33 @@ def _ndjson_lines(rows: list[dict[str, Any]], *, header: bool) -> bytes:
     return b"".join(orjson.dumps(row) + b"\n" for row in rows)
 
 
+def _instant(value: datetime | None) -> str | None:
+    return None if value is None else value.astimezone(UTC).isoformat()
+
+
 def _plain(page: list[reports.Decision]) -> list[dict[str, Any]]:
-    """Each decision as the API writes it: amounts and instants as strings, booleans as such."""
-    return [DecisionOut.model_validate(d).model_dump(mode="json") for d in page]
+    """Each decision as DecisionOut writes it (amounts with two decimals, instants RFC 3339 in UTC),
+    without building a model per row: the export's rows are many."""
+    return [
+        {
+            "event_id": d.event_id,
+            "item_id": str(d.item_id),
+            "idempotency_key": d.idempotency_key,
+            "ledger_entity": d.ledger_entity,
+            "variance_amount": f"{d.variance_amount:.2f}",
+            "match_decision": d.match_decision,
+            "resolution": d.resolution,
+            "note": d.note,
+            "resolved_by": d.resolved_by,
+            "resolved_at": _instant(d.resolved_at),
+            "approved_by": d.approved_by,
+            "approved_at": _instant(d.approved_at),
+            "due_at": _instant(d.due_at),
+            "on_time": d.on_time,
+            "reopened_at": _instant(d.reopened_at),
+        }
+        for d in page
+    ]
 
 
 async def _pages(

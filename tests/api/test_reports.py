@@ -476,3 +476,20 @@ def test_metrics_expose_the_sla_of_the_last_seven_days(
     assert scrape.status_code == 200, scrape.text
     samples = {s.name: s.value for f in text_string_to_metric_families(scrape.text) for s in f.samples}
     assert (samples["review_queue_sla_fell_due_items"], samples["review_queue_sla_on_time_items"]) == (4, 3)
+
+
+def test_the_exports_rows_are_what_decision_out_writes(
+    client: TestClient, sql: psycopg.Connection, db_url: str, lived: None
+) -> None:
+    """The export writes its rows without a model per row; they must be exactly DecisionOut's."""
+    from api.routes.reports import COLUMNS, _plain
+    from api.schemas import DecisionOut
+    from db import reports as db_reports
+    from tests.db.test_reports import run
+
+    _, events = ref.read_back(sql)
+    lo, hi = min(e.at for e in events), max(e.at for e in events) + timedelta(seconds=1)
+    page = run(db_url, lambda c: db_reports.decisions_page(c, lo=lo, hi=hi, after=None))
+    assert len(page) == 10
+    assert _plain(page) == [DecisionOut.model_validate(d).model_dump(mode="json") for d in page]
+    assert list(_plain(page)[0]) == COLUMNS
