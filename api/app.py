@@ -21,7 +21,20 @@ from api.logs import configure_logging
 from api.metrics import AccessLog
 from api.middleware import BodyLimit
 from api.oidc import OidcProvider
-from api.routes import admin, audit, feed, health, items, leases, oidc, ops, resolutions, session, webhooks
+from api.routes import (
+    admin,
+    audit,
+    feed,
+    health,
+    items,
+    leases,
+    oidc,
+    ops,
+    reports,
+    resolutions,
+    session,
+    webhooks,
+)
 from api.settings import Settings, get_settings
 from db.engine import create_engine, database_url, libpq_url
 from db.notify import WorkSignal
@@ -36,7 +49,8 @@ DOCS_ASSETS_URL = "/docs/assets"
 # 1.2: source revisions (SOURCE_CHANGED), admin release and reassign, POST /items/complete.
 # 1.3: the resolution catalogue, maker-checker approval (AWAITING_APPROVAL, approve, reject).
 # 1.4: the change feed (GET /events), webhooks, the integration role; materiality (GET/PUT
-# /resolutions/policy; effective_approval_threshold of each code); OIDC sign-in; the work list.
+# /resolutions/policy; effective_approval_threshold of each code); OIDC sign-in; the work list;
+# reports (SLA, throughput, backlog) and the decisions export.
 API_VERSION = "1.4.0"
 
 # One tag per resource; generated clients group their functions by these.
@@ -57,6 +71,10 @@ TAGS = [
     {
         "name": "webhooks",
         "description": "Signed webhooks (Standard Webhooks), delivered at least once (admin).",
+    },
+    {
+        "name": "reports",
+        "description": "The controller's reports: SLA attainment, throughput, backlog, the decisions export.",
     },
 ]
 
@@ -186,6 +204,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         audit.router,
         feed.router,
         webhooks.router,
+        reports.router,
     ):
         app.include_router(router, responses=COMMON_PROBLEMS)
     # Public, like health: browser navigations that need no token.

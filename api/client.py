@@ -27,7 +27,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import date, datetime
 from decimal import Decimal
 from typing import Any
 from urllib.parse import quote, urlencode
@@ -40,10 +40,12 @@ from standardwebhooks.webhooks import WebhookVerificationError
 from api.schemas import (
     MAX_COMPLETE_ITEMS,
     ApproveOut,
+    BacklogOut,
     CompleteBatchOut,
     CompleteOut,
     CompleteResult,
     DecisionOut,
+    DecisionRowOut,
     EventOut,
     FeedEventOut,
     FeedOut,
@@ -52,6 +54,8 @@ from api.schemas import (
     ResolutionCodeOut,
     ResolutionPolicyOut,
     RevisionOut,
+    SlaOut,
+    ThroughputOut,
 )
 
 log = logging.getLogger("review_queue.client")
@@ -302,6 +306,12 @@ def _events_path(item_id: UUID, cursor: str | None) -> str:
 
 def _decisions_path(actor: str, cursor: str | None) -> str:
     return "/decisions?" + urlencode({"actor": actor, "limit": 200, **({"cursor": cursor} if cursor else {})})
+
+
+def _report_path(name: str, from_: date, to: date, **params: str | None) -> str:
+    """/reports/<name> for the local dates [from_, to) and the other parameters that are set."""
+    query = {"from": from_.isoformat(), "to": to.isoformat(), **{k: v for k, v in params.items() if v}}
+    return f"/reports/{name}?{urlencode(query)}"
 
 
 def _resolution(result: HandlerResult) -> tuple[str, str | None]:
@@ -650,6 +660,38 @@ class ReviewQueueClient:
             after = page.next_cursor
 
     verify_webhook = staticmethod(verify_webhook)
+    # --- reports (roles auditor and admin; a reviewer's throughput is their own) -----------------
+
+    def report_sla(
+        self, from_: date, to: date, *, bucket: str = "day", tz: str = "UTC", ledger_entity: str | None = None
+    ) -> SlaOut:
+        """SLA attainment per day or week of the local dates [from_, to) in `tz`."""
+        path = _report_path("sla", from_, to, bucket=bucket, tz=tz, ledger_entity=ledger_entity)
+        return SlaOut.model_validate(self._call("GET", path))
+
+    def report_throughput(
+        self, from_: date, to: date, *, bucket: str = "day", tz: str = "UTC"
+    ) -> ThroughputOut:
+        """Decisions per reviewer per day or week, with the time from lease to decision."""
+        return ThroughputOut.model_validate(
+            self._call("GET", _report_path("throughput", from_, to, bucket=bucket, tz=tz))
+        )
+
+    def report_backlog(self, from_: date, to: date, *, tz: str = "UTC") -> BacklogOut:
+        """Open items by age at the end of each day."""
+        return BacklogOut.model_validate(self._call("GET", _report_path("backlog", from_, to, tz=tz)))
+
+    def report_decisions(self, from_: date, to: date, *, tz: str = "UTC") -> Iterator[DecisionRowOut]:
+        """Every decision of the period, streamed (NDJSON): memory stays flat however many there are.
+        A stream cut short raises httpx.RemoteProtocolError rather than ending early."""
+        path = _report_path("decisions.ndjson", from_, to, tz=tz)
+        with self._http.stream("GET", path, headers=_auth(self._token)) as response:
+            if response.status_code >= 400:
+                response.read()
+                _raise_for_problem(response)
+            for line in response.iter_lines():
+                if line:
+                    yield DecisionRowOut.model_validate_json(line)
 
     def stop(self) -> None:
         """Ask `work` to finish the item in hand, release the rest of its batch, and return."""
@@ -980,6 +1022,34 @@ class AsyncReviewQueueClient:
             after = page.next_cursor
 
     verify_webhook = staticmethod(verify_webhook)
+    # --- reports -------------------------------------------------------------------------------
+
+    async def report_sla(
+        self, from_: date, to: date, *, bucket: str = "day", tz: str = "UTC", ledger_entity: str | None = None
+    ) -> SlaOut:
+        path = _report_path("sla", from_, to, bucket=bucket, tz=tz, ledger_entity=ledger_entity)
+        return SlaOut.model_validate(await self._call("GET", path))
+
+    async def report_throughput(
+        self, from_: date, to: date, *, bucket: str = "day", tz: str = "UTC"
+    ) -> ThroughputOut:
+        path = _report_path("throughput", from_, to, bucket=bucket, tz=tz)
+        return ThroughputOut.model_validate(await self._call("GET", path))
+
+    async def report_backlog(self, from_: date, to: date, *, tz: str = "UTC") -> BacklogOut:
+        return BacklogOut.model_validate(await self._call("GET", _report_path("backlog", from_, to, tz=tz)))
+
+    async def report_decisions(
+        self, from_: date, to: date, *, tz: str = "UTC"
+    ) -> AsyncIterator[DecisionRowOut]:
+        path = _report_path("decisions.ndjson", from_, to, tz=tz)
+        async with self._http.stream("GET", path, headers=_auth(self._token)) as response:
+            if response.status_code >= 400:
+                await response.aread()
+                _raise_for_problem(response)
+            async for line in response.aiter_lines():
+                if line:
+                    yield DecisionRowOut.model_validate_json(line)
 
     def stop(self) -> None:
         self._stop.set()

@@ -12,6 +12,7 @@ from prometheus_client.registry import REGISTRY, Collector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from db.audit import SealLag
+from db.reports import SlaFigures
 from db.stats import QueueGauges
 from db.webhooks import DeliveryGauges
 
@@ -87,11 +88,22 @@ class AccessLog:
             )
 
 
+# The SLA gauges' window: the items that fell due in the last week (the recording rule
+# review_queue:sla_attainment_7d:ratio in deploy/prometheus/alerts.yml divides them).
+SLA_WINDOW_DAYS = 7
+
+
 class _QueueCollector(Collector):
     def __init__(
-        self, gauges: QueueGauges, max_inflight: int, lag: SealLag, deliveries: DeliveryGauges
+        self,
+        gauges: QueueGauges,
+        max_inflight: int,
+        lag: SealLag,
+        deliveries: DeliveryGauges,
+        sla: SlaFigures,
     ) -> None:
-        self.gauges, self.max_inflight, self.lag, self.deliveries = gauges, max_inflight, lag, deliveries
+        self.gauges, self.max_inflight, self.lag = gauges, max_inflight, lag
+        self.deliveries, self.sla = deliveries, sla
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         g = self.gauges
@@ -162,8 +174,21 @@ class _QueueCollector(Collector):
             value=self.deliveries.failing,
         )
 
+        yield GaugeMetricFamily(
+            "review_queue_sla_fell_due_items",
+            f"Items whose due_at passed in the last {SLA_WINDOW_DAYS} days (docs/reports.md).",
+            value=self.sla.fell_due,
+        )
+        yield GaugeMetricFamily(
+            "review_queue_sla_on_time_items",
+            f"... of which a decision was in effect at their due_at (last {SLA_WINDOW_DAYS} days).",
+            value=self.sla.on_time,
+        )
 
-def exposition(gauges: QueueGauges, max_inflight: int, lag: SealLag, deliveries: DeliveryGauges) -> bytes:
+
+def exposition(
+    gauges: QueueGauges, max_inflight: int, lag: SealLag, deliveries: DeliveryGauges, sla: SlaFigures
+) -> bytes:
     """Counters of this process (or of all processes, in multiprocess mode) plus queue gauges."""
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         registry = CollectorRegistry()
@@ -172,5 +197,5 @@ def exposition(gauges: QueueGauges, max_inflight: int, lag: SealLag, deliveries:
     else:
         counters = generate_latest(REGISTRY)
     queue = CollectorRegistry()
-    queue.register(_QueueCollector(gauges, max_inflight, lag, deliveries))
+    queue.register(_QueueCollector(gauges, max_inflight, lag, deliveries, sla))
     return counters + generate_latest(queue)

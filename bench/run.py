@@ -30,6 +30,7 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import make_url
 
 from api.settings import get_settings
+from bench import reports as report_bench
 from bench import wakeup
 from cli.main import owner_url
 from db import queue
@@ -236,7 +237,9 @@ class Server:
     log: Path
 
 
-def start_server(url: str, workers: int, port: int, *, sealer: bool = False) -> Server:
+def start_server(
+    url: str, workers: int, port: int, *, sealer: bool = False, env: dict[str, str] | None = None
+) -> Server:
     """The API; with `sealer`, beside the reclaimer child sealing the audit chain every second
     (the shortest interval: the most the sealer can cost the API)."""
     log = Path(tempfile.mkstemp(prefix="rq-bench-server-", suffix=".log")[1])
@@ -252,7 +255,7 @@ def start_server(url: str, workers: int, port: int, *, sealer: bool = False) -> 
             str(workers),
             "--reclaimer" if sealer else "--no-reclaimer",
         ],
-        env={**os.environ, "DATABASE_URL": url, "REVIEW_QUEUE_RECLAIM_INTERVAL_S": "1"},
+        env={**os.environ, "DATABASE_URL": url, "REVIEW_QUEUE_RECLAIM_INTERVAL_S": "1", **(env or {})},
         stdout=log.open("wb"),
         stderr=subprocess.STDOUT,
     )
@@ -865,6 +868,28 @@ def report(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def reports_over_a_year(server_url: str, port: int, items: int, runs: int) -> dict[str, Any]:
+    """Part 8: a year of history, then every report through one API worker; and what the reports'
+    indexes cost a lease and a completion (two copies of a smaller history, with and without them)."""
+    costs = [fresh_database(server_url, f"rq_bench_write_{kind}") for kind in ("with", "without")]
+    for url in costs:
+        report_bench.load_year(url, 50_000)
+    write = report_bench.write_cost(*costs, cycles=2_000, rounds=3)
+    url = fresh_database(server_url, "rq_bench_reports")
+    load = report_bench.load_year(url, items)
+    (token,) = create_tokens(url, 1)
+    with psycopg.connect(libpq(url), autocommit=True) as conn:
+        conn.execute("UPDATE api_token SET role = 'auditor'")
+    loadavg = [round(x, 2) for x in os.getloadavg()]
+    # A slow report is measured, not cut off by the default 5 s statement timeout.
+    server = start_server(url, 1, port, env={"REVIEW_QUEUE_STATEMENT_TIMEOUT_MS": "120000"})
+    try:
+        timed = report_bench.time_reports(server.base, token, runs, PostgresCpu(url).seconds)
+    finally:
+        stop_server(server)
+    return {"load": load, "reports": timed, "runs": runs, "loadavg": loadavg, "write_cost": write}
+
+
 @app.command()
 def main(
     clients: Annotated[int, typer.Option(help="Concurrent clients (raw and API).")] = 8,
@@ -880,6 +905,11 @@ def main(
     notify_seconds: Annotated[float, typer.Option(help="Length of each NOTIFY on/off run.")] = 5.0,
     only_wakeup: Annotated[bool, typer.Option(help="Run part 6 (wake-up, NOTIFY cost) alone.")] = False,
     only_dequeue: Annotated[bool, typer.Option(help="Run part 4 (dequeue scaling) alone.")] = False,
+    only_reports: Annotated[bool, typer.Option(help="Run part 8 (reports over a year) alone.")] = False,
+    report_items: Annotated[
+        int, typer.Option(help="Items in part 8's year of history (0: skip part 8).")
+    ] = 1_000_000,
+    report_runs: Annotated[int, typer.Option(help="Timed runs of each report in part 8.")] = 3,
     sealer: Annotated[
         bool,
         typer.Option("--sealer/--no-sealer", help="Seal the audit chain every second during the API run."),
@@ -967,6 +997,15 @@ def main(
         if json_path:
             json_path.write_text(json.dumps(results, indent=2))
         return
+    if only_reports:
+        results["reports"] = reports_over_a_year(server_url, port, report_items, report_runs)
+        with psycopg.connect(libpq(server_url, "postgres"), autocommit=True) as conn:
+            for name in ("rq_bench_reports", "rq_bench_write_with", "rq_bench_write_without"):
+                conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        typer.echo("\n".join(report_bench.report_lines(results["reports"])))
+        if json_path:
+            json_path.write_text(json.dumps(results, indent=2))
+        return
     if only_dequeue:
         results["dequeue"] = dequeue_scaling(server_url, workers, port, lease_samples)
         with psycopg.connect(libpq(server_url, "postgres"), autocommit=True) as conn:
@@ -1012,14 +1051,20 @@ def main(
         if audit_events:
             typer.echo(f"5/5 audit chain (seals and verifies {audit_events:,} events) ...", err=True)
             results["audit"] = audit_chain(server_url, audit_events)
+        if report_items:
+            typer.echo(f"reports over a year ({report_items:,} items) ...", err=True)
+            results["reports"] = reports_over_a_year(server_url, port, report_items, report_runs)
     typer.echo("done", err=True)
     with psycopg.connect(libpq(server_url, "postgres"), autocommit=True) as conn:
         for name in ("rq_bench_raw", "rq_bench_api", "rq_bench_batched", "rq_bench_one",
-                     "rq_bench_dequeue", "rq_bench_audit"):  # fmt: skip
+                     "rq_bench_dequeue", "rq_bench_audit", "rq_bench_reports", "rq_bench_write_with",
+                     "rq_bench_write_without"):  # fmt: skip
             conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
     typer.echo(report(results))
     if "wakeup" in results:
         typer.echo(report_wakeup(results["wakeup"]))
+    if "reports" in results:
+        typer.echo("\n".join(report_bench.report_lines(results["reports"])))
     if json_path:
         json_path.write_text(json.dumps(results, indent=2))
         typer.echo(f"wrote {json_path}", err=True)

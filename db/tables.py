@@ -205,6 +205,20 @@ review_queue_item = Table(
     Index("ix_review_queue_item_created_at_id", "created_at", "id"),
     Index("ix_review_queue_item_due_at_id", "due_at", "id"),
     Index("ix_review_queue_item_entity_due_id", "ledger_entity", "due_at", "id"),
+    # The reports (db/reports.py) read resolved history through these two; an item enters them once,
+    # when it is resolved, so no lease, renewal or release writes to them.
+    Index(
+        "ix_review_queue_item_resolved_due",
+        "due_at",
+        postgresql_include=["created_at", "resolved_at", "ledger_entity"],
+        postgresql_where=text("state = 'RESOLVED'"),
+    ),
+    Index(
+        "ix_review_queue_item_resolved_at",
+        "resolved_at",
+        postgresql_include=["created_at", "leased_at", "resolved_by", "approved_by"],
+        postgresql_where=text("state = 'RESOLVED'"),
+    ),
 )
 
 EVENTS = (
@@ -253,6 +267,33 @@ review_queue_event = Table(
         "actor",
         "id",
         postgresql_where=text("event IN ('RESOLVED', 'SUBMITTED_FOR_APPROVAL', 'APPROVED', 'REJECTED')"),
+    ),
+    # The reports (db/reports.py): items ever reopened, decisions by time, the holders' other
+    # decisions by time, and lease starts (the time from lease to decision). Partial: a RENEWED event
+    # enters none of them.
+    Index("ix_review_queue_event_reopened", "item_id", postgresql_where=text("event = 'REOPENED'")),
+    Index(
+        "ix_review_queue_event_decision_at",
+        "at",
+        "id",
+        postgresql_where=text("event IN ('RESOLVED', 'APPROVED')"),
+    ),
+    Index(
+        "ix_review_queue_event_lease_start",
+        "item_id",
+        "id",
+        postgresql_include=["at"],
+        postgresql_where=text("event IN ('LEASED', 'REASSIGNED')"),
+    ),
+    Index(
+        "ix_review_queue_event_other_work_at",
+        "at",
+        "id",
+        postgresql_include=["item_id", "actor", "event"],
+        postgresql_where=text(
+            "event IN ('SUBMITTED_FOR_APPROVAL', 'REJECTED')"
+            " OR (event = 'RELEASED' AND NOT details ? 'override')"
+        ),
     ),
 )
 

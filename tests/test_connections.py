@@ -1,9 +1,16 @@
 """The served process facing the network: which proxies it believes, and stalled connections."""
 
+import csv
+import fcntl
+import io
 import json
 import socket
+import struct
+import termios
+import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
+from datetime import datetime
 from pathlib import Path
 
 import httpx
@@ -11,6 +18,7 @@ import psycopg
 import pytest
 
 from tests.conftest import start_server, stop_server
+from tests.support import wait_for
 
 
 def _clients_logged(log: Path) -> list[str]:
@@ -160,3 +168,127 @@ def test_stalled_audit_export_readers_hold_no_connection(
     result = chain.verify_lines(body.splitlines(keepends=True))
     assert result.broken is None, result.broken
     assert (result.first_seq, result.last_seq, result.events) == (1, head, head)
+
+
+# --- the decisions export and clients that stop reading -------------------------------------
+
+DECISIONS = 40_000  # about 12 MB of CSV: more than the kernel buffers on both ends can hold
+STALLED = 3
+
+
+def _bulk_decisions(sql_url: str, count: int) -> None:
+    with psycopg.connect(sql_url, autocommit=True) as sql:
+        sql.execute(
+            """
+            WITH item AS (
+                INSERT INTO review_queue_item (idempotency_key, ledger_entity, variance_amount,
+                    match_decision, source_hash, state, resolution, resolution_note, resolved_by,
+                    resolved_at, leased_by, leased_at, created_at, due_at)
+                SELECT 'bulk-' || i, 'ACME-CORP', -12.50, 'PARTIAL', 'sha256:' || md5(i::text),
+                       'RESOLVED', 'MATCH_CONFIRMED', 'a note long enough to make rows realistic', 'alice',
+                       now() - interval '1 hour' + i * interval '1 millisecond', 'alice',
+                       now() - interval '2 hours', now() - interval '3 hours', now()
+                FROM generate_series(1, %s) AS i
+                RETURNING id, trace_id, resolved_at, resolution_note
+            )
+            INSERT INTO review_queue_event (item_id, event, actor, at, lease_epoch, trace_id, details)
+            SELECT id, 'RESOLVED', 'alice', resolved_at, 1, trace_id,
+                   jsonb_build_object('resolution', 'MATCH_CONFIRMED', 'note', resolution_note)
+            FROM item
+            """,
+            (count,),
+        )
+
+
+def _stalled_download(host: str, port: int, path: str, token: str) -> tuple[socket.socket, bytes]:
+    """A client that asks for the export, takes its first bytes, and then reads nothing more."""
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.connect((host, port))
+    sock.sendall(f"GET {path} HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {token}\r\n\r\n".encode())
+    first = sock.recv(1024)
+    assert first.startswith(b"HTTP/1.1 200 "), f"the export did not start: {first!r}"
+    return sock, first
+
+
+def _waiting_bytes(sock: socket.socket) -> int:
+    return struct.unpack("i", fcntl.ioctl(sock.fileno(), termios.FIONREAD, b"\0\0\0\0"))[0]
+
+
+def _busy_sessions(sql_url: str) -> list[tuple[str, str]]:
+    """The service's sessions running a statement or inside a transaction: (state, query)."""
+    with psycopg.connect(sql_url, autocommit=True) as sql:
+        rows = sql.execute(
+            "SELECT state, query FROM pg_stat_activity WHERE datname = current_database()"
+            " AND application_name = 'review-queue' AND state <> 'idle' AND pid <> pg_backend_pid()"
+        ).fetchall()
+    return [(str(state), str(query)) for state, query in rows]
+
+
+def test_clients_that_stop_reading_an_export_hold_no_connection(
+    db_url: str, superuser_url: str, make_token: Callable[[str, str], str]
+) -> None:
+    """The API with ONE pooled connection: three downloads of a 40,000-row export stall once the
+    socket buffers are full, and meanwhile every other request is served (it would be a fast 503 if
+    a stalled download held the connection, as a transaction streamed with a cursor would); no
+    transaction stays open. Then the downloads resume and each is whole."""
+    from tests.conftest import libpq
+
+    sql_url = libpq(superuser_url)
+    _bulk_decisions(sql_url, DECISIONS)
+    process, base = start_server(
+        {"DATABASE_URL": db_url, "REVIEW_QUEUE_POOL_SIZE": "1", "REVIEW_QUEUE_POOL_MAX_OVERFLOW": "0"}
+    )
+    auditor, reviewer = make_token("audrey", "auditor"), make_token("alice", "reviewer")
+    host, port = base.removeprefix("http://").split(":")
+    today = time.strftime("%Y-%m-%d", time.gmtime(time.time() - 86400))
+    later = time.strftime("%Y-%m-%d", time.gmtime(time.time() + 2 * 86400))
+    path = f"/reports/decisions.csv?from={today}&to={later}"
+    try:
+        with ExitStack() as stack:
+            downloads = [_stalled_download(host, int(port), path, auditor) for _ in range(STALLED)]
+            stalled = [stack.enter_context(sock) for sock, _ in downloads]
+
+            # Stalled: what each client has waiting stops growing, and the server fills its own send
+            # buffers and stops too, blocked in its send. An export holding a transaction (a cursor)
+            # never gets here: its session stays "idle in transaction".
+            def settled() -> bool:
+                before = [_waiting_bytes(s) for s in stalled]
+                time.sleep(1)
+                still = all(b > 0 for b in before) and [_waiting_bytes(s) for s in stalled] == before
+                return still and _busy_sessions(sql_url) == []
+
+            wait_for(settled, timeout=90)
+            with httpx.Client(base_url=base, timeout=30) as http:
+                for _ in range(20):
+                    response = http.get("/stats", headers={"Authorization": f"Bearer {reviewer}"})
+                    assert response.status_code == 200, response.text
+            assert _busy_sessions(sql_url) == []
+
+            for sock, first in downloads:  # read on: each download is whole, in order, and ends properly
+                sock.settimeout(60)
+                data = first
+                while not data.endswith(b"\r\n0\r\n\r\n"):
+                    chunk = sock.recv(1 << 16)
+                    assert chunk, "the server closed a download before its end"
+                    data += chunk
+                body = _dechunked(data.split(b"\r\n\r\n", 1)[1])
+                rows = list(csv.reader(io.StringIO(body.decode(), newline="")))
+                header, *rows = rows
+                assert len(rows) == DECISIONS
+                at, event = header.index("resolved_at"), header.index("event_id")
+                keys = [(datetime.fromisoformat(r[at]), int(r[event])) for r in rows]
+                assert keys == sorted(keys) and len(set(keys)) == DECISIONS
+    finally:
+        stop_server(process)
+
+
+def _dechunked(data: bytes) -> bytes:
+    out, rest = [], data
+    while True:
+        size_line, rest = rest.split(b"\r\n", 1)
+        size = int(size_line, 16)
+        if size == 0:
+            return b"".join(out)
+        out.append(rest[:size])
+        rest = rest[size + 2 :]

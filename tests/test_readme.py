@@ -185,6 +185,30 @@ def _stats(out: str, seen: dict[str, Any]) -> None:
     assert (stats["overdue"], stats["aging"]["0-1d"]) == (0, 0), out
 
 
+def _throughput(out: str, seen: dict[str, Any]) -> None:
+    report = _json(out)
+    rows = {r["reviewer"]: r for r in report["rows"]}
+    assert set(rows) == {"reviewer", "approver"} and report["reviewer"] is None, report
+    mine = rows["reviewer"]
+    assert (mine["resolved"], mine["submitted_for_approval"], mine["released"], mine["decisions"]) == (
+        2, 1, 1, 4), mine  # fmt: skip
+    assert (rows["approver"]["approved"], rows["approver"]["decisions"]) == (1, 1), rows
+
+
+def _decisions_csv(out: str, seen: dict[str, Any]) -> None:
+    import csv
+    import io
+
+    header, *rows = list(csv.reader(io.StringIO(out, newline="")))
+    assert header[:3] == ["event_id", "item_id", "idempotency_key"], header
+    decided = [dict(zip(header, row, strict=True)) for row in rows]
+    assert [(d["idempotency_key"], d["resolution"], d["resolved_by"], d["approved_by"]) for d in decided] == [
+        ("ACME-2026-11-30-0042", "APPROVED", "reviewer", ""),
+        ("ACME-2026-11-30-0043", "ADJUSTMENT_POSTED", "reviewer", "approver"),
+        ("b-1", "APPROVED", "reviewer", ""),
+    ], decided
+
+
 def _reclaimed_nothing(out: str, seen: dict[str, Any]) -> None:
     assert _json(out) == {"reclaimed": 0, "items": []}, out
 
@@ -240,8 +264,12 @@ EXPECTED: list[tuple[str, Check]] = [
     ("ID=$(curl -s -X POST localhost:${PORT:-8000}/leases", _nothing),
     ("localhost:${PORT:-8000}/items/complete ", _batch_completed),
     ("localhost:${PORT:-8000}/stats", _stats),
+    ("TODAY=$(python3", _nothing),
+    ("TOMORROW=$(python3", _nothing),
+    ("/reports/throughput", _throughput),
+    ("/reports/decisions.csv", _decisions_csv),
     ("/admin/reclaim", _reclaimed_nothing),
-    ("localhost:8000/events?limit=2", _feed),
+    ("localhost:${PORT:-8000}/events?limit=2", _feed),
 ]
 
 

@@ -135,4 +135,10 @@ export const api = {
     call("POST", `/admin/reviewers/${encodeURIComponent(reviewer)}/release`, { reason }),
   reassign: (id, reviewer, reason) =>
     call("POST", `/admin/items/${encodeURIComponent(id)}/reassign`, { reviewer, reason }),
+  // Reports (web/reports.js; roles auditor and admin). The CSV is downloaded by a plain link: the
+  // browser sends the session cookie with it, as with every call here.
+  reportSla: (query) => call("GET", `/reports/sla?${new URLSearchParams(query)}`),
+  reportThroughput: (query) => call("GET", `/reports/throughput?${new URLSearchParams(query)}`),
+  reportBacklog: (query) => call("GET", `/reports/backlog?${new URLSearchParams(query)}`),
+  decisionsCsvUrl: (query) => `/reports/decisions.csv?${new URLSearchParams(query)}`,
 };

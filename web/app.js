@@ -15,6 +15,7 @@ import "./list.js";
 import "./approvals.js";
 import "./admin.js";
 import "./ingest.js";
+import "./reports.js";
 import { onKey, renderHelp, toggleHelp } from "./shortcuts.js";
 import { loadProvider, providerSignIn, takeSignInError } from "./oidc.js";
 

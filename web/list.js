@@ -394,6 +394,11 @@ async function resolveSelected() {
 
 let refresher = null;
 
+function reload() {
+  loadPage();
+  if (reviewer()) loadDecisions();
+}
+
 registerView({
   id: "items",
   label: "Items",
@@ -401,15 +406,15 @@ registerView({
   regions,
   render: renderList,
   start() {
-    loadPage();
-    if (reviewer()) loadDecisions();
+    reload();
     // Counts, the page and my decisions refresh by themselves while the list is shown.
     refresher ??= setInterval(() => {
-      if (state.me && shown("items")) {
-        loadPage();
-        if (reviewer()) loadDecisions();
-      }
+      if (state.me && shown("items")) reload();
     }, REFRESH_MS);
+  },
+  // Brought up again: what changed meanwhile (a decision made in another view) shows at once.
+  show() {
+    if (state.me) reload();
   },
   reset() {
     state.list = fresh();

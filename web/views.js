@@ -1,8 +1,9 @@
 // The views table. A view is one module that registers itself here with
-//   { id, label, roles, regions(), render(), start(), reset() }
+//   { id, label, roles, regions(), render(), start(), show(), reset() }
 // regions() makes its <section aria-label> elements once (controls made once keep what is typed);
-// render() draws them from the state; start() loads what it needs after sign-in; reset() forgets
-// it at sign-out. The page shows one view at a time (the header's nav, `#id` in the address); the
+// render() draws them from the state; start() loads what it needs after sign-in; show() runs each
+// time the view is brought up (so what it lists is read again then, not at the next tick of a
+// refresh timer); reset() forgets it at sign-out. The page shows one view at a time (the header's nav, `#id` in the address); the
 // views a role may use appear in the order they registered (the order of app.js's imports).
 //
 // A new view (e.g. reports) is one more module that calls registerView, and one more import in
@@ -13,7 +14,7 @@ const mounted = new Map(); // view id -> its container, for the signed-in role
 let active = null;
 
 export function registerView(view) {
-  VIEWS.push({ start() {}, reset() {}, ...view });
+  VIEWS.push({ render() {}, start() {}, show() {}, reset() {}, ...view });
 }
 
 export function viewsFor(role) {
@@ -46,6 +47,7 @@ export function activate(id) {
   const target = mounted.has(id) ? id : mounted.keys().next().value ?? null;
   active = target;
   for (const [viewId, box] of mounted) box.hidden = viewId !== target;
+  VIEWS.find((view) => view.id === target)?.show();
   return target;
 }
 

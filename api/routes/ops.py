@@ -8,9 +8,9 @@ from pydantic import BaseModel, Field
 
 from api.deps import Conn, MetricsScraper, SettingsDep, StatsReader
 from api.errors import problem_responses
-from api.metrics import exposition
+from api.metrics import SLA_WINDOW_DAYS, exposition
 from api.routing import QueueRoute
-from db import audit, stats, webhooks
+from db import audit, reports, stats, webhooks
 
 router = APIRouter(route_class=QueueRoute, tags=["operations"])
 
@@ -86,7 +86,12 @@ async def get_stats(conn: Conn, _: StatsReader, settings: SettingsDep) -> StatsO
 async def metrics(conn: Conn, settings: SettingsDep) -> Response:
     """Prometheus metrics (REVIEW_QUEUE_METRICS_TOKEN, or an admin token)."""
     gauges = await stats.queue_gauges(conn, grace=timedelta(seconds=settings.reclaim_after_s))
+    sla = await reports.sla_trailing(conn, days=SLA_WINDOW_DAYS)
     body = exposition(
-        gauges, settings.max_inflight, await audit.seal_lag(conn), await webhooks.delivery_gauges(conn)
+        gauges,
+        settings.max_inflight,
+        await audit.seal_lag(conn),
+        await webhooks.delivery_gauges(conn),
+        sla,
     )
     return Response(body, media_type="text/plain; version=0.0.4; charset=utf-8")

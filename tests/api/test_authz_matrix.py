@@ -50,6 +50,9 @@ EVERYONE = ANY_ROLE | {"integration"}
 FEED_READERS = frozenset({"auditor", "admin", "integration"})
 
 
+REPORT_PERIOD = {"from": "2026-11-02", "to": "2026-12-07"}
+
+
 @dataclass(frozen=True)
 class Route:
     roles: frozenset[str] | None
@@ -65,6 +68,7 @@ class Route:
     # The item goes in the body (`body(item_id)`), as one entry of a batch: a refused entry is
     # answered 200 with the problem the single route gives (checked per entry), and changes nothing.
     body_item: bool = False
+    params: dict[str, str] | None = None  # query parameters of a call that succeeds
 
 
 MATRIX: dict[tuple[str, str], Route] = {
@@ -161,6 +165,13 @@ MATRIX: dict[tuple[str, str], Route] = {
     ("GET", "/webhooks"): Route(ADMIN),
     ("GET", "/webhooks/{name}/deliveries"): Route(ADMIN),
     ("POST", "/webhooks/{name}/redeliver"): Route(ADMIN, body=lambda: {}),
+    # The reports: the controller's and the auditor's; every reviewer and approver sees their own
+    # throughput (tests/api/test_reports.py checks that the rows are theirs only).
+    ("GET", "/reports/sla"): Route(AUDITORS, params=REPORT_PERIOD),
+    ("GET", "/reports/throughput"): Route(STATS_READERS, params=REPORT_PERIOD),
+    ("GET", "/reports/backlog"): Route(AUDITORS, params=REPORT_PERIOD),
+    ("GET", "/reports/decisions.csv"): Route(AUDITORS, params=REPORT_PERIOD),
+    ("GET", "/reports/decisions.ndjson"): Route(AUDITORS, params=REPORT_PERIOD),
 }
 WEBHOOK = "matrix"  # the world's one subscription
 WEBHOOK_URL = "https://hooks.example.com/matrix"
@@ -276,7 +287,9 @@ class World:
         route = MATRIX[(method, path)]
         body = route.body
         sent = (body(item_id) if route.body_item else body()) if body else None
-        response: httpx.Response = self.client.request(method, url, json=sent, headers=self.headers[caller])
+        response: httpx.Response = self.client.request(
+            method, url, json=sent, params=route.params, headers=self.headers[caller]
+        )
         return response
 
 
@@ -644,17 +657,34 @@ QUERY_ROUTES = [
     ("/decisions", None),
     ("/events", None),
     ("/webhooks/{name}/deliveries", None),
+    *((path, None) for (_, path), route in MATRIX.items() if route.params),
 ]
 QUERY_CALLERS = {
     "/audit/export": ("auditor", "admin"),
     "/events": ("auditor", "admin", "integration"),
     "/webhooks/{name}/deliveries": ("admin",),
 }
+
+
+def _query_callers(path: str) -> tuple[str, ...]:
+    route = MATRIX[("GET", path)]
+    if route.roles == AUDITORS:
+        return ("auditor", "admin")
+    if route.params:  # the throughput
+        return ("reviewer", "auditor", "admin")
+    return ("reviewer", "ingest", "admin")
+
+
 # (path, target, caller, parameters of a call that succeeds)
 QUERY_CASES = [
-    (path, target, caller, {"to": 1} if path == "/audit/export" else {"limit": 1})
+    (
+        path,
+        target,
+        caller,
+        MATRIX[("GET", path)].params or ({"to": 1} if path == "/audit/export" else {"limit": 1}),
+    )
     for path, target in QUERY_ROUTES
-    for caller in QUERY_CALLERS.get(path, ("reviewer", "ingest", "admin"))
+    for caller in QUERY_CALLERS.get(path) or _query_callers(path)
 ]
 
 
@@ -673,7 +703,7 @@ def test_every_query_route_is_listed() -> None:
 
 @pytest.mark.parametrize(("path", "target", "caller", "params"), QUERY_CASES)
 def test_unknown_query_parameters_are_refused(
-    shared_world: World, path: str, target: str | None, caller: str, params: dict[str, int]
+    shared_world: World, path: str, target: str | None, caller: str, params: dict[str, Any]
 ) -> None:
     item_id = shared_world.item_id(caller, target)
     url = (path.replace("{item_id}", item_id) if item_id else path).replace("{name}", WEBHOOK)

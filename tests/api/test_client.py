@@ -565,3 +565,50 @@ def test_lease_not_held_says_when_the_reclaimer_took_the_lease_back(
     ):
         bob.renew(leased.id)
     assert plain.value.reclaimed_at is None and plain.value.lease_expired_at is None
+
+
+def test_reports_and_the_streamed_decisions(live_server: str, make_token: Callable[[str, str], str]) -> None:
+    from datetime import UTC, date, datetime
+
+    from api.client import Forbidden
+    from api.schemas import DecisionRowOut
+
+    with (
+        ReviewQueueClient(live_server, make_token("ingest", "ingest")) as ingest,
+        ReviewQueueClient(live_server, make_token("alice", "reviewer")) as alice,
+        ReviewQueueClient(live_server, make_token("audrey", "auditor")) as audrey,
+    ):
+        for n in range(3):
+            ingest.enqueue(
+                idempotency_key=f"r-{n}",
+                ledger_entity="ACME",
+                variance_amount=Decimal("-0.50"),
+                match_decision="PARTIAL",
+                source_hash="h",
+            )
+        for item in alice.lease(batch_size=3):
+            alice.complete(item.id, "MATCH_CONFIRMED", lease_token=item.lease_token)
+        today = datetime.now(UTC).date()
+        tomorrow = date.fromordinal(today.toordinal() + 1)
+        sla = audrey.report_sla(today, tomorrow, tz="Europe/Berlin")
+        assert sla.from_ == today and sla.tz == "Europe/Berlin" and len(sla.buckets) == 1
+        own = alice.report_throughput(today, tomorrow)
+        assert own.reviewer == "alice"
+        assert [(r.reviewer, r.resolved, r.decisions) for r in own.rows] == [("alice", 3, 3)]
+        assert audrey.report_backlog(today, tomorrow).points[0].open == 0
+        streamed = list(audrey.report_decisions(today, tomorrow))
+        assert len(streamed) == 3 and all(isinstance(d, DecisionRowOut) for d in streamed)
+        assert {d.variance_amount for d in streamed} == {Decimal("-0.50")}
+        with pytest.raises(Forbidden):
+            list(alice.report_decisions(today, tomorrow))
+
+    admin = make_token("ada", "admin")
+
+    async def asynchronously() -> list[DecisionRowOut]:
+        async with AsyncReviewQueueClient(live_server, admin) as ada:
+            assert (await ada.report_sla(today, tomorrow)).total.fell_due == 0
+            assert len((await ada.report_throughput(today, tomorrow)).rows) == 1
+            assert len((await ada.report_backlog(today, tomorrow)).points) == 1
+            return [d async for d in ada.report_decisions(today, tomorrow)]
+
+    assert asyncio.run(asynchronously()) == streamed

@@ -51,6 +51,11 @@ OPERATION_IDS = {
     ("get", "/webhooks"): "listWebhooks",
     ("get", "/webhooks/{name}/deliveries"): "listWebhookDeliveries",
     ("post", "/webhooks/{name}/redeliver"): "redeliverWebhook",
+    ("get", "/reports/sla"): "getSlaReport",
+    ("get", "/reports/throughput"): "getThroughputReport",
+    ("get", "/reports/backlog"): "getBacklogReport",
+    ("get", "/reports/decisions.csv"): "exportDecisionsCsv",
+    ("get", "/reports/decisions.ndjson"): "exportDecisionsNdjson",
 }
 
 

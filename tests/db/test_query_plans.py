@@ -344,3 +344,123 @@ def test_the_feed_walks_the_xid_index_and_reads_one_items_trail(
         "ix_review_queue_event_xid_id",
     ) in found, found
     assert any(index == "ix_review_queue_event_item_id_id" for _, index in found), found
+
+
+# --- the reports (db/reports.py) -----------------------------------------------------------------
+
+
+@pytest.fixture
+def history(sql: psycopg.Connection) -> psycopg.Connection:
+    """60 days of work, 60,000 items (a few still open), their events, some releases, approvals and
+    reopenings: the reports' plans must read a day's rows through their indexes, not the history."""
+    sql.execute(
+        """
+        WITH item AS (
+            INSERT INTO review_queue_item (idempotency_key, ledger_entity, variance_amount, match_decision,
+                source_hash, state, leased_by, leased_at, lease_expires_at, resolution, resolved_by,
+                resolved_at, approved_by, approved_at, prepared_by, created_at, due_at)
+            SELECT 'h' || i, 'E' || (i % 20), 1, 'PARTIAL', 'h',
+                   CASE WHEN i > 59000 THEN 'PENDING' ELSE 'RESOLVED' END,
+                   CASE WHEN i <= 59000 THEN 'r' || (i % 40) END,
+                   CASE WHEN i <= 59000 THEN t + interval '1 hour' END,
+                   CASE WHEN i <= 59000 THEN t + interval '1 hour 30 seconds' END,
+                   CASE WHEN i <= 59000 THEN 'OK' END,
+                   CASE WHEN i <= 59000 THEN 'r' || (i % 40) END,
+                   CASE WHEN i <= 59000 THEN t + interval '90 minutes' END,
+                   CASE WHEN i <= 59000 AND i % 30 = 0 THEN 'approver' END,
+                   CASE WHEN i <= 59000 AND i % 30 = 0 THEN t + interval '90 minutes' END,
+                   CASE WHEN i % 30 = 0 THEN 'r' || (i % 40) END,
+                   t, t + interval '2 days'
+            FROM generate_series(1, 60000) AS i,
+                 LATERAL (SELECT now() - interval '60 days' + i * interval '86 seconds' AS t) AS time
+            RETURNING id, trace_id, created_at, state, leased_by, leased_at, resolved_at
+        ),
+        trail AS (
+            SELECT id, 'ENQUEUED' AS event, 'ingest' AS actor, created_at AS at, '{}'::jsonb AS details
+            FROM item
+            UNION ALL
+            SELECT id, 'LEASED', leased_by, leased_at, '{}' FROM item WHERE leased_at IS NOT NULL
+            UNION ALL
+            SELECT id, 'RELEASED', leased_by, leased_at + interval '1 minute', '{"reason": "x"}'
+            FROM item WHERE leased_at IS NOT NULL AND hashtext(id::text) % 20 = 0
+            UNION ALL
+            SELECT id, 'RESOLVED', leased_by, resolved_at, '{"resolution": "OK"}'
+            FROM item WHERE state = 'RESOLVED'
+            UNION ALL
+            SELECT id, 'REOPENED', 'ada', resolved_at - interval '5 minutes',
+                   jsonb_build_object('previous_resolved_at', resolved_at - interval '10 minutes',
+                                      'previous_resolved_by', leased_by)
+            FROM item WHERE state = 'RESOLVED' AND hashtext(id::text) % 200 = 0
+        )
+        INSERT INTO review_queue_event (item_id, event, actor, at, lease_epoch, trace_id, details)
+        SELECT t.id, t.event, t.actor, t.at, 1, i.trace_id, t.details
+        FROM trail t JOIN item i USING (id) ORDER BY t.at
+        """
+    )
+    sql.execute("VACUUM ANALYZE review_queue_item")
+    sql.execute("VACUUM ANALYZE review_queue_event")
+    return sql
+
+
+def _report_params(sql: psycopg.Connection, *, days: int) -> dict[str, Any]:
+    """The last `days` days in UTC, as db.reports binds them."""
+    (edges,) = sql.execute(
+        "SELECT array_agg(date_trunc('day', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC'"
+        " - (%s - n) * interval '1 day' ORDER BY n) FROM generate_series(0, %s) AS n",
+        (days, days),
+    ).fetchone()
+    return {"edges": edges, "start": None, "step": 1, "entity": None, "reviewer": None}
+
+
+REPORT_SCANS = [
+    ("_SLA", {"ix_review_queue_item_resolved_due", "ix_review_queue_event_reopened"}),
+    (
+        "_THROUGHPUT",
+        {
+            "ix_review_queue_item_resolved_at",
+            "ix_review_queue_event_other_work_at",
+            "ix_review_queue_event_lease_start",
+            "ix_review_queue_event_reopened",
+        },
+    ),
+    ("_BACKLOG", {"ix_review_queue_item_resolved_at", "ix_review_queue_event_reopened"}),
+]
+
+
+@pytest.mark.parametrize(("statement", "indexes"), REPORT_SCANS, ids=[s for s, _ in REPORT_SCANS])
+def test_a_reports_day_reads_its_indexes_not_the_history(
+    history: psycopg.Connection, statement: str, indexes: set[str]
+) -> None:
+    from db import reports
+
+    found = scans(plan(history, getattr(reports, statement), _report_params(history, days=1)))
+    assert_no_table_scan(found)
+    assert ("Seq Scan", "review_queue_event") not in found, f"full scan of the event trail: {found}"
+    assert indexes <= {name for _, name in found}, found
+
+
+def test_a_page_of_the_decisions_export_reads_the_decision_index(history: psycopg.Connection) -> None:
+    from db import reports
+
+    (lo, hi) = history.execute("SELECT now() - interval '2 days', now()").fetchone()
+    params = {"lo": lo, "hi": hi, "after_at": lo, "after_id": 0, "limit": reports.DECISIONS_PAGE}
+    tree = plan(history, reports._DECISIONS, params)
+    found = scans(tree)
+    assert_no_table_scan(found)
+    assert ("Seq Scan", "review_queue_event") not in found, found
+    (read,) = [n for n in nodes(tree) if n.get("Index Name") == "ix_review_queue_event_decision_at"]
+    # In (at, id) order straight off the index, a page at a time: no sort of the period's decisions
+    # (a sort of the page's own rows, above its LIMIT, is all there may be).
+    assert read["Node Type"] in ("Index Scan", "Index Only Scan"), read["Node Type"]
+    sorts = [n for n in nodes(tree) if n["Node Type"] in ("Sort", "Incremental Sort")]
+    assert not any(read in nodes(sort) for sort in sorts if not _has_limit_between(sort, read)), tree
+
+
+def _has_limit_between(top: dict[str, Any], bottom: dict[str, Any]) -> bool:
+    """Whether a Limit node stands on the path from `top` down to `bottom`."""
+    for child in top.get("Plans", []):
+        if child is bottom:
+            return False
+        if bottom in nodes(child):
+            return child["Node Type"] == "Limit" or _has_limit_between(child, bottom)
+    return False

@@ -1251,3 +1251,122 @@ def test_a_phone_axe_core_contrast_and_the_readme_screenshot(
                 assert _contrast(ring_rgb, "rgb(255, 255, 255)") >= 3, ring_rgb
             finally:
                 context.close()
+
+
+# --- the Reports view (web/reports.js) ------------------------------------------------------
+
+
+def _api_rows(base: str, token: str, path: str, params: dict[str, str]) -> Any:
+    response = httpx.get(f"{base}{path}", params=params, headers={"Authorization": f"Bearer {token}"})
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def _table(page: Page, name: str) -> list[list[str]]:
+    """A data table, found by its accessible name (its caption), as the text of its body cells."""
+    rows = page.get_by_role("table", name=name, exact=True).locator("tbody tr")
+    return [[c.strip() for c in row.locator("th, td").all_inner_texts()] for row in rows.all()]
+
+
+def _percent(attainment: str | None) -> str:
+    return "–" if attainment is None else f"{float(attainment) * 100:.1f} %"
+
+
+def test_the_reports_view_draws_the_charts_with_tables_of_the_apis_numbers(
+    db_url: str, make_token: Tokens, sql: psycopg.Connection, contexts: Callable[[], BrowserContext]
+) -> None:
+    import random
+    from datetime import UTC, date, datetime, timedelta
+
+    from tests import reports_support as ref
+
+    rng = random.Random(28)
+    now = datetime.now(UTC)
+    gaps = [timedelta(minutes=m) for m in (3, 20, 90, 600)] + [timedelta(days=1)]
+    histories = []
+    for n in range(60):
+        created = now - timedelta(days=rng.uniform(9, 55))
+        due = created + timedelta(hours=rng.choice([24, 72, 120]))
+        entity = rng.choice(["ACME", "GLOBEX"])
+        histories.append(
+            ref.live(rng, n, created_at=created, due_at=due, entity=entity, gaps=gaps, max_steps=6)
+        )
+    ref.arrange(sql, histories)
+    auditor, reviewer = make_token("audrey", "auditor"), make_token("alice", "reviewer")
+    first, last, tz = date.today() - timedelta(days=56), date.today() - timedelta(days=1), "Europe/Berlin"
+    monday = first - timedelta(days=first.weekday())
+    after = last - timedelta(days=last.weekday()) + timedelta(weeks=1)
+    weeks = {"from": monday.isoformat(), "to": after.isoformat(), "tz": tz, "bucket": "week"}
+    days = {"from": first.isoformat(), "to": (last + timedelta(days=1)).isoformat(), "tz": tz}
+    with desk(db_url) as base:
+        page = contexts().new_page()
+        sign_in(page, base, auditor)
+        view(page, "Reports")
+        reports = page.get_by_role("region", name="Reports")
+        expect(reports.get_by_role("figure")).to_have_count(3)  # drawn for the default period first
+        reports.get_by_label("From").fill(first.isoformat())
+        reports.get_by_label("To (last day)").fill(last.isoformat())
+        reports.get_by_label("Time zone").fill(tz)
+        reports.get_by_role("button", name="Show reports").click()
+        expect(reports.get_by_role("figure", name=re.compile(r"^SLA attainment per week \(weeks from "
+                                                             + weeks["from"]))).to_be_visible()  # fmt: skip
+
+        sla = _api_rows(base, auditor, "/reports/sla", weeks)
+        expected_sla = [
+            [b["start"], str(b["fell_due"]), str(b["on_time"]), str(b["late"]), str(b["open_past_due"]),
+             _percent(b["attainment"])]
+            for b in sla["buckets"]
+        ]  # fmt: skip
+        t = sla["total"]
+        expected_sla.append(["Total", *(str(t[k]) for k in ("fell_due", "on_time", "late", "open_past_due")),
+                             _percent(t["attainment"])])  # fmt: skip
+        assert _table(page, "SLA attainment per week") == expected_sla
+        assert sum(b["fell_due"] for b in sla["buckets"]) > 20
+
+        throughput = _api_rows(base, auditor, "/reports/throughput", weeks)
+        outcomes = ("resolved", "submitted_for_approval", "approved", "rejected", "released", "decisions")
+        totals: dict[str, list[int]] = {}
+        for row in throughput["rows"]:
+            sums = totals.setdefault(row["reviewer"], [0] * len(outcomes))
+            for i, key in enumerate(outcomes):
+                sums[i] += row[key]
+        assert _table(page, "Throughput per reviewer") == [
+            [who, *map(str, sums)] for who, sums in sorted(totals.items())
+        ]
+        assert len(totals) >= 3
+
+        backlog = _api_rows(base, auditor, "/reports/backlog", days)
+        assert _table(page, "Backlog by age") == [
+            [p["start"], *(str(p["by_age"][band]) for band in backlog["bands"]), str(p["open"])]
+            for p in backlog["points"]
+        ]
+        assert len(backlog["points"]) == 56
+        # Each chart is an image with a text alternative, drawn as SVG: no canvas, nothing fetched.
+        assert reports.locator("svg[role=img]").count() == 3
+        assert reports.locator("svg rect").count() > 20
+        SHOTS.mkdir(exist_ok=True)
+        reports.screenshot(path=str(SHOTS / "reports.png"))  # docs/reports.png is a copy of it
+
+        # The download authenticates with the session cookie alone, like every call of the page.
+        link = reports.get_by_role("link", name="Download decisions (CSV)")
+        assert link.get_attribute("href") == "/reports/decisions.csv?" + "&".join(
+            f"{k}={v.replace('/', '%2F')}" for k, v in days.items()
+        )
+        with page.expect_download() as downloading:
+            link.click()
+        content = Path(downloading.value.path()).read_bytes()
+        exported = httpx.get(
+            f"{base}/reports/decisions.csv", params=days, headers={"Authorization": f"Bearer {auditor}"}
+        )
+        assert content == exported.content and content.count(b"\r\n") > 10
+
+        # A bad period is a sentence, not a broken page.
+        reports.get_by_label("Time zone").fill("Mars/Olympus")
+        reports.get_by_role("button", name="Show reports").click()
+        expect(reports.get_by_role("status")).to_contain_text("Please check tz")
+        expect(reports.get_by_role("figure")).to_have_count(0)
+
+        other = contexts().new_page()
+        sign_in(other, base, reviewer)
+        expect(other.get_by_role("region", name="Current item")).to_be_visible()
+        expect(other.get_by_role("region", name="Reports")).to_have_count(0)

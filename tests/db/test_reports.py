@@ -1,0 +1,441 @@
+"""db/reports.py against the same figures computed in Python from the event trail alone
+(tests/reports_support.py), on generated histories around time-zone edges, DST changes and
+reopened decisions, and on hand-made ones for each rule docs/reports.md states."""
+
+import asyncio
+import random
+from collections.abc import Awaitable, Callable
+from datetime import UTC, date, datetime, timedelta
+from decimal import Decimal
+from typing import Any, TypeVar
+
+import psycopg
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from sqlalchemy.ext.asyncio import AsyncConnection, create_async_engine
+from sqlalchemy.pool import NullPool
+
+from db import reports
+from tests import reports_support as ref
+from tests.conftest import LONG
+
+T = TypeVar("T")
+
+
+def run(db_url: str, call: Callable[[AsyncConnection], Awaitable[T]]) -> T:
+    """`call` in one transaction of the application role, as a request runs it."""
+
+    async def go() -> T:
+        engine = create_async_engine(db_url, poolclass=NullPool)
+        try:
+            async with engine.begin() as conn:
+                return await call(conn)
+        finally:
+            await engine.dispose()
+
+    return asyncio.run(go())
+
+
+def at(text: str) -> datetime:
+    return datetime.fromisoformat(text).astimezone(UTC)
+
+
+# ---------------------------------------------------------------------------------------------
+# Every report, compared with the reference
+# ---------------------------------------------------------------------------------------------
+
+
+def check_sla(
+    db_url: str,
+    items: dict[Any, ref.Item],
+    events: list[ref.Event],
+    period: reports.Period,
+    entity: str | None,
+) -> None:
+    cuts = ref.edges(period.start, period.end, period.tz, period.step_days)
+    got = run(db_url, lambda c: reports.sla(c, period=period, ledger_entity=entity))
+    expected, total = ref.sla(items, events, cuts, got.as_of, entity)
+    assert [(b.fell_due, b.on_time, b.late, b.open_past_due, b.attainment) for b in got.buckets] == expected
+    assert (got.total.fell_due, got.total.on_time, got.total.late, got.total.open_past_due,
+            got.total.attainment) == total  # fmt: skip
+    step = timedelta(days=period.step_days)
+    assert [b.start for b in got.buckets] == [period.start + step * n for n in range(len(cuts) - 1)]
+
+
+def check_all(db_url: str, sql: psycopg.Connection, start: date, end: date, tz: str) -> None:
+    items, events = ref.read_back(sql)
+    for step in (1, 7):
+        monday = start - timedelta(days=start.weekday())
+        weeks = (end - monday).days // 7 + 1
+        first, last = (start, end) if step == 1 else (monday, monday + timedelta(weeks=weeks))
+        period = reports.Period(first, last, tz, step)
+        cuts = ref.edges(first, last, tz, step)
+        for entity in (None, "ACME"):
+            check_sla(db_url, items, events, period, entity)
+
+        flow = run(db_url, lambda c, p=period: reports.throughput(c, period=p))
+        assert [_row(r, first, step) for r in flow.rows] == ref.throughput(events, cuts)
+
+    period = reports.Period(start, end, tz, 1)
+    cuts = ref.edges(start, end, tz)
+    stock = run(db_url, lambda c: reports.backlog(c, period=period))
+    assert [(p.start, p.at, p.by_age) for p in stock.points] == [
+        (start + timedelta(days=k - 1), moment, bands)
+        for k, moment, bands in ref.backlog(items, events, cuts, stock.as_of)
+    ]
+
+    lo, hi = cuts[0], cuts[-1]
+    assert run(db_url, lambda c: reports.decision_bounds(c, start=start, end=end, tz=tz)) == (lo, hi)
+    pages: list[reports.Decision] = []
+    cursor = None
+    while True:  # small pages, so that the keyset paging is exercised too
+        page = run(db_url, lambda c, a=cursor: reports.decisions_page(c, lo=lo, hi=hi, after=a, limit=3))
+        pages += page
+        if len(page) < 3:
+            break
+        cursor = (page[-1].resolved_at, page[-1].event_id)
+    assert [_fields(d) for d in pages] == ref.decisions(items, events, lo, hi)
+
+
+def _fields(decision: reports.Decision) -> dict[str, Any]:
+    return {name: getattr(decision, name) for name in decision.__slots__}
+
+
+def _row(r: reports.ThroughputRow, first: date, step: int) -> dict[str, Any]:
+    return {
+        "k": (r.start - first).days // step + 1,
+        "reviewer": r.reviewer,
+        "resolved": r.resolved,
+        "submitted_for_approval": r.submitted_for_approval,
+        "approved": r.approved,
+        "rejected": r.rejected,
+        "released": r.released,
+        "decisions": r.decisions,
+        "median": r.median_lease_to_decision_s,
+        "p90": r.p90_lease_to_decision_s,
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# Generated histories
+# ---------------------------------------------------------------------------------------------
+
+# (time zone, a day with a DST change or none) around which items are created.
+EDGES = [
+    ("Europe/Berlin", date(2026, 3, 29)),  # 02:00 -> 03:00: a 23-hour day
+    ("Europe/Berlin", date(2026, 10, 25)),  # 03:00 -> 02:00: a 25-hour day
+    ("America/New_York", date(2026, 11, 1)),
+    ("Australia/Lord_Howe", date(2026, 10, 4)),  # a half-hour change
+    ("Asia/Kolkata", date(2026, 6, 1)),  # +05:30, no DST
+    ("UTC", date(2026, 2, 28)),
+]
+GAPS = [
+    timedelta(0),
+    timedelta(microseconds=1),
+    timedelta(microseconds=-3),  # a transaction that started first and committed second
+    timedelta(seconds=30),
+    timedelta(minutes=25),
+    timedelta(hours=3),
+    timedelta(hours=23, minutes=30),
+    timedelta(days=2),
+    timedelta(days=8),
+]
+
+
+@st.composite
+def scenario(draw: st.DrawFn) -> tuple[str, date, list[ref.History]]:
+    tz, day = draw(st.sampled_from(EDGES))
+    seed = draw(st.integers(0, 2**32))
+    count = draw(st.integers(1, 25))
+    rng = random.Random(seed)
+    midnight = ref.local_midnight(day, tz)
+    histories = []
+    for n in range(count):
+        # Most items are created and fall due near the edge, some exactly on a local midnight.
+        created = midnight + rng.choice(
+            [timedelta(0), timedelta(microseconds=-1), timedelta(minutes=rng.randint(-3000, 3000))]
+        )
+        due = rng.choice([created + timedelta(hours=rng.choice([0, 1, 20, 24, 30, 72])), midnight, created])
+        history = ref.live(
+            rng, n, created_at=created, due_at=due, entity=rng.choice(["ACME", "GLOBEX"]), gaps=GAPS
+        )
+        if rng.random() < 0.3:  # due at the very moment of one of its events (a decision, say)
+            history.due_at = rng.choice(history.events)["at"]
+        histories.append(history)
+    return tz, day, histories
+
+
+@settings(
+    max_examples=200 if LONG else 25,
+    deadline=None,
+    derandomize=not LONG,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(case=scenario())
+def test_every_report_equals_the_trail_on_generated_histories(
+    db_url: str, sql: psycopg.Connection, case: tuple[str, date, list[ref.History]]
+) -> None:
+    tz, day, histories = case
+    ref.arrange(sql, histories)
+    check_all(db_url, sql, day - timedelta(days=3), day + timedelta(days=12), tz)
+
+
+# ---------------------------------------------------------------------------------------------
+# Each rule, by hand
+# ---------------------------------------------------------------------------------------------
+
+
+def life(n: int, created: str, due: str, *, amount: str = "12.50") -> ref.Life:
+    item = ref.Life(random.Random(n), n, at(created), at(due), "ACME")
+    item.amount = item.history.amount = Decimal(amount)
+    return item
+
+
+def when(item: ref.Life, moment: str) -> ref.Life:
+    item.now = at(moment)
+    return item
+
+
+def resolved(n: int, created: str, due: str, leased: str, decided: str, who: str = "alice") -> ref.History:
+    item = life(n, created, due)
+    when(item, leased).lease(who)
+    when(item, decided).resolve("MATCH_CONFIRMED")
+    return item.finish()
+
+
+def sla_of(db_url: str, start: date, end: date, tz: str, step: int = 1) -> reports.SlaReport:
+    return run(db_url, lambda c: reports.sla(c, period=reports.Period(start, end, tz, step)))
+
+
+def test_a_deadline_at_2330_utc_falls_due_on_the_next_day_in_berlin(
+    db_url: str, sql: psycopg.Connection
+) -> None:
+    ref.arrange(
+        sql, [resolved(1, "2026-01-15T08:00Z", "2026-01-15T23:30Z", "2026-01-15T09:00Z", "2026-01-15T23:30Z")]
+    )
+    utc = sla_of(db_url, date(2026, 1, 15), date(2026, 1, 17), "UTC")
+    berlin = sla_of(db_url, date(2026, 1, 15), date(2026, 1, 17), "Europe/Berlin")
+    assert [b.fell_due for b in utc.buckets] == [1, 0]
+    assert [b.fell_due for b in berlin.buckets] == [0, 1]
+    # Resolved at the very moment it fell due: on time.
+    assert (utc.total.on_time, utc.total.attainment) == (1, Decimal("1.0000"))
+    flow = run(
+        db_url,
+        lambda c: reports.throughput(
+            c, period=reports.Period(date(2026, 1, 15), date(2026, 1, 17), "Europe/Berlin")
+        ),
+    )
+    assert [(r.start, r.reviewer, r.resolved) for r in flow.rows] == [(date(2026, 1, 16), "alice", 1)]
+
+
+def test_dst_days_are_23_and_25_hours_long_and_weeks_start_on_monday(
+    db_url: str, sql: psycopg.Connection
+) -> None:
+    # Berlin, 2026-03-29: 02:00 becomes 03:00, so that day ends at 22:00 UTC; 2026-10-25 ends at 23:00 UTC.
+    ref.arrange(
+        sql,
+        [
+            resolved(
+                1,
+                "2026-03-29T10:00Z",
+                "2026-03-29T21:59:59.999999Z",
+                "2026-03-29T11:00Z",
+                "2026-03-29T12:00Z",
+            ),
+            resolved(2, "2026-03-29T10:00Z", "2026-03-29T22:00Z", "2026-03-29T11:00Z", "2026-03-29T12:00Z"),
+            resolved(
+                3, "2026-10-25T10:00Z", "2026-10-25T22:59:59Z", "2026-10-25T11:00Z", "2026-10-26T12:00Z"
+            ),
+        ],
+    )
+    spring = sla_of(db_url, date(2026, 3, 29), date(2026, 3, 31), "Europe/Berlin")
+    assert [b.fell_due for b in spring.buckets] == [1, 1]
+    autumn = sla_of(db_url, date(2026, 10, 25), date(2026, 10, 26), "Europe/Berlin")
+    assert [(b.fell_due, b.late) for b in autumn.buckets] == [(1, 1)]
+    day = run(
+        db_url,
+        lambda c: reports.decision_bounds(
+            c, start=date(2026, 3, 29), end=date(2026, 3, 30), tz="Europe/Berlin"
+        ),
+    )
+    assert day == (at("2026-03-28T23:00Z"), at("2026-03-29T22:00Z"))
+    weekly = sla_of(db_url, date(2026, 3, 23), date(2026, 4, 6), "Europe/Berlin", step=7)
+    assert [(b.start, b.fell_due) for b in weekly.buckets] == [(date(2026, 3, 23), 1), (date(2026, 3, 30), 1)]
+
+
+def test_a_local_midnight_that_happens_twice_starts_the_day_at_the_later_one(
+    db_url: str, sql: psycopg.Connection
+) -> None:
+    # Havana, 2025-11-02: 01:00 CDT becomes 00:00 CST, so local midnight is both 04:00 and 05:00 UTC;
+    # PostgreSQL (and so the reports) start the day at 05:00 UTC.
+    start, end = date(2025, 11, 1), date(2025, 11, 3)
+    assert ref.local_midnight(date(2025, 11, 2), "America/Havana") == at("2025-11-02T05:00Z")
+    ref.arrange(
+        sql, [resolved(1, "2025-11-01T12:00Z", "2025-11-02T04:30Z", "2025-11-01T13:00Z", "2025-11-01T14:00Z")]
+    )
+    havana = sla_of(db_url, start, end, "America/Havana")
+    assert [b.fell_due for b in havana.buckets] == [1, 0]
+    check_all(db_url, sql, start, end, "America/Havana")
+
+
+def test_a_decision_reopened_after_resolution_counts_as_it_stood_at_the_deadline(
+    db_url: str, sql: psycopg.Connection
+) -> None:
+    due = "2026-02-10T17:00Z"
+    # On time, reopened after the deadline and still open: it was resolved when it fell due.
+    a = life(1, "2026-02-09T08:00Z", due)
+    when(a, "2026-02-10T09:00Z").lease("alice")
+    when(a, "2026-02-10T10:00Z").resolve("MATCH_CONFIRMED")
+    when(a, "2026-02-11T10:00Z").reopen()
+    # On time, reopened before the deadline, resolved again after it: late.
+    b = life(2, "2026-02-09T08:00Z", due)
+    when(b, "2026-02-10T09:00Z").lease("bob")
+    when(b, "2026-02-10T10:00Z").resolve("MATCH_CONFIRMED")
+    when(b, "2026-02-10T12:00Z").reopen()
+    when(b, "2026-02-10T18:00Z").lease("bob")
+    when(b, "2026-02-10T18:30Z").resolve("TIMING_DIFFERENCE")
+    # Late, then reopened by a source revision, and open: open past due.
+    c = life(3, "2026-02-09T08:00Z", due)
+    when(c, "2026-02-10T18:00Z").lease("carol")
+    when(c, "2026-02-10T19:00Z").resolve("MATCH_CONFIRMED")
+    when(c, "2026-02-12T09:00Z").revise()
+    # On time, decertified by a revision after the deadline, resolved again: on time.
+    d = life(4, "2026-02-09T08:00Z", due)
+    when(d, "2026-02-10T09:00Z").lease("alice")
+    when(d, "2026-02-10T09:30Z").resolve("MATCH_CONFIRMED")
+    when(d, "2026-02-12T09:00Z").revise()
+    when(d, "2026-02-12T10:00Z").lease("alice")
+    when(d, "2026-02-12T11:00Z").resolve("MATCH_REJECTED")
+    ref.arrange(sql, [x.finish() for x in (a, b, c, d)])
+    report = sla_of(db_url, date(2026, 2, 10), date(2026, 2, 11), "UTC")
+    assert (report.total.fell_due, report.total.on_time, report.total.late, report.total.open_past_due) == (
+        4,
+        2,
+        1,
+        1,
+    )
+    assert report.total.attainment == Decimal("0.5000")
+    check_all(db_url, sql, date(2026, 2, 9), date(2026, 2, 13), "UTC")
+    # The export: every decision once, with the figures it was made on and when it was reopened.
+    lo, hi = at("2026-02-09T00:00Z"), at("2026-02-13T00:00Z")
+    rows = run(db_url, lambda c: reports.decisions_page(c, lo=lo, hi=hi, after=None))
+    assert len(rows) == 6  # every decision (1 + 2 + 1 + 2), reopened or standing
+    decertified = [r for r in rows if r.item_id == d.history.id]
+    assert [(r.variance_amount, r.reopened_at, r.on_time) for r in decertified] == [
+        (Decimal("12.50"), at("2026-02-12T09:00Z"), True),
+        (Decimal("13.50"), None, False),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("on_time", "fell_due", "attainment"), [(1, 32, "0.0313"), (2, 3, "0.6667"), (0, 0, None)]
+)
+def test_attainment_is_on_time_over_fell_due_to_four_places_half_up(
+    db_url: str, sql: psycopg.Connection, on_time: int, fell_due: int, attainment: str | None
+) -> None:
+    due = "2026-05-05T12:00Z"
+    histories = [
+        resolved(
+            n,
+            "2026-05-04T08:00Z",
+            due,
+            "2026-05-04T09:00Z",
+            "2026-05-05T11:00Z" if n < on_time else "2026-05-05T13:00Z",
+        )
+        for n in range(fell_due)
+    ]
+    ref.arrange(sql, histories)
+    report = sla_of(db_url, date(2026, 5, 5), date(2026, 5, 6), "UTC")
+    assert report.total.attainment == (None if attainment is None else Decimal(attainment))
+    assert str(report.total.attainment) == str(attainment)
+
+
+def test_lease_to_decision_is_from_the_lease_that_ended_and_percentiles_are_nearest_rank(
+    db_url: str, sql: psycopg.Connection
+) -> None:
+    histories = []
+    for n, minutes in enumerate([10, 20, 30, 40]):
+        item = life(n, "2026-07-01T08:00Z", "2026-07-09T08:00Z")
+        when(item, "2026-07-01T09:00Z").lease("bob")
+        item.later(timedelta(minutes=minutes))
+        item.resolve("MATCH_CONFIRMED")
+        histories.append(item.finish())
+    # A reassign starts the new holder's lease; an admin's release is not a decision of anyone's.
+    moved = life(10, "2026-07-01T08:00Z", "2026-07-09T08:00Z")
+    when(moved, "2026-07-01T09:00Z").lease("carol")
+    when(moved, "2026-07-01T09:10Z").reassign("alice")
+    when(moved, "2026-07-01T09:15Z").resolve("MATCH_CONFIRMED")
+    dropped = life(11, "2026-07-01T08:00Z", "2026-07-09T08:00Z")
+    when(dropped, "2026-07-01T09:00Z").lease("carol")
+    when(dropped, "2026-07-01T09:05Z").release(override=True)
+    when(dropped, "2026-07-01T10:00Z").lease("carol")
+    when(dropped, "2026-07-01T10:02Z").release(override=False)
+    ref.arrange(sql, [*histories, moved.finish(), dropped.finish()])
+    flow = run(
+        db_url,
+        lambda c: reports.throughput(c, period=reports.Period(date(2026, 7, 1), date(2026, 7, 2), "UTC")),
+    )
+    by_reviewer = {r.reviewer: r for r in flow.rows}
+    assert set(by_reviewer) == {"alice", "bob", "carol"}  # never the admin
+    bob = by_reviewer["bob"]
+    assert (bob.resolved, bob.median_lease_to_decision_s, bob.p90_lease_to_decision_s) == (
+        4, Decimal("1200.000000"), Decimal("2400.000000"))  # fmt: skip
+    assert by_reviewer["alice"].median_lease_to_decision_s == Decimal("300.000000")
+    carol = by_reviewer["carol"]
+    assert (carol.released, carol.decisions, carol.median_lease_to_decision_s) == (
+        1,
+        1,
+        Decimal("120.000000"),
+    )
+
+
+def test_the_backlog_is_rebuilt_from_the_trail_by_age_at_each_days_end(
+    db_url: str, sql: psycopg.Connection
+) -> None:
+    a = life(1, "2026-01-10T12:00Z", "2026-01-20T12:00Z")
+    when(a, "2026-01-14T11:00Z").lease("alice")
+    when(a, "2026-01-14T12:00Z").resolve("MATCH_CONFIRMED")  # open at the end of the 10th to the 13th
+    when(a, "2026-01-15T06:00Z").reopen()  # open again at the end of the 15th and 16th
+    when(a, "2026-01-16T23:00Z").lease("alice")
+    # At midnight: the end of the 16th is that very instant, and the decision was not yet in effect
+    # before it, so the item is open at the end of the 16th and closed at the end of the 17th.
+    when(a, "2026-01-17T00:00Z").resolve("MATCH_CONFIRMED")
+    b = life(2, "2026-01-11T00:00Z", "2026-01-20T12:00Z")  # created at the very end of the 10th
+    ref.arrange(sql, [a.finish(), b.finish()])
+    period = reports.Period(date(2026, 1, 10), date(2026, 1, 18), "UTC")
+    stock = run(db_url, lambda c: reports.backlog(c, period=period))
+    assert [(p.start.day, p.at, p.by_age) for p in stock.points] == [
+        (10, at("2026-01-11T00:00Z"), (1, 0, 0, 0, 0)),  # a 12 h old; b not yet there
+        (11, at("2026-01-12T00:00Z"), (0, 2, 0, 0, 0)),  # a 36 h, b exactly 24 h: 1-3d
+        (12, at("2026-01-13T00:00Z"), (0, 2, 0, 0, 0)),
+        (13, at("2026-01-14T00:00Z"), (0, 0, 2, 0, 0)),  # a 84 h, b exactly 3 days
+        (14, at("2026-01-15T00:00Z"), (0, 0, 1, 0, 0)),  # a resolved at noon
+        (15, at("2026-01-16T00:00Z"), (0, 0, 2, 0, 0)),  # a reopened: its age counts from enqueue
+        (16, at("2026-01-17T00:00Z"), (0, 0, 2, 0, 0)),
+        (17, at("2026-01-18T00:00Z"), (0, 0, 0, 1, 0)),  # b exactly 7 days
+    ]
+    assert [p.open for p in stock.points] == [1, 2, 2, 2, 1, 2, 2, 1]
+    check_all(db_url, sql, date(2026, 1, 10), date(2026, 1, 18), "UTC")
+
+
+def test_the_export_names_preparer_and_approver_and_the_figures_decided_on(
+    db_url: str, sql: psycopg.Connection
+) -> None:
+    item = life(1, "2026-08-03T08:00Z", "2026-08-04T08:00Z", amount="25000.00")
+    when(item, "2026-08-03T09:00Z").lease("alice")
+    when(item, "2026-08-03T09:10Z").submit()
+    when(item, "2026-08-03T10:00Z").lease("april")
+    when(item, "2026-08-03T10:05Z").approve()
+    when(item, "2026-08-05T10:00Z").revise()  # decertifies the approved decision
+    ref.arrange(sql, [item.finish()])
+    lo, hi = at("2026-08-03T00:00Z"), at("2026-08-04T00:00Z")
+    (row,) = run(db_url, lambda c: reports.decisions_page(c, lo=lo, hi=hi, after=None))
+    assert (row.resolution, row.note, row.resolved_by, row.approved_by) == (
+        "ADJUSTMENT_POSTED", "JE by alice", "alice", "april")  # fmt: skip
+    assert row.resolved_at == row.approved_at == at("2026-08-03T10:05Z")
+    assert (row.variance_amount, row.match_decision) == (
+        Decimal("25000.00"),
+        "PARTIAL",
+    )  # before the revision
+    assert (row.on_time, row.reopened_at) == (True, at("2026-08-05T10:00Z"))

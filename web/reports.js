@@ -1,0 +1,284 @@
+// The Reports view, for admins and auditors: SLA attainment per week, throughput per reviewer and
+// the backlog by age, each drawn here as inline SVG (no library, nothing the CSP must allow) inside a
+// <figure> with its <figcaption> and a table of the same numbers for screen readers; and a link that
+// downloads the period's decisions as CSV (the desk's session cookie authenticates it).
+//
+// A view of its own (views.js): its section is drawn the first time it is shown, and the default
+// period's reports are read then. Text is set with textContent, never innerHTML.
+
+import { api } from "./api.js";
+import { h } from "./dom.js";
+import { registerView } from "./views.js";
+
+const SVG = "http://www.w3.org/2000/svg";
+const OUTCOMES = [
+  ["resolved", "Resolved"],
+  ["submitted_for_approval", "Submitted for approval"],
+  ["approved", "Approved"],
+  ["rejected", "Rejected"],
+  ["released", "Released"],
+];
+const SHORT = ["Resolved", "Submitted", "Approved", "Rejected", "Released"]; // the chart's legend
+
+// --- dates: plain calendar days, as UTC midnights so that no local DST shifts them ---------------
+
+const DAY = 86_400_000;
+const isoDay = (d) => d.toISOString().slice(0, 10);
+const parseDay = (text) => new Date(`${text}T00:00:00Z`);
+const addDays = (d, n) => new Date(d.getTime() + n * DAY);
+const monday = (d) => addDays(d, -((d.getUTCDay() + 6) % 7));
+
+function today() {
+  const now = new Date();
+  return new Date(Date.UTC(now.getFullYear(), now.getMonth(), now.getDate()));
+}
+
+function browserZone() {
+  try {
+    return Intl.DateTimeFormat().resolvedOptions().timeZone || "UTC";
+  } catch {
+    return "UTC";
+  }
+}
+
+/** The API queries for a period of local dates [first, last] (both inclusive) in `tz`. */
+export function reportQueries(first, last, tz) {
+  const weeks = { from: isoDay(monday(first)), to: isoDay(addDays(monday(last), 7)), tz, bucket: "week" };
+  const days = { from: isoDay(first), to: isoDay(addDays(last, 1)), tz };
+  return { sla: weeks, throughput: weeks, backlog: days, decisions: days };
+}
+
+// --- small DOM helpers -------------------------------------------------------------------------
+
+function svg(tag, attrs = {}, text = null) {
+  const node = document.createElementNS(SVG, tag);
+  for (const [name, value] of Object.entries(attrs)) node.setAttribute(name, String(value));
+  if (text !== null) node.textContent = text;
+  return node;
+}
+
+function table(caption, head, rows) {
+  return h(
+    "table",
+    { class: "data" },
+    h("caption", {}, caption),
+    h("thead", {}, h("tr", {}, head.map((h) => h("th", { scope: "col" }, h)))),
+    h(
+      "tbody",
+      {},
+      rows.map((cells) =>
+        h("tr", {}, cells.map((c, i) => (i === 0 ? h("th", { scope: "row" }, c) : h("td", { class: "num" }, c)))),
+      ),
+    ),
+  );
+}
+
+// One figure: its caption names it (the figure's accessible name), the SVG shows it, the table says it.
+// The table scrolls in a box of its own (focusable, so the keyboard scrolls it too).
+function figure(title, detail, chart, data) {
+  const numbers = h("div", { class: "table-scroll", tabindex: 0, role: "region", "aria-label": `${title}: the numbers` }, data);
+  return h("figure", { class: "report" }, h("figcaption", {}, h("strong", {}, title), " ", detail), chart, numbers);
+}
+
+function chartFrame(width, height, label) {
+  return svg("svg", { viewBox: `0 0 ${width} ${height}`, width, height, role: "img", "aria-label": label, class: "chart" });
+}
+
+function legend(parent, x, y, names, spacing) {
+  names.forEach((name, i) => {
+    parent.append(svg("rect", { x: x + i * spacing, y, width: 12, height: 12, class: `series-${i}` }));
+    parent.append(svg("text", { x: x + i * spacing + 16, y: y + 11, class: "legend" }, name));
+  });
+}
+
+// --- the three charts --------------------------------------------------------------------------
+
+const percent = (attainment) => (attainment === null ? "–" : `${(Number(attainment) * 100).toFixed(1)} %`);
+
+function slaFigure(report) {
+  const width = 640;
+  const height = 220;
+  const left = 40;
+  const bottom = 180;
+  const slot = (width - left - 10) / Math.max(report.buckets.length, 1);
+  const chart = chartFrame(width, height, "Bar chart of SLA attainment per week; the table below gives the numbers.");
+  for (const tick of [0, 0.5, 1]) {
+    const y = bottom - tick * 150;
+    chart.append(svg("line", { x1: left, x2: width - 10, y1: y, y2: y, class: "grid" }));
+    chart.append(svg("text", { x: left - 6, y: y + 4, class: "axis end" }, `${tick * 100}%`));
+  }
+  report.buckets.forEach((b, i) => {
+    const x = left + i * slot + slot * 0.15;
+    if (b.attainment !== null) {
+      const h = Number(b.attainment) * 150;
+      chart.append(svg("rect", { x, y: bottom - h, width: slot * 0.7, height: h, class: "series-0" }));
+    }
+    chart.append(svg("text", { x: x + slot * 0.35, y: bottom - 4 - (b.attainment === null ? 0 : Number(b.attainment) * 150), class: "axis middle" }, percent(b.attainment)));
+    chart.append(svg("text", { x: x + slot * 0.35, y: bottom + 16, class: "axis middle" }, b.start.slice(5)));
+  });
+  const rows = report.buckets.map((b) => [
+    b.start, String(b.fell_due), String(b.on_time), String(b.late), String(b.open_past_due), percent(b.attainment),
+  ]);
+  rows.push(["Total", ...["fell_due", "on_time", "late", "open_past_due"].map((k) => String(report.total[k])), percent(report.total.attainment)]);
+  return figure(
+    "SLA attainment per week",
+    `(weeks from ${report.from}, ${report.tz}): items resolved by their deadline, of those that fell due.`,
+    chart,
+    table("SLA attainment per week", ["Week of", "Fell due", "On time", "Late", "Open past due", "Attainment"], rows),
+  );
+}
+
+function perReviewer(report) {
+  const totals = new Map();
+  for (const row of report.rows) {
+    const sum = totals.get(row.reviewer) ?? Object.fromEntries([...OUTCOMES.map(([k]) => [k, 0]), ["decisions", 0]]);
+    for (const [k] of OUTCOMES) sum[k] += row[k];
+    sum.decisions += row.decisions;
+    totals.set(row.reviewer, sum);
+  }
+  return [...totals.entries()].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
+}
+
+function throughputFigure(report) {
+  const reviewers = perReviewer(report);
+  const width = 640;
+  const left = 120;
+  const rowHeight = 26;
+  const height = 50 + reviewers.length * rowHeight;
+  const most = Math.max(1, ...reviewers.map(([, s]) => s.decisions));
+  const chart = chartFrame(width, height, "Stacked bar chart of decisions per reviewer by outcome; the table below gives the numbers.");
+  reviewers.forEach(([who, sum], i) => {
+    const y = 10 + i * rowHeight;
+    chart.append(svg("text", { x: left - 6, y: y + 15, class: "axis end" }, who));
+    let x = left;
+    OUTCOMES.forEach(([key], s) => {
+      const w = (sum[key] / most) * (width - left - 60);
+      if (w > 0) chart.append(svg("rect", { x, y, width: w, height: rowHeight - 8, class: `series-${s}` }));
+      x += w;
+    });
+    chart.append(svg("text", { x: x + 6, y: y + 15, class: "axis" }, String(sum.decisions)));
+  });
+  legend(chart, 10, height - 24, SHORT, 120);
+  if (!reviewers.length) chart.append(svg("text", { x: left, y: 30, class: "axis" }, "No decisions in this period."));
+  return figure(
+    "Throughput per reviewer",
+    `(weeks from ${report.from} to ${report.to}, ${report.tz}): decisions by outcome.`,
+    chart,
+    table(
+      "Throughput per reviewer",
+      ["Reviewer", ...OUTCOMES.map(([, name]) => name), "Decisions"],
+      reviewers.map(([who, sum]) => [who, ...OUTCOMES.map(([k]) => String(sum[k])), String(sum.decisions)]),
+    ),
+  );
+}
+
+function backlogFigure(report) {
+  const width = 640;
+  const height = 240;
+  const left = 40;
+  const bottom = 190;
+  const points = report.points;
+  const slot = (width - left - 10) / Math.max(points.length, 1);
+  const most = Math.max(1, ...points.map((p) => p.open));
+  const chart = chartFrame(width, height, "Stacked bar chart of open items by age at the end of each day; the table below gives the numbers.");
+  chart.append(svg("text", { x: left - 6, y: bottom - 150 + 4, class: "axis end" }, String(most)));
+  chart.append(svg("text", { x: left - 6, y: bottom + 4, class: "axis end" }, "0"));
+  points.forEach((p, i) => {
+    let y = bottom;
+    report.bands.forEach((band, s) => {
+      const h = (p.by_age[band] / most) * 150;
+      if (h > 0) chart.append(svg("rect", { x: left + i * slot + slot * 0.1, y: y - h, width: Math.max(slot * 0.8, 1), height: h, class: `series-${s}` }));
+      y -= h;
+    });
+  });
+  if (points.length) {
+    chart.append(svg("text", { x: left, y: bottom + 16, class: "axis" }, points[0].start));
+    chart.append(svg("text", { x: width - 10, y: bottom + 16, class: "axis end" }, points[points.length - 1].start));
+  }
+  legend(chart, 10, height - 24, report.bands, 110);
+  return figure(
+    "Backlog by age",
+    `(open items at the end of each day, ${report.tz}, by age since enqueue).`,
+    chart,
+    table(
+      "Backlog by age",
+      ["Day", ...report.bands, "Open"],
+      points.map((p) => [p.start, ...report.bands.map((band) => String(p.by_age[band])), String(p.open)]),
+    ),
+  );
+}
+
+// --- the view ------------------------------------------------------------------------------------
+
+function mountReports(container) {
+  const last = addDays(today(), -1);
+  const from = h("input", { id: "reports-from", type: "date", value: isoDay(addDays(monday(last), -7 * 7)), required: true });
+  const to = h("input", { id: "reports-to", type: "date", value: isoDay(last), required: true });
+  const tz = h("input", { id: "reports-tz", value: browserZone(), maxlength: 64, spellcheck: "false" });
+  const status = h("p", { role: "status", class: "muted" });
+  const download = h("a", { class: "download" }, "Download decisions (CSV)");
+  const charts = h("div", { class: "reports" });
+  const form = h(
+    "form",
+    { class: "row" },
+    h("label", { for: "reports-from" }, "From", from),
+    h("label", { for: "reports-to" }, "To (last day)", to),
+    h("label", { for: "reports-tz" }, "Time zone", tz),
+    h("button", { type: "submit" }, "Show reports"),
+  );
+
+  async function show() {
+    const first = parseDay(from.value);
+    const lastDay = parseDay(to.value);
+    if (Number.isNaN(first.getTime()) || Number.isNaN(lastDay.getTime()) || lastDay < first) {
+      status.textContent = "Choose a first and a last day, the last on or after the first.";
+      return;
+    }
+    const q = reportQueries(first, lastDay, tz.value.trim() || "UTC");
+    download.href = api.decisionsCsvUrl(q.decisions);
+    download.setAttribute("download", "");
+    status.textContent = "Loading the reports…";
+    try {
+      const [sla, throughput, backlog] = await Promise.all([
+        api.reportSla(q.sla),
+        api.reportThroughput(q.throughput),
+        api.reportBacklog(q.backlog),
+      ]);
+      charts.replaceChildren(slaFigure(sla), throughputFigure(throughput), backlogFigure(backlog));
+      // The database's clock, in UTC and saying so (as_of is RFC 3339 in UTC).
+      status.textContent = `As of ${sla.as_of.slice(0, 16).replace("T", " ")} UTC.`;
+    } catch (error) {
+      charts.replaceChildren();
+      status.textContent = error.message;
+    }
+  }
+
+  form.addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    show();
+  });
+  container.replaceChildren(h("h2", {}, "Reports"), form, h("p", {}, download), status, charts);
+  return show();
+}
+
+let section = null;
+let drawn = false;
+
+registerView({
+  id: "reports",
+  label: "Reports",
+  roles: ["auditor", "admin"],
+  regions() {
+    section = h("section", { "aria-label": "Reports", id: "reports" });
+    drawn = false;
+    return [section];
+  },
+  show() {
+    if (drawn) return;
+    drawn = true;
+    mountReports(section);
+  },
+  reset() {
+    drawn = false;
+  },
+});
