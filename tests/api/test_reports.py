@@ -80,7 +80,19 @@ def live_through_the_api(client: TestClient, sql: psycopg.Connection, t: dict[st
         action = "approve" if approve else "reject"
         body = {"lease_token": proposal["lease_token"]} | ({} if approve else {"reason": "wrong entity"})
         _ok(client.post(f"/items/{proposal['id']}/{action}", json=body, headers=t["april"]))
-    complete("bob", _lease(client, t["bob"], "E4"), "MATCH_REJECTED")
+    # 25,000.00 is past the catalogue's materiality (10,000.00): every code needs an approver.
+    assert (
+        complete("bob", _lease(client, t["bob"], "E4"), "MATCH_REJECTED")["outcome"]
+        == "submitted_for_approval"
+    )
+    proposal = _lease(client, t["april"], "E4", "approval")
+    _ok(
+        client.post(
+            f"/items/{proposal['id']}/approve",
+            json={"lease_token": proposal["lease_token"]},
+            headers=t["april"],
+        )
+    )
 
     item_id = enqueue("E5")
     complete("alice", _lease(client, t["alice"], "E5"))
