@@ -62,7 +62,7 @@ function table(caption, head, rows) {
     "table",
     { class: "data" },
     h("caption", {}, caption),
-    h("thead", {}, h("tr", {}, head.map((h) => h("th", { scope: "col" }, h)))),
+    h("thead", {}, h("tr", {}, head.map((name) => h("th", { scope: "col" }, name)))),
     h(
       "tbody",
       {},
@@ -110,8 +110,8 @@ function slaFigure(report) {
   report.buckets.forEach((b, i) => {
     const x = left + i * slot + slot * 0.15;
     if (b.attainment !== null) {
-      const h = Number(b.attainment) * 150;
-      chart.append(svg("rect", { x, y: bottom - h, width: slot * 0.7, height: h, class: "series-0" }));
+      const height = Number(b.attainment) * 150;
+      chart.append(svg("rect", { x, y: bottom - height, width: slot * 0.7, height: height, class: "series-0" }));
     }
     chart.append(svg("text", { x: x + slot * 0.35, y: bottom - 4 - (b.attainment === null ? 0 : Number(b.attainment) * 150), class: "axis middle" }, percent(b.attainment)));
     chart.append(svg("text", { x: x + slot * 0.35, y: bottom + 16, class: "axis middle" }, b.start.slice(5)));
@@ -186,9 +186,9 @@ function backlogFigure(report) {
   points.forEach((p, i) => {
     let y = bottom;
     report.bands.forEach((band, s) => {
-      const h = (p.by_age[band] / most) * 150;
-      if (h > 0) chart.append(svg("rect", { x: left + i * slot + slot * 0.1, y: y - h, width: Math.max(slot * 0.8, 1), height: h, class: `series-${s}` }));
-      y -= h;
+      const height = (p.by_age[band] / most) * 150;
+      if (height > 0) chart.append(svg("rect", { x: left + i * slot + slot * 0.1, y: y - height, width: Math.max(slot * 0.8, 1), height: height, class: `series-${s}` }));
+      y -= height;
     });
   });
   if (points.length) {

@@ -210,7 +210,7 @@ def test_keyboard_alone_signs_in_leases_resolves_and_advances(
             "Write-off (WRITE_OFF): note required, approver from 1000.00"
         )
         # A code without a threshold of its own says where materiality starts (issue 23).
-        expect(page.get_by_label("Resolution")).to_contain_text(
+        expect(region.get_by_label("Resolution", exact=True)).to_contain_text(
             "Approved as is (APPROVED): approver from 10000.00"
         )
         page.keyboard.press(str(codes.index("WRITE_OFF") + 1))
@@ -1182,19 +1182,23 @@ def test_a_phone_axe_core_contrast_and_the_readme_screenshot(
     axe = _axe_or_skip()
     admin = make_token("ada", "admin")
     with desk(db_url) as base:
-        enqueue(
-            base,
-            admin,
-            ledger_entity="ACME-CORP",
-            variance_amount="-25000.00",
-            context={
-                "currency": "EUR",
-                "account": "2100-AP",
-                "statement": "https://bank.example/statements/8841",
-            },
-        )
+        # One ACME-CORP per width, each leased by an admin of its own: the first one's lease is
+        # still held when the second signs in, and the desk would rightly resume it.
+        for _ in range(2):
+            enqueue(
+                base,
+                admin,
+                ledger_entity="ACME-CORP",
+                variance_amount="-25000.00",
+                context={
+                    "currency": "EUR",
+                    "account": "2100-AP",
+                    "statement": "https://bank.example/statements/8841",
+                },
+            )
         enqueue(base, admin, ledger_entity="GLOBEX", variance_amount="1234.50")
         for width, height in ((1100, 800), (390, 844)):
+            admin = make_token(f"ada-{width}", "admin")
             context = browser.new_context(viewport={"width": width, "height": height})
             context.set_default_timeout(SOON)
             context.add_init_script(path=str(axe))
