@@ -52,7 +52,7 @@ token_app = _typer("Create, revoke and list API tokens.")
 app.add_typer(token_app, name="token")
 audit_app = _typer("The audit trail's hash chain: seal, head, verify, export.")
 app.add_typer(audit_app, name="audit")
-resolutions_app = _typer("The resolution catalogue: list, set, deactivate, and the materiality policy.")
+resolutions_app = _typer("The resolution catalogue and the materiality policy.")
 app.add_typer(resolutions_app, name="resolutions")
 admin_app = _typer("An admin's override of leases: release or reassign them.")
 app.add_typer(admin_app, name="admin")
@@ -319,7 +319,9 @@ def resolutions_policy(
         str | None, typer.Option("--admin", help="Who sets it (kept as updated_by); needed to set it.")
     ] = None,
 ) -> None:
-    """Print the materiality threshold, or set it with --materiality-threshold and --admin."""
+    """Print or set the materiality threshold.
+
+    Setting it needs --admin, the subject recorded as having changed it."""
     from db import catalogue
 
     threshold = _amount(materiality_threshold, "--materiality-threshold")
@@ -468,7 +470,9 @@ def reclaimer_loop() -> None:
 
 @app.command("deliverer")
 def deliverer_loop() -> None:
-    """Deliver webhooks from the change feed until SIGTERM/SIGINT (any number may run)."""
+    """Deliver webhooks from the change feed until SIGTERM or SIGINT.
+
+    Any number may run: each claims a subscription at a time."""
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
@@ -481,7 +485,9 @@ def deliverer_loop() -> None:
 
 @webhooks_app.command("key")
 def webhooks_key() -> None:
-    """Print a new Fernet key for REVIEW_QUEUE_WEBHOOK_KEY (put it before the old one to rotate)."""
+    """Print a new Fernet key for REVIEW_QUEUE_WEBHOOK_KEY.
+
+    To rotate, put the new key before the old one (comma-separated)."""
     from cryptography.fernet import Fernet
 
     typer.echo(Fernet.generate_key().decode())
@@ -668,7 +674,7 @@ def serve(
         bool, typer.Option("--deliverer/--no-deliverer", help="Run the webhook deliverer as a child process.")
     ] = True,
 ) -> None:
-    """Migrate, then serve the API beside a reclaimer and a webhook deliverer.
+    """Migrate, then serve the API beside a reclaimer and a deliverer.
 
     On the embedded database, dev tokens are printed first."""
     import shutil

@@ -221,7 +221,7 @@ MUTANTS += (
         "tests/web/test_desk.py::test_waiting_for_work_stops_when_the_reviewer_is_away",
         (
             Edit(
-                "web/app.js",
+                "web/review.js",
                 "      if (idleFor() >= state.me.idle_release_s * 1000) {\n"
                 '        state.paused = "Stopped waiting for work while you were away.',
                 '      if (false) {\n        state.paused = "Stopped waiting for work while you were away.',

@@ -16,6 +16,7 @@ import re
 import shlex
 import shutil
 import signal
+import socket
 import subprocess
 import time
 from collections.abc import Callable
@@ -26,6 +27,7 @@ import pytest
 
 from api.settings import REPO_ROOT
 from tests.conftest import free_port
+from tests.support import wait_for
 
 README = (REPO_ROOT / "README.md").read_text()
 END = "@@end-of-command@@"
@@ -467,6 +469,15 @@ def test_the_webhook_receiver_gets_verified_deliveries(
             env={**os.environ, "RQ_WEBHOOK_SECRET": hook.json()["secret"], "PYTHONPATH": str(REPO_ROOT)},
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )  # fmt: skip
+
+        def listening() -> bool:
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.5):
+                return True
+            return False
+
+        # Started, it takes a moment to listen; a delivery before that would be retried, and this
+        # test reads the attempts.
+        wait_for(listening, 30)
         item = httpx.post(f"{base}/items", json=item_body(), headers=admin).json()
         (held,) = httpx.post(f"{base}/leases", json={"batch_size": 1}, headers=reviewer).json()["items"]
         done = httpx.post(
@@ -476,7 +487,6 @@ def test_the_webhook_receiver_gets_verified_deliveries(
         assert receiver.stdout is not None
         line = receiver.stdout.readline()  # blocks until the delivery is printed (the test has a timeout)
         assert line.split() == ["item.resolved", item["id"], "RESOLVED"], (line, receiver.poll())
-        from tests.support import wait_for
 
         def deliveries() -> list[dict[str, Any]]:
             return list(httpx.get(f"{base}/webhooks/demo/deliveries", headers=admin).json()["deliveries"])

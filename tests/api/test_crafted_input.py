@@ -219,7 +219,9 @@ def test_every_route_with_a_body_refuses_a_key_given_twice(client: TestClient, a
     assert len(operations) >= 15, operations
     admin = {**auth("ada", "admin"), **JSON}
     for method, path in operations:
-        concrete = path.format(item_id="00000000-0000-4000-8000-000000000000", code="X", reviewer="bob")
+        concrete = path.format(
+            item_id="00000000-0000-4000-8000-000000000000", code="X", reviewer="bob", name="ledger"
+        )
         response = client.request(method, concrete, content=b'{"reason": "a", "reason": "b"}', headers=admin)
         problem = assert_problem(response, 422, "VALIDATION_ERROR")
         assert "'reason' appears twice" in problem["detail"], (method, path, problem)

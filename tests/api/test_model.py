@@ -840,6 +840,20 @@ class ReviewQueueMachine(RuleBasedStateMachine):
     def decide_proposal(self, item_id: str, caller: str, token: str, approve: bool) -> None:
         self.decide(item_id, caller, token, approve)
 
+    @precondition(lambda self: bool(self.held_proposals()))
+    @rule(approve=st.sampled_from([True, True, False]))
+    def holder_decides(self, approve: bool) -> None:
+        """The approver holding the oldest held proposal decides it with their lease's token: the
+        desk's path (decide_proposal draws callers and tokens at random, and seldom lands on it)."""
+        self.decide(self.held_proposals()[0], "last_holder", "current", approve)
+
+    def held_proposals(self) -> list[str]:
+        return [
+            i
+            for i, m in sorted(self.model.items(), key=lambda kv: kv[1].place)
+            if m.state == "AWAITING_APPROVAL" and m.leased_by in APPROVERS
+        ]
+
     @rule(item_id=proposals, approve=st.booleans())
     def preparer_decides(self, item_id: str, approve: bool) -> None:
         """The preparer of a proposal tries to decide it: refused, whatever their role."""

@@ -100,6 +100,10 @@ def test_the_service_role_has_exactly_the_table_rights_it_needs(as_service: psyc
         # Materiality: one row, updated, never added or deleted.
         "approval_policy": "SELECT,UPDATE",
         "review_queue_item": "INSERT,SELECT,UPDATE",
+        # Sign-in with the identity provider: a login attempt is taken once (deleted), a provider
+        # session ends with the desk session.
+        "oidc_login": "DELETE,INSERT,SELECT",
+        "oidc_session": "DELETE,INSERT,SELECT",
         # Subscriptions are deactivated, never deleted; attempts are appended and pruned.
         "webhook_delivery": "DELETE,INSERT,SELECT",
         "webhook_subscription": "INSERT,SELECT,UPDATE",
