@@ -168,7 +168,11 @@ def test_a_client_leaving_mid_export_releases_its_transaction(
         assert response.status_code == 200
         first = next(response.iter_bytes())
         assert first.startswith(b'{"event":')
-    deadline = time.monotonic() + 30
-    while open_transactions() and time.monotonic() < deadline:
+    # Pages are read in short transactions of their own, and the server may still be reading a
+    # few after the client left (it learns of the leaving late on a loaded machine): what must come
+    # is a lasting quiet, a second without any open transaction, never one held open.
+    deadline, quiet = time.monotonic() + 30, 0
+    while quiet < 10 and time.monotonic() < deadline:
+        quiet = quiet + 1 if open_transactions() == 0 else 0
         time.sleep(0.1)
-    assert open_transactions() == 0, "the export's transaction stayed open after the client left"
+    assert quiet >= 10, "the export's transaction stayed open after the client left"
