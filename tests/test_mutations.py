@@ -181,6 +181,7 @@ MUTANTS += (
         "the per-person cap not counting approval leases",
         "tests/api/test_approval.py::test_approval_leases_count_against_the_per_person_cap",
         (
+            Edit(LEASE, "    case,\n    func,\n", "    case,\n    false,\n    func,\n"),  # for false() below
             Edit(
                 LEASE,
                 "    .where(item.c.state == AWAITING_APPROVAL, item.c.leased_by.is_not(None))\n"
