@@ -33,9 +33,9 @@ from api.settings import get_settings
 from bench import reports as report_bench
 from bench import wakeup
 from cli.main import owner_url
-from db import queue
 from db.engine import libpq_url as libpq
 from db.migrations import upgrade_head
+from db.queue.lease import _LEASE
 
 # The seed's statements, verbatim but for completion: this schema's CHECK constraint wants a
 # resolution and resolver on RESOLVED rows, so the raw loop sets them as the service does.
@@ -577,7 +577,7 @@ def lease_latencies(
 
 def raw_lease_p50(url: str, samples: int) -> float:
     """The service's own lease statement, run directly and rolled back (so the queue is unchanged)."""
-    compiled = queue._LEASE.compile(dialect=postgresql.psycopg.dialect())  # type: ignore[no-untyped-call]
+    compiled = _LEASE.compile(dialect=postgresql.psycopg.dialect())  # type: ignore[no-untyped-call]
     params = compiled.construct_params(
         {"actor": "raw-probe", "batch_size": 20, "cap": 10_000, "lease_duration": timedelta(seconds=30)}
     )

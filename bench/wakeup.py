@@ -23,6 +23,7 @@ import psycopg
 from db import queue
 from db.engine import create_engine, transaction
 from db.engine import libpq_url as libpq
+from db.queue import enqueue
 
 
 def _percentile(samples: list[float], p: float) -> float:
@@ -90,7 +91,7 @@ def wakeup_latency(
 
 def _notify_worker(url: str, role: str, n: int, notify: bool, seconds: float, barrier: Any, out: Any) -> None:
     if not notify:
-        queue.notify_work = _no_notify  # type: ignore[attr-defined]
+        enqueue.notify_work = _no_notify  # type: ignore[attr-defined]
 
     async def run() -> int:
         engine = create_engine(url, pool_size=1, max_overflow=0)

@@ -2,7 +2,7 @@
 
 A completion needs an approver when abs(variance_amount) is at or above its code's approval
 threshold or the materiality threshold, whichever is lower (`approval_threshold` below). The
-completion statement (db/queue.py) evaluates that expression itself, so a change committed by an
+completion statement (db/queue/completion.py) evaluates that expression itself, so a change committed by an
 admin meanwhile is wholly before or after it, as a change of the code's own threshold is.
 """
 

@@ -1,6 +1,7 @@
 """Alembic from code: the same migrations `alembic upgrade head` runs, and the head they reach."""
 
 from functools import lru_cache
+from pathlib import Path
 
 from alembic.config import Config
 from alembic.script import ScriptDirectory
@@ -8,7 +9,10 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from alembic import command
-from api.settings import REPO_ROOT
+
+# alembic.ini sits at the top of the source tree, beside alembic/ and db/ (api.settings.REPO_ROOT is
+# the same directory; db/ does not import api/, which sits above it).
+ALEMBIC_INI = Path(__file__).resolve().parent.parent / "alembic.ini"
 
 
 class MigrationRefused(RuntimeError):
@@ -18,7 +22,7 @@ class MigrationRefused(RuntimeError):
 
 def alembic_config(url: str, *, app_role: str | None = None) -> Config:
     """Alembic on `url` (the schema owner), granting the service's rights to `app_role`."""
-    config = Config(str(REPO_ROOT / "alembic.ini"))
+    config = Config(str(ALEMBIC_INI))
     config.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
     config.attributes["configure_logging"] = False
     if app_role is not None:
@@ -32,7 +36,7 @@ def upgrade_head(url: str, *, app_role: str | None = None) -> None:
 
 @lru_cache
 def head_revision() -> str | None:
-    return ScriptDirectory.from_config(Config(str(REPO_ROOT / "alembic.ini"))).get_current_head()
+    return ScriptDirectory.from_config(Config(str(ALEMBIC_INI))).get_current_head()
 
 
 async def current_revision(conn: AsyncConnection) -> str | None:

@@ -4,7 +4,7 @@ Enqueue, reclaim, requeue, reopen, revise and the admin's release call `notify_w
 statement (not per row), in their own transaction: PostgreSQL delivers the notification at COMMIT, so
 a listener never hears of a change it cannot see yet, and a rolled-back change is never announced.
 A holder's release and a completion that submits a proposal for approval announce it from inside
-their one statement (`_announced` in db/queue.py: they run in one round trip, with no room for a
+their one statement (`_announced` in db/queue/rows.py: they run in one round trip, with no room for a
 second statement that depends on the first's result). NOTIFY takes a lock at commit that
 serialises committing transactions, which is why it is sent once per statement and only by the
 statements that make items leasable (lease, renew, approve and a completion that resolves never

@@ -47,7 +47,7 @@ metadata = MetaData(
     }
 )
 
-# REVIEW_QUEUE_MAX_ATTEMPTS' default. Here, not in db/queue.py, so that api/settings.py can read it
+# REVIEW_QUEUE_MAX_ATTEMPTS' default. Here, not in db/queue/, so that api/settings.py can read it
 # without importing the metrics (prometheus_client picks its single- or multi-process mode when
 # first imported, and `serve` sets PROMETHEUS_MULTIPROC_DIR only after the settings are loaded).
 DEFAULT_MAX_ATTEMPTS = 10

@@ -1,6 +1,6 @@
 """What every state change reports: the seed's log line and a Prometheus counter.
 
-Both are reported by the function that made the change (db/queue.py), so the API, the
+Both are reported by the function that made the change (db/queue/), so the API, the
 reclaimer and the CLI report a transition identically, and both are emitted after the COMMIT:
 inside `db.engine.transaction` a report is kept until the transaction has committed (and
 dropped if it does not), so a "resolved" line never describes a change that was rolled back.

@@ -1,6 +1,6 @@
 """The reports of db/reports.py computed again in plain Python, from the event trail alone, as
 docs/reports.md defines them; and histories of items (rows and events, consistent with each other
-as db/queue.py writes them) to arrange in a test database.
+as db/queue/ writes them) to arrange in a test database.
 
 Nothing here reads an item's row for a figure: the row is only where created_at, due_at, the
 ledger entity and the figures live. Every state comes from the events.
@@ -281,7 +281,7 @@ def decisions(
 
 
 # ---------------------------------------------------------------------------------------------
-# Histories: an item's life as db/queue.py would write it, at chosen moments
+# Histories: an item's life as db/queue/ would write it, at chosen moments
 # ---------------------------------------------------------------------------------------------
 
 REVIEWERS = ("alice", "bob", "carol")
@@ -304,7 +304,7 @@ class History:
 
 
 class Life:
-    """Builds one item's history step by step, keeping the row as db/queue.py's statements would."""
+    """Builds one item's history step by step, keeping the row as db/queue/'s statements would."""
 
     def __init__(
         self, rng: random.Random, n: int, created_at: datetime, due_at: datetime, entity: str
@@ -432,7 +432,7 @@ class Life:
         self.end_lease()
 
     def reopen(self, *, decertified: bool = False) -> None:
-        # As db/queue.py writes it: the decision it reopens, under previous_*.
+        # As db/queue/ writes it: the decision it reopens, under previous_*.
         d = self.decision
         details: dict[str, Any] = {
             "reason": "source revised" if decertified else "wrong",

@@ -40,14 +40,18 @@ class Mutant:
     edits: tuple[Edit, ...]
 
 
-QUEUE = "db/queue.py"
+# db/queue/ by the item's lifecycle: each mutant edits the module its statement lives in.
+ROWS = "db/queue/rows.py"  # the guards every holder-only statement shares
+LEASE = "db/queue/lease.py"
+COMPLETION = "db/queue/completion.py"
+APPROVAL = "db/queue/approval.py"
 MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "no SKIP LOCKED in the lease",
         "tests/db/test_queue.py::test_two_workers_never_double_lease",
         (
             Edit(
-                QUEUE,
+                LEASE,
                 '        .with_for_update(skip_locked=True)\n        .cte(f"{prefix}candidate")',
                 '        .cte(f"{prefix}candidate")',
             ),
@@ -58,12 +62,18 @@ MUTANTS: tuple[Mutant, ...] = (
         "tests/db/test_queue.py::test_a_completion_queued_behind_a_reclaim_in_flight_loses",
         (
             Edit(
-                QUEUE,
+                COMPLETION,
                 "_resolved = (\n    item.update()\n    .where(*_held_by_caller())",
                 '_resolved = (\n    item.update()\n    .where(item.c.id == bindparam("item_id"))',
             ),
+            # The read it checks with lives in reads.py (completion.py has no other use for it).
             Edit(
-                QUEUE,
+                COMPLETION,
+                "from db.queue.rows import (\n",
+                "from db.queue.reads import get_item\nfrom db.queue.rows import (\n",
+            ),
+            Edit(
+                COMPLETION,
                 "    result = await conn.execute(_COMPLETE_ITEMS, params)\n",
                 '    seen = [await get_item(conn, item_id=i) for i in params["item_ids"]]\n'
                 '    params["item_ids"] = [\n'
@@ -78,7 +88,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "no holder guard",
         "tests/db/test_queue.py::test_late_completion_after_reclaim_matches_nothing",
-        (Edit(QUEUE, '        item.c.leased_by == bindparam("actor", type_=Text),\n', ""),),
+        (Edit(ROWS, '        item.c.leased_by == bindparam("actor", type_=Text),\n', ""),),
     ),
     Mutant(
         # The fence: a lease_token names one lease (its nonce; the epoch before that). Without the
@@ -87,7 +97,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "tests/api/test_lifecycle.py::TestFencing::test_same_reviewer_stale_token_is_refused",
         (
             Edit(
-                QUEUE,
+                ROWS,
                 "        item.c.lease_nonce\n"
                 '        == func.coalesce(bindparam("fence_nonce", type_=PG_UUID(as_uuid=True)), '
                 "item.c.lease_nonce),\n",
@@ -100,7 +110,7 @@ MUTANTS: tuple[Mutant, ...] = (
         # decide on figures the reviewer never saw.
         "completion ignores a source revision",
         "tests/api/test_revisions.py::test_tokenless_completion_must_carry_the_current_source_hash_after_a_revision",
-        (Edit(QUEUE, "    .where(*_saw_current_source())\n", ""),),
+        (Edit(COMPLETION, "    .where(*_saw_current_source())\n", ""),),
     ),
     Mutant(
         "append-only trigger dropped",
@@ -125,7 +135,7 @@ MUTANTS += (
         "tests/api/test_approval.py::test_approve_and_reject_refuse_the_preparer_by_their_own_guard",
         (
             Edit(
-                QUEUE,
+                APPROVAL,
                 "_rejected = (\n    item.update()\n    .where(*_held_by_caller(AWAITING_APPROVAL))\n"
                 '    .where(_not_prepared_by("actor"))\n',
                 "_rejected = (\n    item.update()\n    .where(*_held_by_caller(AWAITING_APPROVAL))\n",
@@ -137,7 +147,7 @@ MUTANTS += (
         "tests/api/test_approval.py::test_approve_and_reject_refuse_the_preparer_by_their_own_guard",
         (
             Edit(
-                QUEUE,
+                APPROVAL,
                 "_approved = (\n    item.update()\n    .where(*_held_by_caller(AWAITING_APPROVAL))\n"
                 '    .where(_not_prepared_by("actor"))\n',
                 "_approved = (\n    item.update()\n    .where(*_held_by_caller(AWAITING_APPROVAL))\n",
@@ -149,7 +159,7 @@ MUTANTS += (
         "tests/api/test_approval.py::test_the_approval_lease_skips_the_preparers_proposal_by_its_own_guard",
         (
             Edit(
-                QUEUE,
+                LEASE,
                 'wanted = [*unheld, _not_prepared_by("actor")] if approval',
                 "wanted = [*unheld] if approval",
             ),
@@ -171,8 +181,9 @@ MUTANTS += (
         "the per-person cap not counting approval leases",
         "tests/api/test_approval.py::test_approval_leases_count_against_the_per_person_cap",
         (
+            Edit(LEASE, "    case,\n    func,\n", "    case,\n    false,\n    func,\n"),  # for false() below
             Edit(
-                QUEUE,
+                LEASE,
                 "    .where(item.c.state == AWAITING_APPROVAL, item.c.leased_by.is_not(None))\n"
                 '    .where(item.c.leased_by == bindparam("actor", type_=Text))\n',
                 "    .where(false())\n",
@@ -221,7 +232,7 @@ MUTANTS += (
         "tests/web/test_desk.py::test_waiting_for_work_stops_when_the_reviewer_is_away",
         (
             Edit(
-                "web/review.js",
+                "web/review.js",  # the desk as ES modules: waitForWork lives in the review view
                 "      if (idleFor() >= state.me.idle_release_s * 1000) {\n"
                 '        state.paused = "Stopped waiting for work while you were away.',
                 '      if (false) {\n        state.paused = "Stopped waiting for work while you were away.',

@@ -1,7 +1,7 @@
 """Clock independence: every lease and reclaim decision is taken on the database clock.
 
 The service never reads the wall clock: lease_expires_at is `now() + lease` and the reclaim
-cut-off is `now() - grace`, both inside the statements (db/queue.py). Two tests hold that up:
+cut-off is `now() - grace`, both inside the statements (db/queue/lease.py). Two tests hold that up:
 
 - by inspection: no module of the service (api/, db/, cli/) calls a wall-clock function
   (time.time, datetime.now, ...). SQLAlchemy's `func.now()` is the database's clock and allowed;
@@ -33,7 +33,7 @@ from fastapi.testclient import TestClient
 from api.app import create_app
 from api.settings import REPO_ROOT
 from cli.reclaimer import drain_once
-from db import queue
+from db.queue import rows
 from tests.api.helpers import item_body
 from tests.conftest import make_settings
 from tests.support import backdate_lease
@@ -168,7 +168,7 @@ def test_the_service_never_reads_the_wall_clock() -> None:
         p for package in SERVICE for p in sorted((REPO_ROOT / package).rglob("*.py"))
         if p.relative_to(REPO_ROOT) not in NOT_THE_SERVICE
     ]  # fmt: skip
-    assert any(p.name == "queue.py" for p in files) and len(files) > 10, files
+    assert any(p.match("db/queue/lease.py") for p in files) and len(files) > 10, files
     found = [hit for p in files for hit in _calls_wall_clock(p)]
     assert not found, "wall-clock reads in the service; use the database's now():\n" + "\n".join(found)
 
@@ -213,7 +213,7 @@ def test_leases_and_reclaims_follow_the_database_clock_not_the_apps(
         lambda: _real_datetime.fromtimestamp(time.time(), UTC),
         lambda: _real_datetime.fromtimestamp(time.time_ns() / 1e9, UTC),
         lambda: datetime_module.datetime.now(UTC),
-        lambda: queue.datetime.now(UTC),  # db.queue's own `datetime` name
+        lambda: rows.datetime.now(UTC),  # db.queue.rows' own `datetime` name
     ]
     for read in reads:
         before, app_now, after = db_now(), read(), db_now()

@@ -5,6 +5,7 @@ import asyncio
 import logging
 import uuid
 from collections.abc import AsyncIterator, Callable
+from datetime import timedelta
 from typing import Any
 
 import psycopg
@@ -192,7 +193,7 @@ async def test_a_batch_queued_behind_the_same_batch_answers_already_resolved(
     seed_items(sql, 3)
     async with engine.begin() as conn:
         held = await queue.lease_items(
-            conn, reviewer="alice", batch_size=3, lease_duration=queue.timedelta(seconds=30), cap=100
+            conn, reviewer="alice", batch_size=3, lease_duration=timedelta(seconds=30), cap=100
         )
     completions = [queue.Completion(i.id, "APPROVED", None, i.lease_nonce) for i in held]
 
@@ -224,7 +225,7 @@ async def test_a_batch_behind_a_reclaim_in_flight_resolves_nothing_it_lost(
     seed_items(sql, 2)
     async with engine.begin() as conn:
         kept, lost = await queue.lease_items(
-            conn, reviewer="alice", batch_size=2, lease_duration=queue.timedelta(seconds=30), cap=100
+            conn, reviewer="alice", batch_size=2, lease_duration=timedelta(seconds=30), cap=100
         )
     backdate_lease(sql, lost.id)
 
@@ -236,7 +237,7 @@ async def test_a_batch_behind_a_reclaim_in_flight_resolves_nothing_it_lost(
     async with engine.connect() as reclaimer:
         tx = await reclaimer.begin()
         reclaimed = await queue.reclaim_expired(
-            reclaimer, reclaim_batch=10, grace=queue.timedelta(seconds=45), actor="reclaimer"
+            reclaimer, reclaim_batch=10, grace=timedelta(seconds=45), actor="reclaimer"
         )
         assert [r.id for r in reclaimed] == [lost.id]
         completion = asyncio.create_task(batch())
@@ -259,7 +260,7 @@ async def test_log_lines_only_after_the_commit(
     seed_items(sql, 2)
     async with engine.begin() as conn:
         one, two = await queue.lease_items(
-            conn, reviewer="alice", batch_size=2, lease_duration=queue.timedelta(seconds=30), cap=100
+            conn, reviewer="alice", batch_size=2, lease_duration=timedelta(seconds=30), cap=100
         )
     caplog.set_level(logging.INFO, logger="reconciliation.review_queue.lease")
 

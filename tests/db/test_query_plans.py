@@ -16,6 +16,9 @@ from sqlalchemy.dialects import postgresql
 
 from db import feed, queue, stats
 from db.engine import _arguments, _compiled
+from db.queue.completion import _COMPLETE, _COMPLETE_ITEMS
+from db.queue.lease import _LEASE, _LEASE_APPROVALS, _LEASE_ENTITY, _LEASE_ITEM, _RECLAIM, _RECLAIM_APPROVALS
+from db.queue.reads import _DECISIONS
 from tests.support import seed_items
 
 
@@ -81,7 +84,7 @@ def lease_order_scan(node: dict[str, Any], index: str) -> None:
 
 
 def test_lease_reads_the_pending_index_in_due_order(busy_table: psycopg.Connection) -> None:
-    tree = plan(busy_table, queue._LEASE, LEASE_PARAMS)
+    tree = plan(busy_table, _LEASE, LEASE_PARAMS)
     found = scans(tree)
     lease_order_scan(tree, "ix_review_queue_item_pending_due")
     assert any(name == "ix_review_queue_item_assigned_by_reviewer" for _, name in found), found  # the cap
@@ -89,7 +92,7 @@ def test_lease_reads_the_pending_index_in_due_order(busy_table: psycopg.Connecti
 
 
 def test_lease_of_one_entity_reads_its_own_index(busy_table: psycopg.Connection) -> None:
-    tree = plan(busy_table, queue._LEASE_ENTITY, {**LEASE_PARAMS, "entity": "E7"})
+    tree = plan(busy_table, _LEASE_ENTITY, {**LEASE_PARAMS, "entity": "E7"})
     found = scans(tree)
     lease_order_scan(tree, "ix_review_queue_item_pending_entity_due")
     assert "ix_review_queue_item_pending_due" not in {name for _, name in found}, found
@@ -100,7 +103,7 @@ def test_reclaim_reads_the_expiry_index(busy_table: psycopg.Connection) -> None:
     found = scans(
         plan(
             busy_table,
-            queue._RECLAIM,
+            _RECLAIM,
             {"reclaim_batch": 100, "grace": timedelta(seconds=45), "actor": "x", "max_attempts": 10},
         )
     )
@@ -114,7 +117,7 @@ def test_holder_statements_read_by_primary_key(busy_table: psycopg.Connection) -
     ).fetchone()[0]
     params = {"item_id": item_id, "actor": "r1", "fence_nonce": None, "chosen_code": "APPROVED", "note": None}
     params["expected_source_hash"] = None
-    found = scans(plan(busy_table, queue._COMPLETE, params))
+    found = scans(plan(busy_table, _COMPLETE, params))
     # The completion also reads its catalogue row, by primary key, and materiality (one row).
     # (A handful of codes: the planner may read the small tables whole.)
     allowed = {
@@ -153,7 +156,7 @@ def test_the_approval_queue_and_its_reclaim_use_their_partial_indexes(busy_table
     lease = scans(
         plan(
             busy_table,
-            queue._LEASE_APPROVALS,
+            _LEASE_APPROVALS,
             {"actor": "r1", "batch_size": 10, "cap": 200, "lease_duration": timedelta(seconds=30)},
         )
     )
@@ -162,7 +165,7 @@ def test_the_approval_queue_and_its_reclaim_use_their_partial_indexes(busy_table
     reclaim = scans(
         plan(
             busy_table,
-            queue._RECLAIM_APPROVALS,
+            _RECLAIM_APPROVALS,
             {"grace": timedelta(seconds=45), "reclaim_batch": 100, "actor": "reclaimer@x"},
         )
     )
@@ -182,7 +185,7 @@ def test_aging_and_overdue_read_the_open_items_only(busy_table: psycopg.Connecti
 def test_the_completion_statements_generic_plan_reads_by_primary_key(busy_table: psycopg.Connection) -> None:
     """Completion runs with a generic plan (prepared once, never planned again: db.engine.OneRoundTrip),
     so that plan, made without the parameters' values, must still read the queue by primary key."""
-    sql, compiled = _compiled(queue._COMPLETE_ITEMS)
+    sql, compiled = _compiled(_COMPLETE_ITEMS)
     held = busy_table.execute("SELECT id, leased_by FROM review_queue_item WHERE state = 'ASSIGNED' LIMIT 3")
     ids, holders = zip(*held.fetchall(), strict=True)
     params = {
@@ -219,10 +222,10 @@ def test_the_lease_with_the_release_cool_off_still_reads_the_pending_index_in_or
         " WHERE state = 'PENDING' ORDER BY due_at LIMIT 30)"
     )
     busy_table.execute("ANALYZE review_queue_item")
-    tree = plan(busy_table, queue._LEASE, LEASE_PARAMS)
+    tree = plan(busy_table, _LEASE, LEASE_PARAMS)
     lease_order_scan(tree, "ix_review_queue_item_pending_due")
     assert_no_table_scan(scans(tree))
-    approvals = scans(plan(busy_table, queue._LEASE_APPROVALS, LEASE_PARAMS))
+    approvals = scans(plan(busy_table, _LEASE_APPROVALS, LEASE_PARAMS))
     assert any(name == "ix_review_queue_item_awaiting_approval" for _, name in approvals), approvals
 
 
@@ -230,7 +233,7 @@ def test_a_lease_that_names_its_item_reads_it_by_primary_key(busy_table: psycopg
     item_id = busy_table.execute(
         "SELECT id FROM review_queue_item WHERE state = 'PENDING' LIMIT 1"
     ).fetchone()[0]
-    found = scans(plan(busy_table, queue._LEASE_ITEM, {**LEASE_PARAMS, "lease_item_id": item_id}))
+    found = scans(plan(busy_table, _LEASE_ITEM, {**LEASE_PARAMS, "lease_item_id": item_id}))
     assert ("Index Scan", "pk_review_queue_item") in found, found
     assert_no_table_scan(found)
 
@@ -303,7 +306,7 @@ def test_my_decisions_read_their_partial_index(busy_table: psycopg.Connection) -
         " SELECT id, 'RENEWED', 'r' || (g % 40), 1, trace_id FROM review_queue_item, generate_series(1, 4) g"
     )
     busy_table.execute("ANALYZE review_queue_event")
-    tree = plan(busy_table, queue._DECISIONS, {"actor": "r1", "before": 2**62, "limit": 51})
+    tree = plan(busy_table, _DECISIONS, {"actor": "r1", "before": 2**62, "limit": 51})
     found = scans(tree)
     assert ("Seq Scan", "review_queue_event") not in found, found
     assert any(name == "ix_review_queue_event_decisions_by_actor" for _, name in found), found

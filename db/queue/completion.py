@@ -1,0 +1,351 @@
+"""Completion: the holder resolves an item, or submits it for approval above the threshold,
+one statement for one entry or a batch."""
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+from uuid import UUID
+
+from sqlalchemy import (
+    ColumnElement,
+    Text,
+    bindparam,
+    case,
+    cast,
+    false,
+    func,
+    null,
+    or_,
+    select,
+    true,
+)
+from sqlalchemy.dialects.postgresql import ARRAY
+from sqlalchemy.dialects.postgresql import UUID as PG_UUID
+from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.sql import visitors
+from sqlalchemy.sql.elements import BindParameter
+
+from db import telemetry
+from db.catalogue import approval_threshold
+from db.engine import OneRoundTrip
+from db.queue.rows import (
+    _ITEM_COLUMNS,
+    _ITEM_FIELDS,
+    AWAITING_APPROVAL,
+    RESOLVED,
+    Item,
+    _announced,
+    _held_by_caller,
+    _item,
+    _logged,
+)
+from db.tables import resolution_code as catalogue
+from db.tables import review_queue_item as item
+from db.tokens import same_identity
+
+# The catalogue entry the completion names, if it is active and its note rule is met: the
+# completion's UPDATE joins the catalogue row itself (UPDATE ... FROM resolution_code), so a
+# deactivation or a threshold change committed by an admin is either wholly before or wholly
+# after it: never between a read and the write. No row: the UPDATE matches nothing and
+# complete_items says why. (Plain binds in the UPDATE, not a CTE of its own, so that the batch
+# completion's rewrite of the per-entry binds reaches them.)
+_code_ok = [
+    # Not "resolution": a bind named like a column would join the UPDATE's SET clause.
+    catalogue.c.code == bindparam("chosen_code", type_=Text),
+    catalogue.c.active,
+    or_(
+        ~catalogue.c.requires_note,
+        func.length(func.btrim(func.coalesce(bindparam("note", type_=Text), ""))) > 0,
+    ),
+]
+# At or above the code's threshold or materiality, whichever is lower (by absolute amount), the item
+# needs an approver. Both are read by this statement (db/catalogue.py).
+_threshold = approval_threshold(catalogue.c.approval_threshold)
+_needs_approval = func.abs(item.c.variance_amount) >= _threshold
+
+
+def _unless_approval(resolved: Any, submitted: Any) -> Any:
+    return case((_needs_approval, submitted), else_=resolved)
+
+
+def _saw_current_source() -> list[ColumnElement[bool]]:
+    # Nobody decides on figures they have not seen. A completion carrying a source_hash must carry
+    # the current one; once a revision moved the lease on, a completion must show it saw the new
+    # figures: by the new lease_token (only the 409 SOURCE_CHANGED or a re-read hands it out) or
+    # by the current source_hash.
+    expected = bindparam("expected_source_hash", type_=Text)
+    return [
+        item.c.source_hash == func.coalesce(expected, item.c.source_hash),
+        or_(
+            cast(bindparam("fence_nonce", type_=PG_UUID(as_uuid=True)), PG_UUID(as_uuid=True)).is_not(None),
+            cast(expected, Text).is_not(None),
+            item.c.revised_epoch.is_distinct_from(item.c.lease_epoch),
+        ),
+    ]
+
+
+# Guarded by holder, state and epoch in the one UPDATE: a late completion from a worker whose
+# lease was reclaimed (and maybe re-leased) matches zero rows instead of resolving it. Above the
+# threshold the same statement submits the proposal instead: AWAITING_APPROVAL, lease cleared, so
+# it is in the approval queue the moment this commits.
+_resolved = (
+    item.update()
+    .where(*_held_by_caller())
+    .where(*_code_ok)  # joins the catalogue row: UPDATE ... FROM resolution_code
+    .where(*_saw_current_source())
+    .values(
+        state=_unless_approval(RESOLVED, AWAITING_APPROVAL),
+        resolution=_unless_approval(catalogue.c.code, item.c.resolution),
+        resolution_note=_unless_approval(bindparam("note", type_=Text), item.c.resolution_note),
+        resolved_by=_unless_approval(bindparam("actor", type_=Text), item.c.resolved_by),
+        resolved_at=_unless_approval(func.now(), item.c.resolved_at),
+        prepared_by=_unless_approval(None, bindparam("actor", type_=Text)),
+        prepared_at=_unless_approval(None, func.now()),
+        proposed_resolution=_unless_approval(None, catalogue.c.code),
+        proposed_note=_unless_approval(None, bindparam("note", type_=Text)),
+        approved_by=None,
+        approved_at=None,
+        leased_by=_unless_approval(item.c.leased_by, None),
+        leased_at=_unless_approval(item.c.leased_at, None),
+        lease_expires_at=_unless_approval(item.c.lease_expires_at, None),
+    )
+    .returning(*_ITEM_COLUMNS, _threshold.label("approval_threshold"))
+    .cte("resolved")
+)
+_COMPLETE: Any = select(*[_resolved.c[n] for n in _ITEM_FIELDS]).add_cte(
+    _logged(
+        _resolved,
+        "RESOLVED",
+        details=func.jsonb_build_object(
+            "resolution", _resolved.c.resolution, "note", _resolved.c.resolution_note
+        ),
+        where=_resolved.c.state == RESOLVED,
+    ),
+    _logged(
+        _resolved,
+        "SUBMITTED_FOR_APPROVAL",
+        details=func.jsonb_build_object(
+            "resolution",
+            _resolved.c.proposed_resolution,
+            "note",
+            _resolved.c.proposed_note,
+            "approval_threshold",
+            _resolved.c.approval_threshold,
+            "variance_amount",
+            _resolved.c.variance_amount,
+        ),
+        where=_resolved.c.state == AWAITING_APPROVAL,
+    ),
+)
+
+
+CompleteOutcome = Literal[
+    "resolved",
+    "already_resolved",
+    "submitted_for_approval",
+    "already_submitted",
+    "resolution_conflict",
+    "invalid_resolution",
+    "note_required",
+    "lease_not_held",
+    "source_changed",
+    "not_found",
+]
+
+# Batch completion runs _COMPLETE above, the single-item statement exactly as written, once per
+# entry of a batch: its per-entry bind parameters become the columns of an `entries` CTE (an
+# unnest of arrays), so the guards, values and event of every completion are those of _COMPLETE,
+# and a change to them applies to POST /items/{id}/complete and POST /items/complete alike.
+# Both routes run this one statement (the single route is a batch of one).
+_entries = (
+    select(
+        func.unnest(
+            bindparam("item_ids", type_=ARRAY(PG_UUID(as_uuid=True))),
+            bindparam("resolutions", type_=ARRAY(Text)),
+            bindparam("notes", type_=ARRAY(Text)),
+            bindparam("fence_nonces", type_=ARRAY(PG_UUID(as_uuid=True))),
+            bindparam("expected_source_hashes", type_=ARRAY(Text)),
+        )
+        .table_valued("item_id", "resolution", "note", "fence_nonce", "expected_source_hash")
+        .render_derived()
+    )
+).cte("entries")
+_PER_ENTRY = {
+    name: _entries.c[name] for name in ("item_id", "note", "fence_nonce", "expected_source_hash")
+} | {"chosen_code": _entries.c.resolution}  # the catalogue check's bind (see _code_ok)
+
+
+def _per_entry(element: Any, **_: Any) -> Any:
+    if isinstance(element, BindParameter) and element.key in _PER_ENTRY:
+        return _PER_ENTRY[element.key]
+    return None
+
+
+_completed = visitors.replacement_traverse(_COMPLETE, {}, _per_entry).cte("completed")
+# The entries the completion refused, read again FOR SHARE: in READ COMMITTED that waits for a
+# transaction changing the row and then returns its newest version (a snapshot read would show a
+# completion this one queued behind as still ASSIGNED), and it tells the caller why nothing changed.
+_refused = (
+    select(*_ITEM_COLUMNS)
+    .where(
+        item.c.id == func.any(bindparam("item_ids", type_=ARRAY(PG_UUID(as_uuid=True)))),
+        item.c.id.not_in(select(_completed.c.id)),
+    )
+    .with_for_update(read=True)
+    .cte("refused")
+)
+# For a refused entry, the catalogue row its code names (NULL: no such code), read in the same
+# statement so that the caller can say why (an unknown or inactive code, a missing note) without
+# a second read; it only explains: the completion itself checked the code.
+_refused_code = (
+    select(_entries.c.resolution)
+    .where(_entries.c.item_id == _refused.c.id)
+    .correlate_except(_entries)  # the refused row of the outer SELECT, two levels up
+    .scalar_subquery()
+)
+# A submission puts its item in the approval queue: approvers waiting for work hear of it.
+_submitted = _announced(_completed, _completed.c.state == AWAITING_APPROVAL, "submitted")
+_COMPLETE_ITEMS = (
+    select(
+        true().label("done"),
+        *[_completed.c[n] for n in _ITEM_FIELDS],
+        null().label("code_active"),
+        null().label("code_requires_note"),
+    )
+    .select_from(_completed.join(_submitted, true()))
+    .union_all(
+        select(
+            false().label("done"),
+            *[_refused.c[n] for n in _ITEM_FIELDS],
+            select(catalogue.c.active).where(catalogue.c.code == _refused_code).scalar_subquery(),
+            select(catalogue.c.requires_note).where(catalogue.c.code == _refused_code).scalar_subquery(),
+        )
+    )
+    # Every row it touches is found by primary key, whatever the values: planned once per
+    # connection, not on every call (db.engine.OneRoundTrip; tests/db/test_query_plans.py).
+    .execution_options(generic_plan=True)
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    item_id: UUID
+    resolution: str
+    note: str | None = None
+    lease_nonce: UUID | None = None
+    source_hash: str | None = None  # the figures the caller decided on, when it says
+
+
+def _holds(current: Item, actor: str, lease_nonce: UUID | None, state: str) -> bool:
+    return (
+        current.state == state and current.leased_by == actor and lease_nonce in (None, current.lease_nonce)
+    )
+
+
+# api.schemas.NO_LEASE: the nonce a token that cannot be one of the item's leases stands for.
+NO_LEASE = UUID(int=0)
+
+
+def source_changed(current: Item, reviewer: str, lease_nonce: UUID | None, source_hash: str | None) -> bool:
+    """Was a holder's refused call refused because the figures changed under their lease (409
+    SOURCE_CHANGED, answered with the new values and lease token) rather than because the lease
+    is not theirs? `lease_nonce` is the nonce the call's token claims (None without a token)."""
+    if current.state != "ASSIGNED" or current.leased_by != reviewer or lease_nonce == NO_LEASE:
+        return False
+    if source_hash is not None and source_hash != current.source_hash:
+        return True
+    if not current.revised_during_lease:
+        return False
+    return lease_nonce != current.lease_nonce if lease_nonce is not None else source_hash is None
+
+
+def _refusal(
+    current: Item, reviewer: str, completion: Completion, code_active: bool | None, requires_note: bool | None
+) -> CompleteOutcome:
+    """Why a completion changed nothing: the figures changed under the holder's lease
+    (SOURCE_CHANGED), a retry of the holder's own completion or submission, the catalogue (an
+    unknown or inactive code, a missing note: the holder passed every other guard), or else
+    LEASE_NOT_HELD."""
+    if source_changed(current, reviewer, completion.lease_nonce, completion.source_hash):
+        return "source_changed"
+    submitted = current.state == "AWAITING_APPROVAL" and same_identity(current.prepared_by, reviewer)
+    if submitted and completion.lease_nonce in (None, current.lease_nonce):
+        return (
+            "already_submitted"
+            if current.proposed_resolution == completion.resolution
+            else "resolution_conflict"
+        )
+    if _holds(current, reviewer, completion.lease_nonce, "ASSIGNED"):
+        if not code_active:
+            return "invalid_resolution"
+        if requires_note and not (completion.note or "").strip():
+            return "note_required"
+    retry = current.state == "RESOLVED" and current.resolved_by == reviewer
+    if (
+        retry
+        and completion.lease_nonce in (None, current.lease_nonce)
+        and completion.source_hash in (None, current.source_hash)
+    ):
+        return "already_resolved" if current.resolution == completion.resolution else "resolution_conflict"
+    return "lease_not_held"
+
+
+async def complete_items(
+    conn: AsyncConnection | OneRoundTrip, *, completions: Sequence[Completion], reviewer: str
+) -> list[tuple[CompleteOutcome, Item | None]]:
+    """Resolve the items in one statement; answer per input, in input order. An id given more than
+    once is applied from its first entry; its later entries answer as a retry of it would."""
+    first: dict[UUID, Completion] = {}
+    for completion in completions:
+        first.setdefault(completion.item_id, completion)
+    params = {
+        "item_ids": list(first),
+        "resolutions": [c.resolution for c in first.values()],
+        "notes": [c.note for c in first.values()],
+        "fence_nonces": [c.lease_nonce for c in first.values()],
+        "expected_source_hashes": [c.source_hash for c in first.values()],
+        "actor": reviewer,
+    }
+    result = await conn.execute(_COMPLETE_ITEMS, params)
+    rows = {row.id: (row.done, _item(row), row.code_active, row.code_requires_note) for row in result}
+    results: list[tuple[CompleteOutcome, Item | None]] = []
+    for completion in completions:
+        done, current, code_active, requires_note = rows.get(completion.item_id, (False, None, None, None))
+        if current is None:
+            results.append(("not_found", None))
+            continue
+        if done and completion is first[completion.item_id] and current.state == "AWAITING_APPROVAL":
+            telemetry.submitted(current, reviewer, resolution=completion.resolution)
+            results.append(("submitted_for_approval", current))
+            continue
+        if done and completion is first[completion.item_id]:
+            telemetry.resolved(
+                current,
+                reviewer,
+                idempotency_key=current.idempotency_key,
+                resolution=completion.resolution,
+                resolved_at=current.resolved_at.isoformat() if current.resolved_at else None,
+            )
+            results.append(("resolved", current))
+            continue
+        # Nothing changed; the row only tells the caller why.
+        outcome = _refusal(current, reviewer, completion, code_active, requires_note)
+        telemetry.completion_noop(current, reviewer, outcome)
+        results.append((outcome, current))
+    return results
+
+
+async def complete_item(
+    conn: AsyncConnection | OneRoundTrip,
+    *,
+    item_id: UUID,
+    reviewer: str,
+    resolution: str,
+    note: str | None,
+    lease_nonce: UUID | None = None,
+    source_hash: str | None = None,
+) -> tuple[CompleteOutcome, Item | None]:
+    (result,) = await complete_items(
+        conn, completions=[Completion(item_id, resolution, note, lease_nonce, source_hash)], reviewer=reviewer
+    )
+    return result

@@ -1,0 +1,165 @@
+"""Enqueue: new items in one statement, idempotent on their key."""
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import Decimal
+from typing import Any, Literal
+from uuid import UUID
+
+from sqlalchemy import (
+    BigInteger,
+    DateTime,
+    Integer,
+    Numeric,
+    Text,
+    bindparam,
+    cast,
+    func,
+    literal_column,
+    select,
+)
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB, insert
+from sqlalchemy.dialects.postgresql import UUID as PG_UUID
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from db import telemetry
+from db.notify import notify_work
+from db.queue.rows import _ITEM_COLUMNS, Item, _changed_items, _item
+from db.tables import review_queue_item as item
+
+
+@dataclass(frozen=True, slots=True)
+class NewItem:
+    idempotency_key: str
+    ledger_entity: str
+    variance_amount: Decimal
+    match_decision: str
+    source_hash: str
+    trace_id: UUID | None = None
+    context: dict[str, Any] | None = None
+    due_at: datetime | None = None  # None: created_at + sla_hours
+    sla_hours: int = 168  # the SLA tier of the amount (api.settings.sla_hours)
+
+    def matches(self, existing: Item) -> bool:
+        """Same payload as a stored item? A retry that omits trace_id matches any trace_id, and one
+        that omits due_at any due_at (a derived deadline depends on when the item first came and on
+        the policy then, neither of which the sender chose); the context is part of the payload
+        (none and none match)."""
+        return (
+            self.ledger_entity == existing.ledger_entity
+            and self.variance_amount == existing.variance_amount
+            and self.match_decision == existing.match_decision
+            and self.source_hash == existing.source_hash
+            and (self.trace_id is None or self.trace_id == existing.trace_id)
+            and (self.due_at is None or self.due_at == existing.due_at)
+            and self.context == existing.context
+        )
+
+
+EnqueueOutcome = Literal["created", "existing", "conflict"]
+
+# ON CONFLICT DO NOTHING makes a concurrent duplicate wait for the first insert and then
+# insert nothing, instead of failing with a unique violation. Rows go in in key order so
+# two overlapping batches lock keys in the same order and cannot deadlock.
+_batch = (
+    func.unnest(
+        bindparam("idempotency_keys", type_=ARRAY(Text)),
+        bindparam("ledger_entities", type_=ARRAY(Text)),
+        bindparam("variance_amounts", type_=ARRAY(Numeric(18, 2))),
+        bindparam("match_decisions", type_=ARRAY(Text)),
+        bindparam("source_hashes", type_=ARRAY(Text)),
+        bindparam("trace_ids", type_=ARRAY(PG_UUID(as_uuid=True))),
+        bindparam("positions", type_=ARRAY(BigInteger)),
+        # JSON text, cast below: a text[] binds without a JSON serializer per element.
+        bindparam("contexts", type_=ARRAY(Text)),
+        bindparam("due_ats", type_=ARRAY(DateTime(timezone=True))),
+        bindparam("sla_hours", type_=ARRAY(Integer)),
+    )
+    .table_valued("k", "e", "a", "d", "h", "t", "p", "c", "due", "sla")
+    .render_derived()
+)
+# One transaction shares one now(); a microsecond per position keeps a batch in request order in
+# the queue.
+_created_at = func.now() + _batch.c.p * literal_column("interval '1 microsecond'")
+_inserted = (
+    insert(item)
+    .from_select(
+        [
+            "idempotency_key",
+            "ledger_entity",
+            "variance_amount",
+            "match_decision",
+            "source_hash",
+            "trace_id",
+            "created_at",
+            "context",
+            "due_at",
+        ],
+        select(
+            _batch.c.k,
+            _batch.c.e,
+            _batch.c.a,
+            _batch.c.d,
+            _batch.c.h,
+            func.coalesce(_batch.c.t, func.gen_random_uuid()),
+            _created_at,
+            cast(_batch.c.c, JSONB),
+            # The database's clock, like every other time here (the SLA tier is chosen in Python).
+            func.coalesce(_batch.c.due, _created_at + func.make_interval(0, 0, 0, 0, _batch.c.sla)),
+        ).order_by(_batch.c.k),
+    )
+    .on_conflict_do_nothing(index_elements=[item.c.idempotency_key])
+    .returning(*_ITEM_COLUMNS)
+    .cte("inserted")
+)
+_ENQUEUE = _changed_items(_inserted, "ENQUEUED")
+_BY_KEYS = select(*_ITEM_COLUMNS).where(
+    item.c.idempotency_key == func.any(bindparam("idempotency_keys", type_=ARRAY(Text)))
+)
+
+
+async def enqueue_items(
+    conn: AsyncConnection, *, new: Sequence[NewItem], actor: str
+) -> list[tuple[EnqueueOutcome, Item]]:
+    """Insert the new keys in one statement; answer per input, in input order."""
+    first: dict[str, int] = {}
+    for position, candidate in enumerate(new):
+        first.setdefault(candidate.idempotency_key, position)
+    unique = [new[p] for p in first.values()]
+    params = {
+        "idempotency_keys": [n.idempotency_key for n in unique],
+        "ledger_entities": [n.ledger_entity for n in unique],
+        "variance_amounts": [n.variance_amount for n in unique],
+        "match_decisions": [n.match_decision for n in unique],
+        "source_hashes": [n.source_hash for n in unique],
+        "trace_ids": [n.trace_id for n in unique],
+        "positions": list(first.values()),
+        "contexts": [None if n.context is None else json.dumps(n.context) for n in unique],
+        "due_ats": [n.due_at for n in unique],
+        "sla_hours": [n.sla_hours for n in unique],
+        "actor": actor,
+    }
+    created = {i.idempotency_key: i for i in map(_item, await conn.execute(_ENQUEUE, params))}
+    if created:
+        await notify_work(conn)  # once for the whole batch, delivered at commit
+    telemetry.enqueued(len(created))
+    missing = [k for k in first if k not in created]
+    stored = dict(created)
+    if missing:
+        rows = await conn.execute(_BY_KEYS, {"idempotency_keys": missing})
+        stored.update((i.idempotency_key, i) for i in map(_item, rows))
+    results: list[tuple[EnqueueOutcome, Item]] = []
+    for position, candidate in enumerate(new):
+        existing = stored[candidate.idempotency_key]
+        if candidate.idempotency_key in created and first[candidate.idempotency_key] == position:
+            results.append(("created", existing))
+        else:
+            results.append(("existing" if candidate.matches(existing) else "conflict", existing))
+    return results
+
+
+async def enqueue_item(conn: AsyncConnection, *, new: NewItem, actor: str) -> tuple[EnqueueOutcome, Item]:
+    (result,) = await enqueue_items(conn, new=[new], actor=actor)
+    return result

@@ -1,0 +1,222 @@
+"""Reads: an item, lists of items, an item's events, a reviewer's decisions, lost leases."""
+
+import contextlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import Decimal
+from typing import Any, Literal
+from uuid import UUID
+
+from sqlalchemy import (
+    ColumnElement,
+    DateTime,
+    Text,
+    bindparam,
+    cast,
+    exists,
+    func,
+    or_,
+    select,
+    text,
+    tuple_,
+)
+from sqlalchemy.dialects.postgresql import ARRAY
+from sqlalchemy.dialects.postgresql import UUID as PG_UUID
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from db.queue.rows import (
+    _BY_ID,
+    _ITEM_COLUMNS,
+    Item,
+    _item,
+)
+from db.tables import review_queue_event as event
+from db.tables import review_queue_item as item
+from db.tokens import fold_subject
+
+
+async def get_item(conn: AsyncConnection, *, item_id: UUID) -> Item | None:
+    row = (await conn.execute(_BY_ID, {"item_id": item_id})).first()
+    return _item(row) if row is not None else None
+
+
+@dataclass(frozen=True, slots=True)
+class ItemFilter:
+    state: str | None = None
+    leased_by: str | None = None
+    resolved_by: str | None = None
+    ledger_entity: str | None = None
+    match_decision: str | None = None
+    idempotency_key: str | None = None
+    created_after: datetime | None = None  # inclusive
+    created_before: datetime | None = None  # exclusive
+    due_before: datetime | None = None  # exclusive
+    min_amount: Decimal | None = None  # abs(variance_amount), inclusive
+    max_amount: Decimal | None = None  # abs(variance_amount), inclusive
+    search: str | None = None  # an id, an idempotency key or a ledger entity, exactly
+
+
+ListOrder = Literal["created_at", "due_at"]
+
+
+def _search(term: str) -> ColumnElement[bool]:
+    """An id, an idempotency key or a ledger entity: each on its own index (a bitmap OR of them)."""
+    matches = [item.c.idempotency_key == term, item.c.ledger_entity == term]
+    with contextlib.suppress(ValueError):
+        matches.append(item.c.id == UUID(term))
+    return or_(*matches)
+
+
+async def list_items(
+    conn: AsyncConnection,
+    *,
+    where: ItemFilter,
+    after: tuple[datetime, UUID] | None,
+    limit: int,
+    order: ListOrder = "created_at",
+) -> list[Item]:
+    """Items in (created_at, id) or (due_at, id) order, strictly after the keyset position `after`."""
+    return [
+        _item(r) for r in await conn.execute(list_query(where=where, after=after, limit=limit, order=order))
+    ]
+
+
+def list_query(
+    *, where: ItemFilter, after: tuple[datetime, UUID] | None, limit: int, order: ListOrder
+) -> Any:
+    """The statement of list_items (tests/db/test_query_plans.py reads its plans).
+
+    By due_at: one open state reads its partial index in that order (PENDING, or the other open
+    states'), one ledger entity its index, the rest the (due_at, id) index; a search reads the
+    matching rows by their indexes and orders only those."""
+    column = item.c[order]
+    query = select(*_ITEM_COLUMNS).order_by(column, item.c.id).limit(limit)
+    for name in ("state", "leased_by", "resolved_by", "ledger_entity", "match_decision", "idempotency_key"):
+        value = getattr(where, name)
+        if value is not None:
+            # An identity is found whatever the letter case it is typed in.
+            folded = name in ("leased_by", "resolved_by")
+            query = query.where(item.c[name] == (fold_subject(value) if folded else value))
+    if where.created_after is not None:
+        query = query.where(item.c.created_at >= where.created_after)
+    if where.created_before is not None:
+        query = query.where(item.c.created_at < where.created_before)
+    if where.due_before is not None:
+        query = query.where(item.c.due_at < where.due_before)
+    if where.min_amount is not None:
+        query = query.where(func.abs(item.c.variance_amount) >= where.min_amount)
+    if where.max_amount is not None:
+        query = query.where(func.abs(item.c.variance_amount) <= where.max_amount)
+    if where.search is not None:
+        query = query.where(_search(where.search))
+    if after is not None:
+        # The bound on the leading column alone lets an index that orders only by it (the partial
+        # ones, by due_at) start at the position too.
+        query = query.where(column >= after[0], tuple_(column, item.c.id) > tuple_(*after))
+    return query
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    id: int
+    item_id: UUID
+    event: str
+    actor: str
+    at: datetime
+    lease_epoch: int
+    trace_id: UUID
+    details: dict[str, Any]
+
+
+# Keyset by the event id (an identity: it only grows), on ix_review_queue_event_item_id_id.
+_EVENTS = (
+    select(*(c for c in event.c if c.name != "xid"))
+    .where(event.c.item_id == bindparam("item_id"), event.c.id > bindparam("after"))
+    .order_by(event.c.id)
+    .limit(bindparam("limit"))
+)
+
+
+async def item_events(conn: AsyncConnection, *, item_id: UUID, after: int | None, limit: int) -> list[Event]:
+    """The item's events oldest first, strictly after the event id `after`."""
+    params = {"item_id": item_id, "after": after or 0, "limit": limit}
+    return [Event(*r) for r in await conn.execute(_EVENTS, params)]
+
+
+# The decisions of a reviewer: what they resolved, submitted for approval, approved or rejected.
+DECISION_EVENTS = ("RESOLVED", "SUBMITTED_FOR_APPROVAL", "APPROVED", "REJECTED")
+# Written exactly as the partial index's predicate, so that the planner matches it in every plan.
+_IS_DECISION = text(f"review_queue_event.event IN ({', '.join(repr(e) for e in DECISION_EVENTS)})")
+_EVENT_COLUMNS = [c for c in event.c if c.name != "xid"]
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    event: Event
+    item: Item  # as it is now
+
+
+# Newest first, keyset by the event id, on ix_review_queue_event_decisions_by_actor; each with its
+# item as it is now (by primary key).
+_DECISIONS = (
+    select(*_EVENT_COLUMNS, *_ITEM_COLUMNS)
+    .select_from(event.join(item, item.c.id == event.c.item_id))
+    .where(event.c.actor == bindparam("actor", type_=Text), _IS_DECISION, event.c.id < bindparam("before"))
+    .order_by(event.c.id.desc())
+    .limit(bindparam("limit"))
+)
+
+
+async def decisions(conn: AsyncConnection, *, actor: str, before: int | None, limit: int) -> list[Decision]:
+    """The actor's decision events newest first, strictly before the event id `before`."""
+    params = {"actor": actor, "before": before or 2**63 - 1, "limit": limit}
+    rows = await conn.execute(_DECISIONS, params)
+    # By position: the event's columns, then the item's (both have an `id`).
+    split = len(_EVENT_COLUMNS)
+    return [Decision(Event(*r[:split]), Item(*r[split:])) for r in rows]
+
+
+@dataclass(frozen=True, slots=True)
+class LostLease:
+    """A holder's lease that expired and that the reclaimer took back: its RECLAIMED event."""
+
+    item_id: UUID
+    lease_expired_at: datetime
+    reclaimed_at: datetime
+
+
+_leased_since = event.alias("leased_since")
+# Why a holder's call was refused, when the reclaimer ended their lease: the item's last RECLAIMED
+# event naming them as the previous holder, unless they leased the item again after it. On the
+# index of (item_id, id); read only for a refusal, after it.
+_LOST = (
+    select(
+        event.c.item_id,
+        cast(event.c.details["lease_expired_at"].astext, DateTime(timezone=True)).label("lease_expired_at"),
+        event.c.at.label("reclaimed_at"),
+    )
+    .where(
+        event.c.item_id == func.any(bindparam("item_ids", type_=ARRAY(PG_UUID(as_uuid=True)))),
+        event.c.event == "RECLAIMED",
+        event.c.details["previous_holder"].astext == bindparam("holder", type_=Text),
+        ~exists().where(
+            _leased_since.c.item_id == event.c.item_id,
+            _leased_since.c.id > event.c.id,
+            _leased_since.c.event == "LEASED",
+            _leased_since.c.actor == bindparam("holder", type_=Text),
+        ),
+    )
+    .order_by(event.c.item_id, event.c.id.desc())
+)
+
+
+async def lost_leases(
+    conn: AsyncConnection, *, item_ids: Sequence[UUID], holder: str
+) -> dict[UUID, LostLease]:
+    """For each item whose lease `holder` lost to the reclaimer (and has not leased again since):
+    when the lease expired and when it was reclaimed."""
+    found: dict[UUID, LostLease] = {}
+    for row in await conn.execute(_LOST, {"item_ids": list(item_ids), "holder": holder}):
+        found.setdefault(row.item_id, LostLease(*row))  # the newest of each item comes first
+    return found

@@ -1,0 +1,167 @@
+"""The item as a row: its states, its columns, the guards and the event CTEs every statement shares."""
+
+import dataclasses
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import Decimal
+from typing import Any, Literal
+from uuid import UUID
+
+from sqlalchemy import (
+    ColumnElement,
+    Integer,
+    Row,
+    Text,
+    and_,
+    bindparam,
+    case,
+    func,
+    literal_column,
+    select,
+)
+from sqlalchemy.dialects.postgresql import UUID as PG_UUID
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.sql.selectable import CTE
+
+from db.engine import Record
+from db.notify import CHANNEL
+from db.tables import review_queue_event as event
+from db.tables import review_queue_item as item
+
+# Inline constants, not bind parameters: the planner can only match the partial indexes
+# (WHERE state = 'PENDING' ...) against a literal it can see in every plan.
+PENDING, ASSIGNED, RESOLVED, QUARANTINED, AWAITING_APPROVAL = (
+    literal_column(f"'{s}'", Text)
+    for s in ("PENDING", "ASSIGNED", "RESOLVED", "QUARANTINED", "AWAITING_APPROVAL")
+)
+
+Queue = Literal["review", "approval"]
+
+
+@dataclass(frozen=True, slots=True)
+class Item:
+    id: UUID
+    idempotency_key: str
+    ledger_entity: str
+    variance_amount: Decimal
+    match_decision: str
+    state: str
+    leased_by: str | None
+    leased_at: datetime | None
+    lease_expires_at: datetime | None
+    trace_id: UUID
+    source_hash: str
+    created_at: datetime
+    resolution: str | None
+    resolution_note: str | None
+    resolved_by: str | None
+    resolved_at: datetime | None
+    lease_epoch: int
+    lease_nonce: UUID | None
+    attempts: int
+    context: dict[str, Any] | None
+    prepared_by: str | None
+    prepared_at: datetime | None
+    proposed_resolution: str | None
+    proposed_note: str | None
+    approved_by: str | None
+    approved_at: datetime | None
+    due_at: datetime
+    revised_epoch: int | None
+
+    @property
+    def revised_during_lease(self) -> bool:
+        """A source revision moved this lease on (and nothing has leased or reassigned it since)."""
+        return self.state == "ASSIGNED" and self.revised_epoch == self.lease_epoch
+
+
+_ITEM_FIELDS = [f.name for f in dataclasses.fields(Item)]
+_ITEM_COLUMNS = [item.c[name] for name in _ITEM_FIELDS]
+
+
+def _item(row: Row[Any] | Record) -> Item:
+    return Item(**{name: row._mapping[name] for name in _ITEM_FIELDS})
+
+
+def _logged(
+    changed: CTE,
+    name: str,
+    *,
+    details: ColumnElement[Any] | None = None,
+    where: ColumnElement[bool] | None = None,
+) -> CTE:
+    """A CTE inserting one `name` event per row of `changed` (matching `where`), by :actor."""
+    rows = select(
+        changed.c.id,
+        literal_column(f"'{name}'", Text),
+        bindparam("actor", type_=Text),
+        changed.c.lease_epoch,
+        changed.c.trace_id,
+        details if details is not None else func.jsonb_build_object(),
+    )
+    if where is not None:
+        rows = rows.where(where)
+    return (
+        insert(event)
+        .from_select(["item_id", "event", "actor", "lease_epoch", "trace_id", "details"], rows)
+        .returning(event.c.item_id)
+        .cte(f"logged_{name.lower()}")
+    )
+
+
+def _changed_items(changed: CTE, name: str, *, details: ColumnElement[Any] | None = None) -> Any:
+    """SELECT the changed rows, with the event insert attached to the same statement."""
+    return select(*[changed.c[n] for n in _ITEM_FIELDS]).add_cte(_logged(changed, name, details=details))
+
+
+def _logged_then_quarantined(changed: CTE, name: str, *, details: ColumnElement[Any]) -> tuple[CTE, CTE]:
+    """The `name` event of every row of a release or reclaim, then a QUARANTINED event for the rows
+    it quarantined. The second insert reads the first one's RETURNING, so PostgreSQL runs the first
+    before it and the trail reads RELEASED (or RECLAIMED), then QUARANTINED."""
+    logged = _logged(changed, name, details=details)
+    quarantined = _logged(
+        changed,
+        "QUARANTINED",
+        details=func.jsonb_build_object("attempts", changed.c.attempts),
+        where=and_(changed.c.state == QUARANTINED, changed.c.id.in_(select(logged.c.item_id))),
+    )
+    return logged, quarantined
+
+
+def _announced(changed: CTE, leasable: ColumnElement[bool], name: str) -> CTE:
+    """NOTIFY, at the COMMIT, that items may be leasable when one of the `changed` rows is: once per
+    statement (PostgreSQL folds a transaction's identical notifications into one; db/notify.py).
+    pg_notify is volatile, so this CTE is evaluated once, and only where it is read: join the
+    changed rows to its one row (an aggregate without GROUP BY always has exactly one)."""
+    return select(func.count(func.pg_notify(CHANNEL, "")).label("announced")).where(leasable).cte(name)
+
+
+def _not_prepared_by(name: str) -> ColumnElement[bool]:
+    """Segregation of duties in SQL: the item's preparer is not the identity bound as `name`,
+    compared case-folded like the CHECKs (`CaseyX` is `caseyx`)."""
+    return func.lower(item.c.prepared_by) != func.lower(bindparam(name, type_=Text))
+
+
+# A release or reclaim of an item that has used up its attempts quarantines it: a poison item
+# that crashes every handler stops circulating instead of being leased again in a tight loop.
+_BACK_TO_QUEUE = case(
+    (item.c.attempts >= bindparam("max_attempts", type_=Integer), QUARANTINED), else_=PENDING
+)
+
+
+def _held_by_caller(*states: ColumnElement[Any]) -> list[ColumnElement[bool]]:
+    # The lease guard of every holder-only statement. (Bind names must not equal column names:
+    # SQLAlchemy would add such a name to the UPDATE's SET clause.) An expired lease not yet reclaimed still
+    # counts as held. With a lease_token, its nonce must match the current lease's: that is what
+    # tells a stale tab apart from the same reviewer's newer lease of the same item.
+    return [
+        item.c.id == bindparam("item_id"),
+        # ASSIGNED: a review lease; AWAITING_APPROVAL (with leased_by): an approval lease.
+        item.c.state.in_(states or [ASSIGNED]),
+        item.c.leased_by == bindparam("actor", type_=Text),
+        item.c.lease_nonce
+        == func.coalesce(bindparam("fence_nonce", type_=PG_UUID(as_uuid=True)), item.c.lease_nonce),
+    ]
+
+
+_BY_ID = select(*_ITEM_COLUMNS).where(item.c.id == bindparam("item_id"))
