@@ -3,8 +3,9 @@
 // regions() makes its <section aria-label> elements once (controls made once keep what is typed);
 // render() draws them from the state; start() loads what it needs after sign-in; show() runs each
 // time the view is brought up (so what it lists is read again then, not at the next tick of a
-// refresh timer); reset() forgets it at sign-out. The page shows one view at a time (the header's nav, `#id` in the address); the
-// views a role may use appear in the order they registered (the order of app.js's imports).
+// refresh timer); reset() forgets it at sign-out. The page shows one view at a time (the header's
+// nav, `#id` in the address); the views a role may use appear in the order they registered (the
+// order of app.js's imports).
 //
 // A new view (e.g. reports) is one more module that calls registerView, and one more import in
 // app.js: nothing else changes.
