@@ -165,7 +165,14 @@ def spread_over_days(sql: psycopg.Connection, seed: int) -> None:
             " WHERE id = %(id)s",
             {"back": back, "due": due, "id": item_id},
         )
-        sql.execute("UPDATE review_queue_event SET at = at - %s WHERE item_id = %s", (back, item_id))
+        # The lease start a submission, rejection or release records moves with it; on about half
+        # the items it is cleared, as on events written before it was recorded, so that the reports'
+        # fallback (looking the lease up in the trail) is held to the same figures.
+        sql.execute(
+            "UPDATE review_queue_event SET at = at - %(back)s,"
+            " leased_at = CASE WHEN %(older)s THEN NULL ELSE leased_at - %(back)s END WHERE item_id = %(id)s",
+            {"back": back, "older": rng.random() < 0.5, "id": item_id},
+        )
         # A reopening names the decision it reopened by its moment: that moved too.
         sql.execute(
             "UPDATE review_queue_event SET details = jsonb_set(details, '{previous_resolved_at}',"
