@@ -277,7 +277,7 @@ REPORT_INDEXES = (
     "ix_review_queue_item_resolved_at",
     "ix_review_queue_event_reopened",
     "ix_review_queue_event_decision_at",
-    "ix_review_queue_event_other_work_at",
+    "ix_review_queue_event_other_work",
     "ix_review_queue_event_lease_start",
 )
 

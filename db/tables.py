@@ -253,6 +253,10 @@ review_queue_event = Table(
     Column("details", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
     # The inserting transaction: the sealer chains only events of transactions that have ended.
     Column("xid", Xid8(), nullable=False, server_default=func.pg_current_xact_id()),
+    # Of a submission, rejection or release: when the lease it ended began (of a reopening: the
+    # lease of the decision it reopened), set by the database
+    # (a trigger, alembic/versions/2026_12_04_0900_event_lease_start.py) for the throughput report.
+    Column("leased_at", DateTime(timezone=True), nullable=True),
     CheckConstraint(
         "event IN ('ENQUEUED', 'LEASED', 'RENEWED', 'RELEASED', 'RECLAIMED', 'RESOLVED',"
         " 'QUARANTINED', 'REQUEUED', 'REOPENED', 'REVISED', 'REASSIGNED', 'SUBMITTED_FOR_APPROVAL',"
@@ -286,10 +290,10 @@ review_queue_event = Table(
         postgresql_where=text("event IN ('LEASED', 'REASSIGNED')"),
     ),
     Index(
-        "ix_review_queue_event_other_work_at",
+        "ix_review_queue_event_other_work",
         "at",
         "id",
-        postgresql_include=["item_id", "actor", "event"],
+        postgresql_include=["item_id", "actor", "event", "leased_at"],
         postgresql_where=text(
             "event IN ('SUBMITTED_FOR_APPROVAL', 'REJECTED')"
             " OR (event = 'RELEASED' AND NOT details ? 'override')"

@@ -13,7 +13,7 @@ from typing import Annotated, Any
 import orjson
 from fastapi import APIRouter, Query, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import StreamingResponse
+from fastapi.responses import Response, StreamingResponse
 
 from api.deps import Auditor, Conn, StatsReader, request_transaction
 from api.errors import problem_responses
@@ -104,21 +104,27 @@ async def sla_report(query: Annotated[SlaQuery, Query()], conn: Conn, _: Auditor
     operation_id="getThroughputReport",
     summary="Decisions per reviewer per day or week",
     responses=problem_responses("VALIDATION_ERROR"),
+    response_model=ThroughputOut,
 )
 async def throughput_report(
     query: Annotated[BucketQuery, Query()], conn: Conn, principal: StatsReader
-) -> ThroughputOut:
+) -> Response:
     """Per bucket and reviewer: decisions by outcome, and the median and 90th percentile of the time
     from lease to decision. Roles auditor and admin see every reviewer; reviewers and approvers see
     their own rows only."""
     period = _period(query, query.bucket)
     own = principal.subject if principal.role in OWN_ROWS_ONLY else None
     report = await _computed(query, lambda: reports.throughput(conn, period=period, reviewer=own))
-    return ThroughputOut(
+    # A year of days at 40 reviewers is 16,000 rows: built without validating them again (db.reports
+    # typed them) and serialized here, once. Returned as a model, FastAPI would dump them to dicts
+    # and validate them again: together a third of the report's time.
+    fields = ThroughputRowOut.model_fields
+    out = ThroughputOut(
         **_report(query, query.bucket, report.as_of),
         reviewer=own,
-        rows=[ThroughputRowOut.model_validate(r, from_attributes=True) for r in report.rows],
+        rows=[ThroughputRowOut.model_construct(**{f: getattr(r, f) for f in fields}) for r in report.rows],
     )
+    return Response(out.model_dump_json(by_alias=True), media_type="application/json")
 
 
 @router.get(

@@ -129,9 +129,12 @@ class Event:
     details: dict[str, Any]
 
 
+# An event as the API shows it: not the sealer's xid, nor the reports' copy of a lease start.
+_EVENT_COLUMNS = [c for c in event.c if c.name not in ("xid", "leased_at")]
+
 # Keyset by the event id (an identity: it only grows), on ix_review_queue_event_item_id_id.
 _EVENTS = (
-    select(*(c for c in event.c if c.name != "xid"))
+    select(*_EVENT_COLUMNS)
     .where(event.c.item_id == bindparam("item_id"), event.c.id > bindparam("after"))
     .order_by(event.c.id)
     .limit(bindparam("limit"))
@@ -148,7 +151,6 @@ async def item_events(conn: AsyncConnection, *, item_id: UUID, after: int | None
 DECISION_EVENTS = ("RESOLVED", "SUBMITTED_FOR_APPROVAL", "APPROVED", "REJECTED")
 # Written exactly as the partial index's predicate, so that the planner matches it in every plan.
 _IS_DECISION = text(f"review_queue_event.event IN ({', '.join(repr(e) for e in DECISION_EVENTS)})")
-_EVENT_COLUMNS = [c for c in event.c if c.name != "xid"]
 
 
 @dataclass(frozen=True, slots=True)

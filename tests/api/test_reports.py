@@ -165,7 +165,14 @@ def spread_over_days(sql: psycopg.Connection, seed: int) -> None:
             " WHERE id = %(id)s",
             {"back": back, "due": due, "id": item_id},
         )
-        sql.execute("UPDATE review_queue_event SET at = at - %s WHERE item_id = %s", (back, item_id))
+        # The lease start a submission, rejection or release records moves with it; on about half
+        # the items it is cleared, as on events written before it was recorded, so that the reports'
+        # fallback (looking the lease up in the trail) is held to the same figures.
+        sql.execute(
+            "UPDATE review_queue_event SET at = at - %(back)s,"
+            " leased_at = CASE WHEN %(older)s THEN NULL ELSE leased_at - %(back)s END WHERE item_id = %(id)s",
+            {"back": back, "older": rng.random() < 0.5, "id": item_id},
+        )
         # A reopening names the decision it reopened by its moment: that moved too.
         sql.execute(
             "UPDATE review_queue_event SET details = jsonb_set(details, '{previous_resolved_at}',"
@@ -174,6 +181,42 @@ def spread_over_days(sql: psycopg.Connection, seed: int) -> None:
             (back, item_id),
         )
     sql.execute("SET session_replication_role = origin")
+
+
+_LEASE_START = (
+    "(SELECT l.at FROM review_queue_event l WHERE l.item_id = e.item_id AND l.id < e.id"
+    " AND l.event IN ('LEASED', 'REASSIGNED') ORDER BY l.id DESC LIMIT 1)"
+)
+_RECORDS_LEASE = ("SUBMITTED_FOR_APPROVAL", "REJECTED", "RELEASED", "REOPENED")
+
+
+def test_the_database_records_the_lease_each_decision_ended_whatever_an_insert_says(
+    client: TestClient, sql: psycopg.Connection, tokens: dict[str, Headers]
+) -> None:
+    live_through_the_api(client, sql, tokens)
+    rows = sql.execute(
+        f"SELECT e.event, e.leased_at, {_LEASE_START} FROM review_queue_event e"
+        " WHERE e.event = ANY(%s) ORDER BY e.id",
+        (list(_RECORDS_LEASE),),
+    ).fetchall()
+    assert {event for event, _, _ in rows} == set(_RECORDS_LEASE)
+    assert all(recorded is not None and recorded == looked_up for _, recorded, looked_up in rows)
+    others = sql.execute(
+        "SELECT count(*) FROM review_queue_event WHERE leased_at IS NOT NULL AND NOT event = ANY(%s)",
+        (list(_RECORDS_LEASE),),
+    ).fetchone()
+    assert others == (0,)
+    # A forged lease start is replaced by the trail's.
+    item_id, last_lease = sql.execute(
+        "SELECT item_id, at FROM review_queue_event WHERE event = 'LEASED' ORDER BY id DESC LIMIT 1"
+    ).fetchone() or (None, None)
+    (recorded,) = sql.execute(
+        "INSERT INTO review_queue_event (item_id, event, actor, lease_epoch, trace_id, leased_at)"
+        " SELECT id, 'RELEASED', 'mallory', lease_epoch, trace_id, '2000-01-01Z' FROM review_queue_item"
+        " WHERE id = %s RETURNING leased_at",
+        (item_id,),
+    ).fetchone() or (None,)
+    assert recorded == last_lease is not None
 
 
 def _monday(day: date) -> date:

@@ -421,7 +421,7 @@ REPORT_SCANS = [
         "_THROUGHPUT",
         {
             "ix_review_queue_item_resolved_at",
-            "ix_review_queue_event_other_work_at",
+            "ix_review_queue_event_other_work",
             "ix_review_queue_event_lease_start",
             "ix_review_queue_event_reopened",
         },
