@@ -2,9 +2,6 @@
 deliveries a receiver verifies with the standardwebhooks package, retries with backoff that give up
 into `failing`, redeliver, 410, redirects, timeouts, the SSRF guard, and two deliverers at once."""
 
-import os
-import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -14,52 +11,13 @@ import psycopg
 import pytest
 from fastapi.testclient import TestClient
 
-from tests.api.helpers import assert_problem, item_body
-from tests.conftest import STARTUP_S, WEBHOOK_KEY
-from tests.receiver import Receiver
 from tests.support import wait_for
+from tests.support.api import assert_problem, item_body
+from tests.support.receiver import Receiver
+from tests.support.servers import start_deliverer, stop
 
 Headers = Callable[[str, str], dict[str, str]]
-# Short everything, so that retries and giving up happen in seconds (the "minute" of the issue).
-FAST = {
-    "REVIEW_QUEUE_WEBHOOK_ALLOW_HTTP": "1",
-    "REVIEW_QUEUE_WEBHOOK_ALLOW_HOSTS": "127.0.0.1",
-    "REVIEW_QUEUE_WEBHOOK_RETRY_BASE_MS": "200",
-    "REVIEW_QUEUE_WEBHOOK_RETRY_MAX_S": "1",
-    "REVIEW_QUEUE_DELIVERER_INTERVAL_MS": "100",
-    "REVIEW_QUEUE_WEBHOOK_TIMEOUT_S": "2",
-}
 DEADLINE_S = 60  # generous: reached only when something is broken, or the machine is very busy
-
-
-def start_deliverer(db_url: str, log: Path, **env: str) -> subprocess.Popen[bytes]:
-    handle = log.open("ab")
-    process = subprocess.Popen(
-        [sys.executable, "-m", "cli", "deliverer"],
-        env={
-            **os.environ,
-            "DATABASE_URL": db_url,
-            "REVIEW_QUEUE_WEBHOOK_KEY": WEBHOOK_KEY,
-            "REVIEW_QUEUE_LOG_FORMAT": "text",
-            **FAST,
-            **env,
-        },
-        stdout=handle,
-        stderr=subprocess.STDOUT,
-    )
-    wait_for(lambda: "deliverer_started" in log.read_text() or process.poll() is not None, STARTUP_S)
-    assert process.poll() is None, log.read_text()
-    return process
-
-
-def stop(process: subprocess.Popen[bytes]) -> None:
-    if process.poll() is None:
-        process.terminate()
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
 
 
 @pytest.fixture
@@ -81,7 +39,7 @@ def deliverer(db_url: str, tmp_path: Path) -> Iterator[Path]:
 @pytest.fixture
 def fast_client(db_url: str) -> Iterator[TestClient]:
     from api.app import create_app
-    from tests.conftest import make_settings
+    from tests.support.postgres import make_settings
 
     with TestClient(
         create_app(make_settings(db_url, webhook_allow_http=True)), raise_server_exceptions=False

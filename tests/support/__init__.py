@@ -1,9 +1,14 @@
 """Arranging database state for tests: seeded items, backdated leases; waiting for conditions."""
 
+import os
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import psycopg
+
+# Longer property-based runs (the model tests) when set.
+LONG = bool(os.environ.get("REVIEW_QUEUE_TEST_LONG"))
 
 
 def seed_items(sql: psycopg.Connection, count: int, *, amount: str = "12.50") -> None:
@@ -47,3 +52,6 @@ def lock_waiters(sql: psycopg.Connection) -> int:
         " AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()"
     ).fetchone()
     return int(row[0]) if row else 0
+
+
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
