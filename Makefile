@@ -23,8 +23,8 @@ TEST_WORKERS ?= 2
 test: install
 	$(RUN) pytest -n $(TEST_WORKERS)
 
-# The fast tests only (pytest -m "not slow"; the slow ones are listed in tests/conftest.py), in
-# about a minute: for the edit-test loop. `make test` stays the whole suite.
+# The fast tests only (pytest -m "not slow"; the slow ones: SLOW in tests/support/__init__.py),
+# for the edit-test loop. `make test` stays the whole suite.
 test-quick: install
 	$(RUN) pytest -n $(TEST_WORKERS) -m "not slow"
 

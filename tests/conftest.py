@@ -17,6 +17,7 @@ from api.app import create_app
 from api.settings import Settings
 from db import roles
 from db.migrations import upgrade_head
+from tests.support import SLOW, TESTS
 from tests.support.postgres import (
     admin_sql,
     create_token,
@@ -27,38 +28,10 @@ from tests.support.postgres import (
 )
 from tests.support.servers import OwnPostgres, PgBouncer, start_server, stop_server
 
-# The slow tests, by path under tests/: `make test-quick` (pytest -m "not slow") leaves them out,
-# `make test` runs everything. Real browsers, servers and processes started per test, fault
-# injection, property-based and model runs, the mutation check. Listed here, in one place, rather
-# than as a pytestmark in each file.
-SLOW = (
-    "web/",
-    "deploy/",
-    "api/test_model.py",
-    "api/test_fuzz.py",
-    "api/test_oidc.py",
-    "api/test_client.py",
-    "test_faults.py",
-    "test_webhook_faults.py",
-    "test_pgbouncer.py",
-    "test_migrations.py",
-    "test_mutations.py",
-    "test_readme.py",
-    "test_cli.py",
-    "test_cli_help.py",
-    "test_service.py",
-    "test_connections.py",
-    "test_deliverer.py",
-    "test_reclaimer.py",
-    "api/test_long_poll.py",
-)
-TESTS = Path(__file__).resolve().parent
-
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        path = item.path.relative_to(TESTS).as_posix()
-        if path.startswith(SLOW):
+        if item.path.is_relative_to(TESTS) and item.path.relative_to(TESTS).as_posix().startswith(SLOW):
             item.add_marker(pytest.mark.slow)
 
 

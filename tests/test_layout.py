@@ -6,7 +6,7 @@ names (pytest owns conftest modules; a helper a test needs is a public name in t
 import ast
 from pathlib import Path
 
-TESTS = Path(__file__).resolve().parent
+from tests.support import SLOW, TESTS
 
 
 def is_test_module(module: str) -> bool:
@@ -73,3 +73,9 @@ def test_the_check_finds_each_kind_of_bad_import(tmp_path: Path) -> None:
         "tests/api/test_a.py:4: imports the private _admin_sql from tests.conftest",
         "tests/api/test_a.py:6: imports the private _fixture from tests.api.conftest",
     ]
+
+
+def test_every_slow_entry_names_a_test_file_or_directory() -> None:
+    """A misspelt or stale entry would leave slow tests in `make test-quick` without a word."""
+    missing = [entry for entry in SLOW if not (TESTS / entry).exists()]
+    assert missing == []
