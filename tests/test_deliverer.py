@@ -14,7 +14,7 @@ from fastapi.testclient import TestClient
 from tests.support import wait_for
 from tests.support.api import assert_problem, item_body
 from tests.support.receiver import Receiver
-from tests.support.servers import start_deliverer, stop
+from tests.support.servers import start_deliverer, stop_process
 
 Headers = Callable[[str, str], dict[str, str]]
 DEADLINE_S = 60  # generous: reached only when something is broken, or the machine is very busy
@@ -32,7 +32,7 @@ def deliverer(db_url: str, tmp_path: Path) -> Iterator[Path]:
     log = tmp_path / "deliverer.log"
     process = start_deliverer(db_url, log)
     yield log
-    stop(process)
+    stop_process(process)
     assert "deliverer_stopped" in log.read_text(), log.read_text()[-3000:]
 
 
@@ -143,7 +143,7 @@ def test_failures_back_off_then_give_up_and_redeliver_resumes(
             "/metrics", headers=admin).text, 30)  # fmt: skip
         assert all(r.forged is None for r in receiver.received)
     finally:
-        stop(process)
+        stop_process(process)
 
 
 def test_a_410_disables_the_subscription(
@@ -197,7 +197,7 @@ def test_a_slow_receiver_times_out(
             "failed", None, "no answer within 1 s",
         )  # fmt: skip
     finally:
-        stop(process)
+        stop_process(process)
 
 
 def test_a_loopback_receiver_is_refused_unless_allowed(
@@ -217,7 +217,7 @@ def test_a_loopback_receiver_is_refused_unless_allowed(
         assert "127.0.0.1, a loopback address" in attempt["error"], attempt
         assert receiver.of("/internal") == []
     finally:
-        stop(process)
+        stop_process(process)
 
 
 def test_two_deliverers_never_send_one_subscription_twice_at_once(
@@ -243,7 +243,7 @@ def test_two_deliverers_never_send_one_subscription_twice_at_once(
         )
     finally:
         for process in processes:
-            stop(process)
+            stop_process(process)
     assert receiver.most_in_flight == dict.fromkeys(paths, 1), receiver.most_in_flight
     enqueued = [f"evt_{r[0]}" for r in sql.execute("SELECT id FROM review_queue_event ORDER BY xid, id")]
     for path in paths:

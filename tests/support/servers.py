@@ -1,4 +1,5 @@
-"""Processes the tests start: the API as users run it, a PostgreSQL of a test's own, PgBouncer."""
+"""Processes the tests start: the API as users run it, the reclaimer, the deliverer, the CLI, a
+PostgreSQL of a test's own, PgBouncer."""
 
 import os
 import subprocess
@@ -208,7 +209,7 @@ def start_deliverer(db_url: str, log: Path, **env: str) -> subprocess.Popen[byte
     return process
 
 
-def stop(process: subprocess.Popen[bytes]) -> None:
+def stop_process(process: subprocess.Popen[bytes]) -> None:
     if process.poll() is None:
         process.terminate()
         try:
