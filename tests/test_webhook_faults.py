@@ -26,7 +26,7 @@ import pytest
 from tests.support import wait_for
 from tests.support.api import item_body
 from tests.support.receiver import Receiver
-from tests.support.servers import FAST, start_deliverer, start_server, stop_server
+from tests.support.servers import FAST, start_deliverer, start_server, stop_process, stop_server
 
 ITEMS = 16
 BIG = "25000.00"  # ADJUSTMENT_POSTED needs an approver from 10,000.00 on
