@@ -31,7 +31,7 @@ from api.app import create_app
 from api.schemas import encode_lease_token
 from api.settings import Settings, get_settings
 from bench.run import SEED_PENDING, create_tokens, fresh_database, run_sql
-from cli.main import owner_url
+from cli.common import owner_url
 from db import queue
 from db.engine import OneRoundTrip, create_engine
 

@@ -32,7 +32,7 @@ from sqlalchemy.engine import make_url
 from api.settings import get_settings
 from bench import reports as report_bench
 from bench import wakeup
-from cli.main import owner_url
+from cli.common import owner_url
 from db.engine import libpq_url as libpq
 from db.migrations import upgrade_head
 from db.queue.lease import _LEASE

@@ -18,17 +18,8 @@ from fastapi.testclient import TestClient
 from cli import devtokens
 from db import tokens
 from db.engine import create_engine
-from tests.conftest import libpq
-
-
-def cli(db_url: str, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        ["review-queue", *args],
-        env={**os.environ, "DATABASE_URL": db_url},
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+from tests.support.postgres import libpq
+from tests.support.servers import cli
 
 
 def test_token_create_prints_the_token_alone_on_the_last_line(db_url: str, client: TestClient) -> None:
@@ -336,7 +327,7 @@ def test_make_run_prints_the_desk_url_next_to_the_tokens(client: TestClient) -> 
 
 
 def test_audit_seal_head_verify_and_verify_against(db_url: str, sql: psycopg.Connection) -> None:
-    from tests.db.test_audit import add_events
+    from tests.support.audit import add_events
 
     add_events(sql, 4)
     assert cli(db_url, "audit", "seal", "--once").stdout.strip().splitlines()[-1] == "sealed 4"

@@ -17,8 +17,8 @@ import httpx
 import psycopg
 import pytest
 
-from tests.conftest import start_server, stop_server
 from tests.support import wait_for
+from tests.support.servers import start_server, stop_server
 
 
 def _clients_logged(log: Path) -> list[str]:
@@ -122,9 +122,9 @@ def test_stalled_audit_export_readers_hold_no_connection(
 
     from cli import reclaimer
     from db import chain
-    from tests.conftest import make_settings
-    from tests.db.test_audit import add_events
     from tests.support import wait_for
+    from tests.support.audit import add_events
+    from tests.support.postgres import make_settings
 
     add_events(sql, 1)
     sql.execute(
@@ -232,7 +232,7 @@ def test_clients_that_stop_reading_an_export_hold_no_connection(
     socket buffers are full, and meanwhile every other request is served (it would be a fast 503 if
     a stalled download held the connection, as a transaction streamed with a cursor would); no
     transaction stays open. Then the downloads resume and each is whole."""
-    from tests.conftest import libpq
+    from tests.support.postgres import libpq
 
     sql_url = libpq(superuser_url)
     _bulk_decisions(sql_url, DECISIONS)

@@ -2,9 +2,6 @@
 deliveries a receiver verifies with the standardwebhooks package, retries with backoff that give up
 into `failing`, redeliver, 410, redirects, timeouts, the SSRF guard, and two deliverers at once."""
 
-import os
-import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -14,52 +11,13 @@ import psycopg
 import pytest
 from fastapi.testclient import TestClient
 
-from tests.api.helpers import assert_problem, item_body
-from tests.conftest import STARTUP_S, WEBHOOK_KEY
-from tests.receiver import Receiver
 from tests.support import wait_for
+from tests.support.api import assert_problem, item_body
+from tests.support.receiver import Receiver
+from tests.support.servers import start_deliverer, stop_process
 
 Headers = Callable[[str, str], dict[str, str]]
-# Short everything, so that retries and giving up happen in seconds (the "minute" of the issue).
-FAST = {
-    "REVIEW_QUEUE_WEBHOOK_ALLOW_HTTP": "1",
-    "REVIEW_QUEUE_WEBHOOK_ALLOW_HOSTS": "127.0.0.1",
-    "REVIEW_QUEUE_WEBHOOK_RETRY_BASE_MS": "200",
-    "REVIEW_QUEUE_WEBHOOK_RETRY_MAX_S": "1",
-    "REVIEW_QUEUE_DELIVERER_INTERVAL_MS": "100",
-    "REVIEW_QUEUE_WEBHOOK_TIMEOUT_S": "2",
-}
 DEADLINE_S = 60  # generous: reached only when something is broken, or the machine is very busy
-
-
-def start_deliverer(db_url: str, log: Path, **env: str) -> subprocess.Popen[bytes]:
-    handle = log.open("ab")
-    process = subprocess.Popen(
-        [sys.executable, "-m", "cli", "deliverer"],
-        env={
-            **os.environ,
-            "DATABASE_URL": db_url,
-            "REVIEW_QUEUE_WEBHOOK_KEY": WEBHOOK_KEY,
-            "REVIEW_QUEUE_LOG_FORMAT": "text",
-            **FAST,
-            **env,
-        },
-        stdout=handle,
-        stderr=subprocess.STDOUT,
-    )
-    wait_for(lambda: "deliverer_started" in log.read_text() or process.poll() is not None, STARTUP_S)
-    assert process.poll() is None, log.read_text()
-    return process
-
-
-def stop(process: subprocess.Popen[bytes]) -> None:
-    if process.poll() is None:
-        process.terminate()
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
 
 
 @pytest.fixture
@@ -74,14 +32,14 @@ def deliverer(db_url: str, tmp_path: Path) -> Iterator[Path]:
     log = tmp_path / "deliverer.log"
     process = start_deliverer(db_url, log)
     yield log
-    stop(process)
+    stop_process(process)
     assert "deliverer_stopped" in log.read_text(), log.read_text()[-3000:]
 
 
 @pytest.fixture
 def fast_client(db_url: str) -> Iterator[TestClient]:
     from api.app import create_app
-    from tests.conftest import make_settings
+    from tests.support.postgres import make_settings
 
     with TestClient(
         create_app(make_settings(db_url, webhook_allow_http=True)), raise_server_exceptions=False
@@ -185,7 +143,7 @@ def test_failures_back_off_then_give_up_and_redeliver_resumes(
             "/metrics", headers=admin).text, 30)  # fmt: skip
         assert all(r.forged is None for r in receiver.received)
     finally:
-        stop(process)
+        stop_process(process)
 
 
 def test_a_410_disables_the_subscription(
@@ -239,7 +197,7 @@ def test_a_slow_receiver_times_out(
             "failed", None, "no answer within 1 s",
         )  # fmt: skip
     finally:
-        stop(process)
+        stop_process(process)
 
 
 def test_a_loopback_receiver_is_refused_unless_allowed(
@@ -259,7 +217,7 @@ def test_a_loopback_receiver_is_refused_unless_allowed(
         assert "127.0.0.1, a loopback address" in attempt["error"], attempt
         assert receiver.of("/internal") == []
     finally:
-        stop(process)
+        stop_process(process)
 
 
 def test_two_deliverers_never_send_one_subscription_twice_at_once(
@@ -285,7 +243,7 @@ def test_two_deliverers_never_send_one_subscription_twice_at_once(
         )
     finally:
         for process in processes:
-            stop(process)
+            stop_process(process)
     assert receiver.most_in_flight == dict.fromkeys(paths, 1), receiver.most_in_flight
     enqueued = [f"evt_{r[0]}" for r in sql.execute("SELECT id FROM review_queue_event ORDER BY xid, id")]
     for path in paths:

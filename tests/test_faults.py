@@ -18,10 +18,10 @@ import psycopg
 import pytest
 
 from api.client import ReviewQueueClient
-from tests.api.helpers import item_body
-from tests.conftest import LONG, OwnPostgres, libpq, start_server, stop_server
-from tests.support import backdate_lease, seed_items, wait_for
-from tests.test_reclaimer import start_reclaimer
+from tests.support import LONG, backdate_lease, seed_items, wait_for
+from tests.support.api import item_body
+from tests.support.postgres import libpq
+from tests.support.servers import OwnPostgres, start_reclaimer, start_server, stop_server
 
 # A reviewer script: leases, "reviews" each item for a while, completes it; the test kills some
 # of these with SIGKILL while they hold leases.

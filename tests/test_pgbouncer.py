@@ -12,9 +12,10 @@ from fastapi.testclient import TestClient
 from sqlalchemy.engine import make_url
 
 from api.app import create_app
-from tests.api.test_concurrency_http import drain_concurrently
-from tests.conftest import LONG, PgBouncer, libpq, make_settings, start_server, stop_server
-from tests.support import backdate_lease, seed_items
+from tests.support import LONG, backdate_lease, seed_items
+from tests.support.api import drain_concurrently
+from tests.support.postgres import libpq, make_settings
+from tests.support.servers import PgBouncer, start_server, stop_server
 
 
 @pytest.fixture

@@ -26,8 +26,8 @@ import httpx
 import pytest
 
 from api.settings import REPO_ROOT
-from tests.conftest import free_port
 from tests.support import wait_for
+from tests.support.servers import free_port
 
 README = (REPO_ROOT / "README.md").read_text()
 END = "@@end-of-command@@"
@@ -446,8 +446,8 @@ def test_the_webhook_receiver_gets_verified_deliveries(
 ) -> None:
     """The README's ten-line receiver, run as written (its port changed): a subscription to it, a
     deliverer beside the API as `make run` has, and a resolution that reaches it, verified."""
-    from tests.api.helpers import item_body
-    from tests.conftest import start_server, stop_server
+    from tests.support.api import item_body
+    from tests.support.servers import start_server, stop_server
 
     (snippet,) = [b for b in re.findall(r"```python\n(.*?)```", README, re.S) if "webhook_receiver" in b]
     code = [line for line in snippet.splitlines() if line.strip() and not line.startswith("#")]

@@ -1,9 +1,7 @@
 """The reclaimer as a real process against real PostgreSQL."""
 
-import os
 import signal
 import subprocess
-import sys
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,10 +9,10 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from tests.conftest import STARTUP_S, OwnPostgres, libpq
 from tests.support import wait_for
+from tests.support.postgres import libpq
+from tests.support.servers import INTERVAL_S, STARTUP_S, OwnPostgres, start_reclaimer
 
-INTERVAL_S = 1  # REVIEW_QUEUE_RECLAIM_INTERVAL_S for these tests; the default is 15
 # "On schedule" with headroom for a loaded machine: within this many intervals, still far below the
 # default interval a reclaimer that ignored its configuration would sleep.
 ON_SCHEDULE = 8
@@ -28,20 +26,6 @@ def seed_expired(sql: psycopg.Connection, count: int, *, prefix: str = "x") -> N
                   now() - interval '2 hours', now() - interval '1 hour', 1
            FROM generate_series(1, %s) i""",
         (prefix, count),
-    )
-
-
-def start_reclaimer(db_url: str, log: Path) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "cli", "reclaimer"],
-        env={
-            **os.environ,
-            "DATABASE_URL": db_url,
-            "REVIEW_QUEUE_RECLAIM_INTERVAL_S": str(INTERVAL_S),
-            "REVIEW_QUEUE_LOG_FORMAT": "json",
-        },
-        stdout=log.open("wb"),
-        stderr=subprocess.STDOUT,
     )
 
 

@@ -10,9 +10,10 @@ from pathlib import Path
 import httpx
 import psycopg
 
-from tests.api.helpers import assert_problem, item_body
-from tests.conftest import OwnPostgres, libpq, start_server, stop_server
 from tests.support import backdate_lease, lock_waiters, wait_for
+from tests.support.api import assert_problem, item_body
+from tests.support.postgres import libpq
+from tests.support.servers import OwnPostgres, start_server, stop_server
 
 
 def test_log_lines_are_json_with_the_seed_fields(

@@ -23,11 +23,10 @@ import httpx
 import psycopg
 import pytest
 
-from tests.api.helpers import item_body
-from tests.conftest import start_server, stop_server
-from tests.receiver import Receiver
 from tests.support import wait_for
-from tests.test_deliverer import FAST, start_deliverer, stop
+from tests.support.api import item_body
+from tests.support.receiver import Receiver
+from tests.support.servers import FAST, start_deliverer, start_server, stop_process, stop_server
 
 ITEMS = 16
 BIG = "25000.00"  # ADJUSTMENT_POSTED needs an approver from 10,000.00 on
@@ -182,7 +181,7 @@ def test_every_decision_is_delivered_at_least_once_in_item_order_through_crashes
     finally:
         for process in deliverers:
             if process.poll() is None:
-                stop(process)
+                stop_process(process)
         stop_server(api.process)
         receiver.stop()
 

@@ -1,19 +1,10 @@
 """POST /admin/reclaim and the lease lifecycle around it."""
 
-from collections.abc import Callable
-
 import pytest
 from fastapi.testclient import TestClient
 
-from tests.api.helpers import assert_problem, item_body
 from tests.support import backdate_lease
-
-Auth = Callable[[str, str], dict[str, str]]
-
-
-@pytest.fixture
-def admin(auth: Auth) -> dict[str, str]:
-    return auth("root", "admin")
+from tests.support.api import Auth, assert_problem, item_body
 
 
 def test_reclaim_then_late_completion_loses_and_new_holder_wins(

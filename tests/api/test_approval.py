@@ -2,7 +2,6 @@
 
 Every state change is checked in the database and in the audit trail; refusals change nothing."""
 
-from collections.abc import Callable
 from typing import Any
 
 import psycopg
@@ -10,46 +9,9 @@ import pytest
 from fastapi.testclient import TestClient
 
 from api.app import create_app
-from tests.api.helpers import assert_problem, item_body
-from tests.conftest import make_settings
-
-Auth = Callable[[str, str], dict[str, str]]
-
-
-def snapshot(sql: psycopg.Connection) -> tuple[list[Any], list[Any]]:
-    items = sql.execute("SELECT row_to_json(i)::text FROM review_queue_item i ORDER BY id").fetchall()
-    events = sql.execute("SELECT id FROM review_queue_event ORDER BY id").fetchall()
-    return items, events
-
-
-def events_of(sql: psycopg.Connection, item_id: str) -> list[tuple[str, str, dict[str, Any]]]:
-    return sql.execute(
-        "SELECT event, actor, details FROM review_queue_event WHERE item_id = %s ORDER BY id", (item_id,)
-    ).fetchall()
-
-
-def lease_one(client: TestClient, headers: dict[str, str], queue: str = "review") -> dict[str, Any]:
-    response = client.post("/leases", json={"batch_size": 1, "queue": queue}, headers=headers)
-    assert response.status_code == 200, response.text
-    (leased,) = response.json()["items"]
-    return leased
-
-
-def submitted(client: TestClient, auth: Auth, amount: str = "25000.00") -> tuple[str, dict[str, Any]]:
-    """An item alice completed with ADJUSTMENT_POSTED (threshold 10000.00): AWAITING_APPROVAL."""
-    admin, alice = auth("ada", "admin"), auth("alice", "reviewer")
-    item_id = client.post("/items", json=item_body(variance_amount=amount), headers=admin).json()["id"]
-    leased = lease_one(client, alice)
-    assert leased["id"] == item_id
-    done = client.post(
-        f"/items/{item_id}/complete",
-        json={"resolution": "ADJUSTMENT_POSTED", "note": "JE-7", "lease_token": leased["lease_token"]},
-        headers=alice,
-    )
-    assert done.status_code == 200, done.text
-    assert done.json()["outcome"] == "submitted_for_approval"
-    return item_id, leased
-
+from tests.support.api import assert_problem, item_body
+from tests.support.approval import Auth, events_of, lease_one, snapshot, submitted
+from tests.support.postgres import make_settings
 
 # --- the catalogue --------------------------------------------------------------------------
 
@@ -96,7 +58,7 @@ def test_an_admin_creates_updates_and_deactivates_a_code(client: TestClient, aut
 
 
 def test_the_database_refuses_to_delete_a_code_for_the_service(db_url: str) -> None:
-    from tests.conftest import libpq
+    from tests.support.postgres import libpq
 
     with (
         psycopg.connect(libpq(db_url), autocommit=True) as app_role,

@@ -23,8 +23,7 @@ from collections.abc import Callable
 import httpx
 import psycopg
 
-from tests.conftest import LONG
-from tests.support import seed_items
+from tests.support import LONG, seed_items
 
 TOTAL = 1000 if LONG else 300
 PREPARERS = 3  # reviewers

@@ -5,8 +5,8 @@ and an admin's release or reassign of an approval lease."""
 import psycopg
 from fastapi.testclient import TestClient
 
-from tests.api.helpers import assert_problem, item_body
-from tests.api.test_approval import Auth, events_of, lease_one, snapshot, submitted
+from tests.support.api import assert_problem, item_body
+from tests.support.approval import Auth, events_of, lease_one, snapshot, submitted
 
 
 def test_the_approval_queue_goes_by_due_at_then_created_at(client: TestClient, auth: Auth) -> None:

@@ -13,10 +13,8 @@ from fastapi.testclient import TestClient
 
 from cli import reclaimer
 from db import audit, chain
-from tests.api.helpers import assert_problem, item_body
-from tests.conftest import libpq, make_settings
-
-Auth = Callable[[str, str], dict[str, str]]
+from tests.support.api import Auth, assert_problem, item_body
+from tests.support.postgres import libpq, make_settings
 
 
 def make_history(client: TestClient, auth: Auth, db_url: str, items: int = 4) -> int:
@@ -146,7 +144,7 @@ def test_a_client_leaving_mid_export_releases_its_transaction(
 
     import httpx
 
-    from tests.db.test_audit import add_events
+    from tests.support.audit import add_events
 
     add_events(sql, 1)
     sql.execute(

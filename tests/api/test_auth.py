@@ -6,9 +6,8 @@ from collections.abc import Callable
 import pytest
 from fastapi.testclient import TestClient
 
-from tests.api.helpers import assert_problem, item_body
+from tests.support.api import Auth, assert_problem, item_body
 
-Auth = Callable[[str, str], dict[str, str]]
 UNKNOWN = "00000000-0000-0000-0000-000000000000"
 
 # (method, path, body, roles allowed)

@@ -28,9 +28,9 @@ from fastapi.routing import APIRoute, iter_route_contexts
 from fastapi.testclient import TestClient
 
 from api.app import create_app
-from tests.api.helpers import assert_problem, item_body
-from tests.conftest import _admin_sql, _create_token, libpq, make_settings, with_database
 from tests.support import seed_items
+from tests.support.api import assert_problem, item_body
+from tests.support.postgres import admin_sql, create_token, libpq, make_settings, with_database
 
 # ---------------------------------------------------------------------------------------------
 # The matrix
@@ -364,16 +364,16 @@ def shared_world(server_url: str, template_db: str) -> Iterator[World]:
     """One world for every call that must not change anything: each such call is checked to have
     left the database exactly as it was, so they can share it."""
     name = f"rq_authz_{uuid.uuid4().hex[:12]}"
-    _admin_sql(server_url, f"CREATE DATABASE {name} TEMPLATE {template_db}")
+    admin_sql(server_url, f"CREATE DATABASE {name} TEMPLATE {template_db}")
     url = with_database(server_url, name)
     try:
         with (
             TestClient(create_app(make_settings(url, **SETTINGS)), raise_server_exceptions=False) as client,
             psycopg.connect(libpq(url), autocommit=True) as sql,
         ):
-            yield build_world(client, sql, url, lambda subject, role: _create_token(url, subject, role))
+            yield build_world(client, sql, url, lambda subject, role: create_token(url, subject, role))
     finally:
-        _admin_sql(server_url, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        admin_sql(server_url, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
 
 @pytest.fixture
@@ -718,3 +718,50 @@ def test_unknown_query_parameters_are_refused(
         e["loc"] == ["query", "order_by"] and e["type"] == "extra_forbidden" for e in problem["errors"]
     ), problem
     assert snapshot(shared_world.sql) == before
+
+
+def _count_checkouts(app_client: TestClient) -> list[int]:
+    from sqlalchemy import event
+
+    count = [0]
+    pool = app_client.app.state.engine.sync_engine.pool  # type: ignore[attr-defined]
+    event.listen(pool, "checkout", lambda *_: count.__setitem__(0, count[0] + 1))
+    return count
+
+
+def test_requests_without_a_usable_token_never_touch_the_pool(db_url: str) -> None:
+    """A flood of missing or garbage tokens used to cost a transaction each; now none, on every
+    authenticated route of the authorization matrix."""
+    with TestClient(
+        create_app(make_settings(db_url, token_cache_s=5)), raise_server_exceptions=False
+    ) as client:
+        checkouts = _count_checkouts(client)
+        for (method, path), route in MATRIX.items():
+            if route.roles is None:
+                continue
+            url = path.replace("{item_id}", UNKNOWN_ID)
+            body = (route.body(UNKNOWN_ID) if route.body_item else route.body()) if route.body else None
+            for headers in ({}, {"Authorization": "Bearer x"}, {"Authorization": "Basic YTpi"}):
+                response = client.request(method, url, json=body, headers=headers)
+                assert_problem(response, 401, "UNAUTHENTICATED")
+        assert checkouts[0] == 0, f"{checkouts[0]} pool checkouts for unauthenticated requests"
+        # A well-formed but unknown token costs one lookup, then the negative cache answers.
+        unknown = {"Authorization": "Bearer rq_" + "A" * 43}
+        for _ in range(5):
+            assert_problem(client.post("/leases", json={}, headers=unknown), 401, "UNAUTHENTICATED")
+        assert checkouts[0] == 1, checkouts[0]
+        metrics = client.get("/metrics", headers=_admin_headers(db_url)).text
+    failures = {
+        line.split('"')[1]: float(line.split()[-1])
+        for line in metrics.splitlines()
+        if line.startswith("review_queue_auth_failures_total{")
+    }
+    assert failures["missing"] >= 2 * len([r for r in MATRIX.values() if r.roles is not None])
+    assert failures["malformed"] >= len([r for r in MATRIX.values() if r.roles is not None])
+    assert failures["unknown"] >= 5
+
+
+def _admin_headers(db_url: str) -> dict[str, str]:
+    from tests.support.postgres import create_token
+
+    return {"Authorization": f"Bearer {create_token(db_url, 'metrics-reader', 'admin')}"}

@@ -34,9 +34,9 @@ from api.app import create_app
 from api.settings import REPO_ROOT
 from cli.reclaimer import drain_once
 from db.queue import rows
-from tests.api.helpers import item_body
-from tests.conftest import make_settings
 from tests.support import backdate_lease
+from tests.support.api import item_body
+from tests.support.postgres import make_settings
 
 LEASE = timedelta(seconds=30)
 GRACE = timedelta(seconds=10)  # the shortest reclaim_after_s

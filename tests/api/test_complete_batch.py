@@ -4,7 +4,7 @@ with exactly the answer the single-item route gives it."""
 import asyncio
 import logging
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import Any
 
@@ -15,10 +15,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from db import queue
 from db.engine import create_engine, transaction
-from tests.api.helpers import assert_problem
 from tests.support import backdate_lease, lock_waiters, seed_items
-
-Auth = Callable[[str, str], dict[str, str]]
+from tests.support.api import Auth, assert_problem
 
 
 def _lease(client: TestClient, headers: dict[str, str], n: int) -> list[dict[str, Any]]:

@@ -2,15 +2,12 @@
 of the idempotency comparison."""
 
 import json
-from collections.abc import Callable
 
 import psycopg
 import pytest
 from fastapi.testclient import TestClient
 
-from tests.api.helpers import assert_problem, item_body
-
-Auth = Callable[[str, str], dict[str, str]]
+from tests.support.api import Auth, assert_problem, item_body
 
 CONTEXT = {
     "account": "ACME-EUR-001",

@@ -12,9 +12,8 @@ import psycopg
 import pytest
 from fastapi.testclient import TestClient
 
-from tests.api.helpers import assert_problem, item_body
+from tests.support.api import Auth, assert_problem, item_body
 
-Auth = Callable[[str, str], dict[str, str]]
 JSON = {"content-type": "application/json"}
 
 

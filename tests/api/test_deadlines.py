@@ -17,22 +17,13 @@ from fastapi.testclient import TestClient
 from api.app import create_app
 from api.client import ReviewQueueClient
 from api.settings import Settings, load_settings, parse_sla_tiers, sla_hours
-from tests.api.helpers import assert_problem, item_body
-from tests.conftest import make_settings
 from tests.support import wait_for
-
-Auth = Callable[[str, str], dict[str, str]]
+from tests.support.api import Auth, assert_problem, enqueue, item_body
+from tests.support.postgres import make_settings
 
 
 def ts(value: str) -> datetime:
     return datetime.fromisoformat(value)
-
-
-def enqueue(client: TestClient, headers: dict[str, str], **fields: Any) -> dict[str, Any]:
-    response = client.post("/items", json=item_body(**fields), headers=headers)
-    assert response.status_code == 201, response.text
-    body: dict[str, Any] = response.json()
-    return body
 
 
 def lease_ids(client: TestClient, headers: dict[str, str], **body: Any) -> list[str]:

@@ -1,7 +1,6 @@
 """Every error is problem+json with a stable code; nothing malformed produces a 500."""
 
 import json
-from collections.abc import Callable
 from typing import Any
 
 import psycopg
@@ -13,14 +12,7 @@ from starlette.routing import Route
 
 from api import routing
 from api.app import MAX_BODY_BYTES
-from tests.api.helpers import assert_problem
-
-Auth = Callable[[str, str], dict[str, str]]
-
-
-@pytest.fixture
-def admin(auth: Auth) -> dict[str, str]:
-    return auth("root", "admin")
+from tests.support.api import assert_problem
 
 
 @pytest.mark.parametrize(

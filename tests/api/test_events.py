@@ -1,15 +1,11 @@
 """The append-only audit trail: one event per transition, in the same statement, never edited."""
 
-from collections.abc import Callable
-
 import psycopg
 import pytest
 from fastapi.testclient import TestClient
 
-from tests.api.helpers import assert_problem, item_body
 from tests.support import backdate_lease
-
-Auth = Callable[[str, str], dict[str, str]]
+from tests.support.api import Auth, assert_problem, item_body
 
 
 def events(client: TestClient, headers: dict, item_id: str) -> list[tuple]:

@@ -10,14 +10,13 @@ import psycopg
 import pytest
 from fastapi.testclient import TestClient
 
-from tests.api.helpers import assert_problem, item_body
-from tests.api.test_long_poll import tight_server  # noqa: F401 - the fixture
+from tests.support.api import assert_problem, item_body
 
 WAIT_S = 20
 
 
 def test_a_waiting_feed_read_holds_no_connection_and_answers_when_an_event_commits(
-    tight_server: str,  # noqa: F811 - the fixture
+    tight_server: str,
     make_token: Callable[[str, str], str],
     sql: psycopg.Connection,
 ) -> None:

@@ -29,9 +29,9 @@ from schemathesis.python.asgi import shutdown_lifespans
 
 from api.app import create_app
 from api.settings import Settings
-from tests.api.helpers import assert_problem
-from tests.conftest import LONG, make_settings
-from tests.support import backdate_lease, seed_items
+from tests.support import LONG, backdate_lease, seed_items
+from tests.support.api import assert_problem
+from tests.support.openapi import OPENAPI
 
 ROLES = ("reviewer", "approver", "ingest", "auditor", "admin", "integration")
 MAX_EXAMPLES = 1000 if LONG else 25
@@ -49,22 +49,9 @@ CHECKS = [
 ]
 
 
-def _served_openapi() -> dict[str, Any]:
-    # The document as the app serves it. Serving it needs no database, so no lifespan runs here.
-    client = TestClient(create_app(make_settings("postgresql+psycopg://openapi@127.0.0.1:1/unused")))
-    try:
-        response = client.get("/openapi.json")
-    finally:
-        client.close()
-    response.raise_for_status()
-    document: dict[str, Any] = response.json()
-    return document
-
-
 # Loaded once at import, not with schemathesis.pytest.from_fixture: that loader (schemathesis
 # 4.32) sets pytest's Function._nodeid, which pytest 9.2 no longer has. The app under test is
 # built per test, on the test's database, and passed to each call as `app=`.
-OPENAPI = _served_openapi()
 schema = schemathesis.openapi.from_dict(
     OPENAPI,
     config=schemathesis.Config.from_dict(

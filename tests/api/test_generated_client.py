@@ -15,7 +15,8 @@ import httpx
 import pytest
 
 from db import roles
-from tests.conftest import _create_token, fresh_database, start_server, stop_server, with_database
+from tests.support.postgres import create_token, fresh_database, with_database
+from tests.support.servers import start_server, stop_server
 
 PACKAGE = "rq_generated"
 
@@ -111,7 +112,7 @@ def test_generated_client_enqueue_lease_complete_retry_conflict(
 
     def client(subject: str, role: str) -> Any:
         return client_of(
-            base_url=base, token=_create_token(url, subject, role), raise_on_unexpected_status=True
+            base_url=base, token=create_token(url, subject, role), raise_on_unexpected_status=True
         )
 
     enqueue = _op(generated, "items", "enqueue_item")
@@ -175,7 +176,7 @@ def test_generated_client_revision_and_source_changed(generated: ModuleType, liv
 
     def client(subject: str, role: str) -> Any:
         return client_of(
-            base_url=base, token=_create_token(url, subject, role), raise_on_unexpected_status=True
+            base_url=base, token=create_token(url, subject, role), raise_on_unexpected_status=True
         )
 
     enqueue = _op(generated, "items", "enqueue_item")

@@ -20,9 +20,9 @@ from hypothesis import strategies as st
 from api.app import create_app
 from api.client import ReviewQueueClient
 from api.schemas import ItemOut
-from tests.api.helpers import assert_problem, item_body
-from tests.conftest import make_settings
 from tests.support import backdate_lease, seed_items
+from tests.support.api import assert_problem, item_body
+from tests.support.postgres import make_settings
 
 Headers = dict[str, str]
 HOLDER_ACTIONS = ("complete", "renew", "release")
@@ -355,55 +355,6 @@ def test_the_documented_money_schema_is_exactly_what_is_accepted(client: TestCli
 
 
 # --- 5: authentication before the database ------------------------------------------------
-
-
-def _count_checkouts(app_client: TestClient) -> list[int]:
-    from sqlalchemy import event
-
-    count = [0]
-    pool = app_client.app.state.engine.sync_engine.pool  # type: ignore[attr-defined]
-    event.listen(pool, "checkout", lambda *_: count.__setitem__(0, count[0] + 1))
-    return count
-
-
-def test_requests_without_a_usable_token_never_touch_the_pool(db_url: str) -> None:
-    """A flood of missing or garbage tokens used to cost a transaction each; now none, on every
-    authenticated route of the authorization matrix."""
-    from tests.api.test_authz_matrix import MATRIX, UNKNOWN_ID
-
-    with TestClient(
-        create_app(make_settings(db_url, token_cache_s=5)), raise_server_exceptions=False
-    ) as client:
-        checkouts = _count_checkouts(client)
-        for (method, path), route in MATRIX.items():
-            if route.roles is None:
-                continue
-            url = path.replace("{item_id}", UNKNOWN_ID)
-            body = (route.body(UNKNOWN_ID) if route.body_item else route.body()) if route.body else None
-            for headers in ({}, {"Authorization": "Bearer x"}, {"Authorization": "Basic YTpi"}):
-                response = client.request(method, url, json=body, headers=headers)
-                assert_problem(response, 401, "UNAUTHENTICATED")
-        assert checkouts[0] == 0, f"{checkouts[0]} pool checkouts for unauthenticated requests"
-        # A well-formed but unknown token costs one lookup, then the negative cache answers.
-        unknown = {"Authorization": "Bearer rq_" + "A" * 43}
-        for _ in range(5):
-            assert_problem(client.post("/leases", json={}, headers=unknown), 401, "UNAUTHENTICATED")
-        assert checkouts[0] == 1, checkouts[0]
-        metrics = client.get("/metrics", headers=_admin_headers(db_url)).text
-    failures = {
-        line.split('"')[1]: float(line.split()[-1])
-        for line in metrics.splitlines()
-        if line.startswith("review_queue_auth_failures_total{")
-    }
-    assert failures["missing"] >= 2 * len([r for r in MATRIX.values() if r.roles is not None])
-    assert failures["malformed"] >= len([r for r in MATRIX.values() if r.roles is not None])
-    assert failures["unknown"] >= 5
-
-
-def _admin_headers(db_url: str) -> Headers:
-    from tests.conftest import _create_token
-
-    return {"Authorization": f"Bearer {_create_token(db_url, 'metrics-reader', 'admin')}"}
 
 
 # --- 7: smaller items ----------------------------------------------------------------------

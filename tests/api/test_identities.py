@@ -15,8 +15,8 @@ from fastapi.testclient import TestClient
 
 from db import tokens
 from db.engine import create_engine
-from tests.api.helpers import assert_problem, item_body
-from tests.conftest import libpq
+from tests.support.api import assert_problem, item_body
+from tests.support.postgres import libpq
 
 Headers = dict[str, str]
 

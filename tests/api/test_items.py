@@ -1,6 +1,5 @@
 """POST /items, GET /items/{id}, POST /items/{id}/complete."""
 
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
@@ -8,31 +7,8 @@ import psycopg
 import pytest
 from fastapi.testclient import TestClient
 
-from tests.api.helpers import assert_problem, item_body
 from tests.support import backdate_lease
-
-Auth = Callable[[str, str], dict[str, str]]
-
-
-@pytest.fixture
-def ingest(auth: Auth) -> dict[str, str]:
-    return auth("matcher", "ingest")
-
-
-@pytest.fixture
-def alice(auth: Auth) -> dict[str, str]:
-    return auth("alice", "reviewer")
-
-
-@pytest.fixture
-def bob(auth: Auth) -> dict[str, str]:
-    return auth("bob", "reviewer")
-
-
-def enqueue(client: TestClient, headers: dict[str, str], **overrides: object) -> dict:
-    response = client.post("/items", json=item_body(**overrides), headers=headers)
-    assert response.status_code == 201, response.text
-    return response.json()
+from tests.support.api import assert_problem, enqueue, item_body
 
 
 def lease_one(client: TestClient, headers: dict[str, str]) -> dict:

@@ -3,17 +3,14 @@ LEASE_NOT_HELD (the stable code), and the detail says what happened and when, fr
 events (`lease_expired_at`, `reclaimed_at`). It names nobody but the caller: who holds the item now
 is not said (GET /items/{id} shows the item to any role)."""
 
-from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
 import psycopg
 from fastapi.testclient import TestClient
 
-from tests.api.helpers import assert_problem, item_body
 from tests.support import backdate_lease
-
-Auth = Callable[[str, str], dict[str, str]]
+from tests.support.api import Auth, assert_problem, item_body
 
 
 def _reclaimed(client: TestClient, headers: dict[str, str], item_id: str) -> dict[str, Any]:

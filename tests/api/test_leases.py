@@ -1,25 +1,12 @@
 """POST /leases."""
 
-from collections.abc import Callable
 from datetime import datetime
 
 import pytest
 from fastapi.testclient import TestClient
 
 from api.settings import Settings
-from tests.api.helpers import assert_problem, item_body
-
-Auth = Callable[[str, str], dict[str, str]]
-
-
-@pytest.fixture
-def admin(auth: Auth) -> dict[str, str]:
-    return auth("root", "admin")
-
-
-@pytest.fixture
-def alice(auth: Auth) -> dict[str, str]:
-    return auth("alice", "reviewer")
+from tests.support.api import Auth, assert_problem, item_body
 
 
 def enqueue_n(client: TestClient, headers: dict[str, str], n: int) -> list[dict]:

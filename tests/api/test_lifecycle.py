@@ -2,7 +2,6 @@
 
 import threading
 from collections import Counter
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 
@@ -11,26 +10,9 @@ import pytest
 from fastapi.testclient import TestClient
 
 from api.app import create_app
-from tests.api.helpers import assert_problem, item_body
-from tests.conftest import make_settings
 from tests.support import backdate_lease
-
-Auth = Callable[[str, str], dict[str, str]]
-
-
-@pytest.fixture
-def admin(auth: Auth) -> dict[str, str]:
-    return auth("root", "admin")
-
-
-@pytest.fixture
-def alice(auth: Auth) -> dict[str, str]:
-    return auth("alice", "reviewer")
-
-
-@pytest.fixture
-def bob(auth: Auth) -> dict[str, str]:
-    return auth("bob", "reviewer")
+from tests.support.api import assert_problem, item_body
+from tests.support.postgres import make_settings
 
 
 def enqueue(client: TestClient, headers: dict, n: int = 1) -> list[dict]:
@@ -257,7 +239,7 @@ class TestListing:
         stop = threading.Event()
 
         def insert_more() -> None:
-            from tests.conftest import libpq
+            from tests.support.postgres import libpq
 
             with psycopg.connect(libpq(db_url), autocommit=True) as conn:
                 n = 0

@@ -5,7 +5,7 @@ import asyncio
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -15,9 +15,9 @@ from fastapi.testclient import TestClient
 
 from api.app import create_app
 from db.notify import LISTENER_NAME
-from tests.api.helpers import assert_problem, item_body
-from tests.conftest import make_settings, start_server, stop_server
 from tests.support import seed_items
+from tests.support.api import assert_problem, item_body
+from tests.support.postgres import make_settings
 
 WAIT_S = 20  # the largest wait; "promptly" below means well inside it, never a tuned wall-clock bound
 
@@ -36,16 +36,6 @@ def metric(base: str, headers: dict[str, str], name: str) -> float:
     text = httpx.get(f"{base}/metrics", headers=headers).text
     values = [float(line.split()[-1]) for line in text.splitlines() if line.startswith(name + " ")]
     return sum(values)
-
-
-@pytest.fixture
-def tight_server(db_url: str) -> Iterator[str]:
-    """`review-queue serve` with a pool of ONE connection and no overflow."""
-    process, base = start_server(
-        {"DATABASE_URL": db_url, "REVIEW_QUEUE_POOL_SIZE": "1", "REVIEW_QUEUE_POOL_MAX_OVERFLOW": "0"}
-    )
-    yield base
-    stop_server(process)
 
 
 def test_a_waiting_lease_holds_no_connection_and_wakes_on_enqueue(
@@ -119,7 +109,7 @@ def test_one_notify_per_statement_not_per_row(
     client: TestClient, auth: Callable[[str, str], dict[str, str]], db_url: str
 ) -> None:
     admin = auth("ada", "admin")
-    from tests.conftest import libpq
+    from tests.support.postgres import libpq
 
     with psycopg.connect(libpq(db_url), autocommit=True) as listener:
         listener.execute("LISTEN review_queue_work")
@@ -283,7 +273,7 @@ async def _true(value: bool) -> bool:
 def test_a_submission_for_approval_wakes_a_waiting_approver_and_a_resolution_announces_nothing(
     client: TestClient, auth: Callable[[str, str], dict[str, str]], db_url: str
 ) -> None:
-    from tests.conftest import libpq
+    from tests.support.postgres import libpq
 
     alice, ada, bob = auth("alice", "reviewer"), auth("ada", "admin"), auth("bob", "approver")
     small = client.post("/items", json=item_body(variance_amount="12.50"), headers=ada).json()

@@ -2,16 +2,13 @@
 only) applies to every code without a lower threshold of its own, decided inside the completion
 statement like a code's own threshold."""
 
-from collections.abc import Callable
 from typing import Any
 
 import psycopg
 import pytest
 from fastapi.testclient import TestClient
 
-from tests.api.helpers import assert_problem, item_body
-
-Auth = Callable[[str, str], dict[str, str]]
+from tests.support.api import Auth, assert_problem, item_body
 
 
 def _complete(
@@ -109,7 +106,7 @@ def test_a_bad_policy_is_a_422_that_changes_nothing(
 
 
 def test_the_service_role_cannot_add_or_delete_the_policy_row(db_url: str) -> None:
-    from tests.conftest import libpq
+    from tests.support.postgres import libpq
 
     with psycopg.connect(libpq(db_url), autocommit=True) as service:
         for statement in (
@@ -126,7 +123,7 @@ def test_a_policy_change_is_wholly_before_or_after_a_completion(
 ) -> None:
     """The completion statement reads materiality itself: a change not yet committed is not seen
     (and not waited for), and the next statement after its commit sees all of it."""
-    from tests.conftest import libpq
+    from tests.support.postgres import libpq
 
     with psycopg.connect(libpq(superuser_url)) as admin_tx:
         admin_tx.execute("UPDATE approval_policy SET materiality_threshold = 200000")

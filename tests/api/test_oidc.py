@@ -1,5 +1,5 @@
 """Sign-in with an OpenID Connect provider, and API calls with its JWTs, against a real provider
-(oidc-provider, tests/oidc_provider.py): every token here was issued by it, except the ones a test
+(oidc-provider, tests/support/oidc_provider.py): every token here was issued by it, except the ones a test
 signs with its own key to prove that such a signature is refused."""
 
 import base64
@@ -22,10 +22,10 @@ from joserfc.jwk import OctKey, RSAKey
 from api.app import create_app
 from api.oidc import OidcProvider, Refused
 from api.settings import Settings
-from tests.api.helpers import assert_problem
-from tests.conftest import make_settings
-from tests.oidc_provider import OTHER_AUDIENCE, Client, RealProvider, real_provider
 from tests.support import seed_items, wait_for
+from tests.support.api import assert_problem
+from tests.support.oidc_provider import OTHER_AUDIENCE, Client, RealProvider, real_provider
+from tests.support.postgres import make_settings
 
 PUBLIC = "https://review.test"  # the service as people open it (REVIEW_QUEUE_PUBLIC_URL)
 
@@ -294,7 +294,7 @@ def test_the_desk_learns_the_providers_name(service: TestClient) -> None:
 
 
 def test_an_unreachable_provider_is_a_sentence_not_an_error(db_url: str, desk_client: Client) -> None:
-    from tests.conftest import free_port
+    from tests.support.servers import free_port
 
     gone = f"http://localhost:{free_port()}"
     settings = make_settings(

@@ -7,7 +7,7 @@ import jsonschema_rs  # schemathesis' own validator
 import pytest
 
 from api.app import API_VERSION
-from tests.api.test_fuzz import OPENAPI
+from tests.support.openapi import OPENAPI
 
 # Renaming one breaks every generated client: a change here is a breaking change (a new major).
 OPERATION_IDS = {

@@ -2,7 +2,6 @@
 
 import threading
 import time
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 import psycopg
@@ -13,11 +12,9 @@ from psycopg import sql as pgsql
 from sqlalchemy.engine import make_url
 
 from api.app import create_app
-from tests.api.helpers import assert_problem, item_body
-from tests.conftest import libpq, make_settings
 from tests.support import backdate_lease, lock_waiters, wait_for
-
-Auth = Callable[[str, str], dict[str, str]]
+from tests.support.api import Auth, assert_problem, item_body
+from tests.support.postgres import libpq, make_settings
 
 
 def scrape(client: TestClient, headers: dict) -> dict[str, float]:

@@ -13,11 +13,9 @@ import pytest
 from fastapi.testclient import TestClient
 
 from api.app import create_app
-from tests.api.helpers import assert_problem, item_body
-from tests.conftest import make_settings
-from tests.test_cli import cli
-
-Auth = Callable[[str, str], dict[str, str]]
+from tests.support.api import Auth, assert_problem, item_body
+from tests.support.postgres import make_settings
+from tests.support.servers import cli
 
 
 def _lease(client: TestClient, headers: dict[str, str], count: int) -> list[dict[str, Any]]:

@@ -10,9 +10,7 @@ import psycopg
 import pytest
 from fastapi.testclient import TestClient
 
-from tests.api.helpers import assert_problem, item_body
-
-Auth = Callable[[str, str], dict[str, str]]
+from tests.support.api import Auth, assert_problem, item_body
 
 
 def _resolved_item(client: TestClient, auth: Auth) -> tuple[str, dict, dict]:

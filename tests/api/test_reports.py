@@ -15,9 +15,9 @@ import psycopg
 import pytest
 from fastapi.testclient import TestClient
 
-from tests import reports_support as ref
-from tests.api.helpers import assert_problem, item_body
 from tests.support import backdate_lease
+from tests.support import reports as ref
+from tests.support.api import assert_problem, item_body
 
 Headers = dict[str, str]
 
@@ -540,7 +540,7 @@ def test_the_exports_rows_are_what_decision_out_writes(
     from api.routes.reports import COLUMNS, _plain
     from api.schemas import DecisionRowOut
     from db import reports as db_reports
-    from tests.db.test_reports import run
+    from tests.support.reports import run
 
     _, events = ref.read_back(sql)
     lo, hi = min(e.at for e in events), max(e.at for e in events) + timedelta(seconds=1)

@@ -16,11 +16,10 @@ from fastapi.testclient import TestClient
 
 from cli import reclaimer
 from db import audit
-from tests.api.helpers import assert_problem, item_body
-from tests.conftest import libpq, make_settings, start_server, stop_server
 from tests.support import lock_waiters, wait_for
-
-Auth = Callable[[str, str], dict[str, str]]
+from tests.support.api import Auth, assert_problem, item_body
+from tests.support.postgres import libpq, make_settings
+from tests.support.servers import start_server, stop_server
 
 NEW = {"variance_amount": "99.10", "source_hash": "sha256:rerun-2", "match_decision": "PARTIAL"}
 

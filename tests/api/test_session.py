@@ -8,8 +8,8 @@ import psycopg
 import pytest
 from fastapi.testclient import TestClient
 
-from tests.api.helpers import assert_problem
 from tests.support import seed_items
+from tests.support.api import assert_problem
 
 Tokens = Callable[[str, str], str]
 

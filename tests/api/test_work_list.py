@@ -6,36 +6,11 @@ from decimal import Decimal
 from typing import Any
 
 import psycopg
-import pytest
 from fastapi.testclient import TestClient
 
 from api.app import create_app
-from tests.api.helpers import assert_problem, item_body
-from tests.conftest import make_settings
-
-Auth = Callable[[str, str], dict[str, str]]
-
-
-@pytest.fixture
-def root(auth: Auth) -> dict[str, str]:
-    return auth("root", "admin")
-
-
-@pytest.fixture
-def alice(auth: Auth) -> dict[str, str]:
-    return auth("alice", "reviewer")
-
-
-@pytest.fixture
-def bob(auth: Auth) -> dict[str, str]:
-    return auth("bob", "reviewer")
-
-
-def enqueue(client: TestClient, headers: dict[str, str], **fields: Any) -> dict[str, Any]:
-    response = client.post("/items", json=item_body(**fields), headers=headers)
-    assert response.status_code == 201, response.text
-    body: dict[str, Any] = response.json()
-    return body
+from tests.support.api import Auth, assert_problem, enqueue
+from tests.support.postgres import make_settings
 
 
 def lease(client: TestClient, headers: dict[str, str], **body: Any) -> list[str]:

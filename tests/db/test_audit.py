@@ -1,7 +1,6 @@
 """The hash chain on real PostgreSQL: the sealer, its commit-order hazard, the canonical encoding,
 and verification catching each kind of tampering (done as the superuser, the only one who can)."""
 
-import asyncio
 import hashlib
 import json
 import threading
@@ -13,27 +12,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cli import reclaimer
 from db import audit, chain
-from tests.conftest import libpq, make_settings
 from tests.support import seed_items
-
-
-def add_events(sql: psycopg.Connection, count: int, *, details: str = '{"n": 1}') -> None:
-    """count events, each in its own committed transaction (autocommit), on seeded items."""
-    if sql.execute("SELECT count(*) FROM review_queue_item").fetchone() == (0,):
-        seed_items(sql, 3)
-    for _ in range(count):
-        sql.execute(
-            "INSERT INTO review_queue_event (item_id, event, actor, lease_epoch, trace_id, details)"
-            " SELECT id, 'LEASED', 'alice', 1, trace_id, %s::jsonb FROM review_queue_item"
-            " ORDER BY created_at LIMIT 1",
-            (details,),
-        )
-
-
-def seal(db_url: str) -> int:
-    return asyncio.run(reclaimer.seal_once(make_settings(db_url), db_url))
+from tests.support.audit import add_events, seal
+from tests.support.postgres import libpq
 
 
 def verify(db_url: str, against: tuple[int, bytes] | None = None) -> audit.VerifyResult:

@@ -8,7 +8,7 @@ import pytest
 
 from db import audit, chain
 from db.engine import create_engine, transaction
-from tests.db.test_audit import add_events, seal
+from tests.support.audit import add_events, seal
 
 
 def export(

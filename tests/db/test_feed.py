@@ -12,8 +12,8 @@ from sqlalchemy import text
 
 from db import feed, queue
 from db.engine import create_engine, transaction
-from tests.api.helpers import item_body
-from tests.conftest import libpq
+from tests.support.api import item_body
+from tests.support.postgres import libpq
 
 Headers = Callable[[str, str], dict[str, str]]
 

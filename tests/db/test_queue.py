@@ -13,8 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from db import queue
 from db.engine import create_engine
-from tests.conftest import LONG
-from tests.support import backdate_lease, lock_waiters, seed_items
+from tests.support import LONG, backdate_lease, lock_waiters, seed_items
 
 pytestmark = pytest.mark.anyio
 

@@ -34,8 +34,9 @@ import pytest
 
 from cli.reclaimer import drain
 from db.engine import create_engine
-from tests.conftest import LONG, libpq, make_settings, start_server, stop_server
-from tests.support import backdate_lease, lock_waiters
+from tests.support import LONG, backdate_lease, lock_waiters
+from tests.support.postgres import libpq, make_settings
+from tests.support.servers import start_server, stop_server
 
 ROUNDS = 500 if LONG else 50
 GRACE_S = 10  # the shortest reclaim_after_s; leases are backdated an hour

@@ -1,40 +1,21 @@
 """db/reports.py against the same figures computed in Python from the event trail alone
-(tests/reports_support.py), on generated histories around time-zone edges, DST changes and
+(tests/support/reports.py), on generated histories around time-zone edges, DST changes and
 reopened decisions, and on hand-made ones for each rule docs/reports.md states."""
 
-import asyncio
 import random
-from collections.abc import Awaitable, Callable
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
-from typing import Any, TypeVar
+from typing import Any
 
 import psycopg
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from sqlalchemy.ext.asyncio import AsyncConnection, create_async_engine
-from sqlalchemy.pool import NullPool
 
 from db import reports
-from tests import reports_support as ref
-from tests.conftest import LONG
-
-T = TypeVar("T")
-
-
-def run(db_url: str, call: Callable[[AsyncConnection], Awaitable[T]]) -> T:
-    """`call` in one transaction of the application role, as a request runs it."""
-
-    async def go() -> T:
-        engine = create_async_engine(db_url, poolclass=NullPool)
-        try:
-            async with engine.begin() as conn:
-                return await call(conn)
-        finally:
-            await engine.dispose()
-
-    return asyncio.run(go())
+from tests.support import LONG
+from tests.support import reports as ref
+from tests.support.reports import run
 
 
 def at(text: str) -> datetime:

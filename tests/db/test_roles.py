@@ -12,8 +12,8 @@ import psycopg
 import pytest
 
 from db.roles import APP_ROLE, OWNER_ROLE, SEALER_ROLE
-from tests.conftest import libpq
 from tests.support import seed_items
+from tests.support.postgres import libpq
 
 ATTEMPTS = [
     "UPDATE review_queue_event SET actor = 'mallory'",

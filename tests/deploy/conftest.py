@@ -4,11 +4,8 @@ installs both and sets them)."""
 
 import os
 import shutil
-from pathlib import Path
 
 import pytest
-
-DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 
 
 def required_tool(name: str, require_env: str, install_hint: str) -> str:

@@ -14,11 +14,11 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from db import roles
-from tests.api.helpers import assert_problem, item_body
-from tests.conftest import _create_token, fresh_database, libpq, start_server, stop_server, with_database
-from tests.deploy.conftest import DEPLOY
-from tests.receiver import Receiver
-from tests.support import backdate_lease, wait_for
+from tests.support import DEPLOY, backdate_lease, wait_for
+from tests.support.api import assert_problem, item_body
+from tests.support.postgres import create_token, fresh_database, libpq, with_database
+from tests.support.receiver import Receiver
+from tests.support.servers import start_server, stop_server
 
 ALERTS = DEPLOY / "prometheus" / "alerts.yml"
 ALERT_TESTS = DEPLOY / "prometheus" / "alerts.test.yml"
@@ -141,8 +141,8 @@ def scrape(server_url: str, template_db: str) -> Iterator[str]:
 
 
 def _exercise_and_scrape(base: str, url: str, arrange_url: str, receiver: Receiver) -> str:
-    admin = {"Authorization": f"Bearer {_create_token(url, 'ops', 'admin')}"}
-    ann = {"Authorization": f"Bearer {_create_token(url, 'ann', 'reviewer')}"}
+    admin = {"Authorization": f"Bearer {create_token(url, 'ops', 'admin')}"}
+    ann = {"Authorization": f"Bearer {create_token(url, 'ann', 'reviewer')}"}
     with httpx.Client(base_url=base, timeout=30) as http, psycopg.connect(libpq(arrange_url)) as sql:
         hook = http.put("/webhooks/ledger", json={"url": receiver.url()}, headers=admin)
         assert hook.status_code == 201, hook.text

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.deploy.conftest import DEPLOY
+from tests.support import DEPLOY
 
 UNITS = {
     "review-queue.service": "review-queue serve --no-reclaimer --no-deliverer",

@@ -1,5 +1,5 @@
 // A real OpenID Connect provider for the tests: panva's oidc-provider (OpenID Certified), in memory.
-// Started by tests/oidc_provider.py with its configuration as JSON in OIDC_TEST_CONFIG:
+// Started by tests/support/oidc_provider.py with its configuration as JSON in OIDC_TEST_CONFIG:
 //   {port, issuer, initial_access_token, users: {login: {preferred_username, groups, ...}},
 //    clients: [static clients, e.g. client credentials ones], resources: [audience, ...],
 //    conform_id_token_claims: bool}

@@ -8,8 +8,6 @@ that is a failure. Screenshots of the main screens go to .screenshots/ (git-igno
 import json
 import os
 import re
-import secrets
-import shutil
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -23,56 +21,13 @@ import psycopg
 import pytest
 
 from db.migrations import upgrade_head
-from db.tokens import hash_token
-from tests.api.helpers import item_body
-from tests.conftest import OwnPostgres, libpq, start_server, stop_server
 from tests.support import backdate_lease, wait_for
+from tests.support.servers import OwnPostgres, start_server, stop_server
 
 pytest.importorskip("playwright")
-from playwright.sync_api import (
-    Browser,
-    BrowserContext,
-    Locator,
-    Page,
-    Playwright,
-    Request,
-    Route,
-    expect,
-    sync_playwright,
-)
+from playwright.sync_api import Browser, BrowserContext, Locator, Page, Request, Route, expect
 
-SHOTS = Path(__file__).resolve().parents[2] / ".screenshots"
-CHROMIUM = next((p for p in (shutil.which("chromium"), "/usr/bin/chromium") if p and Path(p).exists()), None)
-SOON = 10_000  # ms: generous deadlines for conditions; speed is not what these tests measure
-# expect() has its own default (5 s), too short for a loaded CI machine: the same deadline for both.
-expect.set_options(timeout=SOON)
-
-
-def _chromium_or_skip() -> str:
-    if CHROMIUM is None:
-        if os.environ.get("REVIEW_QUEUE_REQUIRE_BROWSER"):
-            pytest.fail("REVIEW_QUEUE_REQUIRE_BROWSER is set but Chromium is not installed")
-        pytest.skip("Chromium is not installed (apt-get install chromium; .ci/run does)")
-    return CHROMIUM
-
-
-@pytest.fixture(scope="module")
-def playwright() -> Iterator[Playwright]:
-    executable = _chromium_or_skip()
-    with sync_playwright() as pw:
-        pw.executable = executable  # type: ignore[attr-defined]
-        yield pw
-
-
-@pytest.fixture(scope="module")
-def browser(playwright: Playwright) -> Iterator[Browser]:
-    """One browser per module; each test gets its own contexts (cookie jars)."""
-    browser = playwright.chromium.launch(
-        executable_path=playwright.executable,  # type: ignore[attr-defined]
-        args=["--no-sandbox"],
-    )
-    yield browser
-    browser.close()
+from tests.support.desk import SHOTS, SOON, Tokens, current, enqueue, resolve, shot, token_on
 
 
 @contextmanager
@@ -84,26 +39,6 @@ def desk(db_url: str, **env: str) -> Iterator[str]:
         stop_server(process)
 
 
-@pytest.fixture
-def contexts(browser: Browser) -> Iterator[Callable[[], BrowserContext]]:
-    made: list[BrowserContext] = []
-
-    def new() -> BrowserContext:
-        context = browser.new_context(viewport={"width": 1100, "height": 900})
-        context.set_default_timeout(SOON)
-        made.append(context)
-        return context
-
-    yield new
-    for context in made:
-        context.close()
-
-
-def shot(page: Page, name: str) -> None:
-    SHOTS.mkdir(exist_ok=True)
-    page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
-
-
 def sign_in(page: Page, base: str, token: str) -> None:
     page.goto(f"{base}/desk/")
     page.get_by_label("Token").fill(token)
@@ -111,21 +46,8 @@ def sign_in(page: Page, base: str, token: str) -> None:
     expect(page.get_by_role("button", name="Sign out")).to_be_visible()
 
 
-def enqueue(base: str, admin: str, **fields: Any) -> dict[str, Any]:
-    response = httpx.post(
-        f"{base}/items", json=item_body(**fields), headers={"Authorization": f"Bearer {admin}"}
-    )
-    assert response.status_code == 201, response.text
-    body: dict[str, Any] = response.json()
-    return body
-
-
 def notice(page: Page, text: str) -> Any:
     return page.get_by_role("status").filter(has_text=text)
-
-
-def current(page: Page) -> Any:
-    return page.get_by_role("region", name="Current item")
 
 
 def events_of(sql: psycopg.Connection, item_id: str) -> list[tuple[str, str, Any]]:
@@ -134,30 +56,9 @@ def events_of(sql: psycopg.Connection, item_id: str) -> list[tuple[str, str, Any
     ).fetchall()
 
 
-Tokens = Callable[[str, str], str]
-
-
-def _token_on(url: str, subject: str, role: str) -> str:
-    # Plain psycopg: Playwright's sync API runs an event loop on this thread, so the async
-    # helpers of tests/conftest.py (asyncio.run) cannot be used while a browser is open.
-    token = "rq_" + secrets.token_urlsafe(32)
-    with psycopg.connect(libpq(url), autocommit=True) as conn:
-        conn.execute(
-            "INSERT INTO api_token (subject, role, token_hash) VALUES (%s, %s, %s)",
-            (subject, role, hash_token(token)),
-        )
-    return token
-
-
 @pytest.fixture
 def make_token(db_url: str) -> Tokens:
-    return lambda subject, role: _token_on(db_url, subject, role)
-
-
-def resolve(page: Page, code: str = "MATCH_CONFIRMED") -> None:
-    """Choose a code (the desk never chooses one for you) and press Resolve."""
-    current(page).get_by_label("Resolution", exact=True).select_option(code)
-    current(page).get_by_role("button", name="Resolve", exact=True).click()
+    return lambda subject, role: token_on(db_url, subject, role)
 
 
 def view(page: Page, name: str) -> None:
@@ -706,7 +607,7 @@ def test_a_database_outage_shows_a_banner_and_the_desk_recovers(
     own_pg: OwnPostgres, contexts: Callable[[], BrowserContext]
 ) -> None:
     own_postgres, url = own_pg, own_pg.url
-    token, admin = _token_on(url, "alice", "reviewer"), _token_on(url, "ada", "admin")
+    token, admin = token_on(url, "alice", "reviewer"), token_on(url, "ada", "admin")
     with desk(url) as base:
         page = contexts().new_page()
         sign_in(page, base, token)
@@ -1287,7 +1188,7 @@ def test_the_reports_view_draws_the_charts_with_tables_of_the_apis_numbers(
     import random
     from datetime import UTC, date, datetime, timedelta
 
-    from tests import reports_support as ref
+    from tests.support import reports as ref
 
     rng = random.Random(28)
     now = datetime.now(UTC)

@@ -1,6 +1,6 @@
 """The desk's sign-in through the company's identity provider, in a real browser: Debian's Chromium
 (Playwright) on `review-queue serve`, and a real OpenID Connect provider (oidc-provider under Node,
-tests/oidc_provider.py) whose own login and consent pages the test fills in as a person would.
+tests/support/oidc_provider.py) whose own login and consent pages the test fills in as a person would.
 
 The provider is at localhost and the desk at 127.0.0.1: different sites, as in production, so the
 cookies' SameSite settings are exercised for real. Skipped without Chromium or without Node and the
@@ -13,22 +13,13 @@ from contextlib import contextmanager
 import psycopg
 import pytest
 
-from tests.conftest import free_port, start_server, stop_server
-from tests.oidc_provider import PROVIDER_NAME, RealProvider
-from tests.web.test_desk import (  # noqa: F401 - fixtures shared with the desk's own tests
-    SOON,
-    _token_on,
-    browser,
-    contexts,
-    current,
-    enqueue,
-    playwright,
-    resolve,
-    shot,
-)
+from tests.support.oidc_provider import PROVIDER_NAME, RealProvider
+from tests.support.servers import free_port, start_server, stop_server
 
 pytest.importorskip("playwright")
 from playwright.sync_api import BrowserContext, Page, expect
+
+from tests.support.desk import SOON, current, enqueue, resolve, shot, token_on
 
 
 @contextmanager
@@ -61,9 +52,9 @@ def test_a_reviewer_signs_in_with_the_provider_leases_resolves_and_signs_out_of_
     db_url: str,
     oidc_provider: RealProvider,
     sql: psycopg.Connection,
-    contexts: Callable[[], BrowserContext],  # noqa: F811
+    contexts: Callable[[], BrowserContext],
 ) -> None:
-    admin = _token_on(db_url, "ada", "admin")
+    admin = token_on(db_url, "ada", "admin")
     with oidc_desk(db_url, oidc_provider) as base:
         item = enqueue(base, admin, ledger_entity="GLOBEX", variance_amount="-12.50")
         page = contexts().new_page()
@@ -102,7 +93,7 @@ def test_someone_without_a_role_is_refused_with_a_sentence(
     db_url: str,
     oidc_provider: RealProvider,
     sql: psycopg.Connection,
-    contexts: Callable[[], BrowserContext],  # noqa: F811
+    contexts: Callable[[], BrowserContext],
     login: str,
     sentence: str,
 ) -> None:
@@ -119,7 +110,7 @@ def test_someone_without_a_role_is_refused_with_a_sentence(
 def test_cancelling_at_the_provider_is_explained(
     db_url: str,
     oidc_provider: RealProvider,
-    contexts: Callable[[], BrowserContext],  # noqa: F811
+    contexts: Callable[[], BrowserContext],
 ) -> None:
     with oidc_desk(db_url, oidc_provider) as base:
         page = contexts().new_page()
@@ -131,7 +122,7 @@ def test_cancelling_at_the_provider_is_explained(
 
 def test_without_a_provider_the_desk_offers_only_the_token(
     db_url: str,
-    contexts: Callable[[], BrowserContext],  # noqa: F811
+    contexts: Callable[[], BrowserContext],
 ) -> None:
     process, base = start_server({"DATABASE_URL": db_url})
     try:

@@ -6,20 +6,24 @@ Nothing here reads an item's row for a figure: the row is only where created_at,
 ledger entity and the figures live. Every state comes from the events.
 """
 
+import asyncio
 import bisect
 import math
 import random
 from collections import defaultdict
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 from fractions import Fraction
-from typing import Any
+from typing import Any, TypeVar
 from uuid import UUID, uuid4
 from zoneinfo import ZoneInfo
 
 import psycopg
 from psycopg.types.json import Jsonb
+from sqlalchemy.ext.asyncio import AsyncConnection, create_async_engine
+from sqlalchemy.pool import NullPool
 
 DECISIVE = ("ENQUEUED", "RESOLVED", "APPROVED", "REOPENED")
 DECISIONS = ("RESOLVED", "APPROVED")
@@ -600,3 +604,20 @@ def _in_trail_order(
                 rest.append((h, n, e))
         pending = rest
     return out
+
+
+T = TypeVar("T")
+
+
+def run(db_url: str, call: Callable[[AsyncConnection], Awaitable[T]]) -> T:
+    """`call` in one transaction of the application role, as a request runs it."""
+
+    async def go() -> T:
+        engine = create_async_engine(db_url, poolclass=NullPool)
+        try:
+            async with engine.begin() as conn:
+                return await call(conn)
+        finally:
+            await engine.dispose()
+
+    return asyncio.run(go())

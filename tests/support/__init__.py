@@ -1,9 +1,14 @@
 """Arranging database state for tests: seeded items, backdated leases; waiting for conditions."""
 
+import os
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import psycopg
+
+# Longer property-based runs (the model tests) when set.
+LONG = bool(os.environ.get("REVIEW_QUEUE_TEST_LONG"))
 
 
 def seed_items(sql: psycopg.Connection, count: int, *, amount: str = "12.50") -> None:
@@ -47,3 +52,34 @@ def lock_waiters(sql: psycopg.Connection) -> int:
         " AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()"
     ).fetchone()
     return int(row[0]) if row else 0
+
+
+TESTS = Path(__file__).resolve().parents[1]
+DEPLOY = TESTS.parent / "deploy"
+
+
+# The slow tests, by path under tests/: `make test-quick` (pytest -m "not slow") leaves them out,
+# `make test` runs everything. Real browsers, servers and processes started per test, fault
+# injection, property-based and model runs, the mutation check. Listed in one place (tests/conftest.py
+# marks them) rather than as a pytestmark in each file.
+SLOW = (
+    "web/",
+    "deploy/",
+    "api/test_model.py",
+    "api/test_fuzz.py",
+    "api/test_oidc.py",
+    "api/test_client.py",
+    "test_faults.py",
+    "test_webhook_faults.py",
+    "test_pgbouncer.py",
+    "test_migrations.py",
+    "test_mutations.py",
+    "test_readme.py",
+    "test_cli.py",
+    "test_cli_help.py",
+    "test_service.py",
+    "test_connections.py",
+    "test_deliverer.py",
+    "test_reclaimer.py",
+    "api/test_long_poll.py",
+)

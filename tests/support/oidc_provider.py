@@ -95,7 +95,7 @@ class RealProvider:
     """One running oidc-provider process, and what a test does with it."""
 
     def __init__(self, *, conform_id_token_claims: bool = True) -> None:
-        from tests.conftest import STARTUP_S, free_port
+        from tests.support.servers import STARTUP_S, free_port
 
         node = node_or_skip()
         self.port = free_port()

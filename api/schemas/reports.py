@@ -1,0 +1,140 @@
+"""Reports (docs/reports.md)."""
+
+from datetime import date
+from decimal import Decimal
+from typing import Annotated, Literal
+from uuid import UUID
+
+from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, WithJsonSchema
+
+from api.schemas.fields import IsoDate, Money, Strict, Text200, Timestamp, TimeZone
+
+
+class PeriodQuery(Strict):
+    from_: IsoDate = Field(
+        alias="from", description="The first day of the period, a local date in `tz` (inclusive)."
+    )
+    to: IsoDate = Field(description="The day after the period's last day, a local date in `tz` (exclusive).")
+    tz: TimeZone = Field(
+        default="UTC",
+        description="IANA time zone of the dates and the buckets: each day runs from local midnight to"
+        " local midnight (23 or 25 hours across a DST change).",
+    )
+
+
+class BucketQuery(PeriodQuery):
+    bucket: Literal["day", "week"] = Field(
+        default="day",
+        description="`week`: ISO weeks, Monday to Monday; `from` and `to` must then be Mondays.",
+    )
+
+
+class SlaQuery(BucketQuery):
+    ledger_entity: Text200 | None = Field(default=None, description="Only this ledger entity's items.")
+
+
+class BacklogQuery(PeriodQuery):
+    bucket: Literal["day"] = Field(default="day", description="The backlog is measured at each day's end.")
+
+
+class DecisionsQuery(PeriodQuery):
+    pass
+
+
+# Exact decimals as strings: a ratio to 4 places, seconds to the microsecond.
+Attainment = Annotated[
+    Decimal,
+    PlainSerializer(str, return_type=str, when_used="json"),
+    WithJsonSchema({"type": "string", "pattern": r"^[01]\.[0-9]{4}$", "examples": ["0.9375"]}),
+]
+Seconds = Annotated[
+    Decimal,
+    PlainSerializer(str, return_type=str, when_used="json"),
+    WithJsonSchema({"type": "string", "pattern": r"^[0-9]+\.[0-9]{6}$", "examples": ["754.000000"]}),
+]
+
+
+class ReportOut(BaseModel):
+    model_config = ConfigDict(populate_by_name=True)
+
+    from_: date = Field(alias="from")
+    to: date
+    tz: str
+    bucket: Literal["day", "week"]
+    as_of: Timestamp = Field(description="The database's clock when the report was computed.")
+
+
+class SlaFiguresOut(BaseModel):
+    fell_due: int = Field(description="Items whose due_at is in the bucket and has passed (as_of).")
+    on_time: int = Field(description="... resolved at their due_at: a decision was in effect then.")
+    late: int = Field(description="... not resolved at their due_at, resolved now.")
+    open_past_due: int = Field(description="... not resolved at their due_at, not resolved now.")
+    attainment: Attainment | None = Field(
+        description="on_time / fell_due, to 4 decimal places (half up); null when nothing fell due."
+    )
+
+
+class SlaBucketOut(SlaFiguresOut):
+    start: date = Field(description="The bucket's first day (a Monday for weeks).")
+
+
+class SlaOut(ReportOut):
+    ledger_entity: str | None
+    buckets: list[SlaBucketOut]
+    total: SlaFiguresOut
+
+
+class ThroughputRowOut(BaseModel):
+    start: date
+    reviewer: str
+    resolved: int
+    submitted_for_approval: int
+    approved: int
+    rejected: int
+    released: int = Field(description="Leases the holder handed back (an admin's override release is not).")
+    decisions: int = Field(description="All of the above.")
+    median_lease_to_decision_s: Seconds | None = Field(
+        description="Nearest-rank median of the time from the lease each decision ended to the decision."
+    )
+    p90_lease_to_decision_s: Seconds | None = Field(description="Nearest-rank 90th percentile of the same.")
+
+
+class ThroughputOut(ReportOut):
+    reviewer: str | None = Field(
+        description="Set when the rows are the caller's own only (roles reviewer and approver)."
+    )
+    rows: list[ThroughputRowOut] = Field(description="One per bucket and reviewer with a decision.")
+
+
+class BacklogPointOut(BaseModel):
+    start: date = Field(description="The day.")
+    at: Timestamp = Field(description="Its end (the next local midnight), or as_of for the day in progress.")
+    open: int = Field(description="Items open at `at`.")
+    by_age: dict[str, int] = Field(description="... by age since enqueue: 0-1d, 1-3d, 3-7d, 7-30d, 30d+.")
+
+
+class BacklogOut(ReportOut):
+    bands: list[str]
+    points: list[BacklogPointOut] = Field(description="One per day that has begun.")
+
+
+class DecisionRowOut(BaseModel):
+    """One decision, as a line of the NDJSON export (and a row of the CSV export, same order)."""
+
+    event_id: int
+    item_id: UUID
+    idempotency_key: str
+    ledger_entity: str
+    variance_amount: Money = Field(description="The figures the decision was made on.")
+    match_decision: str
+    resolution: str
+    note: str | None
+    resolved_by: str
+    resolved_at: Timestamp
+    approved_by: str | None
+    approved_at: Timestamp | None
+    due_at: Timestamp
+    on_time: bool = Field(description="resolved_at <= due_at.")
+    reopened_at: Timestamp | None = Field(description="When the decision was reopened, if it was.")
+
+    model_config = ConfigDict(from_attributes=True)

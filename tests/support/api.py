@@ -1,0 +1,111 @@
+"""Small helpers shared by the API tests."""
+
+import itertools
+import threading
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import psycopg
+from fastapi.testclient import TestClient
+
+from tests.support import seed_items
+
+_keys = itertools.count(1)
+
+
+# auth(subject, role) -> headers carrying a fresh real token (the `auth` fixture).
+Auth = Callable[[str, str], dict[str, str]]
+
+
+def item_body(**overrides: Any) -> dict[str, Any]:
+    n = next(_keys)
+    body: dict[str, Any] = {
+        "idempotency_key": f"key-{n}",
+        "ledger_entity": "ACME-CORP",
+        "variance_amount": "12.50",
+        "match_decision": "UNMATCHED",
+        "source_hash": f"hash-{n}",
+    }
+    body.update(overrides)
+    return body
+
+
+def assert_problem(response: httpx.Response, status: int, code: str) -> dict[str, Any]:
+    """The response is RFC 9457 problem+json with this status and stable code."""
+    assert response.status_code == status, (
+        f"expected {status} {code}, got {response.status_code}: {response.text}"
+    )
+    assert response.headers["content-type"].startswith("application/problem+json"), response.headers
+    body: dict[str, Any] = response.json()
+    assert body["code"] == code, body
+    assert body["status"] == status
+    for field in ("type", "title", "detail"):
+        assert isinstance(body[field], str) and body[field], f"problem field {field} missing: {body}"
+    assert "Traceback" not in response.text
+    return body
+
+
+# The largest amount there is: a materiality threshold no item reaches (only the codes' own apply).
+ABOVE_EVERY_AMOUNT = "9999999999999999.99"
+
+
+def set_materiality(client: Any, admin_token: str, threshold: str) -> None:
+    """PUT /resolutions/policy as an admin (client: a TestClient or an httpx.Client)."""
+    answer = client.put(
+        "/resolutions/policy",
+        json={"materiality_threshold": threshold},
+        headers={"Authorization": f"Bearer {admin_token}"},
+    )
+    assert answer.status_code == 200, answer.text
+
+
+def drain_concurrently(
+    base: str, make_token: Callable[[str, str], str], sql: psycopg.Connection, *, total: int, clients: int
+) -> None:
+    """`clients` reviewers lease and complete `total` items at once; each is resolved exactly once."""
+    seed_items(sql, total)
+    leased: list[str] = []
+    statuses: list[int] = []
+    barrier = threading.Barrier(clients)
+
+    def reviewer(n: int) -> None:
+        headers = {"Authorization": f"Bearer {make_token(f'reviewer-{n}', 'reviewer')}"}
+        with httpx.Client(base_url=base, headers=headers, timeout=30) as http:
+            barrier.wait()
+            while True:
+                response = http.post("/leases", json={"batch_size": 1 + n % 5})
+                statuses.append(response.status_code)
+                items = response.json()["items"]
+                if not items:
+                    return
+                for item in items:
+                    leased.append(item["id"])
+                    done = http.post(f"/items/{item['id']}/complete", json={"resolution": "APPROVED"})
+                    statuses.append(done.status_code)
+                    assert done.json()["outcome"] == "resolved", done.text
+
+    threads = [threading.Thread(target=reviewer, args=(n,), name=f"reviewer-{n}") for n in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=240)
+    hung = [t.name for t in threads if t.is_alive()]
+    assert not hung, f"reviewers still running after the join timeout: {hung}"
+
+    twice = [i for i, n in Counter(leased).items() if n > 1]
+    assert not twice, f"DOUBLE_LEASE over HTTP: {twice[:5]}"
+    assert len(leased) == total, f"{total - len(leased)} items never handed out"
+    assert set(statuses) == {200}, Counter(statuses)
+    rows = sql.execute(
+        "SELECT state, count(*), count(DISTINCT resolved_by) > 1 FROM review_queue_item GROUP BY state"
+    ).fetchall()
+    assert rows == [("RESOLVED", total, True)], rows
+
+
+def enqueue(client: TestClient, headers: dict[str, str], **fields: Any) -> dict[str, Any]:
+    response = client.post("/items", json=item_body(**fields), headers=headers)
+    assert response.status_code == 201, response.text
+    body: dict[str, Any] = response.json()
+    return body
