@@ -24,9 +24,10 @@ from typer.core import TyperGroup
 from api.logs import configure_logging
 from api.settings import Settings, get_settings, hide_password
 from db import tokens
-from db.engine import create_engine, database_url, libpq_url, migration_url, transaction
+from db.engine import create_engine, database_url, libpq_url, migration_url, unit_of_work
 from db.errors import DatabaseUnavailable
 from db.migrations import MigrationRefused, upgrade_head
+from db.unit import Transaction
 
 
 class _Commands(TyperGroup):
@@ -87,17 +88,23 @@ def migrate_to_head(settings: Settings) -> None:
 
 def in_transaction(fn: Callable[[AsyncConnection], Awaitable[T]]) -> T:
     """Run fn in one committed transaction on a short-lived engine."""
+    return in_unit(lambda unit: fn(unit.connection))
+
+
+def in_unit(fn: Callable[[Transaction], Awaitable[T]]) -> T:
+    """Run fn in one committed unit of work (what db.queue's functions take) on a short-lived
+    engine; the reports of its changes are emitted after its COMMIT."""
     settings = get_settings()
 
     async def run() -> T:
         engine = create_engine(resolved_url(settings), pool_size=1, max_overflow=0)
         try:
-            async with transaction(
+            async with unit_of_work(
                 engine,
                 lock_timeout_ms=settings.pg_lock_timeout_ms,
                 statement_timeout_ms=settings.statement_timeout_ms,
-            ) as conn:
-                return await fn(conn)
+            ) as unit:
+                return await fn(unit)
         finally:
             await engine.dispose()
 
@@ -232,7 +239,7 @@ def resolutions_list(
     """List the resolution codes (active ones unless --all)."""
     from db import queue
 
-    codes = in_transaction(lambda conn: queue.list_resolution_codes(conn, include_inactive=all_))
+    codes = in_unit(lambda unit: queue.list_resolution_codes(unit, include_inactive=all_))
     # APPROVAL AT is what applies (the lower of the code's own threshold and materiality).
     typer.echo(f"{'CODE':<20} {'NOTE':<8} {'OWN':>14} {'APPROVAL AT':>20}  {'STATE':<8} LABEL")
     for c in codes:
@@ -276,9 +283,9 @@ def resolutions_set(
     threshold = _amount(approval_threshold, "--approval-threshold")
     if not label.strip() or len(label) > 200:
         raise typer.BadParameter("1-200 characters", param_hint="--label")
-    created, saved = in_transaction(
-        lambda conn: queue.put_resolution_code(
-            conn,
+    created, saved = in_unit(
+        lambda unit: queue.put_resolution_code(
+            unit,
             code=code,
             label=label,
             description=description,
@@ -299,7 +306,7 @@ def resolutions_deactivate(
     Decisions made with it keep it."""
     from db import queue
 
-    saved = in_transaction(lambda conn: queue.deactivate_resolution_code(conn, code=code))
+    saved = in_unit(lambda unit: queue.deactivate_resolution_code(unit, code=code))
     if saved is None:
         typer.echo(f"no resolution code {code}", err=True)
         raise typer.Exit(1)
@@ -373,19 +380,19 @@ def admin_release(
     settings = get_settings()
     configure_logging(settings.log_format, settings.log_level)
     if item is not None:
-        _, done, current = in_transaction(
-            lambda conn: queue.admin_release_item(conn, item_id=item, actor=admin, reason=reason)
+        _, done, current = in_unit(
+            lambda unit: queue.admin_release_item(unit, item_id=item, actor=admin, reason=reason)
         )
         released = [done] if done is not None else []
         nothing = f"item {item} is {current.state}, not ASSIGNED" if current else f"no item {item}"
     else:
-        released = in_transaction(
-            lambda conn: queue.admin_release_reviewer(
-                conn, reviewer=str(reviewer), actor=admin, reason=reason
+        released = in_unit(
+            lambda unit: queue.admin_release_reviewer(
+                unit, reviewer=str(reviewer), actor=admin, reason=reason
             )
         )
         nothing = f"{reviewer} holds no items"
-    # db.queue reported each release, and in_transaction emitted the reports after its COMMIT.
+    # db.queue reported each release, and in_unit emitted the reports after its COMMIT.
     if not released:
         typer.echo(f"review-queue: {nothing}; nothing released", err=True)
         raise typer.Exit(1)
@@ -410,9 +417,9 @@ def admin_reassign(
 
     settings = get_settings()
     configure_logging(settings.log_format, settings.log_level)
-    outcome, done, current = in_transaction(
-        lambda conn: queue.reassign_item(
-            conn,
+    outcome, done, current = in_unit(
+        lambda unit: queue.reassign_item(
+            unit,
             item_id=item,
             to_reviewer=to,
             actor=admin,
