@@ -16,8 +16,9 @@ from api.errors import ProblemError
 from api.metrics import AUTH_FAILURES
 from api.oidc import OidcProvider, ProviderUnavailable, Refused
 from api.settings import Settings
-from db.engine import OneRoundTrip, transaction
+from db.engine import OneRoundTrip, transaction, unit_of_work
 from db.tokens import Principal, find_principal, hash_token
+from db.unit import Transaction
 
 
 async def get_settings_dep(request: Request) -> Settings:
@@ -28,15 +29,24 @@ async def get_settings_dep(request: Request) -> Settings:
 SettingsDep = Annotated[Settings, Depends(get_settings_dep)]
 
 
+def _limits(request: Request) -> dict[str, int]:
+    settings: Settings = request.app.state.settings
+    return {
+        "lock_timeout_ms": settings.pg_lock_timeout_ms,
+        "statement_timeout_ms": settings.statement_timeout_ms,
+    }
+
+
 def request_transaction(request: Request) -> AbstractAsyncContextManager[AsyncConnection]:
     """A transaction on the app's engine with the configured lock and statement timeouts: what
     `Conn` holds for a request, and what a route that needs its own transactions opens."""
-    settings: Settings = request.app.state.settings
-    return transaction(
-        request.app.state.engine,
-        lock_timeout_ms=settings.pg_lock_timeout_ms,
-        statement_timeout_ms=settings.statement_timeout_ms,
-    )
+    return transaction(request.app.state.engine, **_limits(request))
+
+
+def request_unit(request: Request) -> AbstractAsyncContextManager[Transaction]:
+    """`request_transaction` as a unit of work (db/unit.py), for the queue's functions: what `Work`
+    holds for a request. The reports of its changes are emitted after its COMMIT, never without it."""
+    return unit_of_work(request.app.state.engine, **_limits(request))
 
 
 _bearer = HTTPBearer(auto_error=False, description="A token from `review-queue token create`.")
@@ -142,28 +152,31 @@ Caller = Annotated[Principal, Depends(_authenticate)]
 
 async def _transaction(request: Request, _: Caller) -> AsyncIterator[AsyncConnection]:
     # Depends on the caller, so FastAPI authenticates before it opens the transaction, whatever
-    # the order of a route's parameters. The log lines and metrics of its changes are emitted
-    # after its COMMIT (db.engine.transaction), never without it.
+    # the order of a route's parameters.
     async with request_transaction(request) as conn:
         yield conn
+
+
+async def _unit(request: Request, _: Caller) -> AsyncIterator[Transaction]:
+    # As _transaction; the log lines and metrics of the queue's changes made in it are emitted
+    # after its COMMIT (db.engine.unit_of_work), never without it.
+    async with request_unit(request) as unit:
+        yield unit
 
 
 # scope="function": the transaction commits before the response is sent, so a client never
 # sees a 200 for a change that then fails to commit. Routes and db/ never commit themselves.
 Conn = Annotated[AsyncConnection, Depends(_transaction, scope="function")]
+# The same for the queue's functions (db/queue/), which take a unit of work.
+Work = Annotated[Transaction, Depends(_unit, scope="function")]
 
 
 def one_round_trip(request: Request) -> OneRoundTrip:
     """For the hot routes (lease, completion): a transaction of a few statements sent in one round
     trip (db.engine.OneRoundTrip), with `request_transaction`'s limits, committed before the
     response is built, like Conn's. A route calls it after its role check, so the caller is
-    authenticated before anything reaches the pool."""
-    settings: Settings = request.app.state.settings
-    return OneRoundTrip(
-        request.app.state.engine,
-        lock_timeout_ms=settings.pg_lock_timeout_ms,
-        statement_timeout_ms=settings.statement_timeout_ms,
-    )
+    authenticated before anything reaches the pool. A unit of work (db/unit.py), as `Work` is."""
+    return OneRoundTrip(request.app.state.engine, **_limits(request))
 
 
 def _require(*roles: str) -> object:

@@ -18,6 +18,7 @@ import psycopg
 from sqlalchemy import text
 
 from db.engine import libpq_url as libpq
+from db.unit import Transaction
 
 # One row per item: its figures and the moments of its life, drawn from its number (no randomness:
 # two runs load the same history). Deadlines by the default SLA tiers; about 17 % of items are
@@ -295,13 +296,22 @@ async def _lease_and_complete(url: str, cycles: int) -> float:
         backend = psutil.Process(pid)
         before = sum(backend.cpu_times()[:2])
         for _ in range(cycles):
+            # The statements only: its reports (log lines, metrics) are not this bench's.
             async with engine.begin() as conn:
                 (item,) = await queue.lease_items(
-                    conn, reviewer="bench", batch_size=1, lease_duration=timedelta(minutes=5), cap=10
+                    Transaction(conn),
+                    reviewer="bench",
+                    batch_size=1,
+                    lease_duration=timedelta(minutes=5),
+                    cap=10,
                 )
             async with engine.begin() as conn:
                 await queue.complete_item(
-                    conn, item_id=item.id, reviewer="bench", resolution="MATCH_CONFIRMED", note=None
+                    Transaction(conn),
+                    item_id=item.id,
+                    reviewer="bench",
+                    resolution="MATCH_CONFIRMED",
+                    note=None,
                 )
         return float(sum(backend.cpu_times()[:2]) - before) / cycles
     finally:

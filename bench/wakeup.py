@@ -21,7 +21,7 @@ import httpx
 import psycopg
 
 from db import queue
-from db.engine import create_engine, transaction
+from db.engine import create_engine, unit_of_work
 from db.engine import libpq_url as libpq
 from db.queue import enqueue
 
@@ -100,21 +100,21 @@ def _notify_worker(url: str, role: str, n: int, notify: bool, seconds: float, ba
             barrier.wait()
             until = time.perf_counter() + seconds
             while time.perf_counter() < until:
-                async with transaction(engine, lock_timeout_ms=5000, statement_timeout_ms=5000) as conn:
+                async with unit_of_work(engine, lock_timeout_ms=5000, statement_timeout_ms=5000) as unit:
                     if role == "producer":
                         new = queue.NewItem(
                             f"n-{notify}-{n}-{done}", "BENCH", Decimal("1.00"), "PARTIAL", "h"
                         )
-                        await queue.enqueue_item(conn, new=new, actor="bench")
+                        await queue.enqueue_item(unit, new=new, actor="bench")
                         done += 1
                         continue
                     items = await queue.lease_items(
-                        conn, reviewer=f"c{n}", batch_size=1, lease_duration=timedelta(minutes=5), cap=100
+                        unit, reviewer=f"c{n}", batch_size=1, lease_duration=timedelta(minutes=5), cap=100
                     )
                 if role == "consumer" and items:
-                    async with transaction(engine, lock_timeout_ms=5000, statement_timeout_ms=5000) as conn:
+                    async with unit_of_work(engine, lock_timeout_ms=5000, statement_timeout_ms=5000) as unit:
                         await queue.complete_item(
-                            conn, item_id=items[0].id, reviewer=f"c{n}", resolution="APPROVED", note=None
+                            unit, item_id=items[0].id, reviewer=f"c{n}", resolution="APPROVED", note=None
                         )
                     done += 1
         finally:
@@ -124,7 +124,7 @@ def _notify_worker(url: str, role: str, n: int, notify: bool, seconds: float, ba
     out.put((role, asyncio.run(run())))
 
 
-async def _no_notify(conn: Any) -> None:
+async def _no_notify(unit: Any) -> None:
     return None
 
 

@@ -8,7 +8,7 @@ import typer
 
 from api.logs import configure_logging
 from api.settings import get_settings
-from cli.common import command_group, in_transaction, subject_option
+from cli.common import command_group, in_unit, subject_option
 
 admin_app = command_group("An admin's override of leases: release or reassign them.")
 
@@ -45,19 +45,19 @@ def admin_release(
     settings = get_settings()
     configure_logging(settings.log_format, settings.log_level)
     if item is not None:
-        _, done, current = in_transaction(
-            lambda conn: queue.admin_release_item(conn, item_id=item, actor=admin, reason=reason)
+        _, done, current = in_unit(
+            lambda unit: queue.admin_release_item(unit, item_id=item, actor=admin, reason=reason)
         )
         released = [done] if done is not None else []
         nothing = f"item {item} is {current.state}, not ASSIGNED" if current else f"no item {item}"
     else:
-        released = in_transaction(
-            lambda conn: queue.admin_release_reviewer(
-                conn, reviewer=str(reviewer), actor=admin, reason=reason
+        released = in_unit(
+            lambda unit: queue.admin_release_reviewer(
+                unit, reviewer=str(reviewer), actor=admin, reason=reason
             )
         )
         nothing = f"{reviewer} holds no items"
-    # db.queue reported each release, and in_transaction emitted the reports after its COMMIT.
+    # db.queue reported each release, and in_unit emitted the reports after its COMMIT.
     if not released:
         typer.echo(f"review-queue: {nothing}; nothing released", err=True)
         raise typer.Exit(1)
@@ -82,9 +82,9 @@ def admin_reassign(
 
     settings = get_settings()
     configure_logging(settings.log_format, settings.log_level)
-    outcome, done, current = in_transaction(
-        lambda conn: queue.reassign_item(
-            conn,
+    outcome, done, current = in_unit(
+        lambda unit: queue.reassign_item(
+            unit,
             item_id=item,
             to_reviewer=to,
             actor=admin,

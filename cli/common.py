@@ -11,8 +11,9 @@ from typer.core import TyperGroup
 
 from api.settings import Settings, get_settings
 from db import tokens
-from db.engine import create_engine, database_url, migration_url, transaction
+from db.engine import create_engine, database_url, migration_url, unit_of_work
 from db.migrations import upgrade_head
+from db.unit import Transaction
 
 
 class _Commands(TyperGroup):
@@ -50,17 +51,23 @@ def migrate_to_head(settings: Settings) -> None:
 
 def in_transaction(fn: Callable[[AsyncConnection], Awaitable[T]]) -> T:
     """Run fn in one committed transaction on a short-lived engine."""
+    return in_unit(lambda unit: fn(unit.connection))
+
+
+def in_unit(fn: Callable[[Transaction], Awaitable[T]]) -> T:
+    """Run fn in one committed unit of work (what db.queue's functions take) on a short-lived
+    engine; the reports of its changes are emitted after its COMMIT."""
     settings = get_settings()
 
     async def run() -> T:
         engine = create_engine(resolved_url(settings), pool_size=1, max_overflow=0)
         try:
-            async with transaction(
+            async with unit_of_work(
                 engine,
                 lock_timeout_ms=settings.pg_lock_timeout_ms,
                 statement_timeout_ms=settings.statement_timeout_ms,
-            ) as conn:
-                return await fn(conn)
+            ) as unit:
+                return await fn(unit)
         finally:
             await engine.dispose()
 

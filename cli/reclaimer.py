@@ -19,7 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from api.settings import Settings
 from db import audit, queue, stats
-from db.engine import create_engine, transaction
+from db.engine import create_engine, transaction, unit_of_work
 from db.errors import classify
 
 log = logging.getLogger("review_queue.reclaimer")
@@ -38,13 +38,13 @@ async def drain(engine: AsyncEngine, settings: Settings, *, actor: str) -> int:
     """Reclaim batch after batch, each its own short transaction, until one comes back short."""
     total = 0
     while True:
-        async with transaction(
+        async with unit_of_work(
             engine,
             lock_timeout_ms=settings.pg_lock_timeout_ms,
             statement_timeout_ms=settings.statement_timeout_ms,
-        ) as conn:
+        ) as unit:
             batch = await queue.reclaim_expired(
-                conn,
+                unit,
                 reclaim_batch=RECLAIM_BATCH,
                 grace=timedelta(seconds=settings.reclaim_after_s),
                 actor=actor,

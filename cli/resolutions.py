@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from cli.common import command_group, in_transaction, subject_option
+from cli.common import command_group, in_transaction, in_unit, subject_option
 
 resolutions_app = command_group("The resolution catalogue and the materiality policy.")
 
@@ -28,7 +28,7 @@ def resolutions_list(
     """List the resolution codes (active ones unless --all)."""
     from db import queue
 
-    codes = in_transaction(lambda conn: queue.list_resolution_codes(conn, include_inactive=all_))
+    codes = in_unit(lambda unit: queue.list_resolution_codes(unit, include_inactive=all_))
     # APPROVAL AT is what applies (the lower of the code's own threshold and materiality).
     typer.echo(f"{'CODE':<20} {'NOTE':<8} {'OWN':>14} {'APPROVAL AT':>20}  {'STATE':<8} LABEL")
     for c in codes:
@@ -72,9 +72,9 @@ def resolutions_set(
     threshold = _amount(approval_threshold, "--approval-threshold")
     if not label.strip() or len(label) > 200:
         raise typer.BadParameter("1-200 characters", param_hint="--label")
-    created, saved = in_transaction(
-        lambda conn: queue.put_resolution_code(
-            conn,
+    created, saved = in_unit(
+        lambda unit: queue.put_resolution_code(
+            unit,
             code=code,
             label=label,
             description=description,
@@ -95,7 +95,7 @@ def resolutions_deactivate(
     Decisions made with it keep it."""
     from db import queue
 
-    saved = in_transaction(lambda conn: queue.deactivate_resolution_code(conn, code=code))
+    saved = in_unit(lambda unit: queue.deactivate_resolution_code(unit, code=code))
     if saved is None:
         typer.echo(f"no resolution code {code}", err=True)
         raise typer.Exit(1)

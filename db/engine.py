@@ -19,8 +19,8 @@ from sqlalchemy.sql.base import Executable
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.util import greenlet_spawn
 
-from db import post_commit
 from db.embedded import embedded_owner_url, embedded_url
+from db.unit import Record, Reports, Step, Transaction
 
 
 def _sqlalchemy(raw: str) -> str:
@@ -101,40 +101,35 @@ async def transaction(
     """One transaction with lock_timeout and statement_timeout set; commits unless an error escapes.
 
     SET LOCAL, never SET: the limits end with the transaction, so nothing leaks to the next user
-    of a pooled or PgBouncer-shared server connection. The log lines and metrics of the changes
-    made in it (db/telemetry.py, db/post_commit.py) are emitted after the COMMIT, and never without it.
+    of a pooled or PgBouncer-shared server connection. The queue's functions run in a
+    `unit_of_work` around it, which reports their changes after the COMMIT.
     """
     conn = await _begin(
         engine,
         f"BEGIN; SET LOCAL lock_timeout = {int(lock_timeout_ms)};"
         f" SET LOCAL statement_timeout = {int(statement_timeout_ms)}",
     )
-    pending, collecting = post_commit.collect()
     try:
         yield conn
         await conn.exec_driver_sql("COMMIT")
     finally:
-        post_commit.stop_collecting(collecting)
         # Without a COMMIT the transaction is still open on the server; returning the connection
         # to the pool rolls it back (psycopg's rollback() asks the server, not the autocommit flag).
         await conn.close()  # rolls back whatever was not committed
-    post_commit.emit(pending)  # only reached after the COMMIT
 
 
-class Record(dict[str, Any]):
-    """A result row of `OneRoundTrip.execute`, read like SQLAlchemy's: `row.name`, `row._mapping`."""
-
-    __slots__ = ()
-
-    @property
-    def _mapping(self) -> dict[str, Any]:
-        return self
-
-    def __getattr__(self, name: str) -> Any:
-        try:
-            return self[name]
-        except KeyError:
-            raise AttributeError(name) from None
+@asynccontextmanager
+async def unit_of_work(
+    engine: AsyncEngine, *, lock_timeout_ms: int, statement_timeout_ms: int
+) -> AsyncIterator[Transaction]:
+    """A `transaction` as a unit of work (db/unit.py): the log lines and metrics of the changes
+    made in it are emitted after its COMMIT, and never without it."""
+    async with transaction(
+        engine, lock_timeout_ms=lock_timeout_ms, statement_timeout_ms=statement_timeout_ms
+    ) as conn:
+        unit = Transaction(conn)
+        yield unit
+    unit.commit()  # only reached after the COMMIT
 
 
 # Compiled for PostgreSQL's own $1, $2 placeholders: psycopg's raw cursor sends them as they are,
@@ -142,8 +137,6 @@ class Record(dict[str, Any]):
 # statements, and the completion statement is long).
 _DIALECT = PGDialect_psycopg(paramstyle="numeric_dollar")  # type: ignore[no-untyped-call]
 _COMPILED: dict[int, tuple[ClauseElement, str, SQLCompiler]] = {}
-
-Step = tuple[ClauseElement, dict[str, Any]]
 
 
 def _compiled(statement: ClauseElement) -> tuple[str, SQLCompiler]:
@@ -165,7 +158,7 @@ def _arguments(compiled: SQLCompiler, parameters: dict[str, Any]) -> list[Any]:
     ]
 
 
-class OneRoundTrip:
+class OneRoundTrip(Reports):
     """A transaction of a few statements, sent with its limits in ONE round trip, without BEGIN or
     COMMIT: a pipeline (psycopg pipeline mode, on the raw driver connection of a pooled connection)
     whose messages up to its Sync are one implicit transaction in PostgreSQL's extended protocol.
@@ -186,9 +179,13 @@ class OneRoundTrip:
     a renewal, a lease (at worst, items leased on a connection that died after its commit wait for
     the reclaimer, as a crashed reviewer's do) or a release (at worst, a release that committed
     just before its connection died answers LEASE_NOT_HELD when repeated).
+
+    A unit of work (db/unit.py): reports handed to `after_commit` run once the pipeline has
+    committed, never when it failed.
     """
 
     def __init__(self, engine: AsyncEngine, *, lock_timeout_ms: int, statement_timeout_ms: int) -> None:
+        super().__init__()
         self.engine = engine
         self.limits = [str(int(lock_timeout_ms)), str(int(statement_timeout_ms))]
         self.used = False
@@ -220,7 +217,9 @@ class OneRoundTrip:
             pooled = await self.engine.raw_connection()
             raw: psycopg.AsyncConnection[Any] = pooled.driver_connection  # type: ignore[assignment]
             try:
-                return await self._run(raw, limits, queries)
+                rows = await self._run(raw, limits, queries)
+                self.commit()  # the pipeline's Sync committed it
+                return rows
             except psycopg.OperationalError:
                 if attempt or not raw.broken:
                     raise

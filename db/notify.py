@@ -23,7 +23,8 @@ import logging
 import psycopg
 from prometheus_client import Gauge
 from sqlalchemy import func, select
-from sqlalchemy.ext.asyncio import AsyncConnection
+
+from db.unit import Unit
 
 log = logging.getLogger("review_queue.notify")
 
@@ -45,9 +46,9 @@ LISTENING = Gauge(
 _NOTIFY = select(func.pg_notify(CHANNEL, ""))
 
 
-async def notify_work(conn: AsyncConnection) -> None:
-    """Announce, at this transaction's commit, that items may be leasable."""
-    await conn.execute(_NOTIFY)
+async def notify_work(unit: Unit) -> None:
+    """Announce, at this unit's commit, that items may be leasable."""
+    await unit.execute(_NOTIFY, {})
 
 
 class WorkSignal:

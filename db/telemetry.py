@@ -2,36 +2,19 @@
 
 Both are reported by the function that made the change (db/queue/), so the API, the
 reclaimer and the CLI report a transition identically, and both are emitted after the COMMIT:
-inside `db.engine.transaction` a report is kept until the transaction has committed (and
-dropped if it does not), so a "resolved" line never describes a change that was rolled back.
+a queue function hands them to its unit of work (`unit.after_commit`, db/unit.py), which runs
+them once it has committed and drops them if it does not, so a "resolved" line never describes a
+change that was rolled back.
 In multiprocess mode (PROMETHEUS_MULTIPROC_DIR, set by `review-queue serve`) the counters of
 every API worker and the reclaimer child are summed at scrape time.
 """
 
-import functools
 import logging
-from collections.abc import Callable, Iterable
-from typing import Any, ParamSpec, Protocol
+from collections.abc import Iterable
+from typing import Any, Protocol
 from uuid import UUID
 
 from prometheus_client import Counter
-
-from db import post_commit
-
-P = ParamSpec("P")
-
-
-def _after_commit(report: Callable[P, None]) -> Callable[P, None]:
-    @functools.wraps(report)
-    def deferred(*args: P.args, **kwargs: P.kwargs) -> None:
-        pending = post_commit.pending()
-        if pending is None:
-            report(*args, **kwargs)
-        else:
-            pending.append(functools.partial(report, *args, **kwargs))
-
-    return deferred
-
 
 # The seed's logger name and event names.
 log = logging.getLogger("reconciliation.review_queue.lease")
@@ -86,25 +69,21 @@ def fields(row: _Row, **extra: Any) -> dict[str, Any]:
     }
 
 
-@_after_commit
 def enqueued(count: int) -> None:
     ENQUEUED.inc(count)
 
 
-@_after_commit
 def leased(items: Iterable[_Row], reviewer: str) -> None:
     for item in items:
         LEASED.inc()
         log.info("review_item_leased", extra=fields(item, worker_id=reviewer))
 
 
-@_after_commit
 def renewed(item: _Row, reviewer: str) -> None:
     RENEWED.inc()
     log.info("review_item_lease_renewed", extra=fields(item, worker_id=reviewer))
 
 
-@_after_commit
 def released(item: _Row, reviewer: str, reason: str | None) -> None:
     RELEASED.inc()
     log.info("review_item_released", extra=fields(item, worker_id=reviewer, reason=reason))
@@ -117,36 +96,30 @@ def resolution_label(resolution: str) -> str:
     return resolution
 
 
-@_after_commit
 def resolved(item: _Row, reviewer: str, **extra: Any) -> None:
     RESOLVED.labels(resolution=resolution_label(extra.get("resolution", ""))).inc()
     log.info("review_item_resolved", extra=fields(item, worker_id=reviewer, **extra))
 
 
-@_after_commit
 def completion_noop(item: _Row, reviewer: str, reason: str) -> None:
     log.info("review_item_completion_noop", extra=fields(item, worker_id=reviewer, reason=reason))
 
 
-@_after_commit
 def reclaimed(item: _Row, **extra: Any) -> None:
     RECLAIMED.inc()
     log.warning("review_item_lease_reclaimed", extra=fields(item, **extra))
 
 
-@_after_commit
 def quarantined(item: _Row, actor: str) -> None:
     QUARANTINED.inc()
     log.warning("review_item_quarantined", extra=fields(item, worker_id=actor))
 
 
-@_after_commit
 def requeued(item: _Row, actor: str, reason: str) -> None:
     REQUEUED.inc()
     log.info("review_item_requeued", extra=fields(item, worker_id=actor, reason=reason))
 
 
-@_after_commit
 def reopened(item: _Row, actor: str, reason: str, previous_resolution: str | None) -> None:
     REOPENED.inc()
     log.info(
@@ -155,20 +128,17 @@ def reopened(item: _Row, actor: str, reason: str, previous_resolution: str | Non
     )
 
 
-@_after_commit
 def submitted(item: _Row, preparer: str, **extra: Any) -> None:
     SUBMITTED.inc()
     log.info("review_item_submitted_for_approval", extra=fields(item, worker_id=preparer, **extra))
 
 
-@_after_commit
 def approved(item: _Row, approver: str, **extra: Any) -> None:
     APPROVED.inc()
     RESOLVED.labels(resolution=resolution_label(extra.get("resolution") or "")).inc()
     log.info("review_item_approved", extra=fields(item, worker_id=approver, **extra))
 
 
-@_after_commit
 def rejected(item: _Row, approver: str, **extra: Any) -> None:
     REJECTED.inc()
     log.info("review_item_rejected", extra=fields(item, worker_id=approver, **extra))
@@ -181,13 +151,11 @@ REASSIGNED = Counter("review_queue_items_reassigned_total", "Leases an admin mov
 OVERRIDDEN = Counter("review_queue_items_admin_released_total", "Leases an admin released for their holder.")
 
 
-@_after_commit
 def revised(item: _Row, actor: str, **extra: Any) -> None:
     REVISED.labels(state=str(extra.get("previous_state"))).inc()
     log.warning("review_item_revised", extra=fields(item, worker_id=actor, **extra))
 
 
-@_after_commit
 def admin_released(item: _Row, actor: str, previous_holder: str, reason: str) -> None:
     OVERRIDDEN.inc()
     log.warning(
@@ -196,7 +164,6 @@ def admin_released(item: _Row, actor: str, previous_holder: str, reason: str) ->
     )
 
 
-@_after_commit
 def reassigned(item: _Row, actor: str, previous_holder: str, leased_by: str, reason: str) -> None:
     REASSIGNED.inc()
     log.warning(

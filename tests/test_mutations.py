@@ -74,14 +74,14 @@ MUTANTS: tuple[Mutant, ...] = (
             ),
             Edit(
                 COMPLETION,
-                "    result = await conn.execute(_COMPLETE_ITEMS, params)\n",
-                '    seen = [await get_item(conn, item_id=i) for i in params["item_ids"]]\n'
+                "    result = await unit.execute(_COMPLETE_ITEMS, params)\n",
+                '    seen = [await get_item(unit, item_id=i) for i in params["item_ids"]]\n'
                 '    params["item_ids"] = [\n'
                 '        i if s is not None and s.state == "ASSIGNED" and s.leased_by == reviewer\n'
                 "        else UUID(int=0)\n"
                 '        for i, s in zip(params["item_ids"], seen, strict=True)\n'
                 "    ]\n"
-                "    result = await conn.execute(_COMPLETE_ITEMS, params)\n",
+                "    result = await unit.execute(_COMPLETE_ITEMS, params)\n",
             ),
         ),
     ),

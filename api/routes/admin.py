@@ -6,7 +6,7 @@ from uuid import UUID
 
 from fastapi import APIRouter, Body, Path
 
-from api.deps import Admin, Conn, SettingsDep
+from api.deps import Admin, SettingsDep, Work
 from api.errors import ProblemError, problem_responses
 from api.routing import QueueRoute
 from api.schemas import (
@@ -28,14 +28,14 @@ ItemId = Annotated[UUID, Path(description="The item's id (a UUID).")]
 
 @router.post("/admin/reclaim", operation_id="reclaimExpired", summary="Reclaim expired leases")
 async def reclaim(
-    conn: Conn,
+    unit: Work,
     principal: Admin,
     settings: SettingsDep,
     body: Annotated[ReclaimIn | None, Body()] = None,
 ) -> ReclaimOut:
     """Return leases expired for longer than `reclaim_after_s` to the queue, oldest expiry first."""
     reclaimed = await queue.reclaim_expired(
-        conn,
+        unit,
         reclaim_batch=(body or ReclaimIn()).reclaim_batch,
         grace=timedelta(seconds=settings.reclaim_after_s),
         actor=principal.subject,
@@ -50,12 +50,12 @@ async def reclaim(
     summary="Release anyone's lease on an item (admin)",
     responses=problem_responses("NOT_FOUND", "NOT_ASSIGNED"),
 )
-async def release_item(item_id: ItemId, body: AdminReleaseIn, conn: Conn, principal: Admin) -> ItemOut:
+async def release_item(item_id: ItemId, body: AdminReleaseIn, unit: Work, principal: Admin) -> ItemOut:
     """Hand a leased item back to the queue whoever holds it: PENDING in its old place (an approval
     lease: back to the approval queue, still AWAITING_APPROVAL); the
     holder's token is refused from now on. The RELEASED event names the admin, the holder and the reason."""
     outcome, done, current = await queue.admin_release_item(
-        conn, item_id=item_id, actor=principal.subject, reason=body.reason
+        unit, item_id=item_id, actor=principal.subject, reason=body.reason
     )
     if done is None:
         if outcome == "not_found" or current is None:
@@ -72,13 +72,13 @@ async def release_item(item_id: ItemId, body: AdminReleaseIn, conn: Conn, princi
 async def release_reviewer(
     reviewer: Annotated[Subject, Path(description="Whose leases to release.")],
     body: AdminReleaseIn,
-    conn: Conn,
+    unit: Work,
     principal: Admin,
 ) -> ReleasedOut:
     """Hand every item `reviewer` holds back to the queue in one statement (they went on leave):
     PENDING in their old places; a RELEASED event per item names the admin, the holder and the reason."""
     released = await queue.admin_release_reviewer(
-        conn, reviewer=reviewer, actor=principal.subject, reason=body.reason
+        unit, reviewer=reviewer, actor=principal.subject, reason=body.reason
     )
     return ReleasedOut(
         released=len(released), items=[ItemOut.of(o.item, principal.subject) for o in released]
@@ -101,7 +101,7 @@ async def release_reviewer(
 async def reassign(
     item_id: ItemId,
     body: ReassignIn,
-    conn: Conn,
+    unit: Work,
     principal: Admin,
     settings: SettingsDep,
 ) -> ItemOut:
@@ -110,7 +110,7 @@ async def reassign(
     403 SEGREGATION_OF_DUTIES): a full lease from now, a new epoch and lease token; the old holder's token
     is refused from now on. The new holder finds it in `GET /items?state=ASSIGNED&leased_by=me`."""
     outcome, done, current = await queue.reassign_item(
-        conn,
+        unit,
         item_id=item_id,
         to_reviewer=body.reviewer,
         actor=principal.subject,

@@ -5,18 +5,17 @@ from typing import Annotated
 from uuid import UUID
 
 from fastapi import APIRouter, Body, Path, Query, Request, Response, status
-from sqlalchemy.ext.asyncio import AsyncConnection
 
 from api.deps import (
     Admin,
     AnyRole,
     Approver,
-    Conn,
     Ingest,
     Reviewer,
     SettingsDep,
+    Work,
     one_round_trip,
-    request_transaction,
+    request_unit,
 )
 from api.errors import ProblemError, problem_body, problem_responses
 from api.routing import QueueRoute
@@ -58,6 +57,7 @@ from api.schemas import (
 from api.settings import Settings, sla_hours
 from db import queue
 from db.tokens import Principal, fold_subject
+from db.unit import Unit
 
 router = APIRouter(route_class=QueueRoute, tags=["items"])
 
@@ -130,8 +130,8 @@ async def _lost_leases(
     ]
     if not ids:
         return {}
-    async with request_transaction(request) as conn:
-        return await queue.lost_leases(conn, item_ids=ids, holder=principal.subject)
+    async with request_unit(request) as unit:
+        return await queue.lost_leases(unit, item_ids=ids, holder=principal.subject)
 
 
 async def _held(
@@ -160,8 +160,8 @@ async def _allowed_codes(request: Request, outcomes: list[queue.CompleteOutcome]
     itself is one statement in one round trip, so this is a read of its own, after it."""
     if not any(o in ("invalid_resolution", "note_required") for o in outcomes):
         return []
-    async with request_transaction(request) as conn:
-        return [c.code for c in await queue.list_resolution_codes(conn)]
+    async with request_unit(request) as unit:
+        return [c.code for c in await queue.list_resolution_codes(unit)]
 
 
 def _completion_problem(
@@ -336,11 +336,11 @@ async def release(
     },
 )
 async def enqueue(
-    body: ItemIn, conn: Conn, principal: Ingest, response: Response, settings: SettingsDep
+    body: ItemIn, unit: Work, principal: Ingest, response: Response, settings: SettingsDep
 ) -> ItemOut:
     """Enqueue an item for review; idempotent on `idempotency_key`. Without `due_at`, the item is
     due its SLA tier's hours after enqueue (REVIEW_QUEUE_SLA_TIERS, by abs(variance_amount))."""
-    outcome, item = await queue.enqueue_item(conn, new=_new_item(body, settings), actor=principal.subject)
+    outcome, item = await queue.enqueue_item(unit, new=_new_item(body, settings), actor=principal.subject)
     if outcome == "conflict":
         raise ProblemError(
             "IDEMPOTENCY_CONFLICT", _conflict_detail(body.idempotency_key), extra={"item_id": str(item.id)}
@@ -351,10 +351,10 @@ async def enqueue(
 
 
 @router.post("/items/batch", operation_id="enqueueItems", summary="Enqueue items in one transaction")
-async def enqueue_batch(body: BatchIn, conn: Conn, principal: Ingest, settings: SettingsDep) -> BatchOut:
+async def enqueue_batch(body: BatchIn, unit: Work, principal: Ingest, settings: SettingsDep) -> BatchOut:
     """Enqueue up to 1000 items in one transaction; one result per item, in request order."""
     results = await queue.enqueue_items(
-        conn, new=[_new_item(i, settings) for i in body.items], actor=principal.subject
+        unit, new=[_new_item(i, settings) for i in body.items], actor=principal.subject
     )
     out = []
     for (outcome, item), sent in zip(results, body.items, strict=True):
@@ -369,7 +369,7 @@ async def enqueue_batch(body: BatchIn, conn: Conn, principal: Ingest, settings: 
 
 
 @router.get("/items", operation_id="listItems", summary="List items")
-async def list_items(query: Annotated[ItemQuery, Query()], conn: Conn, principal: AnyRole) -> ItemPage:
+async def list_items(query: Annotated[ItemQuery, Query()], unit: Work, principal: AnyRole) -> ItemPage:
     """Items oldest first (or earliest due first, `sort=due_at`), filtered, paginated by keyset;
     `leased_by=me` is the caller's own work. `min_amount` and `max_amount` bound abs(variance_amount);
     `q` finds an id, an idempotency key or a ledger entity."""
@@ -389,7 +389,7 @@ async def list_items(query: Annotated[ItemQuery, Query()], conn: Conn, principal
         search=query.q,
     )
     # One row more than asked tells whether there is a next page without a count.
-    rows = await queue.list_items(conn, where=where, after=after, limit=query.limit + 1, order=query.sort)
+    rows = await queue.list_items(unit, where=where, after=after, limit=query.limit + 1, order=query.sort)
     page = rows[: query.limit]
     more = len(rows) > query.limit
     last = page[-1] if page else None
@@ -401,14 +401,14 @@ async def list_items(query: Annotated[ItemQuery, Query()], conn: Conn, principal
 
 @router.get("/decisions", operation_id="listDecisions", summary="List a reviewer's decisions")
 async def list_decisions(
-    query: Annotated[DecisionQuery, Query()], conn: Conn, principal: AnyRole
+    query: Annotated[DecisionQuery, Query()], unit: Work, principal: AnyRole
 ) -> DecisionsPage:
     """What a reviewer decided, newest first: the RESOLVED, SUBMITTED_FOR_APPROVAL, APPROVED and
     REJECTED events they are the actor of (`actor=me`: the caller), each with its item as it is now.
     Keyset-paginated by the event id."""
     actor = principal.subject if query.actor == "me" else fold_subject(query.actor)
     before = decode_event_cursor(query.cursor) if query.cursor else None
-    rows = await queue.decisions(conn, actor=actor, before=before, limit=query.limit + 1)
+    rows = await queue.decisions(unit, actor=actor, before=before, limit=query.limit + 1)
     page = rows[: query.limit]
     return DecisionsPage(
         decisions=[
@@ -425,8 +425,8 @@ async def list_decisions(
     summary="Get an item",
     responses=problem_responses("NOT_FOUND"),
 )
-async def get_item(item_id: ItemId, conn: Conn, principal: AnyRole) -> ItemOut:
-    return ItemOut.of(await _existing(conn, item_id), principal.subject)
+async def get_item(item_id: ItemId, unit: Work, principal: AnyRole) -> ItemOut:
+    return ItemOut.of(await _existing(unit, item_id), principal.subject)
 
 
 @router.get(
@@ -436,12 +436,12 @@ async def get_item(item_id: ItemId, conn: Conn, principal: AnyRole) -> ItemOut:
     responses=problem_responses("NOT_FOUND"),
 )
 async def get_events(
-    item_id: ItemId, query: Annotated[EventQuery, Query()], conn: Conn, _: AnyRole
+    item_id: ItemId, query: Annotated[EventQuery, Query()], unit: Work, _: AnyRole
 ) -> EventsOut:
     """The item's audit trail, oldest first, paginated by keyset like `GET /items`."""
     after = decode_event_cursor(query.cursor) if query.cursor else None
-    await _existing(conn, item_id)
-    rows = await queue.item_events(conn, item_id=item_id, after=after, limit=query.limit + 1)
+    await _existing(unit, item_id)
+    rows = await queue.item_events(unit, item_id=item_id, after=after, limit=query.limit + 1)
     page = rows[: query.limit]
     return EventsOut(
         events=[EventOut.model_validate(e) for e in page],
@@ -449,8 +449,8 @@ async def get_events(
     )
 
 
-async def _existing(conn: Conn, item_id: UUID) -> queue.Item:
-    item = await queue.get_item(conn, item_id=item_id)
+async def _existing(unit: Unit, item_id: UUID) -> queue.Item:
+    item = await queue.get_item(unit, item_id=item_id)
     if item is None:
         raise ProblemError("NOT_FOUND", f"no item {item_id}")
     return item
@@ -462,10 +462,10 @@ async def _existing(conn: Conn, item_id: UUID) -> queue.Item:
     summary="Requeue a quarantined item",
     responses=problem_responses("NOT_FOUND", "NOT_QUARANTINED"),
 )
-async def requeue(item_id: ItemId, body: RequeueIn, principal: Admin, conn: Conn) -> ItemOut:
+async def requeue(item_id: ItemId, body: RequeueIn, principal: Admin, unit: Work) -> ItemOut:
     """Put a QUARANTINED item back in the queue, in its old place, with its attempts reset (admin)."""
     outcome, item = await queue.requeue_item(
-        conn, item_id=item_id, actor=principal.subject, reason=body.reason
+        unit, item_id=item_id, actor=principal.subject, reason=body.reason
     )
     return _moved_by_admin(outcome, item, item_id, principal, needs="QUARANTINED")
 
@@ -487,11 +487,11 @@ def _moved_by_admin(
     summary="Reopen a resolved item (admin)",
     responses=problem_responses("NOT_FOUND", "NOT_RESOLVED"),
 )
-async def reopen(item_id: ItemId, body: ReopenIn, principal: Admin, conn: Conn) -> ItemOut:
+async def reopen(item_id: ItemId, body: ReopenIn, principal: Admin, unit: Work) -> ItemOut:
     """Put a RESOLVED item back to PENDING, in its old place; the REOPENED event keeps the old
     decision and the reason (admin)."""
     outcome, item = await queue.reopen_item(
-        conn, item_id=item_id, actor=principal.subject, reason=body.reason
+        unit, item_id=item_id, actor=principal.subject, reason=body.reason
     )
     return _moved_by_admin(outcome, item, item_id, principal, needs="RESOLVED")
 
@@ -500,7 +500,7 @@ _APPROVAL_PROBLEMS = problem_responses("NOT_FOUND", "LEASE_NOT_HELD", "SEGREGATI
 
 
 async def _approval_refused(
-    conn: AsyncConnection,
+    unit: Unit,
     outcome: queue.ApprovalOutcome,
     item: queue.Item | None,
     item_id: UUID,
@@ -517,7 +517,7 @@ async def _approval_refused(
     if outcome == "lease_not_held":
         lost = None
         if _may_have_lost(outcome, item, approver):  # the refusal changed nothing: read why, here
-            lost = (await queue.lost_leases(conn, item_ids=[item_id], holder=approver.subject)).get(item_id)
+            lost = (await queue.lost_leases(unit, item_ids=[item_id], holder=approver.subject)).get(item_id)
         raise not_held(item_id, lost, lease="approval lease")
 
 
@@ -528,18 +528,18 @@ async def _approval_refused(
     responses=_APPROVAL_PROBLEMS,
 )
 async def approve(
-    item_id: ItemId, conn: Conn, principal: Approver, body: Annotated[ApproveIn | None, Body()] = None
+    item_id: ItemId, unit: Work, principal: Approver, body: Annotated[ApproveIn | None, Body()] = None
 ) -> ApproveOut:
     """Resolve an AWAITING_APPROVAL item with the preparer's proposal: `resolved_by` is the
     preparer, `approved_by` you (roles approver, admin). Never your own proposal (403
     `SEGREGATION_OF_DUTIES`). A retry answers `already_approved`."""
     outcome, item = await queue.approve_item(
-        conn,
+        unit,
         item_id=item_id,
         approver=principal.subject,
         lease_nonce=_nonce(item_id, body.lease_token if body else None),
     )
-    await _approval_refused(conn, outcome, item, item_id, principal)
+    await _approval_refused(unit, outcome, item, item_id, principal)
     assert item is not None and outcome in ("approved", "already_approved")
     return ApproveOut(outcome=outcome, item=ItemOut.of(item, principal.subject))
 
@@ -550,17 +550,17 @@ async def approve(
     summary="Reject a proposal you hold the approval lease of",
     responses=_APPROVAL_PROBLEMS,
 )
-async def reject(item_id: ItemId, body: RejectIn, conn: Conn, principal: Approver) -> ItemOut:
+async def reject(item_id: ItemId, body: RejectIn, unit: Work, principal: Approver) -> ItemOut:
     """Send an AWAITING_APPROVAL item back to PENDING, first in line; the REJECTED event keeps
     the proposal and your reason (roles approver, admin; never your own proposal)."""
     outcome, item = await queue.reject_item(
-        conn,
+        unit,
         item_id=item_id,
         approver=principal.subject,
         reason=body.reason,
         lease_nonce=_nonce(item_id, body.lease_token),
     )
-    await _approval_refused(conn, outcome, item, item_id, principal)
+    await _approval_refused(unit, outcome, item, item_id, principal)
     assert item is not None
     return ItemOut.of(item, principal.subject)
 
@@ -571,13 +571,13 @@ async def reject(item_id: ItemId, body: RejectIn, conn: Conn, principal: Approve
     summary="Revise an item's figures (ingest, admin)",
     responses=problem_responses("NOT_FOUND", "IDEMPOTENCY_CONFLICT"),
 )
-async def revise(item_id: ItemId, body: RevisionIn, conn: Conn, principal: Ingest) -> RevisionOut:
+async def revise(item_id: ItemId, body: RevisionIn, unit: Work, principal: Ingest) -> RevisionOut:
     """New figures from a re-run of the matcher; idempotent on `source_hash`. PENDING and QUARANTINED
     items are updated; an ASSIGNED one stays with its holder under a new lease (their old token is
     refused with SOURCE_CHANGED); a RESOLVED one is reopened (PENDING in its old place), its decision
     kept in the trail as decertified."""
     revision = await queue.revise_item(
-        conn,
+        unit,
         item_id=item_id,
         actor=principal.subject,
         variance_amount=body.variance_amount,

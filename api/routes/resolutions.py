@@ -4,7 +4,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Response, status
 
-from api.deps import Admin, AnyRole, Conn
+from api.deps import Admin, AnyRole, Conn, Work
 from api.routing import QueueRoute
 from api.schemas import (
     ResolutionCodeIn,
@@ -27,9 +27,9 @@ Code = Annotated[
 
 
 @router.get("/resolutions", operation_id="listResolutions", summary="List the active resolution codes")
-async def list_resolutions(conn: Conn, _: AnyRole) -> ResolutionsOut:
+async def list_resolutions(unit: Work, _: AnyRole) -> ResolutionsOut:
     """The codes a completion may use, with their note rule and approval threshold (any role)."""
-    codes = await queue.list_resolution_codes(conn)
+    codes = await queue.list_resolution_codes(unit)
     return ResolutionsOut(resolutions=[ResolutionCodeOut.model_validate(c) for c in codes])
 
 
@@ -66,11 +66,11 @@ async def put_policy(body: ResolutionPolicyIn, conn: Conn, principal: Admin) -> 
     responses={201: {"model": ResolutionCodeOut, "description": "The code was created."}},
 )
 async def put_resolution(
-    code: Code, body: ResolutionCodeIn, conn: Conn, _: Admin, response: Response
+    code: Code, body: ResolutionCodeIn, unit: Work, _: Admin, response: Response
 ) -> ResolutionCodeOut:
     """Create (201) or replace (200) a code. Codes are never deleted: send `active: false` to
     deactivate one, and old decisions keep their meaning."""
-    created, saved = await queue.put_resolution_code(conn, code=code, **body.model_dump())
+    created, saved = await queue.put_resolution_code(unit, code=code, **body.model_dump())
     if created:
         response.status_code = status.HTTP_201_CREATED
     return ResolutionCodeOut.model_validate(saved)

@@ -3,6 +3,7 @@ leases, reassign an item."""
 
 from dataclasses import dataclass
 from datetime import timedelta
+from functools import partial
 from typing import Any, Literal
 from uuid import UUID
 
@@ -19,7 +20,6 @@ from sqlalchemy import (
     or_,
     select,
 )
-from sqlalchemy.ext.asyncio import AsyncConnection
 
 from db import telemetry
 from db.notify import notify_work
@@ -35,13 +35,16 @@ from db.queue.rows import (
     RESOLVED,
     Item,
     _changed_items,
+    _first,
     _item,
     _logged,
     _not_prepared_by,
+    _scalar,
 )
 from db.tables import api_token
 from db.tables import review_queue_item as item
 from db.tokens import fold_subject, same_identity
+from db.unit import Unit
 
 _requeued = (
     item.update()
@@ -59,16 +62,16 @@ RequeueOutcome = Literal["done", "not_quarantined", "not_found"]
 
 
 async def requeue_item(
-    conn: AsyncConnection, *, item_id: UUID, actor: str, reason: str
+    unit: Unit, *, item_id: UUID, actor: str, reason: str
 ) -> tuple[RequeueOutcome, Item | None]:
     """Put a QUARANTINED item back in the queue (an admin decided it deserves more attempts)."""
-    row = (await conn.execute(_REQUEUE, {"item_id": item_id, "actor": actor, "reason": reason})).first()
+    row = _first(await unit.execute(_REQUEUE, {"item_id": item_id, "actor": actor, "reason": reason}))
     if row is not None:
         requeued = _item(row)
-        await notify_work(conn)  # leasable again
-        telemetry.requeued(requeued, actor, reason)
+        await notify_work(unit)  # leasable again
+        unit.after_commit(partial(telemetry.requeued, requeued, actor, reason))
         return "done", requeued
-    current = await get_item(conn, item_id=item_id)
+    current = await get_item(unit, item_id=item_id)
     return ("not_found" if current is None else "not_quarantined"), current
 
 
@@ -141,16 +144,16 @@ ReopenOutcome = Literal["done", "not_resolved", "not_found"]
 
 
 async def reopen_item(
-    conn: AsyncConnection, *, item_id: UUID, actor: str, reason: str
+    unit: Unit, *, item_id: UUID, actor: str, reason: str
 ) -> tuple[ReopenOutcome, Item | None]:
     """Put a RESOLVED item back to PENDING (an admin decided the decision was wrong)."""
-    row = (await conn.execute(_REOPEN, {"item_id": item_id, "actor": actor, "reason": reason})).first()
+    row = _first(await unit.execute(_REOPEN, {"item_id": item_id, "actor": actor, "reason": reason}))
     if row is not None:
         reopened = _item(row)
-        telemetry.reopened(reopened, actor, reason, row.previous_resolution)
-        await notify_work(conn)  # leasable again
+        unit.after_commit(partial(telemetry.reopened, reopened, actor, reason, row.previous_resolution))
+        await notify_work(unit)  # leasable again
         return "done", reopened
-    current = await get_item(conn, item_id=item_id)
+    current = await get_item(unit, item_id=item_id)
     return ("not_found" if current is None else "not_resolved"), current
 
 
@@ -213,36 +216,36 @@ class Overridden:
 
 
 async def admin_release_item(
-    conn: AsyncConnection, *, item_id: UUID, actor: str, reason: str
+    unit: Unit, *, item_id: UUID, actor: str, reason: str
 ) -> tuple[Literal["done", "not_assigned", "not_found"], Overridden | None, Item | None]:
     """An admin hands a leased item back to its queue, whoever holds it (an approval lease back to
     the approval queue)."""
-    row = (
-        await conn.execute(_ADMIN_RELEASE_ITEM, {"item_id": item_id, "actor": actor, "reason": reason})
-    ).first()
+    row = _first(
+        await unit.execute(_ADMIN_RELEASE_ITEM, {"item_id": item_id, "actor": actor, "reason": reason})
+    )
     if row is not None:
-        await notify_work(conn)
+        await notify_work(unit)
         released = Overridden(_item(row), row.previous_holder)
-        telemetry.admin_released(released.item, actor, released.previous_holder, reason)
+        unit.after_commit(
+            partial(telemetry.admin_released, released.item, actor, released.previous_holder, reason)
+        )
         return "done", released, None
-    current = await get_item(conn, item_id=item_id)
+    current = await get_item(unit, item_id=item_id)
     return ("not_found" if current is None else "not_assigned"), None, current
 
 
-async def admin_release_reviewer(
-    conn: AsyncConnection, *, reviewer: str, actor: str, reason: str
-) -> list[Overridden]:
+async def admin_release_reviewer(unit: Unit, *, reviewer: str, actor: str, reason: str) -> list[Overridden]:
     """An admin hands every item `reviewer` holds back to the queue (the reviewer went on leave)."""
     params = {"holder": fold_subject(reviewer), "actor": actor, "reason": reason}
-    rows = await conn.execute(_ADMIN_RELEASE_REVIEWER, params)
+    rows = await unit.execute(_ADMIN_RELEASE_REVIEWER, params)
     released = sorted(
         (Overridden(_item(r), r.previous_holder) for r in rows),
         key=lambda o: (o.item.due_at, o.item.created_at, o.item.id),
     )
     if released:
-        await notify_work(conn)
+        await notify_work(unit)
     for o in released:
-        telemetry.admin_released(o.item, actor, o.previous_holder, reason)
+        unit.after_commit(partial(telemetry.admin_released, o.item, actor, o.previous_holder, reason))
     return released
 
 
@@ -323,7 +326,7 @@ ReassignOutcome = Literal[
 
 
 async def reassign_item(
-    conn: AsyncConnection,
+    unit: Unit,
     *,
     item_id: UUID,
     to_reviewer: str,
@@ -343,13 +346,15 @@ async def reassign_item(
         "lease_duration": lease_duration,
         "cap": cap,
     }
-    await _lock_reviewer(conn, to_reviewer)
-    row = (await conn.execute(_REASSIGN, params)).first()
+    await _lock_reviewer(unit, to_reviewer)
+    row = _first(await unit.execute(_REASSIGN, params))
     if row is not None:
         moved = Overridden(_item(row), row.previous_holder)
-        telemetry.reassigned(moved.item, actor, moved.previous_holder, to_reviewer, reason)
+        unit.after_commit(
+            partial(telemetry.reassigned, moved.item, actor, moved.previous_holder, to_reviewer, reason)
+        )
         return "done", moved, None
-    current = await get_item(conn, item_id=item_id)
+    current = await get_item(unit, item_id=item_id)
     outcome: ReassignOutcome
     if current is None:
         outcome = "not_found"
@@ -362,11 +367,11 @@ async def reassign_item(
         outcome = "already_held"
     elif current.state == "AWAITING_APPROVAL" and same_identity(current.prepared_by, to_reviewer):
         outcome = "segregation_of_duties"
-    elif not (
-        await conn.execute(_IS_APPROVER if current.state == "AWAITING_APPROVAL" else _IS_REVIEWER, params)
-    ).scalar():
+    elif not _scalar(
+        await unit.execute(_IS_APPROVER if current.state == "AWAITING_APPROVAL" else _IS_REVIEWER, params)
+    ):
         outcome = "not_a_reviewer"
-    elif (await conn.execute(select(_target_holds), {"to_reviewer": to_reviewer})).scalar_one() >= cap:
+    elif _scalar(await unit.execute(select(_target_holds), {"to_reviewer": to_reviewer})) >= cap:
         outcome = "at_cap"
     else:  # the item changed between the statement and this read: refused all the same
         outcome = "not_assigned"

@@ -1,5 +1,6 @@
 """Approve and reject: an approver decides on another person's proposal."""
 
+from functools import partial
 from typing import Literal
 from uuid import UUID
 
@@ -8,7 +9,6 @@ from sqlalchemy import (
     bindparam,
     func,
 )
-from sqlalchemy.ext.asyncio import AsyncConnection
 
 from db import telemetry
 from db.notify import notify_work
@@ -25,6 +25,7 @@ from db.queue.rows import (
 )
 from db.tables import review_queue_item as item
 from db.tokens import same_identity
+from db.unit import Unit
 
 # Approve and reject: the holder of the approval lease, and never the preparer. The preparer
 # guard is in the UPDATE's WHERE, so it holds whatever reached the row first.
@@ -89,13 +90,21 @@ ApprovalOutcome = Literal[
 
 
 async def approve_item(
-    conn: AsyncConnection, *, item_id: UUID, approver: str, lease_nonce: UUID | None = None
+    unit: Unit, *, item_id: UUID, approver: str, lease_nonce: UUID | None = None
 ) -> tuple[ApprovalOutcome, Item | None]:
     """Resolve a proposal whose approval lease the approver holds: resolved_by is the preparer."""
     params = {"item_id": item_id, "actor": approver, "fence_nonce": lease_nonce}
-    outcome, current = await _holder_change(conn, _APPROVE, params)
+    outcome, current = await _holder_change(unit, _APPROVE, params)
     if outcome == "done" and current is not None:
-        telemetry.approved(current, approver, resolution=current.resolution, prepared_by=current.prepared_by)
+        unit.after_commit(
+            partial(
+                telemetry.approved,
+                current,
+                approver,
+                resolution=current.resolution,
+                prepared_by=current.prepared_by,
+            )
+        )
         return "approved", current
     if current is None:
         return "not_found", None
@@ -111,14 +120,16 @@ async def approve_item(
 
 
 async def reject_item(
-    conn: AsyncConnection, *, item_id: UUID, approver: str, reason: str, lease_nonce: UUID | None = None
+    unit: Unit, *, item_id: UUID, approver: str, reason: str, lease_nonce: UUID | None = None
 ) -> tuple[ApprovalOutcome, Item | None]:
     """Send a proposal back to PENDING, first in line, with the reason in its trail."""
     params = {"item_id": item_id, "actor": approver, "fence_nonce": lease_nonce, "reason": reason}
-    outcome, current = await _holder_change(conn, _REJECT, params)
+    outcome, current = await _holder_change(unit, _REJECT, params)
     if outcome == "done" and current is not None:
-        await notify_work(conn)  # leasable again
-        telemetry.rejected(current, approver, reason=reason, prepared_by=current.prepared_by)
+        await notify_work(unit)  # leasable again
+        unit.after_commit(
+            partial(telemetry.rejected, current, approver, reason=reason, prepared_by=current.prepared_by)
+        )
         return "rejected", current
     if current is None:
         return "not_found", None

@@ -11,10 +11,10 @@ from sqlalchemy import (
     select,
 )
 from sqlalchemy.dialects.postgresql import insert
-from sqlalchemy.ext.asyncio import AsyncConnection
 
 from db.catalogue import approval_threshold
 from db.tables import resolution_code as catalogue
+from db.unit import Unit
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,22 +35,20 @@ _CODE_COLUMNS = [
 ]
 
 
-async def list_resolution_codes(
-    conn: AsyncConnection, *, include_inactive: bool = False
-) -> list[ResolutionCode]:
+async def list_resolution_codes(unit: Unit, *, include_inactive: bool = False) -> list[ResolutionCode]:
     query = select(*_CODE_COLUMNS).order_by(catalogue.c.code)
     if not include_inactive:
         query = query.where(catalogue.c.active)
-    return [ResolutionCode(*r) for r in await conn.execute(query)]
+    return [ResolutionCode(*r.values()) for r in await unit.execute(query, {})]
 
 
-async def get_resolution_code(conn: AsyncConnection, *, code: str) -> ResolutionCode | None:
-    row = (await conn.execute(select(*_CODE_COLUMNS).where(catalogue.c.code == code))).first()
-    return ResolutionCode(*row) if row is not None else None
+async def get_resolution_code(unit: Unit, *, code: str) -> ResolutionCode | None:
+    rows = await unit.execute(select(*_CODE_COLUMNS).where(catalogue.c.code == code), {})
+    return ResolutionCode(*rows[0].values()) if rows else None
 
 
 async def put_resolution_code(
-    conn: AsyncConnection,
+    unit: Unit,
     *,
     code: str,
     label: str,
@@ -74,16 +72,16 @@ async def put_resolution_code(
         index_elements=[catalogue.c.code],
         set_={**{k: new.excluded[k] for k in values if k != "code"}, "updated_at": func.now()},
     ).returning(*_CODE_COLUMNS, literal_column("(resolution_code.xmax = 0)").label("created"))
-    row = (await conn.execute(statement)).one()
-    return bool(row.created), ResolutionCode(*row[: len(_CODE_COLUMNS)])
+    (row,) = await unit.execute(statement, {})
+    return bool(row.created), ResolutionCode(*list(row.values())[: len(_CODE_COLUMNS)])
 
 
-async def deactivate_resolution_code(conn: AsyncConnection, *, code: str) -> ResolutionCode | None:
+async def deactivate_resolution_code(unit: Unit, *, code: str) -> ResolutionCode | None:
     statement = (
         catalogue.update()
         .where(catalogue.c.code == code)
         .values(active=False, updated_at=func.now())
         .returning(*_CODE_COLUMNS)
     )
-    row = (await conn.execute(statement)).first()
-    return ResolutionCode(*row) if row is not None else None
+    rows = await unit.execute(statement, {})
+    return ResolutionCode(*rows[0].values()) if rows else None

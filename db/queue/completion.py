@@ -3,6 +3,7 @@ one statement for one entry or a batch."""
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Literal
 from uuid import UUID
 
@@ -21,13 +22,11 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.dialects.postgresql import UUID as PG_UUID
-from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql import visitors
 from sqlalchemy.sql.elements import BindParameter
 
 from db import telemetry
 from db.catalogue import approval_threshold
-from db.engine import OneRoundTrip
 from db.queue.rows import (
     _ITEM_COLUMNS,
     _ITEM_FIELDS,
@@ -42,6 +41,7 @@ from db.queue.rows import (
 from db.tables import resolution_code as catalogue
 from db.tables import review_queue_item as item
 from db.tokens import same_identity
+from db.unit import Unit
 
 # The catalogue entry the completion names, if it is active and its note rule is met: the
 # completion's UPDATE joins the catalogue row itself (UPDATE ... FROM resolution_code), so a
@@ -291,7 +291,7 @@ def _refusal(
 
 
 async def complete_items(
-    conn: AsyncConnection | OneRoundTrip, *, completions: Sequence[Completion], reviewer: str
+    unit: Unit, *, completions: Sequence[Completion], reviewer: str
 ) -> list[tuple[CompleteOutcome, Item | None]]:
     """Resolve the items in one statement; answer per input, in input order. An id given more than
     once is applied from its first entry; its later entries answer as a retry of it would."""
@@ -306,7 +306,7 @@ async def complete_items(
         "expected_source_hashes": [c.source_hash for c in first.values()],
         "actor": reviewer,
     }
-    result = await conn.execute(_COMPLETE_ITEMS, params)
+    result = await unit.execute(_COMPLETE_ITEMS, params)
     rows = {row.id: (row.done, _item(row), row.code_active, row.code_requires_note) for row in result}
     results: list[tuple[CompleteOutcome, Item | None]] = []
     for completion in completions:
@@ -315,28 +315,33 @@ async def complete_items(
             results.append(("not_found", None))
             continue
         if done and completion is first[completion.item_id] and current.state == "AWAITING_APPROVAL":
-            telemetry.submitted(current, reviewer, resolution=completion.resolution)
+            unit.after_commit(
+                partial(telemetry.submitted, current, reviewer, resolution=completion.resolution)
+            )
             results.append(("submitted_for_approval", current))
             continue
         if done and completion is first[completion.item_id]:
-            telemetry.resolved(
-                current,
-                reviewer,
-                idempotency_key=current.idempotency_key,
-                resolution=completion.resolution,
-                resolved_at=current.resolved_at.isoformat() if current.resolved_at else None,
+            unit.after_commit(
+                partial(
+                    telemetry.resolved,
+                    current,
+                    reviewer,
+                    idempotency_key=current.idempotency_key,
+                    resolution=completion.resolution,
+                    resolved_at=current.resolved_at.isoformat() if current.resolved_at else None,
+                )
             )
             results.append(("resolved", current))
             continue
         # Nothing changed; the row only tells the caller why.
         outcome = _refusal(current, reviewer, completion, code_active, requires_note)
-        telemetry.completion_noop(current, reviewer, outcome)
+        unit.after_commit(partial(telemetry.completion_noop, current, reviewer, outcome))
         results.append((outcome, current))
     return results
 
 
 async def complete_item(
-    conn: AsyncConnection | OneRoundTrip,
+    unit: Unit,
     *,
     item_id: UUID,
     reviewer: str,
@@ -346,6 +351,6 @@ async def complete_item(
     source_hash: str | None = None,
 ) -> tuple[CompleteOutcome, Item | None]:
     (result,) = await complete_items(
-        conn, completions=[Completion(item_id, resolution, note, lease_nonce, source_hash)], reviewer=reviewer
+        unit, completions=[Completion(item_id, resolution, note, lease_nonce, source_hash)], reviewer=reviewer
     )
     return result

@@ -5,6 +5,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
+from functools import partial
 from typing import Any, Literal
 from uuid import UUID
 
@@ -22,12 +23,12 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB, insert
 from sqlalchemy.dialects.postgresql import UUID as PG_UUID
-from sqlalchemy.ext.asyncio import AsyncConnection
 
 from db import telemetry
 from db.notify import notify_work
 from db.queue.rows import _ITEM_COLUMNS, Item, _changed_items, _item
 from db.tables import review_queue_item as item
+from db.unit import Unit
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,7 +122,7 @@ _BY_KEYS = select(*_ITEM_COLUMNS).where(
 
 
 async def enqueue_items(
-    conn: AsyncConnection, *, new: Sequence[NewItem], actor: str
+    unit: Unit, *, new: Sequence[NewItem], actor: str
 ) -> list[tuple[EnqueueOutcome, Item]]:
     """Insert the new keys in one statement; answer per input, in input order."""
     first: dict[str, int] = {}
@@ -141,14 +142,14 @@ async def enqueue_items(
         "sla_hours": [n.sla_hours for n in unique],
         "actor": actor,
     }
-    created = {i.idempotency_key: i for i in map(_item, await conn.execute(_ENQUEUE, params))}
+    created = {i.idempotency_key: i for i in map(_item, await unit.execute(_ENQUEUE, params))}
     if created:
-        await notify_work(conn)  # once for the whole batch, delivered at commit
-    telemetry.enqueued(len(created))
+        await notify_work(unit)  # once for the whole batch, delivered at commit
+    unit.after_commit(partial(telemetry.enqueued, len(created)))
     missing = [k for k in first if k not in created]
     stored = dict(created)
     if missing:
-        rows = await conn.execute(_BY_KEYS, {"idempotency_keys": missing})
+        rows = await unit.execute(_BY_KEYS, {"idempotency_keys": missing})
         stored.update((i.idempotency_key, i) for i in map(_item, rows))
     results: list[tuple[EnqueueOutcome, Item]] = []
     for position, candidate in enumerate(new):
@@ -160,6 +161,6 @@ async def enqueue_items(
     return results
 
 
-async def enqueue_item(conn: AsyncConnection, *, new: NewItem, actor: str) -> tuple[EnqueueOutcome, Item]:
-    (result,) = await enqueue_items(conn, new=[new], actor=actor)
+async def enqueue_item(unit: Unit, *, new: NewItem, actor: str) -> tuple[EnqueueOutcome, Item]:
+    (result,) = await enqueue_items(unit, new=[new], actor=actor)
     return result

@@ -1,16 +1,15 @@
 """The lease and its holder's changes to it (renew, release), and the reclaimer that ends
 expired ones."""
 
-from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import timedelta
+from functools import partial
 from typing import Any, Literal
 from uuid import UUID
 
 import psycopg
 from sqlalchemy import (
     Interval,
-    Row,
     Text,
     bindparam,
     case,
@@ -21,13 +20,10 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import UUID as PG_UUID
 from sqlalchemy.exc import DBAPIError
-from sqlalchemy.ext.asyncio import AsyncConnection
 
 from db import telemetry
-from db.engine import OneRoundTrip, Record
 from db.errors import DatabaseUnavailable, is_lock_timeout
 from db.notify import notify_work
-from db.queue.reads import get_item
 from db.queue.rows import (
     _BACK_TO_QUEUE,
     _BY_ID,
@@ -49,6 +45,7 @@ from db.queue.rows import (
 )
 from db.tables import DEFAULT_MAX_ATTEMPTS
 from db.tables import review_queue_item as item
+from db.unit import Unit
 
 # Serialises one reviewer's concurrent lease calls (and nobody else's) so the cap below
 # cannot be overshot: the count in the lease statement is taken after this lock is held.
@@ -147,17 +144,17 @@ def _reviewer_lock_timeout(reviewer: str) -> DatabaseUnavailable:
     )
 
 
-async def _lock_reviewer(conn: AsyncConnection, reviewer: str) -> None:
+async def _lock_reviewer(unit: Unit, reviewer: str) -> None:
     try:
-        await conn.execute(_LOCK_REVIEWER, {"actor": reviewer})
-    except DBAPIError as error:
+        await unit.execute(_LOCK_REVIEWER, {"actor": reviewer})
+    except (DBAPIError, psycopg.Error) as error:
         if is_lock_timeout(error):
             raise _reviewer_lock_timeout(reviewer) from error
         raise
 
 
 async def lease_items(
-    conn: AsyncConnection | OneRoundTrip,
+    unit: Unit,
     *,
     reviewer: str,
     batch_size: int,
@@ -182,20 +179,16 @@ async def lease_items(
     if item_id is not None:
         params["lease_item_id"] = item_id
     statement = _LEASES[queue, ledger_entity is not None, item_id is not None]
-    if isinstance(conn, OneRoundTrip):
-        try:
-            _, rows = await conn.execute_all([(_LOCK_REVIEWER, {"actor": reviewer}), (statement, params)])
-        except psycopg.errors.LockNotAvailable as error:
-            if conn.failed_step == 0:
-                raise _reviewer_lock_timeout(reviewer) from error
-            raise
-        result: Iterable[Row[Any] | Record] = rows
-    else:
-        await _lock_reviewer(conn, reviewer)
-        result = await conn.execute(statement, params)
+    # The reviewer's lock, then the lease: in one round trip when the unit sends them so.
+    try:
+        _, rows = await unit.execute_all([(_LOCK_REVIEWER, {"actor": reviewer}), (statement, params)])
+    except (DBAPIError, psycopg.Error) as error:
+        if unit.failed_step == 0 and is_lock_timeout(error):
+            raise _reviewer_lock_timeout(reviewer) from error
+        raise
     # RETURNING has no order; callers get the queue order.
-    items = sorted(map(_item, result), key=lambda i: (i.due_at, i.created_at, i.id))
-    telemetry.leased(items, reviewer)
+    items = sorted(map(_item, rows), key=lambda i: (i.due_at, i.created_at, i.id))
+    unit.after_commit(partial(telemetry.leased, items, reviewer))
     return items
 
 
@@ -244,25 +237,19 @@ HolderOutcome = Literal["done", "lease_not_held", "not_found"]
 
 
 async def _holder_change(
-    conn: AsyncConnection | OneRoundTrip, statement: Any, params: dict[str, Any]
+    unit: Unit, statement: Any, params: dict[str, Any]
 ) -> tuple[HolderOutcome, Item | None]:
     """The holder's change, and when it changed nothing, the item as it is now (to say why)."""
-    if isinstance(conn, OneRoundTrip):
-        # The re-read goes in the same round trip, after the change: in READ COMMITTED it sees
-        # the newest committed row, as the separate read below does.
-        changed, now = await conn.execute_all([(statement, params), (_BY_ID, {"item_id": params["item_id"]})])
-        if changed:
-            return "done", _item(changed[0])
-        return ("lease_not_held", _item(now[0])) if now else ("not_found", None)
-    row = (await conn.execute(statement, params)).first()
-    if row is not None:
-        return "done", _item(row)
-    current = await get_item(conn, item_id=params["item_id"])
-    return ("not_found" if current is None else "lease_not_held"), current
+    # The re-read goes after the change (in the same round trip, when the unit sends them so):
+    # in READ COMMITTED it sees the newest committed row.
+    changed, now = await unit.execute_all([(statement, params), (_BY_ID, {"item_id": params["item_id"]})])
+    if changed:
+        return "done", _item(changed[0])
+    return ("lease_not_held", _item(now[0])) if now else ("not_found", None)
 
 
 async def renew_lease(
-    conn: AsyncConnection | OneRoundTrip,
+    unit: Unit,
     *,
     item_id: UUID,
     reviewer: str,
@@ -275,14 +262,14 @@ async def renew_lease(
         "fence_nonce": lease_nonce,
         "lease_duration": lease_duration,
     }
-    outcome, current = await _holder_change(conn, _RENEW, params)
+    outcome, current = await _holder_change(unit, _RENEW, params)
     if outcome == "done" and current is not None:
-        telemetry.renewed(current, reviewer)
+        unit.after_commit(partial(telemetry.renewed, current, reviewer))
     return outcome, current
 
 
 async def release_lease(
-    conn: AsyncConnection | OneRoundTrip,
+    unit: Unit,
     *,
     item_id: UUID,
     reviewer: str,
@@ -301,11 +288,11 @@ async def release_lease(
         "max_attempts": max_attempts,
         "cooloff": cooldown,
     }
-    outcome, current = await _holder_change(conn, _RELEASE, params)
+    outcome, current = await _holder_change(unit, _RELEASE, params)
     if outcome == "done" and current is not None:
-        telemetry.released(current, reviewer, reason)
+        unit.after_commit(partial(telemetry.released, current, reviewer, reason))
         if current.state == "QUARANTINED":
-            telemetry.quarantined(current, reviewer)
+            unit.after_commit(partial(telemetry.quarantined, current, reviewer))
     return outcome, current
 
 
@@ -385,7 +372,7 @@ _RECLAIM_APPROVALS = _reclaim_statement(approval=True)
 
 
 async def reclaim_expired(
-    conn: AsyncConnection,
+    unit: Unit,
     *,
     reclaim_batch: int,
     grace: timedelta,
@@ -393,12 +380,12 @@ async def reclaim_expired(
     max_attempts: int = DEFAULT_MAX_ATTEMPTS,
 ) -> list[Reclaimed]:
     params = {"reclaim_batch": reclaim_batch, "grace": grace, "actor": actor, "max_attempts": max_attempts}
-    rows = list(await conn.execute(_RECLAIM, params))
+    rows = list(await unit.execute(_RECLAIM, params))
     if len(rows) < reclaim_batch:  # review leases first, then approval leases: one batch in all
-        rows += await conn.execute(_RECLAIM_APPROVALS, {**params, "reclaim_batch": reclaim_batch - len(rows)})
+        rows += await unit.execute(_RECLAIM_APPROVALS, {**params, "reclaim_batch": reclaim_batch - len(rows)})
     rows.sort(key=lambda r: r.expired_at)  # oldest expiry first
     if rows:
-        await notify_work(conn)  # once per reclaim statement, however many rows it returned
+        await notify_work(unit)  # once per reclaim statement, however many rows it returned
     reclaimed = [
         Reclaimed(
             r.id,
@@ -413,7 +400,9 @@ async def reclaim_expired(
         for r in rows
     ]
     for row in reclaimed:
-        telemetry.reclaimed(row, previous_holder=row.previous_holder, reclaimed_by=actor)
+        unit.after_commit(
+            partial(telemetry.reclaimed, row, previous_holder=row.previous_holder, reclaimed_by=actor)
+        )
         if row.state == "QUARANTINED":
-            telemetry.quarantined(row, actor)
+            unit.after_commit(partial(telemetry.quarantined, row, actor))
     return reclaimed

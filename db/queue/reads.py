@@ -23,7 +23,6 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.dialects.postgresql import UUID as PG_UUID
-from sqlalchemy.ext.asyncio import AsyncConnection
 
 from db.queue.rows import (
     _BY_ID,
@@ -34,11 +33,12 @@ from db.queue.rows import (
 from db.tables import review_queue_event as event
 from db.tables import review_queue_item as item
 from db.tokens import fold_subject
+from db.unit import Unit
 
 
-async def get_item(conn: AsyncConnection, *, item_id: UUID) -> Item | None:
-    row = (await conn.execute(_BY_ID, {"item_id": item_id})).first()
-    return _item(row) if row is not None else None
+async def get_item(unit: Unit, *, item_id: UUID) -> Item | None:
+    rows = await unit.execute(_BY_ID, {"item_id": item_id})
+    return _item(rows[0]) if rows else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,7 +69,7 @@ def _search(term: str) -> ColumnElement[bool]:
 
 
 async def list_items(
-    conn: AsyncConnection,
+    unit: Unit,
     *,
     where: ItemFilter,
     after: tuple[datetime, UUID] | None,
@@ -77,9 +77,8 @@ async def list_items(
     order: ListOrder = "created_at",
 ) -> list[Item]:
     """Items in (created_at, id) or (due_at, id) order, strictly after the keyset position `after`."""
-    return [
-        _item(r) for r in await conn.execute(list_query(where=where, after=after, limit=limit, order=order))
-    ]
+    statement = list_query(where=where, after=after, limit=limit, order=order)
+    return [_item(r) for r in await unit.execute(statement, {})]
 
 
 def list_query(
@@ -141,10 +140,10 @@ _EVENTS = (
 )
 
 
-async def item_events(conn: AsyncConnection, *, item_id: UUID, after: int | None, limit: int) -> list[Event]:
+async def item_events(unit: Unit, *, item_id: UUID, after: int | None, limit: int) -> list[Event]:
     """The item's events oldest first, strictly after the event id `after`."""
     params = {"item_id": item_id, "after": after or 0, "limit": limit}
-    return [Event(*r) for r in await conn.execute(_EVENTS, params)]
+    return [Event(*r.values()) for r in await unit.execute(_EVENTS, params)]
 
 
 # The decisions of a reviewer: what they resolved, submitted for approval, approved or rejected.
@@ -162,7 +161,8 @@ class Decision:
 # Newest first, keyset by the event id, on ix_review_queue_event_decisions_by_actor; each with its
 # item as it is now (by primary key).
 _DECISIONS = (
-    select(*_EVENT_COLUMNS, *_ITEM_COLUMNS)
+    # The event's columns by other names: both have an `id`, and rows are read by name.
+    select(*(c.label(f"event_{c.name}") for c in _EVENT_COLUMNS), *_ITEM_COLUMNS)
     .select_from(event.join(item, item.c.id == event.c.item_id))
     .where(event.c.actor == bindparam("actor", type_=Text), _IS_DECISION, event.c.id < bindparam("before"))
     .order_by(event.c.id.desc())
@@ -170,13 +170,13 @@ _DECISIONS = (
 )
 
 
-async def decisions(conn: AsyncConnection, *, actor: str, before: int | None, limit: int) -> list[Decision]:
+async def decisions(unit: Unit, *, actor: str, before: int | None, limit: int) -> list[Decision]:
     """The actor's decision events newest first, strictly before the event id `before`."""
     params = {"actor": actor, "before": before or 2**63 - 1, "limit": limit}
-    rows = await conn.execute(_DECISIONS, params)
-    # By position: the event's columns, then the item's (both have an `id`).
+    rows = await unit.execute(_DECISIONS, params)
+    # By position: the event's columns, then the item's.
     split = len(_EVENT_COLUMNS)
-    return [Decision(Event(*r[:split]), Item(*r[split:])) for r in rows]
+    return [Decision(Event(*list(r.values())[:split]), _item(r)) for r in rows]
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,12 +213,10 @@ _LOST = (
 )
 
 
-async def lost_leases(
-    conn: AsyncConnection, *, item_ids: Sequence[UUID], holder: str
-) -> dict[UUID, LostLease]:
+async def lost_leases(unit: Unit, *, item_ids: Sequence[UUID], holder: str) -> dict[UUID, LostLease]:
     """For each item whose lease `holder` lost to the reclaimer (and has not leased again since):
     when the lease expired and when it was reclaimed."""
     found: dict[UUID, LostLease] = {}
-    for row in await conn.execute(_LOST, {"item_ids": list(item_ids), "holder": holder}):
-        found.setdefault(row.item_id, LostLease(*row))  # the newest of each item comes first
+    for row in await unit.execute(_LOST, {"item_ids": list(item_ids), "holder": holder}):
+        found.setdefault(row.item_id, LostLease(*row.values()))  # the newest of each item comes first
     return found

@@ -2,6 +2,7 @@
 
 from dataclasses import dataclass
 from decimal import Decimal
+from functools import partial
 from typing import Any, Literal
 from uuid import UUID
 
@@ -20,7 +21,6 @@ from sqlalchemy import (
     or_,
     select,
 )
-from sqlalchemy.ext.asyncio import AsyncConnection
 
 from db import telemetry
 from db.notify import notify_work
@@ -33,11 +33,13 @@ from db.queue.rows import (
     PENDING,
     RESOLVED,
     Item,
+    _first,
     _item,
     _logged,
 )
 from db.tables import review_queue_event as event
 from db.tables import review_queue_item as item
+from db.unit import Unit
 
 # A revision is one statement: the CTE locks the item (unless the revision's source_hash is its
 # current one or one it had before: a retry), the UPDATE writes the new figures and, by the state
@@ -189,7 +191,7 @@ class Revision:
 
 
 async def revise_item(
-    conn: AsyncConnection,
+    unit: Unit,
     *,
     item_id: UUID,
     actor: str,
@@ -206,21 +208,24 @@ async def revise_item(
         "new_hash": source_hash,
         "new_decision": match_decision,
     }
-    row = (await conn.execute(_REVISE, params)).first()
+    row = _first(await unit.execute(_REVISE, params))
     if row is not None:
         revised = _item(row)
         if revised.state == "PENDING":
-            await notify_work(conn)  # a reopened decision is leasable again
-        telemetry.revised(
-            revised,
-            actor,
-            previous_state=row.previous_state,
-            previous_source_hash=row.previous_hash,
-            previous_variance_amount=f"{row.previous_amount:.2f}",
-            previous_match_decision=row.previous_decision,
-            variance_amount=f"{revised.variance_amount:.2f}",
-            decertified_resolution=row.previous_resolution,
-            state=revised.state,
+            await notify_work(unit)  # a reopened decision is leasable again
+        unit.after_commit(
+            partial(
+                telemetry.revised,
+                revised,
+                actor,
+                previous_state=row.previous_state,
+                previous_source_hash=row.previous_hash,
+                previous_variance_amount=f"{row.previous_amount:.2f}",
+                previous_match_decision=row.previous_decision,
+                variance_amount=f"{revised.variance_amount:.2f}",
+                decertified_resolution=row.previous_resolution,
+                state=revised.state,
+            )
         )
         return Revision(
             "revised",
@@ -231,7 +236,7 @@ async def revise_item(
             row.previous_hash,
             row.previous_resolution,
         )
-    current = await get_item(conn, item_id=item_id)
+    current = await get_item(unit, item_id=item_id)
     if current is None:
         return Revision("not_found", None)
     if current.source_hash != source_hash:

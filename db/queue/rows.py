@@ -10,7 +10,6 @@ from uuid import UUID
 from sqlalchemy import (
     ColumnElement,
     Integer,
-    Row,
     Text,
     and_,
     bindparam,
@@ -23,10 +22,10 @@ from sqlalchemy.dialects.postgresql import UUID as PG_UUID
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.sql.selectable import CTE
 
-from db.engine import Record
 from db.notify import CHANNEL
 from db.tables import review_queue_event as event
 from db.tables import review_queue_item as item
+from db.unit import Record
 
 # Inline constants, not bind parameters: the planner can only match the partial indexes
 # (WHERE state = 'PENDING' ...) against a literal it can see in every plan.
@@ -79,8 +78,18 @@ _ITEM_FIELDS = [f.name for f in dataclasses.fields(Item)]
 _ITEM_COLUMNS = [item.c[name] for name in _ITEM_FIELDS]
 
 
-def _item(row: Row[Any] | Record) -> Item:
-    return Item(**{name: row._mapping[name] for name in _ITEM_FIELDS})
+def _item(row: Record) -> Item:
+    return Item(**{name: row[name] for name in _ITEM_FIELDS})
+
+
+def _first(rows: list[Record]) -> Record | None:
+    return rows[0] if rows else None
+
+
+def _scalar(rows: list[Record]) -> Any:
+    """The first column of the only row."""
+    (row,) = rows
+    return next(iter(row.values()))
 
 
 def _logged(

@@ -28,6 +28,7 @@ from api.client import (
 from api.schemas import ItemOut
 from db import queue
 from db.engine import create_engine
+from db.unit import Transaction
 from tests.conftest import start_server, stop_server
 from tests.support import seed_items, wait_for
 
@@ -58,7 +59,10 @@ def aggressive_reclaimer(db_url: str, stop: threading.Event, grace_s: float) -> 
             while not stop.is_set():
                 async with engine.begin() as conn:
                     await queue.reclaim_expired(
-                        conn, reclaim_batch=1000, grace=timedelta(seconds=grace_s), actor="test-reclaimer"
+                        Transaction(conn),
+                        reclaim_batch=1000,
+                        grace=timedelta(seconds=grace_s),
+                        actor="test-reclaimer",
                     )
                 await asyncio.sleep(0.1)
         finally:

@@ -14,7 +14,8 @@ from fastapi.testclient import TestClient
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from db import queue
-from db.engine import create_engine, transaction
+from db.engine import create_engine, unit_of_work
+from db.unit import Transaction
 from tests.support import backdate_lease, lock_waiters, seed_items
 from tests.support.api import Auth, assert_problem
 
@@ -191,18 +192,23 @@ async def test_a_batch_queued_behind_the_same_batch_answers_already_resolved(
     seed_items(sql, 3)
     async with engine.begin() as conn:
         held = await queue.lease_items(
-            conn, reviewer="alice", batch_size=3, lease_duration=timedelta(seconds=30), cap=100
+            Transaction(conn), reviewer="alice", batch_size=3, lease_duration=timedelta(seconds=30), cap=100
         )
     completions = [queue.Completion(i.id, "APPROVED", None, i.lease_nonce) for i in held]
 
     async def batch() -> list[tuple[str, queue.Item | None]]:
         async with engine.begin() as conn:
-            return list(await queue.complete_items(conn, completions=completions, reviewer="alice"))
+            return list(
+                await queue.complete_items(Transaction(conn), completions=completions, reviewer="alice")
+            )
 
     async with engine.connect() as first:
         tx = await first.begin()
         assert [
-            o for o, _ in await queue.complete_items(first, completions=completions, reviewer="alice")
+            o
+            for o, _ in await queue.complete_items(
+                Transaction(first), completions=completions, reviewer="alice"
+            )
         ] == ["resolved"] * 3
         second = asyncio.create_task(batch())
         deadline = asyncio.get_running_loop().time() + 30
@@ -223,19 +229,21 @@ async def test_a_batch_behind_a_reclaim_in_flight_resolves_nothing_it_lost(
     seed_items(sql, 2)
     async with engine.begin() as conn:
         kept, lost = await queue.lease_items(
-            conn, reviewer="alice", batch_size=2, lease_duration=timedelta(seconds=30), cap=100
+            Transaction(conn), reviewer="alice", batch_size=2, lease_duration=timedelta(seconds=30), cap=100
         )
     backdate_lease(sql, lost.id)
 
     async def batch() -> list[tuple[str, queue.Item | None]]:
         async with engine.begin() as conn:
             completions = [queue.Completion(i.id, "APPROVED", None, i.lease_nonce) for i in (kept, lost)]
-            return list(await queue.complete_items(conn, completions=completions, reviewer="alice"))
+            return list(
+                await queue.complete_items(Transaction(conn), completions=completions, reviewer="alice")
+            )
 
     async with engine.connect() as reclaimer:
         tx = await reclaimer.begin()
         reclaimed = await queue.reclaim_expired(
-            reclaimer, reclaim_batch=10, grace=timedelta(seconds=45), actor="reclaimer"
+            Transaction(reclaimer), reclaim_batch=10, grace=timedelta(seconds=45), actor="reclaimer"
         )
         assert [r.id for r in reclaimed] == [lost.id]
         completion = asyncio.create_task(batch())
@@ -258,7 +266,7 @@ async def test_log_lines_only_after_the_commit(
     seed_items(sql, 2)
     async with engine.begin() as conn:
         one, two = await queue.lease_items(
-            conn, reviewer="alice", batch_size=2, lease_duration=timedelta(seconds=30), cap=100
+            Transaction(conn), reviewer="alice", batch_size=2, lease_duration=timedelta(seconds=30), cap=100
         )
     caplog.set_level(logging.INFO, logger="reconciliation.review_queue.lease")
 
@@ -266,18 +274,18 @@ async def test_log_lines_only_after_the_commit(
         return [r.__dict__["item_id"] for r in caplog.records if r.getMessage() == "review_item_resolved"]
 
     async def rolled_back() -> None:
-        async with transaction(engine, lock_timeout_ms=1000, statement_timeout_ms=5000) as conn:
+        async with unit_of_work(engine, lock_timeout_ms=1000, statement_timeout_ms=5000) as unit:
             await queue.complete_item(
-                conn, item_id=one.id, reviewer="alice", resolution="MATCH_CONFIRMED", note=None
+                unit, item_id=one.id, reviewer="alice", resolution="MATCH_CONFIRMED", note=None
             )
             raise RuntimeError("the commit never happens")
 
     with pytest.raises(RuntimeError):
         await rolled_back()
     assert resolved_lines() == []
-    async with transaction(engine, lock_timeout_ms=1000, statement_timeout_ms=5000) as conn:
+    async with unit_of_work(engine, lock_timeout_ms=1000, statement_timeout_ms=5000) as unit:
         await queue.complete_item(
-            conn, item_id=two.id, reviewer="alice", resolution="MATCH_CONFIRMED", note=None
+            unit, item_id=two.id, reviewer="alice", resolution="MATCH_CONFIRMED", note=None
         )
         assert resolved_lines() == [], "logged before the commit"
     assert resolved_lines() == [str(two.id)]

@@ -11,6 +11,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from db import queue
 from db.engine import create_engine, transaction
+from db.unit import Transaction
 from tests.support import seed_items
 
 pytestmark = pytest.mark.anyio
@@ -56,7 +57,7 @@ async def test_statements_share_one_transaction_and_commit_together(
         first = await conn.execute(text("SELECT txid_current()"))
         second = await conn.execute(text("SELECT txid_current()"))
         assert first.scalar_one() == second.scalar_one()
-        await queue.lease_items(conn, reviewer="ann", batch_size=2, lease_duration=LEASE, cap=10)
+        await queue.lease_items(Transaction(conn), reviewer="ann", batch_size=2, lease_duration=LEASE, cap=10)
         # Not visible to anyone else before the commit.
         assert sql.execute("SELECT count(*) FROM review_queue_item WHERE state = 'ASSIGNED'").fetchone() == (
             0,
@@ -70,13 +71,17 @@ async def test_an_error_rolls_everything_back_and_the_connection_is_clean(
     seed_items(sql, 2)
     with pytest.raises(RuntimeError, match="boom"):  # noqa: PT012 - the error must escape the transaction
         async with limits(engine) as conn:
-            await queue.lease_items(conn, reviewer="ann", batch_size=2, lease_duration=LEASE, cap=10)
+            await queue.lease_items(
+                Transaction(conn), reviewer="ann", batch_size=2, lease_duration=LEASE, cap=10
+            )
             raise RuntimeError("boom")
     assert sql.execute("SELECT count(*) FROM review_queue_item WHERE state = 'PENDING'").fetchone() == (2,)
     assert sql.execute("SELECT count(*) FROM review_queue_event WHERE event = 'LEASED'").fetchone() == (0,)
     async with limits(engine) as conn:
         # The pooled connection came back outside any transaction: this is a new one.
-        leased = await queue.lease_items(conn, reviewer="bob", batch_size=2, lease_duration=LEASE, cap=10)
+        leased = await queue.lease_items(
+            Transaction(conn), reviewer="bob", batch_size=2, lease_duration=LEASE, cap=10
+        )
     assert len(leased) == 2
 
 

@@ -12,6 +12,7 @@ from sqlalchemy import text
 
 from db import feed, queue
 from db.engine import create_engine, transaction
+from db.unit import Transaction
 from tests.support.api import item_body
 from tests.support.postgres import libpq
 
@@ -150,7 +151,7 @@ def test_an_items_events_come_in_their_own_order_when_a_lower_xid_writes_later(
                 assert renewed.status_code == 200, renewed.text
                 assert client.post(f"/items/{other['id']}/renew", headers=alice).status_code == 200
                 outcome, _, _ = await queue.admin_release_item(
-                    conn, item_id=x["id"], actor="ada", reason="inverted"
+                    Transaction(conn), item_id=x["id"], actor="ada", reason="inverted"
                 )
                 assert outcome == "done"
         finally:

@@ -13,6 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from db import queue
 from db.engine import create_engine
+from db.unit import Transaction
 from tests.support import LONG, backdate_lease, lock_waiters, seed_items
 
 pytestmark = pytest.mark.anyio
@@ -32,7 +33,7 @@ async def engine(db_url: str) -> AsyncIterator[AsyncEngine]:
 async def lease(engine: AsyncEngine, reviewer: str, batch_size: int) -> list[queue.Item]:
     async with engine.begin() as conn:
         return await queue.lease_items(
-            conn, reviewer=reviewer, batch_size=batch_size, lease_duration=LEASE, cap=CAP
+            Transaction(conn), reviewer=reviewer, batch_size=batch_size, lease_duration=LEASE, cap=CAP
         )
 
 
@@ -49,7 +50,7 @@ async def test_two_workers_never_double_lease(engine: AsyncEngine, sql: psycopg.
     async with engine.connect() as conn_a, engine.connect() as conn_b:
         tx_a = await conn_a.begin()
         batch_a = await queue.lease_items(
-            conn_a, reviewer="worker-a", batch_size=20, lease_duration=LEASE, cap=CAP
+            Transaction(conn_a), reviewer="worker-a", batch_size=20, lease_duration=LEASE, cap=CAP
         )
         # A is still open: its 20 rows are locked and, to everybody else, still PENDING.
         pending = sql.execute("SELECT count(*) FROM review_queue_item WHERE state = 'PENDING'").fetchone()
@@ -57,7 +58,7 @@ async def test_two_workers_never_double_lease(engine: AsyncEngine, sql: psycopg.
         async with conn_b.begin():
             await conn_b.exec_driver_sql(f"SET LOCAL lock_timeout = {NO_WAIT_MS}")
             batch_b = await queue.lease_items(
-                conn_b, reviewer="worker-b", batch_size=40, lease_duration=LEASE, cap=CAP
+                Transaction(conn_b), reviewer="worker-b", batch_size=40, lease_duration=LEASE, cap=CAP
             )
         assert tx_a.is_active, "A must still be open while B leases"
         await tx_a.commit()
@@ -100,7 +101,7 @@ def _thread_worker(
             while True:
                 async with engine.begin() as conn:
                     batch = await queue.lease_items(
-                        conn, reviewer=name, batch_size=batch_size, lease_duration=LEASE, cap=CAP
+                        Transaction(conn), reviewer=name, batch_size=batch_size, lease_duration=LEASE, cap=CAP
                     )
                 if not batch:
                     return
@@ -108,7 +109,11 @@ def _thread_worker(
                     leased.append(str(item.id))
                     async with engine.begin() as conn:
                         outcome, _ = await queue.complete_item(
-                            conn, item_id=item.id, reviewer=name, resolution="APPROVED", note=None
+                            Transaction(conn),
+                            item_id=item.id,
+                            reviewer=name,
+                            resolution="APPROVED",
+                            note=None,
                         )
                     assert outcome == "resolved", outcome
         finally:
@@ -155,7 +160,9 @@ async def test_reclaim_returns_only_leases_past_the_grace(
     backdate_lease(sql, stale.id, seconds=46)
     backdate_lease(sql, fresh_expired.id, seconds=44)
     async with engine.begin() as conn:
-        reclaimed = await queue.reclaim_expired(conn, reclaim_batch=100, grace=GRACE, actor="reclaimer")
+        reclaimed = await queue.reclaim_expired(
+            Transaction(conn), reclaim_batch=100, grace=GRACE, actor="reclaimer"
+        )
     assert [r.id for r in reclaimed] == [stale.id]
     row = sql.execute(
         "SELECT state, leased_by, leased_at, lease_expires_at FROM review_queue_item WHERE id = %s",
@@ -176,7 +183,9 @@ async def test_reclaim_is_oldest_expiry_first_and_bounded(
     for age, item in zip([100, 300, 200, 500, 400], leased, strict=True):
         backdate_lease(sql, item.id, seconds=age)
     async with engine.begin() as conn:
-        reclaimed = await queue.reclaim_expired(conn, reclaim_batch=3, grace=GRACE, actor="reclaimer")
+        reclaimed = await queue.reclaim_expired(
+            Transaction(conn), reclaim_batch=3, grace=GRACE, actor="reclaimer"
+        )
     assert [r.id for r in reclaimed] == [leased[3].id, leased[4].id, leased[1].id]
 
 
@@ -189,12 +198,12 @@ async def test_reclaim_skips_a_row_locked_by_a_completion_in_flight(
     async with engine.connect() as holder:
         tx = await holder.begin()
         outcome, _ = await queue.complete_item(
-            holder, item_id=item.id, reviewer="alice", resolution="APPROVED", note=None
+            Transaction(holder), item_id=item.id, reviewer="alice", resolution="APPROVED", note=None
         )
         assert outcome == "resolved"
         async with engine.begin() as conn:
             reclaimed = await asyncio.wait_for(
-                queue.reclaim_expired(conn, reclaim_batch=10, grace=GRACE, actor="reclaimer"), 5
+                queue.reclaim_expired(Transaction(conn), reclaim_batch=10, grace=GRACE, actor="reclaimer"), 5
             )
         assert reclaimed == [], "reclaim must skip the locked row, not wait for it"
         await tx.commit()
@@ -215,12 +224,14 @@ async def test_a_completion_queued_behind_a_reclaim_in_flight_loses(
     async def complete() -> tuple[str, queue.Item | None]:
         async with engine.begin() as conn:
             return await queue.complete_item(
-                conn, item_id=item.id, reviewer="alice", resolution="APPROVED", note=None
+                Transaction(conn), item_id=item.id, reviewer="alice", resolution="APPROVED", note=None
             )
 
     async with engine.connect() as reclaimer:
         tx = await reclaimer.begin()
-        reclaimed = await queue.reclaim_expired(reclaimer, reclaim_batch=10, grace=GRACE, actor="reclaimer")
+        reclaimed = await queue.reclaim_expired(
+            Transaction(reclaimer), reclaim_batch=10, grace=GRACE, actor="reclaimer"
+        )
         assert [r.id for r in reclaimed] == [item.id]
         completion = asyncio.create_task(complete())
         deadline = asyncio.get_running_loop().time() + 30
@@ -243,12 +254,19 @@ async def test_late_completion_after_reclaim_matches_nothing(
     (item,) = await lease(engine, "alice", 1)
     backdate_lease(sql)
     async with engine.begin() as conn:
-        assert len(await queue.reclaim_expired(conn, reclaim_batch=10, grace=GRACE, actor="reclaimer")) == 1
+        assert (
+            len(
+                await queue.reclaim_expired(
+                    Transaction(conn), reclaim_batch=10, grace=GRACE, actor="reclaimer"
+                )
+            )
+            == 1
+        )
     (again,) = await lease(engine, "bob", 1)
     assert again.id == item.id
     async with engine.begin() as conn:
         outcome, current = await queue.complete_item(
-            conn, item_id=item.id, reviewer="alice", resolution="APPROVED", note=None
+            Transaction(conn), item_id=item.id, reviewer="alice", resolution="APPROVED", note=None
         )
     assert outcome == "lease_not_held"
     assert current is not None and current.leased_by == "bob" and current.state == "ASSIGNED"

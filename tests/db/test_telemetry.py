@@ -1,5 +1,5 @@
 """A log line (or a metric) that says something happened describes a committed change: inside
-`db.engine.transaction` the reports wait for the COMMIT, and a transaction that rolls back reports
+`db.engine.unit_of_work` the reports wait for the COMMIT, and a transaction that rolls back reports
 nothing. Each maker-checker transition is checked both ways."""
 
 import logging
@@ -8,16 +8,17 @@ from datetime import timedelta
 
 import psycopg
 import pytest
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from db import queue
-from db.engine import create_engine, transaction
+from db.engine import create_engine, unit_of_work
+from db.unit import Transaction, Unit
 from tests.support import seed_items
 
 pytestmark = pytest.mark.anyio
 
 LEASE = timedelta(seconds=30)
-Change = Callable[[AsyncConnection], Awaitable[object]]
+Change = Callable[[Unit], Awaitable[object]]
 
 
 @pytest.fixture
@@ -28,8 +29,8 @@ async def engine(db_url: str) -> AsyncIterator[AsyncEngine]:
 
 
 async def _in_transaction(engine: AsyncEngine, change: Change, *, commit: bool) -> None:
-    async with transaction(engine, lock_timeout_ms=1000, statement_timeout_ms=5000) as conn:
-        await change(conn)
+    async with unit_of_work(engine, lock_timeout_ms=1000, statement_timeout_ms=5000) as unit:
+        await change(unit)
         if not commit:
             raise RuntimeError("the commit never happens")
 
@@ -46,8 +47,8 @@ async def _check_reported_after_commit_only(
         await _in_transaction(engine, change, commit=False)
     assert _lines(caplog, message) == [], f"{message} logged for a change that was rolled back"
 
-    async def change_then_look(conn: AsyncConnection) -> None:
-        await change(conn)
+    async def change_then_look(unit: Unit) -> None:
+        await change(unit)
         assert _lines(caplog, message) == [], f"{message} logged before the commit"
 
     await _in_transaction(engine, change_then_look, commit=True)
@@ -57,7 +58,12 @@ async def _check_reported_after_commit_only(
 async def _lease(engine: AsyncEngine, reviewer: str, queue_name: queue.Queue = "review") -> queue.Item:
     async with engine.begin() as conn:
         (leased,) = await queue.lease_items(
-            conn, reviewer=reviewer, batch_size=1, lease_duration=LEASE, cap=100, queue=queue_name
+            Transaction(conn),
+            reviewer=reviewer,
+            batch_size=1,
+            lease_duration=LEASE,
+            cap=100,
+            queue=queue_name,
         )
     return leased
 
@@ -68,7 +74,11 @@ async def _submitted(engine: AsyncEngine, sql: psycopg.Connection) -> queue.Item
     leased = await _lease(engine, "alice")
     async with engine.begin() as conn:
         outcome, _ = await queue.complete_item(
-            conn, item_id=leased.id, reviewer="alice", resolution="ADJUSTMENT_POSTED", note="JE-1"
+            Transaction(conn),
+            item_id=leased.id,
+            reviewer="alice",
+            resolution="ADJUSTMENT_POSTED",
+            note="JE-1",
         )
     assert outcome == "submitted_for_approval"
     return leased
@@ -81,9 +91,9 @@ async def test_a_submission_is_reported_only_after_its_commit(
     seed_items(sql, 1, amount="25000.00")
     leased = await _lease(engine, "alice")
 
-    async def submit(conn: AsyncConnection) -> None:
+    async def submit(unit: Unit) -> None:
         outcome, _ = await queue.complete_item(
-            conn, item_id=leased.id, reviewer="alice", resolution="ADJUSTMENT_POSTED", note="JE-1"
+            unit, item_id=leased.id, reviewer="alice", resolution="ADJUSTMENT_POSTED", note="JE-1"
         )
         assert outcome == "submitted_for_approval"
 
@@ -99,8 +109,8 @@ async def test_an_approval_is_reported_only_after_its_commit(
     proposal = await _submitted(engine, sql)
     await _lease(engine, "bob", "approval")
 
-    async def approve(conn: AsyncConnection) -> None:
-        outcome, _ = await queue.approve_item(conn, item_id=proposal.id, approver="bob")
+    async def approve(unit: Unit) -> None:
+        outcome, _ = await queue.approve_item(unit, item_id=proposal.id, approver="bob")
         assert outcome == "approved"
 
     await _check_reported_after_commit_only(engine, caplog, "review_item_approved", approve, str(proposal.id))
@@ -113,8 +123,8 @@ async def test_a_rejection_is_reported_only_after_its_commit(
     proposal = await _submitted(engine, sql)
     await _lease(engine, "bob", "approval")
 
-    async def reject(conn: AsyncConnection) -> None:
-        outcome, _ = await queue.reject_item(conn, item_id=proposal.id, approver="bob", reason="no")
+    async def reject(unit: Unit) -> None:
+        outcome, _ = await queue.reject_item(unit, item_id=proposal.id, approver="bob", reason="no")
         assert outcome == "rejected"
 
     await _check_reported_after_commit_only(engine, caplog, "review_item_rejected", reject, str(proposal.id))
