@@ -17,7 +17,7 @@ import httpx
 import psycopg
 import pytest
 
-from api.client import ReviewQueueClient
+from client import ReviewQueueClient
 from tests.api.helpers import item_body
 from tests.conftest import LONG, OwnPostgres, libpq, start_server, stop_server
 from tests.support import backdate_lease, seed_items, wait_for

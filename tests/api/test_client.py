@@ -1,4 +1,4 @@
-"""api/client.py against a real server: typed errors, and the work loop under short leases."""
+"""The client package (client/) against a real server: typed errors, and the work loop under short leases."""
 
 import asyncio
 import threading
@@ -13,7 +13,7 @@ import httpx
 import psycopg
 import pytest
 
-from api.client import (
+from client import (
     AlreadyHeld,
     AsyncReviewQueueClient,
     Forbidden,
@@ -25,7 +25,7 @@ from api.client import (
     SourceChanged,
     Unauthenticated,
 )
-from api.schemas import ItemOut
+from client.models import ItemOut
 from db import queue
 from db.engine import create_engine
 from tests.conftest import start_server, stop_server
@@ -487,7 +487,7 @@ def test_verify_webhook_takes_a_genuine_delivery_and_refuses_a_forged_one() -> N
 
     from standardwebhooks import Webhook
 
-    from api.client import InvalidWebhook, verify_webhook
+    from client import InvalidWebhook, verify_webhook
 
     secret = "whsec_" + "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
     body = b'{"type":"item.resolved","timestamp":"2026-12-03T09:05:12+00:00","data":{}}'
@@ -570,8 +570,8 @@ def test_lease_not_held_says_when_the_reclaimer_took_the_lease_back(
 def test_reports_and_the_streamed_decisions(live_server: str, make_token: Callable[[str, str], str]) -> None:
     from datetime import UTC, date, datetime
 
-    from api.client import Forbidden
-    from api.schemas import DecisionRowOut
+    from client import Forbidden
+    from client.models import DecisionRowOut
 
     with (
         ReviewQueueClient(live_server, make_token("ingest", "ingest")) as ingest,

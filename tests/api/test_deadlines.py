@@ -15,7 +15,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from api.app import create_app
-from api.client import ReviewQueueClient
+from client import ReviewQueueClient
 from api.settings import Settings, load_settings, parse_sla_tiers, sla_hours
 from tests.api.helpers import assert_problem, item_body
 from tests.conftest import make_settings

@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from api.app import create_app
-from api.client import ReviewQueueClient
+from client import ReviewQueueClient
 from api.schemas import ItemOut
 from tests.api.helpers import assert_problem, item_body
 from tests.conftest import make_settings
