@@ -15,8 +15,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 from api.app import create_app
-from client import ReviewQueueClient
 from api.settings import Settings, load_settings, parse_sla_tiers, sla_hours
+from client import ReviewQueueClient
 from tests.api.helpers import assert_problem, item_body
 from tests.conftest import make_settings
 from tests.support import wait_for

@@ -18,8 +18,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from api.app import create_app
-from client import ReviewQueueClient
 from api.schemas import ItemOut
+from client import ReviewQueueClient
 from tests.api.helpers import assert_problem, item_body
 from tests.conftest import make_settings
 from tests.support import backdate_lease, seed_items
