@@ -386,8 +386,9 @@ def test_batch_mode_flushes_on_stop_and_a_crash_loses_nothing(
         assert states == [("ASSIGNED", 6)], states
 
         sql.execute("UPDATE review_queue_item SET lease_expires_at = now() - interval '1 hour'")
-        with ReviewQueueClient(live_server, make_token("admin", "admin")) as admin:
-            assert admin._call("POST", "/admin/reclaim", {})["reclaimed"] == 6
+        admin = {"Authorization": f"Bearer {make_token('admin', 'admin')}"}
+        reclaimed = httpx.post(f"{live_server}/admin/reclaim", json={}, headers=admin)
+        assert reclaimed.json()["reclaimed"] == 6, reclaimed.text
 
         def stopping(item: ItemOut) -> str:
             handled.append(item.idempotency_key)
