@@ -32,9 +32,9 @@ test-long: install
 	REVIEW_QUEUE_TEST_LONG=1 $(RUN) pytest -n $(TEST_WORKERS)
 
 lint: install
-	$(RUN) ruff check api db cli bench tests alembic
-	$(RUN) ruff format --check api db cli bench tests alembic
-	$(RUN) mypy api db cli bench
+	$(RUN) ruff check api db cli bench client tests alembic
+	$(RUN) ruff format --check api db cli bench client tests alembic
+	$(RUN) mypy api db cli bench client
 
 fmt: install
 	$(RUN) ruff format api db cli bench tests alembic

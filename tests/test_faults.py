@@ -17,7 +17,7 @@ import httpx
 import psycopg
 import pytest
 
-from api.client import ReviewQueueClient
+from client import ReviewQueueClient
 from tests.support import LONG, backdate_lease, seed_items, wait_for
 from tests.support.api import item_body
 from tests.support.postgres import libpq

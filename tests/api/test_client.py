@@ -1,4 +1,4 @@
-"""api/client.py against a real server: typed errors, and the work loop under short leases."""
+"""The client package (client/) against a real server: typed errors, and the work loop under short leases."""
 
 import asyncio
 import threading
@@ -13,7 +13,7 @@ import httpx
 import psycopg
 import pytest
 
-from api.client import (
+from client import (
     AlreadyHeld,
     AsyncReviewQueueClient,
     Forbidden,
@@ -25,12 +25,12 @@ from api.client import (
     SourceChanged,
     Unauthenticated,
 )
-from api.schemas import ItemOut
+from client.models import ItemOut
 from db import queue
 from db.engine import create_engine
 from db.unit import Transaction
-from tests.conftest import start_server, stop_server
 from tests.support import seed_items, wait_for
+from tests.support.servers import start_server, stop_server
 
 LEASE_S = 1  # REVIEW_QUEUE_LOCK_TIMEOUT_MS, the minimum: the client renews every LEASE_S / 3
 # The test reclaimer takes a lease back once it is expired for longer than this: a renewal may be up to
@@ -390,8 +390,9 @@ def test_batch_mode_flushes_on_stop_and_a_crash_loses_nothing(
         assert states == [("ASSIGNED", 6)], states
 
         sql.execute("UPDATE review_queue_item SET lease_expires_at = now() - interval '1 hour'")
-        with ReviewQueueClient(live_server, make_token("admin", "admin")) as admin:
-            assert admin._call("POST", "/admin/reclaim", {})["reclaimed"] == 6
+        admin = {"Authorization": f"Bearer {make_token('admin', 'admin')}"}
+        reclaimed = httpx.post(f"{live_server}/admin/reclaim", json={}, headers=admin)
+        assert reclaimed.json()["reclaimed"] == 6, reclaimed.text
 
         def stopping(item: ItemOut) -> str:
             handled.append(item.idempotency_key)
@@ -491,7 +492,7 @@ def test_verify_webhook_takes_a_genuine_delivery_and_refuses_a_forged_one() -> N
 
     from standardwebhooks import Webhook
 
-    from api.client import InvalidWebhook, verify_webhook
+    from client import InvalidWebhook, verify_webhook
 
     secret = "whsec_" + "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
     body = b'{"type":"item.resolved","timestamp":"2026-12-03T09:05:12+00:00","data":{}}'
@@ -574,8 +575,8 @@ def test_lease_not_held_says_when_the_reclaimer_took_the_lease_back(
 def test_reports_and_the_streamed_decisions(live_server: str, make_token: Callable[[str, str], str]) -> None:
     from datetime import UTC, date, datetime
 
-    from api.client import Forbidden
-    from api.schemas import DecisionRowOut
+    from client import Forbidden
+    from client.models import DecisionRowOut
 
     with (
         ReviewQueueClient(live_server, make_token("ingest", "ingest")) as ingest,

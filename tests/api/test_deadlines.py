@@ -15,8 +15,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 from api.app import create_app
-from api.client import ReviewQueueClient
 from api.settings import Settings, load_settings, parse_sla_tiers, sla_hours
+from client import ReviewQueueClient
 from tests.support import wait_for
 from tests.support.api import Auth, assert_problem, enqueue, item_body
 from tests.support.postgres import make_settings

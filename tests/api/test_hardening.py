@@ -18,8 +18,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from api.app import create_app
-from api.client import ReviewQueueClient
 from api.schemas import ItemOut
+from client import ReviewQueueClient
 from tests.support import backdate_lease, seed_items
 from tests.support.api import assert_problem, item_body
 from tests.support.postgres import make_settings

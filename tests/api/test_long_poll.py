@@ -220,7 +220,7 @@ def two_tokens(make_token: Callable[[str, str], str]) -> dict[str, str]:
 async def test_the_async_work_loop_waits_with_wait_s_and_stop_ends_the_wait(
     live_server: str, two_tokens: dict[str, str]
 ) -> None:
-    from api.client import AsyncReviewQueueClient
+    from client import AsyncReviewQueueClient
 
     admin = {"Authorization": f"Bearer {two_tokens['admin']}"}
     seen: list[str] = []

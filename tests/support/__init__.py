@@ -69,6 +69,7 @@ SLOW = (
     "api/test_fuzz.py",
     "api/test_oidc.py",
     "api/test_client.py",
+    "client/test_package.py",
     "test_faults.py",
     "test_webhook_faults.py",
     "test_pgbouncer.py",

@@ -1,0 +1,420 @@
+"""The synchronous client: each method carries one request of `client.calls` over httpx.Client."""
+
+import contextlib
+import logging
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from datetime import date
+from decimal import Decimal
+from typing import Any, TypeVar
+from uuid import UUID
+
+import httpx
+
+from client import calls
+from client.calls import MAX_COMPLETE_ITEMS, Call, Completion, Page, Token
+from client.errors import LeaseNotHeld, ReviewQueueError, SourceChanged, raise_for_problem, retryable
+from client.models import (
+    ApproveOut,
+    BacklogOut,
+    CompleteOut,
+    CompleteResult,
+    DecisionOut,
+    DecisionRowOut,
+    EventOut,
+    FeedEventOut,
+    ItemOut,
+    ReleasedOut,
+    ResolutionCodeOut,
+    ResolutionPolicyOut,
+    RevisionOut,
+    SlaOut,
+    ThroughputOut,
+)
+from client.webhooks import verify_webhook
+from client.work import (
+    CHANGED_BEFORE_FLUSH,
+    KEPT_CHANGING,
+    MAX_REDECISIONS,
+    Failed,
+    HandlerResult,
+    WorkStats,
+    failure_backoff,
+    handler_failed,
+    renew_interval,
+    resolution,
+    tally,
+)
+
+T = TypeVar("T")
+log = logging.getLogger("review_queue.client")
+
+
+class ReviewQueueClient:
+    """Synchronous client. Pass `http` to reuse an httpx.Client (it must carry no auth)."""
+
+    def __init__(
+        self,
+        base_url: str,
+        token: Token,
+        *,
+        timeout: float = 10.0,
+        retries: int = 3,
+        http: httpx.Client | None = None,
+    ) -> None:
+        self._http = http or httpx.Client(base_url=base_url, timeout=timeout)
+        self._token = token
+        self._retries = retries
+        self._stop = threading.Event()
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> "ReviewQueueClient":
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def _send(self, call: Call[T]) -> T:
+        for attempt in range(self._retries + 1):
+            try:
+                response = self._http.request(
+                    call.method,
+                    call.path,
+                    json=call.body,
+                    headers=calls.auth(self._token),
+                    timeout=calls.timeout(self._http, call.wait_s),
+                )
+                raise_for_problem(response)
+                return call.read(response.json())
+            except Exception as error:
+                if not retryable(error) or attempt == self._retries:
+                    raise
+                time.sleep(calls.backoff(attempt))
+        raise AssertionError("unreachable")
+
+    def _every_page(self, page: Callable[[str | None], Call[Page[T]]]) -> list[T]:
+        rows: list[T] = []
+        cursor = None
+        while True:
+            answer = self._send(page(cursor))
+            rows += answer.rows
+            if (cursor := answer.next_cursor) is None:
+                return rows
+
+    def enqueue(self, **fields: Any) -> ItemOut:
+        return self._send(calls.enqueue(fields))
+
+    def lease(
+        self,
+        batch_size: int | None = None,
+        *,
+        wait_s: int = 0,
+        ledger_entity: str | None = None,
+        queue: str = "review",
+        item_id: UUID | None = None,
+    ) -> list[ItemOut]:
+        """Lease up to batch_size items (of ledger_entity only, when given; exactly item_id, when
+        given, or nothing), earliest due first; with wait_s (0-20), wait that long for work to
+        arrive. queue="approval" leases other people's proposals awaiting approval (approver,
+        admin). An item you released is not handed back to you within the release cool-off unless
+        you name it."""
+        return self._send(calls.lease(batch_size, wait_s, ledger_entity, queue, item_id))
+
+    def complete(
+        self,
+        item_id: UUID,
+        resolution: str,
+        *,
+        note: str | None = None,
+        lease_token: str | None = None,
+        source_hash: str | None = None,
+    ) -> CompleteOut:
+        """Resolve an item you hold; SourceChanged (with the new item) when its figures changed."""
+        return self._send(calls.complete(item_id, resolution, note, lease_token, source_hash))
+
+    def complete_many(self, completions: Sequence[Completion]) -> list[CompleteResult]:
+        """Up to 200 completions in one request and one transaction; one result per entry, in order
+        (a refused entry has `outcome` "refused" and the `problem` the single route would answer)."""
+        return self._send(calls.complete_many(completions))
+
+    def renew(self, item_id: UUID, *, lease_token: str | None = None) -> ItemOut:
+        return self._send(calls.renew(item_id, lease_token))
+
+    def release(self, item_id: UUID, *, reason: str | None = None, lease_token: str | None = None) -> ItemOut:
+        return self._send(calls.release(item_id, reason, lease_token))
+
+    def requeue(self, item_id: UUID, *, reason: str) -> ItemOut:
+        """Put a QUARANTINED item back in the queue (admin)."""
+        return self._send(calls.requeue(item_id, reason))
+
+    def reopen(self, item_id: UUID, *, reason: str) -> ItemOut:
+        """Put a RESOLVED item back to PENDING; the trail keeps the old decision (admin)."""
+        return self._send(calls.reopen(item_id, reason))
+
+    def approve(self, item_id: UUID, *, lease_token: str | None = None) -> ApproveOut:
+        """Approve a proposal you hold the approval lease of (approver, admin)."""
+        return self._send(calls.approve(item_id, lease_token))
+
+    def reject(self, item_id: UUID, *, reason: str, lease_token: str | None = None) -> ItemOut:
+        """Send a proposal back to PENDING with a reason (approver, admin)."""
+        return self._send(calls.reject(item_id, reason, lease_token))
+
+    def resolutions(self) -> list[ResolutionCodeOut]:
+        """The active resolution codes."""
+        return self._send(calls.resolutions())
+
+    def put_resolution(self, code: str, **fields: Any) -> ResolutionCodeOut:
+        """Create or update a resolution code (admin): label, description, requires_note,
+        approval_threshold (Decimal or None), active."""
+        return self._send(calls.put_resolution(code, fields))
+
+    def resolution_policy(self) -> ResolutionPolicyOut:
+        """The catalogue-wide approval policy: the materiality threshold."""
+        return self._send(calls.resolution_policy())
+
+    def put_resolution_policy(self, materiality_threshold: Decimal | str) -> ResolutionPolicyOut:
+        """Set the materiality threshold (admin): every completion at or above it needs an approver."""
+        return self._send(calls.put_resolution_policy(materiality_threshold))
+
+    def revise(
+        self,
+        item_id: UUID,
+        *,
+        variance_amount: Decimal | str,
+        source_hash: str,
+        match_decision: str | None = None,
+    ) -> RevisionOut:
+        """New figures for an item (ingest, admin); idempotent on source_hash."""
+        return self._send(calls.revise(item_id, variance_amount, source_hash, match_decision))
+
+    def admin_release(self, item_id: UUID, *, reason: str) -> ItemOut:
+        """Hand an item back to the queue, whoever holds it (admin)."""
+        return self._send(calls.admin_release(item_id, reason))
+
+    def admin_release_reviewer(self, reviewer: str, *, reason: str) -> ReleasedOut:
+        """Hand every item `reviewer` holds back to the queue (admin)."""
+        return self._send(calls.admin_release_reviewer(reviewer, reason))
+
+    def reassign(self, item_id: UUID, *, reviewer: str, reason: str) -> ItemOut:
+        """Move an item's lease to `reviewer` (admin)."""
+        return self._send(calls.reassign(item_id, reviewer, reason))
+
+    def get(self, item_id: UUID) -> ItemOut:
+        return self._send(calls.get(item_id))
+
+    def events(self, item_id: UUID) -> list[EventOut]:
+        """The whole audit trail of the item, oldest first (every page)."""
+        return self._every_page(lambda cursor: calls.events_page(item_id, cursor))
+
+    def decisions(self, actor: str = "me") -> list[DecisionOut]:
+        """What `actor` resolved, submitted for approval, approved or rejected, newest first (every
+        page), each with its item as it is now."""
+        return self._every_page(lambda cursor: calls.decisions_page(actor, cursor))
+
+    def feed(
+        self,
+        after: str | None = None,
+        *,
+        wait_s: int = 20,
+        types: Sequence[str] | None = None,
+        limit: int = 100,
+        follow: bool = True,
+    ) -> Iterator[FeedEventOut]:
+        """The change feed (GET /events; roles integration, auditor, admin): every event across items
+        after the cursor `after` (None: from the start), oldest first, each with its item as it is now.
+        Store each event's `cursor` once you have handled it and pass it back as `after` to resume.
+        With `follow` it never ends: it long-polls (`wait_s`) for what comes next; without, it ends
+        when it has caught up. (`events(item_id)` is one item's trail.)"""
+        while True:
+            page = self._send(calls.feed_page(after, limit, types, wait_s if follow else 0))
+            yield from page.events
+            if not page.events and not follow:
+                return
+            after = page.next_cursor
+
+    verify_webhook = staticmethod(verify_webhook)
+    # --- reports (roles auditor and admin; a reviewer's throughput is their own) -----------------
+
+    def report_sla(
+        self, from_: date, to: date, *, bucket: str = "day", tz: str = "UTC", ledger_entity: str | None = None
+    ) -> SlaOut:
+        """SLA attainment per day or week of the local dates [from_, to) in `tz`."""
+        return self._send(calls.report_sla(from_, to, bucket, tz, ledger_entity))
+
+    def report_throughput(
+        self, from_: date, to: date, *, bucket: str = "day", tz: str = "UTC"
+    ) -> ThroughputOut:
+        """Decisions per reviewer per day or week, with the time from lease to decision."""
+        return self._send(calls.report_throughput(from_, to, bucket, tz))
+
+    def report_backlog(self, from_: date, to: date, *, tz: str = "UTC") -> BacklogOut:
+        """Open items by age at the end of each day."""
+        return self._send(calls.report_backlog(from_, to, tz))
+
+    def report_decisions(self, from_: date, to: date, *, tz: str = "UTC") -> Iterator[DecisionRowOut]:
+        """Every decision of the period, streamed (NDJSON): memory stays flat however many there are.
+        A stream cut short raises httpx.RemoteProtocolError rather than ending early."""
+        path = calls.report_path("decisions.ndjson", from_, to, tz=tz)
+        with self._http.stream("GET", path, headers=calls.auth(self._token)) as response:
+            if response.status_code >= 400:
+                response.read()
+                raise_for_problem(response)
+            for line in response.iter_lines():
+                if line:
+                    yield DecisionRowOut.model_validate_json(line)
+
+    def stop(self) -> None:
+        """Ask `work` to finish the item in hand, release the rest of its batch, and return."""
+        self._stop.set()
+
+    # --- the work loop -------------------------------------------------------------------------
+
+    def _flush(
+        self, done: list[tuple[ItemOut, Completion]], held: dict[UUID, ItemOut], stats: WorkStats
+    ) -> None:
+        while done:
+            chunk, done[:] = done[:MAX_COMPLETE_ITEMS], done[MAX_COMPLETE_ITEMS:]
+            results = self.complete_many([c for _, c in chunk])
+            for item, _ in chunk:
+                held.pop(item.id, None)
+            for changed in tally(results, stats):
+                with contextlib.suppress(LeaseNotHeld):
+                    self.release(changed.id, reason=CHANGED_BEFORE_FLUSH, lease_token=changed.lease_token)
+                    stats.released += 1
+
+    @contextlib.contextmanager
+    def _heartbeat(self, held: dict[UUID, ItemOut], lost: set[UUID], every_s: float) -> Iterator[None]:
+        """Renew every item of the batch still in hand, not only the one being handled: the
+        rest of the batch waits behind a slow item and would expire meanwhile."""
+        done = threading.Event()
+
+        def beat() -> None:
+            while not done.wait(every_s):
+                for item in list(held.values()):
+                    try:
+                        self.renew(item.id, lease_token=item.lease_token)
+                    except SourceChanged as changed:
+                        held[item.id] = changed.item  # renewed from now on under the new token
+                    except LeaseNotHeld:
+                        lost.add(item.id)
+                        held.pop(item.id, None)
+                    except (ReviewQueueError, httpx.TransportError) as error:
+                        log.warning("renew_failed", extra={"item_id": str(item.id), "error": str(error)})
+
+        thread = threading.Thread(target=beat, name="review-queue-renew", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            done.set()
+            thread.join()
+
+    def _process(
+        self,
+        item: ItemOut,
+        handler: Callable[[ItemOut], HandlerResult],
+        stats: WorkStats,
+        done: list[tuple[ItemOut, Completion]] | None = None,
+    ) -> Failed | None:
+        for _ in range(MAX_REDECISIONS + 1):
+            try:
+                code, note = resolution(handler(item))
+            except Exception as error:
+                log.exception("handler_failed", extra={"item_id": str(item.id)})
+                return handler_failed(item, error)
+            if done is not None:  # batch mode: completed at the next flush
+                done.append((item, Completion(item.id, code, note, item.lease_token, item.source_hash)))
+                return None
+            try:
+                self.complete(item.id, code, note=note, lease_token=item.lease_token)
+                stats.resolved += 1
+            except LeaseNotHeld:
+                stats.lost += 1
+            except SourceChanged as changed:
+                # The figures changed while the handler decided: decide again on the new ones.
+                item = changed.item
+                stats.revised += 1
+                continue
+            return None
+        return Failed(item, KEPT_CHANGING)
+
+    def _release_all(self, items: list[Failed], stats: WorkStats) -> None:
+        for failed in items:
+            with contextlib.suppress(LeaseNotHeld):
+                try:
+                    self.release(failed.item.id, reason=failed.reason, lease_token=failed.item.lease_token)
+                except SourceChanged as changed:
+                    self.release(failed.item.id, reason=failed.reason, lease_token=changed.item.lease_token)
+                stats.released += 1
+        items.clear()
+
+    def work(
+        self,
+        handler: Callable[[ItemOut], HandlerResult],
+        *,
+        batch_size: int | None = None,
+        wait_s: int = 5,
+        renew_every_s: float | None = None,
+        handle_signals: bool = True,
+        batch_complete: bool = False,
+        ledger_entity: str | None = None,
+    ) -> WorkStats:
+        """Lease (of ledger_entity only, when given) and adjudicate until `stop()` or SIGINT/SIGTERM;
+        returns what happened.
+
+        An empty queue is waited on by the server (`wait_s`, long poll), not by sleeping here;
+        `stop()` takes effect when the current wait ends, within wait_s. With `batch_complete`,
+        results go through POST /items/complete (see the `client` package's docstring)."""
+        stats = WorkStats()
+        self._stop.clear()
+        restore = self._install_signals() if handle_signals else {}
+        failed: list[Failed] = []  # still leased; released once the next lease is taken
+        failures = 0  # batches in a row in which the handler failed
+        try:
+            while not self._stop.is_set():
+                batch = self.lease(batch_size, wait_s=wait_s, ledger_entity=ledger_entity)
+                stats.leased += len(batch)
+                self._release_all(failed, stats)
+                if not batch:
+                    continue
+                held, lost = {i.id: i for i in batch}, set[UUID]()
+                every_s = renew_interval(batch[0], renew_every_s)
+                done: list[tuple[ItemOut, Completion]] | None = [] if batch_complete else None
+                flush_by = time.monotonic() + every_s
+                with self._heartbeat(held, lost, every_s):
+                    for position, item in enumerate(batch):
+                        if self._stop.is_set():
+                            if done:
+                                self._flush(done, held, stats)
+                            self._release_all([Failed(i, "worker stopping") for i in batch[position:]], stats)
+                            break
+                        if item.id in lost:
+                            stats.lost += 1
+                            continue
+                        item = held.get(item.id, item)  # the heartbeat's, if the figures changed
+                        if (failure := self._process(item, handler, stats, done)) is not None:
+                            failed.append(failure)
+                        if done is None or failure is not None:
+                            held.pop(item.id, None)
+                        elif time.monotonic() >= flush_by:  # a renew falls due: complete instead
+                            self._flush(done, held, stats)
+                            flush_by = time.monotonic() + every_s
+                    if done:
+                        self._flush(done, held, stats)
+                failures = failures + 1 if failed else 0
+                if failed:
+                    self._stop.wait(failure_backoff(failures))
+        finally:
+            self._release_all(failed, stats)
+            for signum, previous in restore.items():
+                signal.signal(signum, previous)
+        return stats
+
+    def _install_signals(self) -> dict[int, Any]:
+        if threading.current_thread() is not threading.main_thread():
+            return {}
+        return {sig: signal.signal(sig, lambda *_: self.stop()) for sig in (signal.SIGINT, signal.SIGTERM)}
