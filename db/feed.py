@@ -62,7 +62,7 @@ class Position:
 
     def encode(self) -> str:
         """The opaque cursor: 32 hex digits. Every string of that form (with the id's top bit
-        clear) is a valid position, so the pattern in api/schemas.py is the whole contract."""
+        clear) is a valid position, so the pattern in api/schemas/codecs.py is the whole contract."""
         return f"{self.xid:016x}{self.id:016x}"
 
     @classmethod

@@ -1,5 +1,5 @@
-"""Mutation check: each test the README's Reliability table names must fail when the property it
-proves is broken on purpose.
+"""Mutation check: each test the Reliability table (docs/reliability.md) names must fail when the
+property it proves is broken on purpose.
 
 For every mutant below, the source tree is copied to a temporary directory (the real tree is never
 touched), the bug is applied there by exact text replacement, and the named test runs in the copy
@@ -356,12 +356,10 @@ def test_the_named_test_kills_the_mutant(runs: Runs, mutant: Mutant) -> None:
     )
 
 
-def test_the_readme_names_only_tests_that_exist() -> None:
-    """Every test the README's Reliability section names exists, and every mutant's test is named
+def test_the_reliability_page_names_only_tests_that_exist() -> None:
+    """Every test docs/reliability.md names exists, and every mutant's test is named
     there: the table cannot drift from the suite."""
-    readme = (REPO_ROOT / "README.md").read_text()
-    section = readme[readme.index("## Reliability") :]
-    section = section[: section.index("\n## ", 1)]
+    section = (REPO_ROOT / "docs/reliability.md").read_text()
     named: list[str] = []
     current = ""
     for path, test in re.findall(r"`(tests/[\w/]+\.py)?((?:::\w+)+)?`", section):
@@ -369,7 +367,7 @@ def test_the_readme_names_only_tests_that_exist() -> None:
         if test:
             named.append(f"{current}{test}")
         elif path:
-            assert (REPO_ROOT / path).exists(), f"README names a missing file: {path}"
+            assert (REPO_ROOT / path).exists(), f"docs/reliability.md names a missing file: {path}"
     assert named, "no test named in the Reliability section"
     missing = []
     for node in named:
@@ -377,6 +375,6 @@ def test_the_readme_names_only_tests_that_exist() -> None:
         source = (REPO_ROOT / path).read_text()
         if not all(re.search(rf"^\s*(async def|def|class) {p}\b", source, re.M) for p in parts):
             missing.append(node)
-    assert not missing, f"README names tests that do not exist: {missing}"
+    assert not missing, f"docs/reliability.md names tests that do not exist: {missing}"
     unnamed = [m.test for m in MUTANTS if m.test not in named]
-    assert not unnamed, f"mutation-checked tests missing from the README: {unnamed}"
+    assert not unnamed, f"mutation-checked tests missing from docs/reliability.md: {unnamed}"

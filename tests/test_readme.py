@@ -1,12 +1,13 @@
-"""The README's curl walk-through, run as written against a live server, so the docs cannot drift.
+"""The docs' shell and Python snippets, run as written against a live server, so they cannot drift.
 
-Every ```sh block of the "Walk-through with curl" section is cut into its commands, in order; the
+Every ```sh block of docs/walkthrough.md (the curl walk-through) is cut into its commands, in order; the
 commands run in one bash session (with the dev tokens exported as `make run` prints them, and PORT
 set to the test's server), and each command's answer is checked. The walk-through runs twice over
 the same server and database, as a person who tries it again the next day does: every answer is
 checked both times, and neither run may print a traceback. A changed, added or removed command fails
 the test until the expectations below say what it should answer. The snippets need curl and python3
-(jq is not assumed): the test fails, and says so, without curl.
+(jq is not assumed): the test fails, and says so, without curl. The README's short sample (enqueue,
+lease, complete) is run the same way, and docs/client.md's two Python examples as programs.
 """
 
 import contextlib
@@ -30,13 +31,11 @@ from tests.support import wait_for
 from tests.support.servers import free_port
 
 README = (REPO_ROOT / "README.md").read_text()
+WALKTHROUGH = (REPO_ROOT / "docs/walkthrough.md").read_text()
+CLIENT = (REPO_ROOT / "docs/client.md").read_text()
 END = "@@end-of-command@@"
-
-
-def section(title: str) -> str:
-    start = README.index(f"\n## {title}\n")
-    end = README.find("\n## ", start + 1)
-    return README[start : end if end != -1 else None]
+# The README's first block: the two commands, which `make` itself and CI (`.ci/run`) run.
+README_COMMANDS = ["make run", "make test"]
 
 
 def sh_blocks(text: str) -> list[str]:
@@ -58,7 +57,7 @@ def commands(block: str) -> list[str]:
             continue
         found.append(pending.rstrip("\n"))
         pending = ""
-    assert not pending, f"unterminated command in the README: {pending}"
+    assert not pending, f"unterminated command in the docs: {pending}"
     return found
 
 
@@ -70,7 +69,7 @@ def _empty(out: str) -> None:
     assert out.strip() == "", out
 
 
-# (a fragment of the command, a check of its answer), in README order.
+# (a fragment of the command, a check of its answer), in the walk-through's order.
 Check = Callable[[str, dict[str, Any]], None]
 
 
@@ -287,36 +286,50 @@ EXPECTED: list[tuple[str, Check]] = [
 
 
 def _serve_blocks() -> list[str]:
-    return [b for b in sh_blocks(section("Walk-through with curl")) if "review-queue serve" in b]
+    return [b for b in sh_blocks(WALKTHROUGH) if "review-queue serve" in b]
 
 
 def _walk_through() -> list[str]:
-    blocks = [b for b in sh_blocks(section("Walk-through with curl")) if "review-queue serve" not in b]
+    blocks = [b for b in sh_blocks(WALKTHROUGH) if "review-queue serve" not in b]
     return [command for block in blocks for command in commands(block)]
+
+
+def _readme_sample() -> list[str]:
+    """The README's short curl sample: every sh block but the first (the two commands)."""
+    return [command for block in sh_blocks(README)[1:] for command in commands(block)]
 
 
 def test_the_walk_through_is_what_this_test_checks() -> None:
     walk = _walk_through()
     assert len(walk) == len(EXPECTED), "\n---\n".join(walk)
     for command, (fragment, _) in zip(walk, EXPECTED, strict=True):
-        assert fragment in command, f"expected a command with {fragment!r}, the README has:\n{command}"
-    assert "jq " not in README, "the README's snippets use python3 for JSON, not jq (not on a fresh machine)"
-    assert "uv run" not in README, "uv may not be on PATH on a fresh machine: use .venv/bin or make"
-    assert "localhost:8000" not in section("Walk-through with curl"), "the port is ${PORT:-8000}"
+        assert fragment in command, f"expected a command with {fragment!r}, the docs have:\n{command}"
+
+
+@pytest.mark.parametrize("page", ["README.md", "docs/walkthrough.md", "docs/client.md"])
+def test_the_snippets_need_nothing_a_fresh_machine_lacks(page: str) -> None:
+    text = (REPO_ROOT / page).read_text()
+    assert "jq " not in text, "the snippets use python3 for JSON, not jq (not on a fresh machine)"
+    assert "uv run" not in text, "uv may not be on PATH on a fresh machine: use .venv/bin or make"
+    assert "localhost:8000" not in text, "the port is ${PORT:-8000}"
 
 
 def _needs(tool: str) -> str:
     path = shutil.which(tool)
-    assert path, f"the README walk-through needs {tool} on PATH (apt-get install {tool})"
+    assert path, f"the docs' snippets need {tool} on PATH (apt-get install {tool})"
     return path
 
 
-def test_the_curl_walk_through_answers_as_documented_twice_over_one_database(
-    live_server: str, make_token: Callable[[str, str], str]
+def _run_twice(
+    commands: list[str],
+    expected: list[tuple[str, Check]],
+    live_server: str,
+    make_token: Callable[[str, str], str],
 ) -> None:
+    """Run the commands in one bash session, twice over one database, and check every answer."""
     _needs("curl"), _needs("python3")
     script = ["set -eu -o pipefail"]
-    for command in _walk_through():
+    for command in commands:
         # The RUN suffix is printed, so that the checks know this run's keys.
         script += [
             command,
@@ -336,25 +349,68 @@ def test_the_curl_walk_through_answers_as_documented_twice_over_one_database(
         result = subprocess.run(
             ["bash", "-c", "\n".join(script)], env=env, capture_output=True, text=True, timeout=120
         )
-        assert result.returncode == 0, (
-            f"run {runs} of the walk-through failed:\n{result.stdout}\n{result.stderr}"
-        )
+        assert result.returncode == 0, f"run {runs} of the snippets failed:\n{result.stdout}\n{result.stderr}"
         assert "Traceback" not in result.stderr, f"run {runs}:\n{result.stderr}"
         outputs = result.stdout.split(f"\n{END}\n")
         assert outputs[-1] == "", outputs[-1]
-        assert len(outputs) - 1 == len(EXPECTED), result.stdout
+        assert len(outputs) - 1 == len(expected), result.stdout
         seen: dict[str, Any] = {"runs": runs}
-        for out, (fragment, check) in zip(outputs, EXPECTED, strict=False):
+        for out, (fragment, check) in zip(outputs, expected, strict=False):
             try:
                 check(out, seen)
             except (AssertionError, ValueError, KeyError) as error:
-                raise AssertionError(
-                    f"run {runs}: the README command with {fragment!r} answered:\n{out}"
-                ) from error
+                raise AssertionError(f"run {runs}: the command with {fragment!r} answered:\n{out}") from error
+
+
+def test_the_curl_walk_through_answers_as_documented_twice_over_one_database(
+    live_server: str, make_token: Callable[[str, str], str]
+) -> None:
+    _run_twice(_walk_through(), EXPECTED, live_server, make_token)
+
+
+def _sample_completed(out: str, seen: dict[str, Any]) -> None:
+    body = _json(out)
+    assert body["outcome"] == "resolved", body
+    item = body["item"]
+    assert (item["idempotency_key"], item["state"], item["resolution"], item["resolved_by"]) == (
+        f"ACME-2026-11-30-0042-{seen['run']}",
+        "RESOLVED",
+        "APPROVED",
+        "reviewer",
+    ), item
+
+
+README_SAMPLE: list[tuple[str, Check]] = [
+    ("RUN=$(python3", _run_suffix),
+    ("-X POST localhost:${PORT:-8000}/items ", _enqueued),
+    ("LEASED=$(curl", _nothing),
+    ('ID=$(echo "$LEASED"', _nothing),
+    ('LEASE_TOKEN=$(echo "$LEASED"', _nothing),
+    ("/items/$ID/complete", _sample_completed),
+]
+
+
+def test_the_readme_sample_is_what_this_test_checks() -> None:
+    """Every sh block of the README is run: the first is the two commands (Makefile targets; `make
+    test` runs this very test), and every command of the others is the sample, checked below."""
+    (first, *_) = sh_blocks(README)
+    assert [c.split("#")[0].strip() for c in commands(first)] == README_COMMANDS
+    sample = _readme_sample()
+    assert len(sample) == len(README_SAMPLE), "\n---\n".join(sample)
+    for command, (fragment, _) in zip(sample, README_SAMPLE, strict=True):
+        assert fragment in command, f"expected a command with {fragment!r}, the README has:\n{command}"
+    for target in README_COMMANDS:
+        assert re.search(rf"^{target.split()[1]}:", (REPO_ROOT / "Makefile").read_text(), re.M), target
+
+
+def test_the_readme_sample_answers_as_documented_twice_over_one_database(
+    live_server: str, make_token: Callable[[str, str], str]
+) -> None:
+    _run_twice(_readme_sample(), README_SAMPLE, live_server, make_token)
 
 
 def test_the_reclaim_demo_reclaims(db_url: str, make_token: Callable[[str, str], str]) -> None:
-    """The README's way to see /admin/reclaim at work, run as written (PORT and DATABASE_URL added)."""
+    """The walk-through's way to see /admin/reclaim at work, run as written (PORT and DATABASE_URL added)."""
     (block,) = _serve_blocks()
     (line,) = commands(block)
     port = free_port()
@@ -366,7 +422,7 @@ def test_the_reclaim_demo_reclaims(db_url: str, make_token: Callable[[str, str],
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
-            assert server.poll() is None, "the README's serve command exited"
+            assert server.poll() is None, "the walk-through's serve command exited"
             try:
                 if httpx.get(f"{base}/readyz", timeout=1).status_code == 200:
                     break
@@ -394,9 +450,8 @@ def test_the_reclaim_demo_reclaims(db_url: str, make_token: Callable[[str, str],
             server.wait()
 
 
-@pytest.mark.parametrize("title", ["Walk-through with curl"])
-def test_every_sh_block_of_the_walk_through_is_run(title: str) -> None:
-    blocks = sh_blocks(section(title))
+def test_every_sh_block_of_the_walk_through_is_run() -> None:
+    blocks = sh_blocks(WALKTHROUGH)
     run = {c for c in _walk_through()} | {c for b in _serve_blocks() for c in commands(b)}
     assert {c for b in blocks for c in commands(b)} == run
 
@@ -404,9 +459,9 @@ def test_every_sh_block_of_the_walk_through_is_run(title: str) -> None:
 def test_auto_adjudicate_runs_until_ctrl_c(
     live_server: str, make_token: Callable[[str, str], str], sql: Any, tmp_path: Any
 ) -> None:
-    """The README's Python client example, run as written: it works the queue and keeps polling
+    """docs/client.md's Python client example, run as written: it works the queue and keeps polling
     until Ctrl-C (SIGINT), then returns its tally, which it prints."""
-    (snippet,) = [b for b in re.findall(r"```python\n(.*?)```", README, re.S) if "auto_adjudicate" in b]
+    (snippet,) = [b for b in re.findall(r"```python\n(.*?)```", CLIENT, re.S) if "auto_adjudicate" in b]
     script = tmp_path / "auto_adjudicate.py"
     script.write_text(snippet.replace("http://127.0.0.1:8000", live_server))
     sql.execute(
@@ -444,12 +499,12 @@ def test_auto_adjudicate_runs_until_ctrl_c(
 def test_the_webhook_receiver_gets_verified_deliveries(
     db_url: str, make_token: Callable[[str, str], str], tmp_path: Any
 ) -> None:
-    """The README's ten-line receiver, run as written (its port changed): a subscription to it, a
+    """docs/client.md's ten-line receiver, run as written (its port changed): a subscription to it, a
     deliverer beside the API as `make run` has, and a resolution that reaches it, verified."""
     from tests.support.api import item_body
     from tests.support.servers import start_server, stop_server
 
-    (snippet,) = [b for b in re.findall(r"```python\n(.*?)```", README, re.S) if "webhook_receiver" in b]
+    (snippet,) = [b for b in re.findall(r"```python\n(.*?)```", CLIENT, re.S) if "webhook_receiver" in b]
     code = [line for line in snippet.splitlines() if line.strip() and not line.startswith("#")]
     assert len(code) <= 14, "the receiver is meant to be about ten lines"
     port = free_port()
