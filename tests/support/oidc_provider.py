@@ -32,7 +32,7 @@ from urllib.parse import parse_qs, urlencode, urljoin, urlsplit
 import httpx
 import pytest
 
-OIDC_DIR = Path(__file__).resolve().parent / "oidc"
+OIDC_DIR = Path(__file__).resolve().parents[1] / "oidc"  # tests/oidc
 API_AUDIENCE = "https://review-queue.test/api"
 OTHER_AUDIENCE = "https://another-service.test/api"
 ROLE_MAP = (
