@@ -44,7 +44,7 @@ DOCS_ASSETS = Path(fastapi_offline.__file__).parent / "static"
 DOCS_ASSETS_URL = "/docs/assets"
 
 # The version of the HTTP contract (OpenAPI info.version), not of the package: semantic versioning,
-# the major bumped only for a breaking change (see the README, "Versioning").
+# the major bumped only for a breaking change (see docs/api.md, "Generated clients and versioning").
 # 1.1: due_at, due_before, ledger_entity leases, overdue and aging in /stats.
 # 1.2: source revisions (SOURCE_CHANGED), admin release and reassign, POST /items/complete.
 # 1.3: the resolution catalogue, maker-checker approval (AWAITING_APPROVAL, approve, reject).

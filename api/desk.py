@@ -1,7 +1,7 @@
 """The reviewer desk: static files from web/, served with a strict Content-Security-Policy.
 
 No build step and no third-party code: the page is a handful of dependency-free ES modules
-that talk to the public REST API (see README, "Reviewer desk").
+that talk to the public REST API (see docs/desk.md).
 """
 
 from fastapi import FastAPI
