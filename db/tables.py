@@ -205,7 +205,7 @@ review_queue_item = Table(
     Index("ix_review_queue_item_created_at_id", "created_at", "id"),
     Index("ix_review_queue_item_due_at_id", "due_at", "id"),
     Index("ix_review_queue_item_entity_due_id", "ledger_entity", "due_at", "id"),
-    # The reports (db/reports.py) read resolved history through these two; an item enters them once,
+    # The reports (db/reports/) read resolved history through these two; an item enters them once,
     # when it is resolved, so no lease, renewal or release writes to them.
     Index(
         "ix_review_queue_item_resolved_due",
@@ -272,7 +272,7 @@ review_queue_event = Table(
         "id",
         postgresql_where=text("event IN ('RESOLVED', 'SUBMITTED_FOR_APPROVAL', 'APPROVED', 'REJECTED')"),
     ),
-    # The reports (db/reports.py): items ever reopened, decisions by time, the holders' other
+    # The reports (db/reports/): items ever reopened, decisions by time, the holders' other
     # decisions by time, and lease starts (the time from lease to decision). Partial: a RENEWED event
     # enters none of them.
     Index("ix_review_queue_event_reopened", "item_id", postgresql_where=text("event = 'REOPENED'")),

@@ -8,6 +8,7 @@ table.
 
 import json
 from datetime import UTC, datetime, timedelta
+from importlib import import_module
 from typing import Any
 
 import psycopg
@@ -349,7 +350,7 @@ def test_the_feed_walks_the_xid_index_and_reads_one_items_trail(
     assert any(index == "ix_review_queue_event_item_id_id" for _, index in found), found
 
 
-# --- the reports (db/reports.py) -----------------------------------------------------------------
+# --- the reports (db/reports/) -----------------------------------------------------------------
 
 
 @pytest.fixture
@@ -416,9 +417,9 @@ def _report_params(sql: psycopg.Connection, *, days: int) -> dict[str, Any]:
 
 
 REPORT_SCANS = [
-    ("_SLA", {"ix_review_queue_item_resolved_due", "ix_review_queue_event_reopened"}),
+    ("deadlines._SLA", {"ix_review_queue_item_resolved_due", "ix_review_queue_event_reopened"}),
     (
-        "_THROUGHPUT",
+        "workload._THROUGHPUT",
         {
             "ix_review_queue_item_resolved_at",
             "ix_review_queue_event_other_work",
@@ -426,7 +427,7 @@ REPORT_SCANS = [
             "ix_review_queue_event_reopened",
         },
     ),
-    ("_BACKLOG", {"ix_review_queue_item_resolved_at", "ix_review_queue_event_reopened"}),
+    ("aging._BACKLOG", {"ix_review_queue_item_resolved_at", "ix_review_queue_event_reopened"}),
 ]
 
 
@@ -434,20 +435,21 @@ REPORT_SCANS = [
 def test_a_reports_day_reads_its_indexes_not_the_history(
     history: psycopg.Connection, statement: str, indexes: set[str]
 ) -> None:
-    from db import reports
-
-    found = scans(plan(history, getattr(reports, statement), _report_params(history, days=1)))
+    module, name = statement.split(".")
+    found = scans(
+        plan(history, getattr(import_module(f"db.reports.{module}"), name), _report_params(history, days=1))
+    )
     assert_no_table_scan(found)
     assert ("Seq Scan", "review_queue_event") not in found, f"full scan of the event trail: {found}"
     assert indexes <= {name for _, name in found}, found
 
 
 def test_a_page_of_the_decisions_export_reads_the_decision_index(history: psycopg.Connection) -> None:
-    from db import reports
+    from db.reports import decisions
 
     (lo, hi) = history.execute("SELECT now() - interval '2 days', now()").fetchone()
-    params = {"lo": lo, "hi": hi, "after_at": lo, "after_id": 0, "limit": reports.DECISIONS_PAGE}
-    tree = plan(history, reports._DECISIONS, params)
+    params = {"lo": lo, "hi": hi, "after_at": lo, "after_id": 0, "limit": decisions.DECISIONS_PAGE}
+    tree = plan(history, decisions._DECISIONS, params)
     found = scans(tree)
     assert_no_table_scan(found)
     assert ("Seq Scan", "review_queue_event") not in found, found

@@ -1,4 +1,4 @@
-"""db/reports.py against the same figures computed in Python from the event trail alone
+"""db/reports/ against the same figures computed in Python from the event trail alone
 (tests/support/reports.py), on generated histories around time-zone edges, DST changes and
 reopened decisions, and on hand-made ones for each rule docs/reports.md states."""
 

@@ -1,4 +1,4 @@
-"""The reports of db/reports.py computed again in plain Python, from the event trail alone, as
+"""The reports of db/reports/ computed again in plain Python, from the event trail alone, as
 docs/reports.md defines them; and histories of items (rows and events, consistent with each other
 as db/queue/ writes them) to arrange in a test database.
 

@@ -1,0 +1,103 @@
+"""What every report shares: the period and its buckets, the transaction they are read in, and the
+items ever reopened (whose trail, not their row, tells their history)."""
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import date, datetime
+
+from sqlalchemy import text
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+# Reports sort and hash up to a year of decisions in memory, not on disk; only their own
+# transaction gets this (SET LOCAL), never the queue's.
+WORK_MEM = "128MB"
+
+
+class UnknownTimeZone(ValueError):
+    """PostgreSQL does not know the time zone (the API checks names first; this is the backstop)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Period:
+    """Buckets of `step_days` days from `start` to `end` (exclusive), both local dates in `tz`.
+    A bucket runs from local midnight to local midnight, as PostgreSQL places them:
+    `date::timestamp AT TIME ZONE tz`."""
+
+    start: date
+    end: date
+    tz: str
+    step_days: int = 1
+
+    @property
+    def buckets(self) -> int:
+        return (self.end - self.start).days // self.step_days
+
+
+@contextmanager
+def time_zone_checked(tz: str) -> Iterator[None]:
+    """PostgreSQL's refusal of an unknown zone (invalid_parameter_value) as UnknownTimeZone."""
+    try:
+        yield
+    except DBAPIError as error:
+        if getattr(error.orig, "sqlstate", None) == "22023":
+            raise UnknownTimeZone(tz) from None
+        raise
+
+
+# ---------------------------------------------------------------------------------------------
+# Bucket edges: local midnights as instants, in the report's transaction (so `now()` is shared)
+# ---------------------------------------------------------------------------------------------
+
+_EDGES = text(
+    "SELECT array_agg((CAST(:start AS date) + n * :step)::timestamp AT TIME ZONE :tz ORDER BY n), now()"
+    " FROM generate_series(0, :buckets) AS n"
+)
+
+
+async def begin(conn: AsyncConnection, period: Period) -> tuple[list[datetime], datetime]:
+    """The period's bucket edges (one more than buckets) and the report's moment, `now()`."""
+    await conn.execute(text(f"SET LOCAL work_mem = '{WORK_MEM}'"))
+    with time_zone_checked(period.tz):
+        row = (
+            await conn.execute(
+                _EDGES,
+                {"start": period.start, "step": period.step_days, "tz": period.tz, "buckets": period.buckets},
+            )
+        ).one()
+    return list(row[0]), row[1]
+
+
+# The items ever reopened, and their decisive moments in trail order, read from the REOPENED events
+# (each names the decision it reopened: previous_resolved_at) and the item's row (its enqueue and its
+# standing decision): enqueue, then per reopening the decision it reopened and the reopening, then
+# the standing decision if RESOLVED. That is the order of their events' ids; `effective` is the
+# running maximum of their moments. Two CTEs, shared by the SLA and the backlog.
+REOPENED = """
+reopened_item AS MATERIALIZED (
+    SELECT i.id, i.created_at, i.due_at, i.state, i.resolved_at, i.ledger_entity
+    FROM (SELECT DISTINCT item_id FROM review_queue_event WHERE event = 'REOPENED') AS r
+    -- One primary-key read per reopened item (OFFSET 0 keeps the planner from scanning all items).
+    CROSS JOIN LATERAL (
+        SELECT id, created_at, due_at, state, resolved_at, ledger_entity
+        FROM review_queue_item WHERE id = r.item_id OFFSET 0
+    ) AS i
+),
+timeline AS MATERIALIZED (
+    SELECT t.id, t.decision, t.k1, t.k2,
+           max(t.at) OVER (PARTITION BY t.id ORDER BY t.k1, t.k2) AS effective
+    FROM (
+        SELECT id, false AS decision, created_at AS at, 0::bigint AS k1, 0 AS k2 FROM reopened_item
+        UNION ALL
+        SELECT e.item_id, m.decision, m.at, e.id, m.k2
+        FROM review_queue_event e
+        CROSS JOIN LATERAL (VALUES
+            (true, CAST(e.details ->> 'previous_resolved_at' AS timestamptz), 0),
+            (false, e.at, 1)
+        ) AS m (decision, at, k2)
+        WHERE e.event = 'REOPENED'
+        UNION ALL
+        SELECT id, true, resolved_at, 9223372036854775807, 0 FROM reopened_item WHERE state = 'RESOLVED'
+    ) AS t
+)"""
