@@ -205,6 +205,26 @@ review_queue_item = Table(
     Index("ix_review_queue_item_created_at_id", "created_at", "id"),
     Index("ix_review_queue_item_due_at_id", "due_at", "id"),
     Index("ix_review_queue_item_entity_due_id", "ledger_entity", "due_at", "id"),
+    # ... and, so that a list costs a page and not the history before it (2026_12_04_1530): the
+    # PENDING rows by enqueue time (the newest rows, behind all the resolved ones), and one
+    # reviewer's decisions in either order. All partial: a lease or a renewal writes to none of them.
+    Index(
+        "ix_review_queue_item_pending_created", "created_at", "id", postgresql_where=text("state = 'PENDING'")
+    ),
+    Index(
+        "ix_review_queue_item_resolved_by_created",
+        "resolved_by",
+        "created_at",
+        "id",
+        postgresql_where=text("resolved_by IS NOT NULL"),
+    ),
+    Index(
+        "ix_review_queue_item_resolved_by_due",
+        "resolved_by",
+        "due_at",
+        "id",
+        postgresql_where=text("resolved_by IS NOT NULL"),
+    ),
     # The reports (db/reports/) read resolved history through these two; an item enters them once,
     # when it is resolved, so no lease, renewal or release writes to them.
     Index(

@@ -283,6 +283,42 @@ def test_the_work_list_by_due_date_reads_an_index_in_that_order(
     assert_no_table_scan(scans(filtered))
 
 
+@pytest.mark.parametrize(
+    ("order", "where", "index"),
+    [
+        ("created_at", {}, "ix_review_queue_item_created_at_id"),
+        ("created_at", {"state": "PENDING"}, "ix_review_queue_item_pending_created"),
+        ("created_at", {"resolved_by": "rare-reviewer"}, "ix_review_queue_item_resolved_by_created"),
+        ("due_at", {"resolved_by": "rare-reviewer"}, "ix_review_queue_item_resolved_by_due"),
+    ],
+)
+def test_a_list_reads_an_index_led_by_its_filter_not_the_history(
+    busy_table: psycopg.Connection, order: str, where: dict[str, Any], index: str
+) -> None:
+    """GET /items in either order, filtered by the live queue's state (PENDING: the newest rows,
+    behind all the resolved history in enqueue order) or by who resolved:
+    the page comes off an index led by the filter, in the list's order (issue 29: a list costs
+    O(page), not O(history)). The reviewer is rare (2,000 decisions spread through the
+    history, as most are in a long one): read from a wider index in the list's order, their page
+    would come after a long walk; read by the filter alone, after a sort of all their rows."""
+    busy_table.execute(
+        """INSERT INTO review_queue_item (idempotency_key, ledger_entity, variance_amount, match_decision,
+               source_hash, state, leased_by, leased_at, resolution, resolved_by, resolved_at, created_at,
+               due_at)
+           SELECT 'rare-' || i, 'RARE', 1, 'PARTIAL', 'h', 'RESOLVED', 'rare-reviewer', now(), 'OK',
+                  'rare-reviewer', now(), now() - interval '1 day' + i * interval '25 milliseconds',
+                  now() + (i % 48) * interval '1 hour'
+           FROM generate_series(1, 2000) i"""
+    )
+    busy_table.execute("ANALYZE review_queue_item")
+    statement = queue.list_query(where=queue.ItemFilter(**where), after=None, limit=51, order=order)  # type: ignore[arg-type]
+    tree = plan(busy_table, statement, {})
+    found = scans(tree)
+    assert_no_table_scan(found)
+    assert index in {name for _, name in found}, (where, found)
+    assert not any(n["Node Type"] == "Sort" for n in nodes(tree)), tree
+
+
 def test_the_search_reads_an_index(busy_table: psycopg.Connection) -> None:
     """q matches an id, an idempotency key or an entity: read by the primary key for an id, else by
     an index (the entity's, or the due order filtered until a page is full), never the table."""
