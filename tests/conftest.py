@@ -17,7 +17,7 @@ from api.app import create_app
 from api.settings import Settings
 from db import roles
 from db.migrations import upgrade_head
-from tests.support import SLOW, TESTS
+from tests.support import TESTS
 from tests.support.postgres import (
     admin_sql,
     create_token,
@@ -27,11 +27,20 @@ from tests.support.postgres import (
     with_database,
 )
 from tests.support.servers import OwnPostgres, PgBouncer, start_server, stop_server
+from tests.support.slow import SLOW
+
+
+def _is_slow(item: pytest.Item) -> bool:
+    if not item.path.is_relative_to(TESTS):
+        return False
+    path = item.path.relative_to(TESTS).as_posix()
+    test = "::".join([path, *item.nodeid.partition("[")[0].split("::")[1:]])
+    return any(test == entry if "::" in entry else path.startswith(entry) for entry in SLOW)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        if item.path.is_relative_to(TESTS) and item.path.relative_to(TESTS).as_posix().startswith(SLOW):
+        if _is_slow(item):
             item.add_marker(pytest.mark.slow)
 
 
