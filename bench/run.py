@@ -36,6 +36,7 @@ from cli.common import owner_url
 from db.engine import libpq_url as libpq
 from db.migrations import upgrade_head
 from db.queue.lease import _LEASE
+from tests.support.postgres import create_token
 
 # The seed's statements, verbatim but for completion: this schema's CHECK constraint wants a
 # resolution and resolver on RESOLVED rows, so the raw loop sets them as the service does.
@@ -118,6 +119,11 @@ def run_sql(url: str, statement: str, params: dict[str, Any] | None = None, *, v
         conn.execute(statement, params)
         if vacuum:
             conn.execute("VACUUM ANALYZE review_queue_item")
+
+
+def reviewer_tokens(url: str, count: int) -> list[str]:
+    """Real reviewer tokens bench-0 .. bench-N, made as the tests make theirs."""
+    return [create_token(url, f"bench-{n}", "reviewer") for n in range(count)]
 
 
 def percentile(samples: list[float], p: float) -> float:
@@ -214,20 +220,6 @@ def raw_ceiling(url: str, clients: int, items: int, batch: int) -> dict[str, Any
 
 
 # --- 2. the API -------------------------------------------------------------------------------
-
-
-def create_tokens(url: str, count: int) -> list[str]:
-    tokens = []
-    for n in range(count):
-        result = subprocess.run(  # noqa: S603 - our own CLI, fixed arguments
-            [sys.executable, "-m", "cli", "token", "create", "--subject", f"bench-{n}", "--role", "reviewer"],
-            env={**os.environ, "DATABASE_URL": url},
-            capture_output=True,
-            text=True,
-            check=True,
-        )
-        tokens.append(result.stdout.strip().splitlines()[-1])
-    return tokens
 
 
 @dataclass
@@ -447,7 +439,7 @@ def api_run(
     """One HTTP run on a fresh database: `clients` clients drain `items` items. (results, its URL)"""
     url = fresh_database(server_url, name)
     run_sql(url, SEED_PENDING, {"prefix": "api-", "entity": "ACME-CORP", "count": items}, vacuum=True)
-    tokens = create_tokens(url, clients)
+    tokens = reviewer_tokens(url, clients)
     server = start_server(url, workers, port, sealer=sealer)
     try:
         return api_throughput(server, tokens, items, batch, url, batch_complete=batch_complete), url
@@ -597,7 +589,7 @@ def dequeue_scaling(server_url: str, workers: int, port: int, samples: int) -> d
     run_sql(
         url, SEED_PENDING, {"prefix": "p-", "entity": "ACME-CORP", "count": leases * 4 + 1000}, vacuum=True
     )
-    (token,) = create_tokens(url, 1)
+    (token,) = reviewer_tokens(url, 1)
     server = start_server(url, workers, port)
     result: dict[str, Any] = {}
     try:
@@ -649,7 +641,7 @@ def work_arrives(
     server_url: str, port: int, poll_interval_ms: int, samples: int, seconds: float
 ) -> dict[str, Any]:
     url = fresh_database(server_url, "rq_bench_wakeup")
-    reviewer, admin = create_tokens(url, 1)[0], _admin_token(url)
+    reviewer, admin = reviewer_tokens(url, 1)[0], create_token(url, "bench-admin", "admin")
     server = start_server(url, 1, port)
     try:
         result: dict[str, Any] = {
@@ -666,17 +658,6 @@ def work_arrives(
         for name in ("rq_bench_wakeup", "rq_bench_notify"):
             conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
     return result
-
-
-def _admin_token(url: str) -> str:
-    result = subprocess.run(
-        [sys.executable, "-m", "cli", "token", "create", "--subject", "bench-admin", "--role", "admin"],
-        env={**os.environ, "DATABASE_URL": url},
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return result.stdout.strip().splitlines()[-1]
 
 
 def report_wakeup(w: dict[str, Any]) -> str:
@@ -877,7 +858,7 @@ def reports_over_a_year(server_url: str, port: int, items: int, runs: int) -> di
     write = report_bench.write_cost(*costs, cycles=2_000, rounds=3)
     url = fresh_database(server_url, "rq_bench_reports")
     load = report_bench.load_year(url, items)
-    (token,) = create_tokens(url, 1)
+    (token,) = reviewer_tokens(url, 1)
     with psycopg.connect(libpq(url), autocommit=True) as conn:
         conn.execute("UPDATE api_token SET role = 'auditor'")
     loadavg = [round(x, 2) for x in os.getloadavg()]
@@ -1020,7 +1001,7 @@ def main(
     typer.echo("2/4 HTTP API ...", err=True)
     api_url = fresh_database(server_url, "rq_bench_api")
     run_sql(api_url, SEED_PENDING, {"prefix": "api-", "entity": "ACME-CORP", "count": items}, vacuum=True)
-    tokens = create_tokens(api_url, clients)
+    tokens = reviewer_tokens(api_url, clients)
     server = start_server(api_url, workers, port, sealer=sealer)
     try:
         results["api"] = api_throughput(server, tokens, items, batch, api_url)
