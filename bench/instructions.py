@@ -30,7 +30,7 @@ import typer
 from api.app import create_app
 from api.schemas import encode_lease_token
 from api.settings import Settings, get_settings
-from bench.run import SEED_PENDING, fresh_database, reviewer_tokens, run_sql
+from bench.harness import SEED_PENDING, fresh_database, reviewer_tokens, run_sql
 from cli.common import owner_url
 from db import queue
 from db.engine import OneRoundTrip, create_engine
