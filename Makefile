@@ -23,7 +23,7 @@ TEST_WORKERS ?= 2
 test: install
 	$(RUN) pytest -n $(TEST_WORKERS)
 
-# The fast tests only (pytest -m "not slow"; the slow ones: SLOW in tests/support/__init__.py),
+# The fast tests only (pytest -m "not slow"; the slow ones: SLOW in tests/support/slow.py),
 # for the edit-test loop. `make test` stays the whole suite.
 test-quick: install
 	$(RUN) pytest -n $(TEST_WORKERS) -m "not slow"

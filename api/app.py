@@ -26,6 +26,7 @@ from api.routes import (
     audit,
     feed,
     health,
+    holder,
     items,
     leases,
     oidc,
@@ -195,6 +196,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # FastAPI tries the routes in the order they are added, and every route tried before the one
     # that matches costs each request: the busiest first (docs/performance.md).
     for router in (
+        holder.router,
         items.router,
         leases.router,
         resolutions.router,

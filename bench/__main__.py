@@ -1,4 +1,5 @@
-"""`python -m bench`, what `make bench` runs. The code lives in bench.run: spawned clients import it."""
+"""`python -m bench`, what `make bench` runs. The code lives in bench.run and the modules it imports:
+spawned clients import them."""
 
 from bench.run import app
 

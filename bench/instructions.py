@@ -30,7 +30,7 @@ import typer
 from api.app import create_app
 from api.schemas import encode_lease_token
 from api.settings import Settings, get_settings
-from bench.run import SEED_PENDING, create_tokens, fresh_database, run_sql
+from bench.harness import SEED_PENDING, fresh_database, reviewer_tokens, run_sql
 from cli.common import owner_url
 from db import queue
 from db.engine import OneRoundTrip, create_engine
@@ -133,7 +133,7 @@ def main(
         return
     url = fresh_database(owner_url(get_settings()), "rq_bench_instructions")
     run_sql(url, SEED_PENDING, {"prefix": "i-", "entity": "ACME-CORP", "count": requests + 400}, vacuum=True)
-    (token,) = create_tokens(url, 1)
+    (token,) = reviewer_tokens(url, 1)
     if not valgrind:
         cpu = asyncio.run(_drive(url, token, requests, counted=False))
         typer.echo(f"{WHAT}: {cpu / requests * 1e6:.0f} us of CPU per request", err=True)

@@ -17,7 +17,7 @@ from api.app import create_app
 from api.settings import Settings
 from db import roles
 from db.migrations import upgrade_head
-from tests.support import SLOW, TESTS
+from tests.support import TESTS
 from tests.support.postgres import (
     admin_sql,
     create_token,
@@ -27,12 +27,34 @@ from tests.support.postgres import (
     with_database,
 )
 from tests.support.servers import OwnPostgres, PgBouncer, start_server, stop_server
+from tests.support.slow import SLOW
+
+
+def _slow_as_a_whole(path: str) -> bool:
+    """A file or folder (relative to tests/) that SLOW lists, or inside a folder it lists."""
+    return any("::" not in entry and (path + "/").startswith(entry.rstrip("/") + "/") for entry in SLOW)
+
+
+def _is_slow(item: pytest.Item) -> bool:
+    if not item.path.is_relative_to(TESTS):
+        return False
+    path = item.path.relative_to(TESTS).as_posix()
+    test = "::".join([path, *item.nodeid.partition("[")[0].split("::")[1:]])
+    return _slow_as_a_whole(path) or test in SLOW
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        if item.path.is_relative_to(TESTS) and item.path.relative_to(TESTS).as_posix().startswith(SLOW):
+        if _is_slow(item):
             item.add_marker(pytest.mark.slow)
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    # `make test-quick` (-m "not slow") would deselect every test of these files anyway: not
+    # importing them (Playwright, schemathesis, the model) cuts its collection from 16 s to 3 s.
+    if config.getoption("markexpr") != "not slow" or not collection_path.is_relative_to(TESTS):
+        return None
+    return _slow_as_a_whole(collection_path.relative_to(TESTS).as_posix()) or None
 
 
 @pytest.fixture(scope="session")

@@ -56,31 +56,3 @@ def lock_waiters(sql: psycopg.Connection) -> int:
 
 TESTS = Path(__file__).resolve().parents[1]
 DEPLOY = TESTS.parent / "deploy"
-
-
-# The slow tests, by path under tests/: `make test-quick` (pytest -m "not slow") leaves them out,
-# `make test` runs everything. Real browsers, servers and processes started per test, fault
-# injection, property-based and model runs, the mutation check. Listed in one place (tests/conftest.py
-# marks them) rather than as a pytestmark in each file.
-SLOW = (
-    "web/",
-    "deploy/",
-    "api/test_model.py",
-    "api/test_fuzz.py",
-    "api/test_oidc.py",
-    "api/test_client.py",
-    "client/test_package.py",
-    "test_faults.py",
-    "test_webhook_faults.py",
-    "test_pgbouncer.py",
-    "test_migrations.py",
-    "test_mutations.py",
-    "test_readme.py",
-    "test_cli.py",
-    "test_cli_help.py",
-    "test_service.py",
-    "test_connections.py",
-    "test_deliverer.py",
-    "test_reclaimer.py",
-    "api/test_long_poll.py",
-)
