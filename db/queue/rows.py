@@ -20,6 +20,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import UUID as PG_UUID
 from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.sql.elements import BindParameter
 from sqlalchemy.sql.selectable import CTE
 
 from db.notify import CHANNEL
@@ -161,8 +162,8 @@ _BACK_TO_QUEUE = case(
 # The item and the lease a holder-only statement names: binds, unless the statement reads them from
 # columns (the completion's entries). (Bind names must not equal column names: SQLAlchemy would add
 # such a name to the UPDATE's SET clause.)
-_ITEM_ID = bindparam("item_id")
-_FENCE_NONCE = bindparam("fence_nonce", type_=PG_UUID(as_uuid=True))
+_ITEM_ID: BindParameter[Any] = bindparam("item_id")
+_FENCE_NONCE: BindParameter[Any] = bindparam("fence_nonce", type_=PG_UUID(as_uuid=True))
 
 
 def _held_by_caller(
