@@ -63,8 +63,9 @@ MUTANTS: tuple[Mutant, ...] = (
         (
             Edit(
                 COMPLETION,
-                "_resolved = (\n    item.update()\n    .where(*_held_by_caller())",
-                '_resolved = (\n    item.update()\n    .where(item.c.id == bindparam("item_id"))',
+                "_resolved = (\n    item.update()\n"
+                "    .where(*_held_by_caller(item_id=_entry.item_id, fence_nonce=_entry.fence_nonce))",
+                "_resolved = (\n    item.update()\n    .where(item.c.id == _entry.item_id)",
             ),
             # The read it checks with lives in reads.py (completion.py has no other use for it).
             Edit(
@@ -98,9 +99,7 @@ MUTANTS: tuple[Mutant, ...] = (
         (
             Edit(
                 ROWS,
-                "        item.c.lease_nonce\n"
-                '        == func.coalesce(bindparam("fence_nonce", type_=PG_UUID(as_uuid=True)), '
-                "item.c.lease_nonce),\n",
+                "        item.c.lease_nonce == func.coalesce(fence_nonce, item.c.lease_nonce),\n",
                 "",
             ),
         ),
@@ -110,7 +109,13 @@ MUTANTS: tuple[Mutant, ...] = (
         # decide on figures the reviewer never saw.
         "completion ignores a source revision",
         "tests/api/test_revisions.py::test_tokenless_completion_must_carry_the_current_source_hash_after_a_revision",
-        (Edit(COMPLETION, "    .where(*_saw_current_source())\n", ""),),
+        (
+            Edit(
+                COMPLETION,
+                "    .where(*_saw_current_source(_entry.fence_nonce, _entry.expected_source_hash))\n",
+                "",
+            ),
+        ),
     ),
     Mutant(
         "append-only trigger dropped",

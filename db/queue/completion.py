@@ -12,7 +12,6 @@ from sqlalchemy import (
     Text,
     bindparam,
     case,
-    cast,
     false,
     func,
     null,
@@ -22,8 +21,6 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.dialects.postgresql import UUID as PG_UUID
-from sqlalchemy.sql import visitors
-from sqlalchemy.sql.elements import BindParameter
 
 from db import telemetry
 from db.catalogue import approval_threshold
@@ -43,120 +40,9 @@ from db.tables import review_queue_item as item
 from db.tokens import same_identity
 from db.unit import Unit
 
-# The catalogue entry the completion names, if it is active and its note rule is met: the
-# completion's UPDATE joins the catalogue row itself (UPDATE ... FROM resolution_code), so a
-# deactivation or a threshold change committed by an admin is either wholly before or wholly
-# after it: never between a read and the write. No row: the UPDATE matches nothing and
-# complete_items says why. (Plain binds in the UPDATE, not a CTE of its own, so that the batch
-# completion's rewrite of the per-entry binds reaches them.)
-_code_ok = [
-    # Not "resolution": a bind named like a column would join the UPDATE's SET clause.
-    catalogue.c.code == bindparam("chosen_code", type_=Text),
-    catalogue.c.active,
-    or_(
-        ~catalogue.c.requires_note,
-        func.length(func.btrim(func.coalesce(bindparam("note", type_=Text), ""))) > 0,
-    ),
-]
-# At or above the code's threshold or materiality, whichever is lower (by absolute amount), the item
-# needs an approver. Both are read by this statement (db/catalogue.py).
-_threshold = approval_threshold(catalogue.c.approval_threshold)
-_needs_approval = func.abs(item.c.variance_amount) >= _threshold
-
-
-def _unless_approval(resolved: Any, submitted: Any) -> Any:
-    return case((_needs_approval, submitted), else_=resolved)
-
-
-def _saw_current_source() -> list[ColumnElement[bool]]:
-    # Nobody decides on figures they have not seen. A completion carrying a source_hash must carry
-    # the current one; once a revision moved the lease on, a completion must show it saw the new
-    # figures: by the new lease_token (only the 409 SOURCE_CHANGED or a re-read hands it out) or
-    # by the current source_hash.
-    expected = bindparam("expected_source_hash", type_=Text)
-    return [
-        item.c.source_hash == func.coalesce(expected, item.c.source_hash),
-        or_(
-            cast(bindparam("fence_nonce", type_=PG_UUID(as_uuid=True)), PG_UUID(as_uuid=True)).is_not(None),
-            cast(expected, Text).is_not(None),
-            item.c.revised_epoch.is_distinct_from(item.c.lease_epoch),
-        ),
-    ]
-
-
-# Guarded by holder, state and epoch in the one UPDATE: a late completion from a worker whose
-# lease was reclaimed (and maybe re-leased) matches zero rows instead of resolving it. Above the
-# threshold the same statement submits the proposal instead: AWAITING_APPROVAL, lease cleared, so
-# it is in the approval queue the moment this commits.
-_resolved = (
-    item.update()
-    .where(*_held_by_caller())
-    .where(*_code_ok)  # joins the catalogue row: UPDATE ... FROM resolution_code
-    .where(*_saw_current_source())
-    .values(
-        state=_unless_approval(RESOLVED, AWAITING_APPROVAL),
-        resolution=_unless_approval(catalogue.c.code, item.c.resolution),
-        resolution_note=_unless_approval(bindparam("note", type_=Text), item.c.resolution_note),
-        resolved_by=_unless_approval(bindparam("actor", type_=Text), item.c.resolved_by),
-        resolved_at=_unless_approval(func.now(), item.c.resolved_at),
-        prepared_by=_unless_approval(None, bindparam("actor", type_=Text)),
-        prepared_at=_unless_approval(None, func.now()),
-        proposed_resolution=_unless_approval(None, catalogue.c.code),
-        proposed_note=_unless_approval(None, bindparam("note", type_=Text)),
-        approved_by=None,
-        approved_at=None,
-        leased_by=_unless_approval(item.c.leased_by, None),
-        leased_at=_unless_approval(item.c.leased_at, None),
-        lease_expires_at=_unless_approval(item.c.lease_expires_at, None),
-    )
-    .returning(*_ITEM_COLUMNS, _threshold.label("approval_threshold"))
-    .cte("resolved")
-)
-_COMPLETE: Any = select(*[_resolved.c[n] for n in _ITEM_FIELDS]).add_cte(
-    _logged(
-        _resolved,
-        "RESOLVED",
-        details=func.jsonb_build_object(
-            "resolution", _resolved.c.resolution, "note", _resolved.c.resolution_note
-        ),
-        where=_resolved.c.state == RESOLVED,
-    ),
-    _logged(
-        _resolved,
-        "SUBMITTED_FOR_APPROVAL",
-        details=func.jsonb_build_object(
-            "resolution",
-            _resolved.c.proposed_resolution,
-            "note",
-            _resolved.c.proposed_note,
-            "approval_threshold",
-            _resolved.c.approval_threshold,
-            "variance_amount",
-            _resolved.c.variance_amount,
-        ),
-        where=_resolved.c.state == AWAITING_APPROVAL,
-    ),
-)
-
-
-CompleteOutcome = Literal[
-    "resolved",
-    "already_resolved",
-    "submitted_for_approval",
-    "already_submitted",
-    "resolution_conflict",
-    "invalid_resolution",
-    "note_required",
-    "lease_not_held",
-    "source_changed",
-    "not_found",
-]
-
-# Batch completion runs _COMPLETE above, the single-item statement exactly as written, once per
-# entry of a batch: its per-entry bind parameters become the columns of an `entries` CTE (an
-# unnest of arrays), so the guards, values and event of every completion are those of _COMPLETE,
-# and a change to them applies to POST /items/{id}/complete and POST /items/complete alike.
-# Both routes run this one statement (the single route is a batch of one).
+# The entries of a completion, one row each (an unnest of arrays). Both routes run this one
+# statement, the single route with one entry, so POST /items/{id}/complete and POST /items/complete
+# have the same guards, values and events; the guards read an entry's columns.
 _entries = (
     select(
         func.unnest(
@@ -170,18 +56,107 @@ _entries = (
         .render_derived()
     )
 ).cte("entries")
-_PER_ENTRY = {
-    name: _entries.c[name] for name in ("item_id", "note", "fence_nonce", "expected_source_hash")
-} | {"chosen_code": _entries.c.resolution}  # the catalogue check's bind (see _code_ok)
+_entry = _entries.c
 
 
-def _per_entry(element: Any, **_: Any) -> Any:
-    if isinstance(element, BindParameter) and element.key in _PER_ENTRY:
-        return _PER_ENTRY[element.key]
-    return None
+def _code_ok(code: ColumnElement[Any], note: ColumnElement[Any]) -> list[ColumnElement[bool]]:
+    # The catalogue entry the completion names, if it is active and its note rule is met: the
+    # completion's UPDATE joins the catalogue row itself (UPDATE ... FROM resolution_code), so a
+    # deactivation or a threshold change committed by an admin is either wholly before or wholly
+    # after it: never between a read and the write. No row: the UPDATE matches nothing and
+    # complete_items says why.
+    return [
+        catalogue.c.code == code,
+        catalogue.c.active,
+        or_(~catalogue.c.requires_note, func.length(func.btrim(func.coalesce(note, ""))) > 0),
+    ]
 
 
-_completed = visitors.replacement_traverse(_COMPLETE, {}, _per_entry).cte("completed")
+# At or above the code's threshold or materiality, whichever is lower (by absolute amount), the item
+# needs an approver. Both are read by this statement (db/catalogue.py).
+_threshold = approval_threshold(catalogue.c.approval_threshold)
+_needs_approval = func.abs(item.c.variance_amount) >= _threshold
+
+
+def _unless_approval(resolved: Any, submitted: Any) -> Any:
+    return case((_needs_approval, submitted), else_=resolved)
+
+
+def _saw_current_source(
+    fence_nonce: ColumnElement[Any], expected_source_hash: ColumnElement[Any]
+) -> list[ColumnElement[bool]]:
+    # Nobody decides on figures they have not seen. A completion carrying a source_hash must carry
+    # the current one; once a revision moved the lease on, a completion must show it saw the new
+    # figures: by the new lease_token (only the 409 SOURCE_CHANGED or a re-read hands it out) or
+    # by the current source_hash.
+    return [
+        item.c.source_hash == func.coalesce(expected_source_hash, item.c.source_hash),
+        or_(
+            fence_nonce.is_not(None),
+            expected_source_hash.is_not(None),
+            item.c.revised_epoch.is_distinct_from(item.c.lease_epoch),
+        ),
+    ]
+
+
+# Guarded by holder, state and epoch in the one UPDATE: a late completion from a worker whose
+# lease was reclaimed (and maybe re-leased) matches zero rows instead of resolving it. Above the
+# threshold the same statement submits the proposal instead: AWAITING_APPROVAL, lease cleared, so
+# it is in the approval queue the moment this commits.
+_resolved = (
+    item.update()
+    .where(*_held_by_caller(item_id=_entry.item_id, fence_nonce=_entry.fence_nonce))
+    # Joins the catalogue row: UPDATE ... FROM entries, resolution_code.
+    .where(*_code_ok(_entry.resolution, _entry.note))
+    .where(*_saw_current_source(_entry.fence_nonce, _entry.expected_source_hash))
+    .values(
+        state=_unless_approval(RESOLVED, AWAITING_APPROVAL),
+        resolution=_unless_approval(catalogue.c.code, item.c.resolution),
+        resolution_note=_unless_approval(_entry.note, item.c.resolution_note),
+        resolved_by=_unless_approval(bindparam("actor", type_=Text), item.c.resolved_by),
+        resolved_at=_unless_approval(func.now(), item.c.resolved_at),
+        prepared_by=_unless_approval(None, bindparam("actor", type_=Text)),
+        prepared_at=_unless_approval(None, func.now()),
+        proposed_resolution=_unless_approval(None, catalogue.c.code),
+        proposed_note=_unless_approval(None, _entry.note),
+        approved_by=None,
+        approved_at=None,
+        leased_by=_unless_approval(item.c.leased_by, None),
+        leased_at=_unless_approval(item.c.leased_at, None),
+        lease_expires_at=_unless_approval(item.c.lease_expires_at, None),
+    )
+    .returning(*_ITEM_COLUMNS, _threshold.label("approval_threshold"))
+    .cte("resolved")
+)
+_completed = (
+    select(*[_resolved.c[n] for n in _ITEM_FIELDS])
+    .add_cte(
+        _logged(
+            _resolved,
+            "RESOLVED",
+            details=func.jsonb_build_object(
+                "resolution", _resolved.c.resolution, "note", _resolved.c.resolution_note
+            ),
+            where=_resolved.c.state == RESOLVED,
+        ),
+        _logged(
+            _resolved,
+            "SUBMITTED_FOR_APPROVAL",
+            details=func.jsonb_build_object(
+                "resolution",
+                _resolved.c.proposed_resolution,
+                "note",
+                _resolved.c.proposed_note,
+                "approval_threshold",
+                _resolved.c.approval_threshold,
+                "variance_amount",
+                _resolved.c.variance_amount,
+            ),
+            where=_resolved.c.state == AWAITING_APPROVAL,
+        ),
+    )
+    .cte("completed")
+)
 # The entries the completion refused, read again FOR SHARE: in READ COMMITTED that waits for a
 # transaction changing the row and then returns its newest version (a snapshot read would show a
 # completion this one queued behind as still ASSIGNED), and it tells the caller why nothing changed.
@@ -225,6 +200,20 @@ _COMPLETE_ITEMS = (
     # connection, not on every call (db.engine.OneRoundTrip; tests/db/test_query_plans.py).
     .execution_options(generic_plan=True)
 )
+
+
+CompleteOutcome = Literal[
+    "resolved",
+    "already_resolved",
+    "submitted_for_approval",
+    "already_submitted",
+    "resolution_conflict",
+    "invalid_resolution",
+    "note_required",
+    "lease_not_held",
+    "source_changed",
+    "not_found",
+]
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,6 +20,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import UUID as PG_UUID
 from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.sql.elements import BindParameter
 from sqlalchemy.sql.selectable import CTE
 
 from db.notify import CHANNEL
@@ -158,18 +159,27 @@ _BACK_TO_QUEUE = case(
 )
 
 
-def _held_by_caller(*states: ColumnElement[Any]) -> list[ColumnElement[bool]]:
-    # The lease guard of every holder-only statement. (Bind names must not equal column names:
-    # SQLAlchemy would add such a name to the UPDATE's SET clause.) An expired lease not yet reclaimed still
+# The item and the lease a holder-only statement names: binds, unless the statement reads them from
+# columns (the completion's entries). (Bind names must not equal column names: SQLAlchemy would add
+# such a name to the UPDATE's SET clause.)
+_ITEM_ID: BindParameter[Any] = bindparam("item_id")
+_FENCE_NONCE: BindParameter[Any] = bindparam("fence_nonce", type_=PG_UUID(as_uuid=True))
+
+
+def _held_by_caller(
+    *states: ColumnElement[Any],
+    item_id: ColumnElement[Any] = _ITEM_ID,
+    fence_nonce: ColumnElement[Any] = _FENCE_NONCE,
+) -> list[ColumnElement[bool]]:
+    # The lease guard of every holder-only statement. An expired lease not yet reclaimed still
     # counts as held. With a lease_token, its nonce must match the current lease's: that is what
     # tells a stale tab apart from the same reviewer's newer lease of the same item.
     return [
-        item.c.id == bindparam("item_id"),
+        item.c.id == item_id,
         # ASSIGNED: a review lease; AWAITING_APPROVAL (with leased_by): an approval lease.
         item.c.state.in_(states or [ASSIGNED]),
         item.c.leased_by == bindparam("actor", type_=Text),
-        item.c.lease_nonce
-        == func.coalesce(bindparam("fence_nonce", type_=PG_UUID(as_uuid=True)), item.c.lease_nonce),
+        item.c.lease_nonce == func.coalesce(fence_nonce, item.c.lease_nonce),
     ]
 
 

@@ -17,7 +17,7 @@ from sqlalchemy.dialects import postgresql
 
 from db import feed, queue, stats
 from db.engine import _arguments, _compiled
-from db.queue.completion import _COMPLETE, _COMPLETE_ITEMS
+from db.queue.completion import _COMPLETE_ITEMS
 from db.queue.lease import _LEASE, _LEASE_APPROVALS, _LEASE_ENTITY, _LEASE_ITEM, _RECLAIM, _RECLAIM_APPROVALS
 from db.queue.reads import _DECISIONS
 from tests.support import seed_items
@@ -116,12 +116,21 @@ def test_holder_statements_read_by_primary_key(busy_table: psycopg.Connection) -
     item_id = busy_table.execute(
         "SELECT id FROM review_queue_item WHERE state = 'ASSIGNED' LIMIT 1"
     ).fetchone()[0]
-    params = {"item_id": item_id, "actor": "r1", "fence_nonce": None, "chosen_code": "APPROVED", "note": None}
-    params["expected_source_hash"] = None
-    found = scans(plan(busy_table, _COMPLETE, params))
+    # The single route's completion: the completion statement with one entry.
+    params = {
+        "item_ids": [item_id],
+        "resolutions": ["APPROVED"],
+        "notes": [None],
+        "fence_nonces": [None],
+        "expected_source_hashes": [None],
+        "actor": "r1",
+    }
+    found = scans(plan(busy_table, _COMPLETE_ITEMS, params))
     # The completion also reads its catalogue row, by primary key, and materiality (one row).
-    # (A handful of codes: the planner may read the small tables whole.)
+    # (A handful of codes: the planner may read the small tables whole.) Its entries are the
+    # unnest of the arrays it is given (a Function Scan).
     allowed = {
+        ("Function Scan", ""),
         ("Index Scan", "pk_review_queue_item"),
         ("Index Scan", "pk_resolution_code"),
         ("Seq Scan", "resolution_code"),
