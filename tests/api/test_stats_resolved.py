@@ -26,8 +26,8 @@ from tests.support.api import Auth, item_body
 from tests.support.approval import lease_one
 from tests.support.postgres import libpq
 
-NOW = timedelta(0)
-RESOLVED_ONE = "SELECT 1 FROM review_queue_item WHERE id = %s AND state = 'RESOLVED'"  # a roll-up margin of nothing: the edge goes as far as the guard lets it
+NOW = timedelta(0)  # a roll-up margin of nothing: the edge goes as far as the guard lets it
+RESOLVED_ONE = "SELECT 1 FROM review_queue_item WHERE id = %s AND state = 'RESOLVED'"
 
 
 def resolved_in_stats(client: TestClient, headers: dict[str, str]) -> int:
