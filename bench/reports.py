@@ -182,6 +182,92 @@ def load_year(url: str, items: int) -> dict[str, Any]:
     return {"items": items, "events": int(events), "load_s": round(time.perf_counter() - started, 1)}
 
 
+# The live queue beside the history: `items` open items enqueued over the last 30 days, most
+# PENDING, 15 % leased (ASSIGNED, their lease an hour from now), 5 % proposals awaiting approval, each
+# with the events that put it there. Deterministic, like the year.
+OPEN = """
+CREATE UNLOGGED TABLE bench_open AS
+SELECT i, gen_random_uuid() AS id, gen_random_uuid() AS trace_id,
+       %(now)s::timestamptz - (i %% 43200) * interval '1 minute' AS created,
+       CASE WHEN i %% 20 < 3 THEN 'ASSIGNED' WHEN i %% 20 = 3 THEN 'AWAITING_APPROVAL' ELSE 'PENDING' END
+           AS state,
+       'ENTITY-' || i %% 20 AS entity, 'reviewer-' || i %% 40 AS reviewer
+FROM generate_series(1, %(items)s) AS i
+"""
+OPEN_ITEMS = """
+INSERT INTO review_queue_item (id, idempotency_key, ledger_entity, variance_amount, match_decision, state,
+    leased_by, leased_at, lease_expires_at, trace_id, source_hash, created_at, lease_epoch, attempts, due_at,
+    prepared_by, proposed_resolution, proposed_note, prepared_at)
+SELECT id, 'open-' || i, entity, 12.50, 'UNMATCHED', state,
+       CASE WHEN state = 'ASSIGNED' THEN reviewer END,
+       CASE WHEN state = 'ASSIGNED' THEN %(now)s::timestamptz - interval '5 minutes' END,
+       CASE WHEN state = 'ASSIGNED' THEN %(now)s::timestamptz + interval '1 hour' END,
+       trace_id, 'sha256:open-' || i, created, (state <> 'PENDING')::int, (state <> 'PENDING')::int,
+       created + interval '168 hours',
+       CASE WHEN state = 'AWAITING_APPROVAL' THEN reviewer END,
+       CASE WHEN state = 'AWAITING_APPROVAL' THEN 'ADJUSTMENT_POSTED' END,
+       CASE WHEN state = 'AWAITING_APPROVAL' THEN 'JE-open-' || i END,
+       CASE WHEN state = 'AWAITING_APPROVAL' THEN created + interval '1 hour' END
+FROM bench_open
+"""
+OPEN_EVENTS = """
+INSERT INTO review_queue_event (item_id, event, actor, at, lease_epoch, trace_id, details)
+SELECT id, event, actor, at, epoch, trace_id, details FROM (
+    SELECT id, trace_id, 'ENQUEUED' AS event, 'ingest' AS actor, created AS at, 0 AS epoch,
+           '{}'::jsonb AS details FROM bench_open
+    UNION ALL
+    SELECT id, trace_id, 'LEASED', reviewer,
+           CASE WHEN state = 'ASSIGNED' THEN %(now)s::timestamptz - interval '5 minutes'
+                ELSE created + interval '30 minutes' END, 1, '{}' FROM bench_open WHERE state <> 'PENDING'
+    UNION ALL
+    SELECT id, trace_id, 'SUBMITTED_FOR_APPROVAL', reviewer, created + interval '1 hour', 1,
+           jsonb_build_object('resolution', 'ADJUSTMENT_POSTED', 'note', 'JE-open-' || i,
+                              'approval_threshold', '10000.00', 'variance_amount', '12.50')
+    FROM bench_open WHERE state = 'AWAITING_APPROVAL'
+) AS e ORDER BY at
+"""
+
+
+def load_open(url: str, items: int) -> dict[str, Any]:
+    """`items` open items (and their events) in the database at `url`; counts and seconds taken."""
+    started = time.perf_counter()
+    with psycopg.connect(libpq(url), autocommit=True) as conn:
+        conn.execute("SET work_mem = '256MB'")
+        (now,) = conn.execute("SELECT date_trunc('minute', now())").fetchone() or (None,)
+        params = {"now": now, "items": items}
+        conn.execute(OPEN, params)
+        conn.execute(OPEN_ITEMS, params)
+        conn.execute(OPEN_EVENTS, params)
+        conn.execute("DROP TABLE bench_open")
+        conn.execute("VACUUM ANALYZE review_queue_item")
+        conn.execute("VACUUM ANALYZE review_queue_event")
+    return {"open_items": items, "load_s": round(time.perf_counter() - started, 1)}
+
+
+# The chain over every event, in the sealer's order (xid, id), as the sealer would have left it on a
+# service that has been running: the head at the newest event, so that the seal lag (a /metrics
+# gauge) counts nothing. The hashes are placeholders (sha256 of the event id), not the documented
+# links: no read the bench times checks them, and computing the real ones is one sequential pass
+# (the sealer's own speed is part 7). `audit verify` on this database reports the chain broken.
+PLACEHOLDER_CHAIN = """
+INSERT INTO review_queue_chain (seq, event_id, hash)
+SELECT coalesce((SELECT max(seq) FROM review_queue_chain), 0) + row_number() OVER (ORDER BY xid, id), id,
+       sha256(convert_to(id::text, 'UTF8'))
+FROM review_queue_event e
+WHERE NOT EXISTS (SELECT FROM review_queue_chain c WHERE c.event_id = e.id)
+ORDER BY xid, id
+"""
+
+
+def placeholder_chain(url: str) -> int:
+    """Chain every unsealed event with placeholder hashes (PLACEHOLDER_CHAIN); returns how many."""
+    with psycopg.connect(libpq(url), autocommit=True) as conn:
+        conn.execute("SET work_mem = '256MB'")
+        chained = conn.execute(PLACEHOLDER_CHAIN).rowcount
+        conn.execute("VACUUM ANALYZE review_queue_chain")
+    return chained
+
+
 def _periods() -> list[tuple[str, dict[str, str]]]:
     """A year up to today, as the API takes it: 365 days, and the 53 ISO weeks that cover it."""
     today = datetime.now(UTC).date()

@@ -21,6 +21,7 @@ from sqlalchemy.dialects import postgresql
 
 from api.settings import get_settings
 from bench import reports as report_bench
+from bench import stats as stats_bench
 from bench import wakeup
 from bench.harness import (
     RESOLVE_OPEN,
@@ -233,6 +234,36 @@ def reports_over_a_year(server_url: str, port: int, items: int, runs: int) -> di
     return {"load": load, "reports": timed, "runs": runs, "loadavg": loadavg, "write_cost": write}
 
 
+def stats_over_history(server_url: str, port: int, items: int, open_items: int, runs: int) -> dict[str, Any]:
+    """Part 9: the same live queue with no history and with `items` of history behind it, each
+    rolled up and sealed as a running service keeps it; /stats and /metrics timed on both."""
+    from cli import reclaimer
+
+    started = time.perf_counter()
+    urls = {name: fresh_database(server_url, f"rq_bench_stats_{name}") for name in ("empty", "history")}
+    load = report_bench.load_year(urls["history"], items)
+    for url in urls.values():
+        report_bench.load_open(url, open_items)
+        report_bench.placeholder_chain(url)
+        asyncio.run(reclaimer.roll_up_once(get_settings(), url))
+    load_s = round(time.perf_counter() - started)
+    tokens = {name: create_tokens(url, 1)[0] for name, url in urls.items()}
+    loadavg = [round(x, 2) for x in os.getloadavg()]
+    env = {"REVIEW_QUEUE_METRICS_TOKEN": stats_bench.METRICS_TOKEN}
+    servers = {name: start_server(url, 1, port + n, env=env) for n, (name, url) in enumerate(urls.items())}
+    try:
+        timings = stats_bench.time_side_by_side(
+            {name: server.base for name, server in servers.items()}, tokens, runs
+        )
+    finally:
+        for server in servers.values():
+            stop_server(server)
+    return {
+        "load": load, "open_items": open_items, "load_s": load_s, "runs": runs, "loadavg": loadavg,
+        "timings": timings,
+    }  # fmt: skip
+
+
 @app.command()
 def main(
     clients: Annotated[int, typer.Option(help="Concurrent clients (raw and API).")] = 8,
@@ -253,6 +284,16 @@ def main(
         int, typer.Option(help="Items in part 8's year of history (0: skip part 8).")
     ] = 1_000_000,
     report_runs: Annotated[int, typer.Option(help="Timed runs of each report in part 8.")] = 3,
+    only_stats: Annotated[
+        bool, typer.Option(help="Run part 9 (/stats and /metrics as history grows) alone.")
+    ] = False,
+    stats_items: Annotated[
+        int, typer.Option(help="Items of history in part 9 (0: skip part 9; 10000000 for issue 29's size).")
+    ] = 1_000_000,
+    stats_open: Annotated[int, typer.Option(help="Open items on both sides of part 9.")] = 20_000,
+    stats_runs: Annotated[
+        int, typer.Option(help="Timed calls of each endpoint on each side in part 9.")
+    ] = 40,
     sealer: Annotated[
         bool,
         typer.Option("--sealer/--no-sealer", help="Seal the audit chain every second during the API run."),
@@ -349,6 +390,15 @@ def main(
         if json_path:
             json_path.write_text(json.dumps(results, indent=2))
         return
+    if only_stats:
+        results["stats"] = stats_over_history(server_url, port, stats_items, stats_open, stats_runs)
+        with psycopg.connect(libpq(server_url, "postgres"), autocommit=True) as conn:
+            for name in ("rq_bench_stats_empty", "rq_bench_stats_history"):
+                conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        typer.echo("\n".join(stats_bench.report_lines(results["stats"])))
+        if json_path:
+            json_path.write_text(json.dumps(results, indent=2))
+        return
     if only_dequeue:
         results["dequeue"] = dequeue_scaling(server_url, workers, port, lease_samples)
         with psycopg.connect(libpq(server_url, "postgres"), autocommit=True) as conn:
@@ -397,17 +447,22 @@ def main(
         if report_items:
             typer.echo(f"reports over a year ({report_items:,} items) ...", err=True)
             results["reports"] = reports_over_a_year(server_url, port, report_items, report_runs)
+        if stats_items:
+            typer.echo(f"/stats and /metrics over history ({stats_items:,} items) ...", err=True)
+            results["stats"] = stats_over_history(server_url, port, stats_items, stats_open, stats_runs)
     typer.echo("done", err=True)
     with psycopg.connect(libpq(server_url, "postgres"), autocommit=True) as conn:
         for name in ("rq_bench_raw", "rq_bench_api", "rq_bench_batched", "rq_bench_one",
                      "rq_bench_dequeue", "rq_bench_audit", "rq_bench_reports", "rq_bench_write_with",
-                     "rq_bench_write_without"):  # fmt: skip
+                     "rq_bench_write_without", "rq_bench_stats_empty", "rq_bench_stats_history"):  # fmt: skip
             conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
     typer.echo(report(results))
     if "wakeup" in results:
         typer.echo(report_wakeup(results["wakeup"]))
     if "reports" in results:
         typer.echo("\n".join(report_bench.report_lines(results["reports"])))
+    if "stats" in results:
+        typer.echo("\n".join(stats_bench.report_lines(results["stats"])))
     if json_path:
         json_path.write_text(json.dumps(results, indent=2))
         typer.echo(f"wrote {json_path}", err=True)

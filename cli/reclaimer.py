@@ -1,5 +1,5 @@
-"""Reclaiming abandoned leases and sealing the audit chain outside the request path: one drain,
-or a supervised loop.
+"""Reclaiming abandoned leases, sealing the audit chain and rolling up the RESOLVED count outside
+the request path: one drain, or a supervised loop.
 
 The seed: reclaim runs "on its own supervised schedule independent of the worker pool". The
 loop survives the database going away (logs, backs off, carries on), exits cleanly on
@@ -91,6 +91,32 @@ async def seal_once(settings: Settings, url: str) -> int:
         await engine.dispose()
 
 
+async def roll_up(
+    engine: AsyncEngine, settings: Settings, *, margin: timedelta = stats.ROLLUP_MARGIN
+) -> stats.RolledUp | None:
+    """Fold the RESOLVED count forward (db/stats.py), a week per transaction, until caught up; None
+    at once when another reclaimer is doing it."""
+    while True:
+        async with transaction(
+            engine,
+            lock_timeout_ms=settings.pg_lock_timeout_ms,
+            statement_timeout_ms=settings.statement_timeout_ms,
+        ) as conn:
+            rolled = await stats.roll_up_resolved(conn, margin=margin)
+        if rolled is None or rolled.caught_up:
+            return rolled
+
+
+async def roll_up_once(
+    settings: Settings, url: str, *, margin: timedelta = stats.ROLLUP_MARGIN
+) -> stats.RolledUp | None:
+    engine = create_engine(url, pool_size=1, max_overflow=0)
+    try:
+        return await roll_up(engine, settings, margin=margin)
+    finally:
+        await engine.dispose()
+
+
 async def warn_on_leak(engine: AsyncEngine, settings: Settings) -> None:
     """Seed: LEASE_LEAK. ASSIGNED rows approaching max_inflight mean leases are not coming back."""
     async with engine.connect() as conn:
@@ -132,6 +158,7 @@ async def run_forever(settings: Settings, url: str, stop: asyncio.Event | None =
                     log.info("reclaim_drained", extra={"reclaimed": reclaimed})
                 await seal_logged(engine, settings)
                 await warn_on_leak(engine, settings)
+                await roll_up(engine, settings)
                 failures = 0
                 delay = settings.reclaim_interval_s * random.uniform(1.0, 1.1)  # noqa: S311 - jitter
             except Exception as error:

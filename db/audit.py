@@ -89,19 +89,24 @@ class SealLag:
     oldest_unsealed_age_s: float
 
 
-# Committed events above the watermark; an index range scan on (xid, id).
+# The watermark: the chain head's event.
+_MARK = text(
+    "SELECT e.xid::text, e.id FROM review_queue_chain c JOIN review_queue_event e ON e.id = c.event_id"
+    " ORDER BY c.seq DESC LIMIT 1"
+)
+# Events above the watermark, an index range scan on (xid, id). The watermark is sent as values,
+# not read in the same statement: only then does the planner see that the range is the trail's few
+# newest events (a value it cannot see is estimated at a third of the table, and scanned whole).
 _LAG = text(
-    "WITH head AS (SELECT e.xid, e.id FROM review_queue_chain c JOIN review_queue_event e"
-    " ON e.id = c.event_id ORDER BY c.seq DESC LIMIT 1),"
-    " mark AS (SELECT coalesce((SELECT xid FROM head), '0'::xid8) AS xid,"
-    " coalesce((SELECT id FROM head), 0) AS id)"
-    " SELECT count(*), coalesce(extract(epoch FROM now() - min(e.at)), 0)"
-    " FROM review_queue_event e, mark WHERE (e.xid, e.id) > (mark.xid, mark.id)"
+    "SELECT count(*), coalesce(extract(epoch FROM now() - min(e.at)), 0)"
+    " FROM review_queue_event e WHERE (e.xid, e.id) > (CAST(:xid AS xid8), :id)"
 )
 
 
 async def seal_lag(conn: AsyncConnection) -> SealLag:
-    count, age = (await conn.execute(_LAG)).one()
+    mark = (await conn.execute(_MARK)).one_or_none()
+    xid, id_ = mark if mark is not None else ("0", 0)
+    count, age = (await conn.execute(_LAG, {"xid": xid, "id": id_})).one()
     return SealLag(unsealed=int(count), oldest_unsealed_age_s=float(age))
 
 

@@ -1,7 +1,8 @@
-"""Queue health in a few indexed queries: depth, age of the oldest waiting item, leases in flight."""
+"""Queue health in a few indexed queries: depth, age of the oldest waiting item, leases in flight,
+and the RESOLVED count from a rollup, so that no figure costs more as history grows."""
 
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import (
@@ -14,6 +15,7 @@ from sqlalchemy import (
     func,
     literal_column,
     select,
+    text,
     true,
     union_all,
 )
@@ -21,6 +23,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from db.queue import ASSIGNED, AWAITING_APPROVAL, PENDING, QUARANTINED, RESOLVED
 from db.tables import review_queue_item as item
+from db.tables import review_queue_resolved_rollup as rollup
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,17 +103,12 @@ async def queue_gauges(conn: AsyncConnection, *, grace: timedelta) -> QueueGauge
     )
 
 
-_RESOLVED = select(func.count()).where(item.c.state == RESOLVED)
 _BY_REVIEWER = (
     select(item.c.leased_by, func.count())
     .where(item.c.state == ASSIGNED)
     .group_by(item.c.leased_by)
     .order_by(func.count().desc(), item.c.leased_by)
 )
-
-
-async def resolved_count(conn: AsyncConnection) -> int:
-    return int(await conn.scalar(_RESOLVED) or 0)
 
 
 async def open_leases_by_reviewer(conn: AsyncConnection) -> dict[str, int]:
@@ -175,3 +173,94 @@ async def aging(conn: AsyncConnection) -> dict[str, int]:
 async def overdue_by_ledger_entity(conn: AsyncConnection) -> dict[str, int]:
     """Overdue open items per ledger entity: the OVERDUE_ENTITIES with most, most first."""
     return {entity: count for entity, count in await conn.execute(_OVERDUE_BY_ENTITY)}
+
+
+# ---------------------------------------------------------------------------------------------
+# The RESOLVED count: a rollup, the resolutions since its edge, and the reopenings since its count
+# ---------------------------------------------------------------------------------------------
+#
+# count(*) of the RESOLVED rows grows with history. The one row of review_queue_resolved_rollup holds
+# `resolved`: the items RESOLVED with resolved_at < `edge` as of the snapshot `counted_in`. Now, the
+# RESOLVED items are exactly
+#   those counted there                   (rolled-up resolutions still standing)
+# + those with resolved_at >= edge        (resolved since; ix_review_queue_item_resolved_at)
+# + those with no resolved_at             (rows written by hand; the service always sets it)
+# - the reopenings `counted_in` did not see that took back a resolution from before `edge`
+#   (ix_review_queue_event_reopened_xid, from the snapshot's xmin: the few since the last roll-up).
+# A reopened item resolved again has a resolved_at after its reopening, so after `edge`: counted once.
+# This holds as long as no resolution from before `edge` commits after `counted_in` was taken,
+# which roll_up_resolved guarantees (see there). Exact, in any transaction, whenever the roll-up ran.
+_SINCE_COUNTED = """(SELECT count(*) FROM review_queue_event e
+    WHERE e.event = 'REOPENED' AND e.xid >= pg_snapshot_xmin(r.counted_in)
+      AND NOT pg_visible_in_snapshot(e.xid, r.counted_in)
+      AND CAST(e.details ->> 'previous_resolved_at' AS timestamptz) < r.edge)"""
+_RESOLVED = text(f"""
+SELECT r.resolved
+       + (SELECT count(*) FROM review_queue_item i WHERE i.state = 'RESOLVED' AND i.resolved_at >= r.edge)
+       + (SELECT count(*) FROM review_queue_item i WHERE i.state = 'RESOLVED' AND i.resolved_at IS NULL)
+       - {_SINCE_COUNTED}
+FROM review_queue_resolved_rollup r
+""")
+_RESOLVED_ALL = select(func.count()).where(item.c.state == RESOLVED)
+
+
+async def resolved_count(conn: AsyncConnection) -> int:
+    """Items in state RESOLVED, exactly, at a cost that follows the recent resolutions, not history."""
+    count = await conn.scalar(_RESOLVED)
+    if count is None:  # no rollup row (the migration writes it; nobody may delete it): count them all
+        count = await conn.scalar(_RESOLVED_ALL)
+    return int(count or 0)
+
+
+# Resolutions are folded in until this long before now (a completion's resolved_at is the start of
+# its transaction, which commits later), and never past the start of a transaction still running
+# (of this role: pg_stat_activity shows other roles' start times only to the privileged), so a
+# resolution from before the edge cannot commit after the count. A run folds in at most a week.
+ROLLUP_MARGIN = timedelta(minutes=5)
+ROLLUP_STEP = timedelta(days=7)
+
+_TAKE = select(rollup.c.one).with_for_update(skip_locked=True)
+# pg_stat_activity is read once per transaction (a copy kept until its end) and here before the
+# UPDATE's snapshot is taken: a transaction that began before the edge is either seen running here
+# (the edge stays before its start) or had committed before the UPDATE's snapshot (it is counted).
+_NEXT_EDGE = text("""
+WITH target AS (
+    SELECT least(now() - :margin, (SELECT min(xact_start) FROM pg_stat_activity)) AS at
+)
+SELECT greatest(r.edge, least(target.at, greatest(r.edge, coalesce(
+           (SELECT min(resolved_at) FROM review_queue_item
+            WHERE state = 'RESOLVED' AND resolved_at >= r.edge), target.at)) + :step)),
+       target.at
+FROM review_queue_resolved_rollup r, target
+""").bindparams(bindparam("margin", type_=Interval), bindparam("step", type_=Interval))
+# One statement, so the snapshot it records is the one it counted under (pg_current_snapshot() is
+# the statement's): the resolutions between the old edge and the new one, less the reopenings the
+# old count had not seen of resolutions before the old edge.
+_FOLD = text(f"""
+UPDATE review_queue_resolved_rollup r
+SET resolved = r.resolved
+        + (SELECT count(*) FROM review_queue_item i
+           WHERE i.state = 'RESOLVED' AND i.resolved_at >= r.edge AND i.resolved_at < :edge)
+        - {_SINCE_COUNTED},
+    edge = :edge, counted_in = pg_current_snapshot(), rolled_at = now()
+RETURNING r.resolved
+""")
+
+
+@dataclass(frozen=True, slots=True)
+class RolledUp:
+    edge: datetime
+    resolved: int  # RESOLVED items with resolved_at before the edge, as of the roll-up
+    caught_up: bool  # False: the edge stopped a step short of where it may go; run again
+
+
+async def roll_up_resolved(
+    conn: AsyncConnection, *, margin: timedelta = ROLLUP_MARGIN, step: timedelta = ROLLUP_STEP
+) -> RolledUp | None:
+    """Move the RESOLVED rollup forward (in this transaction, which must be fresh: READ COMMITTED,
+    and nothing read from pg_stat_activity yet); None when another roll-up holds the row."""
+    if await conn.scalar(_TAKE) is None:
+        return None
+    new_edge, target = (await conn.execute(_NEXT_EDGE, {"margin": margin, "step": step})).one()
+    resolved = await conn.scalar(_FOLD, {"edge": new_edge})
+    return RolledUp(edge=new_edge, resolved=int(resolved or 0), caught_up=new_edge >= target)

@@ -33,8 +33,18 @@ class Xid8(UserDefinedType[str]):
         return "xid8"
 
 
-# Reflection (alembic check) knows the type by name, instead of warning and skipping it.
+class PgSnapshot(UserDefinedType[str]):
+    """PostgreSQL's `pg_snapshot` (`pg_current_snapshot()`): which transactions a count saw."""
+
+    cache_ok = True
+
+    def get_col_spec(self, **_: object) -> str:
+        return "pg_snapshot"
+
+
+# Reflection (alembic check) knows the types by name, instead of warning and skipping them.
 ischema_names["xid8"] = Xid8
+ischema_names["pg_snapshot"] = PgSnapshot
 
 
 metadata = MetaData(
@@ -296,6 +306,8 @@ review_queue_event = Table(
     # decisions by time, and lease starts (the time from lease to decision). Partial: a RENEWED event
     # enters none of them.
     Index("ix_review_queue_event_reopened", "item_id", postgresql_where=text("event = 'REOPENED'")),
+    # /stats: the reopenings committed since the resolved rollup was counted (db/stats.py).
+    Index("ix_review_queue_event_reopened_xid", "xid", postgresql_where=text("event = 'REOPENED'")),
     Index(
         "ix_review_queue_event_decision_at",
         "at",
@@ -319,6 +331,21 @@ review_queue_event = Table(
             " OR (event = 'RELEASED' AND NOT details ? 'override')"
         ),
     ),
+)
+
+# /stats' RESOLVED count without counting history (db/stats.py): one row, the items that were
+# RESOLVED with resolved_at before `edge` as of the snapshot `counted_in`. Moved forward by the
+# reclaimer's schedule; the application role may read and update it, never add or delete a row.
+review_queue_resolved_rollup = Table(
+    "review_queue_resolved_rollup",
+    metadata,
+    Column("one", Boolean, primary_key=True, server_default=text("true")),
+    Column("edge", DateTime(timezone=True), nullable=False),
+    Column("resolved", BigInteger, nullable=False),
+    Column("counted_in", PgSnapshot(), nullable=False),
+    Column("rolled_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    CheckConstraint("one", name="one_row"),
+    CheckConstraint("resolved >= 0", name="not_negative"),
 )
 
 # The hash chain over the events (docs/audit.md): gapless seq, each hash over the previous one

@@ -74,6 +74,27 @@ def test_the_reclaimer_loop_seals_the_audit_chain(
     assert "audit_chain_sealed" in log.read_text()
 
 
+def test_the_reclaimer_loop_rolls_up_the_resolved_count(
+    reclaimer: tuple[subprocess.Popen[bytes], Path], sql: psycopg.Connection
+) -> None:
+    # Resolved over the last 30 days, and older than the roll-up's margin: folded in a week at a time.
+    sql.execute(
+        """INSERT INTO review_queue_item (idempotency_key, ledger_entity, variance_amount, match_decision,
+               source_hash, state, resolution, resolved_by, resolved_at)
+           SELECT 'done-' || i, 'ACME', 1, 'UNMATCHED', 'h' || i, 'RESOLVED', 'OK', 'r',
+                  now() - interval '1 hour' - i * interval '1 day'
+           FROM generate_series(1, 30) i"""
+    )
+
+    def rolled_up() -> bool:
+        row = sql.execute(
+            "SELECT resolved, edge > now() - interval '1 hour' FROM review_queue_resolved_rollup"
+        ).fetchone()
+        return row == (30, True)
+
+    wait_for(rolled_up, timeout=ON_SCHEDULE * INTERVAL_S + 30)
+
+
 def test_two_reclaimers_never_reclaim_one_item_twice(
     db_url: str, sql: psycopg.Connection, tmp_path: Path
 ) -> None:

@@ -14,7 +14,7 @@ definitions) before upgrading: the migration then finds them and creates nothing
 never blocked (as for 2026_12_04_0830).
 
 Revision ID: 5d0c4f1e2a77
-Revises: 7b2dacd75433
+Revises: c4e9a2f17b80
 Create Date: 2026-12-04 15:30:00+00:00
 """
 
@@ -25,7 +25,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "5d0c4f1e2a77"
-down_revision: str | None = "7b2dacd75433"
+down_revision: str | None = "c4e9a2f17b80"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

@@ -1,0 +1,72 @@
+"""make bench, part 9: /stats and /metrics as history grows.
+
+Two databases with the same live queue (open items and their events, the audit chain sealed up to
+the newest event, the RESOLVED rollup caught up as the reclaimer keeps it): one with no history
+behind it, one with a year of resolved items (bench/reports.py's generator). Each endpoint is called
+through the API on both, alternately, so that the machine's noise falls on both alike; the ratio
+of the medians is the figure (issue 29: at most 1.3, and /stats under 50 ms).
+"""
+
+import statistics
+import time
+from typing import Any
+
+import httpx
+
+METRICS_TOKEN = "bench-metrics-scrape"  # noqa: S105 - a throwaway token for the bench's own servers
+ENDPOINTS = ("/stats", "/metrics")
+
+
+def time_side_by_side(bases: dict[str, str], tokens: dict[str, str], runs: int) -> dict[str, dict[str, Any]]:
+    """Each endpoint on each server `runs` times (after two warm-ups), alternating servers:
+    {endpoint: {server: {p50_ms, p90_ms}, "ratio": p50 with history / p50 without}}."""
+    samples: dict[str, dict[str, list[float]]] = {path: {name: [] for name in bases} for path in ENDPOINTS}
+    clients = {name: httpx.Client(base_url=base, timeout=60) for name, base in bases.items()}
+    try:
+        for n in range(runs + 2):
+            for path in ENDPOINTS:
+                for name, http in clients.items():
+                    started = time.perf_counter()
+                    token = tokens[name] if path == "/stats" else METRICS_TOKEN
+                    response = http.get(path, headers={"Authorization": f"Bearer {token}"})
+                    elapsed = time.perf_counter() - started
+                    if response.status_code != 200:
+                        raise SystemExit(
+                            f"{name} {path} answered {response.status_code}: {response.text[:300]}"
+                        )
+                    if n >= 2:
+                        samples[path][name].append(elapsed * 1000)
+    finally:
+        for http in clients.values():
+            http.close()
+    result: dict[str, dict[str, Any]] = {}
+    for path, by_server in samples.items():
+        figures: dict[str, Any] = {
+            name: {
+                "p50_ms": round(statistics.median(values), 1),
+                "p90_ms": round(sorted(values)[int(0.9 * (len(values) - 1))], 1),
+            }
+            for name, values in by_server.items()
+        }
+        figures["ratio"] = round(figures["history"]["p50_ms"] / figures["empty"]["p50_ms"], 2)
+        result[path] = figures
+    return result
+
+
+def report_lines(result: dict[str, Any]) -> list[str]:
+    load = result["load"]
+    lines = [
+        f"9. /stats and /metrics as history grows: {result['open_items']:,} open items on both sides;"
+        f" history {load['items']:,} items, {load['events']:,} events (loaded in {result['load_s']} s);"
+        f" {result['runs']} calls each, alternating, load average at start {result['loadavg']}:",
+        f"     {'':12}{'empty p50':>12}{'p90':>8}{'history p50':>14}{'p90':>8}{'ratio':>8}",
+    ]
+    for path in ENDPOINTS:
+        r = result["timings"][path]
+        target = " (target <= 1.3" + (", < 50 ms" if path == "/stats" else "") + ")"
+        empty, history = r["empty"], r["history"]
+        lines.append(
+            f"     {path:<12}{empty['p50_ms']:>10} ms{empty['p90_ms']:>8}{history['p50_ms']:>11} ms"
+            f"{history['p90_ms']:>8}{'x' + str(r['ratio']):>8}{target}"
+        )
+    return lines
