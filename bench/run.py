@@ -247,7 +247,7 @@ def stats_over_history(server_url: str, port: int, items: int, open_items: int, 
         report_bench.placeholder_chain(url)
         asyncio.run(reclaimer.roll_up_once(get_settings(), url))
     load_s = round(time.perf_counter() - started)
-    tokens = {name: create_tokens(url, 1)[0] for name, url in urls.items()}
+    tokens = {name: reviewer_tokens(url, 1)[0] for name, url in urls.items()}
     loadavg = [round(x, 2) for x in os.getloadavg()]
     env = {"REVIEW_QUEUE_METRICS_TOKEN": stats_bench.METRICS_TOKEN}
     servers = {name: start_server(url, 1, port + n, env=env) for n, (name, url) in enumerate(urls.items())}
