@@ -1,5 +1,7 @@
 """The schema as SQLAlchemy Core tables. Alembic owns the real DDL; `alembic check` keeps the two equal."""
 
+from typing import Literal, get_args
+
 from sqlalchemy import (
     BigInteger,
     Boolean,
@@ -68,9 +70,32 @@ DEFAULT_SLA_TIERS = "100000:24h,10000:72h,1000:120h,0:168h"
 # The due_at of a row inserted without one (by SQL, not the API): the lowest default tier.
 FALLBACK_DUE = "now() + interval '168 hours'"
 
-STATES = ("PENDING", "ASSIGNED", "RESOLVED", "QUARANTINED", "AWAITING_APPROVAL")
-MATCH_DECISIONS = ("MATCHED", "PARTIAL", "UNMATCHED")
-ROLES = ("reviewer", "approver", "ingest", "auditor", "admin", "integration")
+# The contract's vocabulary, written once: the API's schemas type their fields with these Literals
+# (and so the OpenAPI enums), the queue and the CLI use the tuples, and tests/db/test_vocabulary.py
+# holds each tuple equal to the CHECK constraint the migrations wrote.
+State = Literal["PENDING", "ASSIGNED", "RESOLVED", "QUARANTINED", "AWAITING_APPROVAL"]
+MatchDecision = Literal["MATCHED", "PARTIAL", "UNMATCHED"]
+Role = Literal["reviewer", "approver", "ingest", "auditor", "admin", "integration"]
+EventName = Literal[
+    "ENQUEUED",
+    "LEASED",
+    "RENEWED",
+    "RELEASED",
+    "RECLAIMED",
+    "RESOLVED",
+    "QUARANTINED",
+    "REQUEUED",
+    "REOPENED",
+    "SUBMITTED_FOR_APPROVAL",
+    "APPROVED",
+    "REJECTED",
+    "REVISED",
+    "REASSIGNED",
+]
+STATES: tuple[str, ...] = get_args(State)
+MATCH_DECISIONS: tuple[str, ...] = get_args(MatchDecision)
+ROLES: tuple[str, ...] = get_args(Role)
+EVENTS: tuple[str, ...] = get_args(EventName)
 
 # Token subjects (see db.tokens.check_subject, which says the same in Python): 1-128 characters,
 # letters, digits and . _ @ + -, starting with a letter or digit, stored case-folded (lower case:
@@ -251,22 +276,6 @@ review_queue_item = Table(
     ),
 )
 
-EVENTS = (
-    "ENQUEUED",
-    "LEASED",
-    "RENEWED",
-    "RELEASED",
-    "RECLAIMED",
-    "RESOLVED",
-    "QUARANTINED",
-    "REQUEUED",
-    "REOPENED",
-    "SUBMITTED_FOR_APPROVAL",
-    "APPROVED",
-    "REJECTED",
-    "REVISED",
-    "REASSIGNED",
-)
 
 # Append-only: a trigger (see the migration) refuses UPDATE, DELETE and TRUNCATE. Each row
 # is written by the same statement as the state change it records.

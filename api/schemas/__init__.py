@@ -26,7 +26,6 @@ from api.schemas.codecs import (
 from api.schemas.feed import (
     DEFAULT_WEBHOOK_TYPES,
     EVENT_LIST_PATTERN,
-    EVENT_NAMES,
     FEED_CURSOR_PATTERN,
     MAX_FEED_LIMIT,
     WEBHOOK_NAME_PATTERN,
@@ -149,7 +148,6 @@ __all__ = [
     "DUE_AT_PATTERN",
     "EVENT_CURSOR_PATTERN",
     "EVENT_LIST_PATTERN",
-    "EVENT_NAMES",
     "FEED_CURSOR_PATTERN",
     "ISO_DATE_PATTERN",
     "MAX_BATCH_ITEMS",

@@ -6,6 +6,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StringConstraints
 
 from api.schemas.fields import MAX_WAIT_S, Strict, Timestamp
 from api.schemas.items import EventOut, ItemOut
+from db.tables import EVENTS
 
 if TYPE_CHECKING:  # the HTTP client imports these models without pulling in the database layer
     from db.feed import FeedEvent
@@ -19,11 +20,7 @@ FeedCursor = Annotated[
     StringConstraints(pattern=FEED_CURSOR_PATTERN),
     Field(examples=["00000000000002e1000000000000a3f0"]),
 ]
-EVENT_NAMES = (
-    "ENQUEUED", "LEASED", "RENEWED", "RELEASED", "RECLAIMED", "RESOLVED", "QUARANTINED", "REQUEUED",
-    "REOPENED", "SUBMITTED_FOR_APPROVAL", "APPROVED", "REJECTED", "REVISED", "REASSIGNED",
-)  # fmt: skip
-_ONE_EVENT = "(" + "|".join(EVENT_NAMES) + ")"
+_ONE_EVENT = "(" + "|".join(EVENTS) + ")"
 EVENT_LIST_PATTERN = f"^{_ONE_EVENT}(,{_ONE_EVENT})*$"
 MAX_FEED_LIMIT = 500
 
@@ -76,7 +73,7 @@ class FeedOut(BaseModel):
 
 
 WEBHOOK_NAME_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,63}$"
-WEBHOOK_TYPES = tuple("item." + name.lower() for name in EVENT_NAMES)
+WEBHOOK_TYPES = tuple("item." + name.lower() for name in EVENTS)
 WebhookType = Literal[
     "item.enqueued", "item.leased", "item.renewed", "item.released", "item.reclaimed", "item.resolved",
     "item.quarantined", "item.requeued", "item.reopened", "item.submitted_for_approval", "item.approved",

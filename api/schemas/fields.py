@@ -9,7 +9,7 @@ import re
 import zoneinfo
 from datetime import UTC, date, datetime
 from decimal import Decimal
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from pydantic import (
     AfterValidator,
@@ -24,6 +24,9 @@ from pydantic import (
     model_validator,
 )
 from typing_extensions import TypeAliasType
+
+from db.tables import MatchDecision as MatchDecision  # the contract's vocabulary, written once
+from db.tables import State as State
 
 
 def _storable(value: str) -> str:
@@ -226,8 +229,6 @@ Timestamp = Annotated[
 ]
 
 
-MatchDecision = Literal["MATCHED", "PARTIAL", "UNMATCHED"]
-State = Literal["PENDING", "ASSIGNED", "RESOLVED", "QUARANTINED", "AWAITING_APPROVAL"]
 Resolution = Annotated[str, StringConstraints(pattern=r"^[A-Z][A-Z0-9_]{0,63}$")]
 
 

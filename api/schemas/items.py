@@ -20,6 +20,7 @@ from api.schemas.fields import (
     Timestamp,
 )
 from api.schemas.service import Problem
+from db.tables import EventName
 
 if TYPE_CHECKING:  # the HTTP client imports these models without pulling in the database layer
     from db.queue import Item
@@ -172,22 +173,7 @@ class BatchOut(BaseModel):
 class EventOut(BaseModel):
     id: int
     item_id: UUID
-    event: Literal[
-        "ENQUEUED",
-        "LEASED",
-        "RENEWED",
-        "RELEASED",
-        "RECLAIMED",
-        "RESOLVED",
-        "QUARANTINED",
-        "REQUEUED",
-        "REOPENED",
-        "SUBMITTED_FOR_APPROVAL",
-        "APPROVED",
-        "REJECTED",
-        "REVISED",
-        "REASSIGNED",
-    ]
+    event: EventName
     actor: str
     at: Timestamp
     lease_epoch: int

@@ -5,6 +5,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from api.schemas.fields import Strict
+from db.tables import Role
 
 
 class Health(BaseModel):
@@ -33,7 +34,7 @@ class SessionIn(Strict):
 
 class SessionOut(BaseModel):
     subject: str
-    role: Literal["reviewer", "approver", "ingest", "auditor", "admin", "integration"]
+    role: Role
     csrf_token: str | None = Field(
         description="Send it as X-CSRF-Token with every write made with the session cookie; "
         "null when the caller used a bearer token."
