@@ -8,7 +8,7 @@ from api.schemas.fields import MAX_WAIT_S, Strict, Timestamp
 from api.schemas.items import EventOut, ItemOut
 from db.tables import EVENTS
 
-if TYPE_CHECKING:  # for the from_row annotations only: the schemas need no queue code to run
+if TYPE_CHECKING:  # for the annotations of `of` only: the schemas need no queue code to run
     from db.feed import FeedEvent
 
 

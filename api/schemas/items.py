@@ -22,7 +22,7 @@ from api.schemas.fields import (
 from api.schemas.service import Problem
 from db.tables import EventName
 
-if TYPE_CHECKING:  # for the from_row annotations only: the schemas need no queue code to run
+if TYPE_CHECKING:  # for the annotations of `of` only: the schemas need no queue code to run
     from db.queue import Item
 
 
