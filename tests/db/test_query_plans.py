@@ -302,7 +302,7 @@ def test_the_work_list_by_due_date_reads_an_index_in_that_order(
     ],
 )
 def test_a_list_reads_an_index_led_by_its_filter_not_the_history(
-    busy_table: psycopg.Connection, order: str, where: dict[str, Any], index: str
+    busy_table: psycopg.Connection, order: queue.ListOrder, where: dict[str, Any], index: str
 ) -> None:
     """GET /items in either order, filtered by the live queue's state (PENDING: the newest rows,
     behind all the resolved history in enqueue order) or by who resolved:
@@ -320,7 +320,7 @@ def test_a_list_reads_an_index_led_by_its_filter_not_the_history(
            FROM generate_series(1, 2000) i"""
     )
     busy_table.execute("ANALYZE review_queue_item")
-    statement = queue.list_query(where=queue.ItemFilter(**where), after=None, limit=51, order=order)  # type: ignore[arg-type]
+    statement = queue.list_query(where=queue.ItemFilter(**where), after=None, limit=51, order=order)
     tree = plan(busy_table, statement, {})
     found = scans(tree)
     assert_no_table_scan(found)
