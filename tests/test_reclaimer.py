@@ -4,6 +4,7 @@ import signal
 import subprocess
 from collections import Counter
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import psycopg
@@ -29,15 +30,23 @@ def seed_expired(sql: psycopg.Connection, count: int, *, prefix: str = "x") -> N
     )
 
 
+@contextmanager
+def running_reclaimer(db_url: str, log: Path) -> Iterator[subprocess.Popen[bytes]]:
+    process = start_reclaimer(db_url, log)
+    try:
+        wait_for(lambda: "reclaimer_started" in log.read_text(), STARTUP_S)
+        yield process
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
 @pytest.fixture
 def reclaimer(db_url: str, tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], Path]]:
     log = tmp_path / "reclaimer.log"
-    process = start_reclaimer(db_url, log)
-    wait_for(lambda: "reclaimer_started" in log.read_text(), STARTUP_S)
-    yield process, log
-    if process.poll() is None:
-        process.kill()
-        process.wait()
+    with running_reclaimer(db_url, log) as process:
+        yield process, log
 
 
 def pending(sql: psycopg.Connection) -> int:
@@ -75,9 +84,11 @@ def test_the_reclaimer_loop_seals_the_audit_chain(
 
 
 def test_the_reclaimer_loop_rolls_up_the_resolved_count(
-    reclaimer: tuple[subprocess.Popen[bytes], Path], sql: psycopg.Connection
+    db_url: str, sql: psycopg.Connection, tmp_path: Path
 ) -> None:
     # Resolved over the last 30 days, and older than the roll-up's margin: folded in a week at a time.
+    # Written before the reclaimer starts: a resolution from before the edge must not commit after a
+    # roll-up (the service's completions never do; rows written by hand must keep to it too).
     sql.execute(
         """INSERT INTO review_queue_item (idempotency_key, ledger_entity, variance_amount, match_decision,
                source_hash, state, resolution, resolved_by, resolved_at)
@@ -92,7 +103,10 @@ def test_the_reclaimer_loop_rolls_up_the_resolved_count(
         ).fetchone()
         return row == (30, True)
 
-    wait_for(rolled_up, timeout=ON_SCHEDULE * INTERVAL_S + 30)
+    log = tmp_path / "reclaimer.log"
+    with running_reclaimer(db_url, log):
+        wait_for(rolled_up, timeout=ON_SCHEDULE * INTERVAL_S + 30)
+    assert "reclaim_failed" not in log.read_text()
 
 
 def test_two_reclaimers_never_reclaim_one_item_twice(
