@@ -1,5 +1,5 @@
-"""Reclaiming abandoned leases, sealing the audit chain and rolling up the RESOLVED count outside
-the request path: one drain, or a supervised loop.
+"""Reclaiming abandoned leases, sealing the audit chain, rolling up the RESOLVED count and the
+throughput report's closed days outside the request path: one drain, or a supervised loop.
 
 The seed: reclaim runs "on its own supervised schedule independent of the worker pool". The
 loop survives the database going away (logs, backs off, carries on), exits cleanly on
@@ -13,12 +13,14 @@ import logging
 import random
 import signal
 import socket
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
+from typing import Protocol, TypeVar
 
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from api.settings import Settings
-from db import audit, queue, stats
+from db import audit, queue, reports, stats
 from db.engine import create_engine, transaction, unit_of_work
 from db.errors import classify
 
@@ -91,28 +93,54 @@ async def seal_once(settings: Settings, url: str) -> int:
         await engine.dispose()
 
 
-async def roll_up(
-    engine: AsyncEngine, settings: Settings, *, margin: timedelta = stats.ROLLUP_MARGIN
-) -> stats.RolledUp | None:
-    """Fold the RESOLVED count forward (db/stats.py), a week per transaction, until caught up; None
-    at once when another reclaimer is doing it."""
+class _Step(Protocol):
+    @property
+    def caught_up(self) -> bool: ...
+
+
+S = TypeVar("S", bound=_Step)
+
+
+async def _until_caught_up(
+    engine: AsyncEngine, settings: Settings, step: Callable[[AsyncConnection], Awaitable[S | None]]
+) -> S | None:
+    """`step` in one short transaction after another until it has caught up; None at once when
+    another reclaimer is doing it."""
     while True:
         async with transaction(
             engine,
             lock_timeout_ms=settings.pg_lock_timeout_ms,
             statement_timeout_ms=settings.statement_timeout_ms,
         ) as conn:
-            rolled = await stats.roll_up_resolved(conn, margin=margin)
-        if rolled is None or rolled.caught_up:
-            return rolled
+            done = await step(conn)
+        if done is None or done.caught_up:
+            return done
+
+
+async def roll_up(
+    engine: AsyncEngine, settings: Settings, *, margin: timedelta = stats.ROLLUP_MARGIN
+) -> stats.RolledUp | None:
+    """Fold the RESOLVED count forward (db/stats.py), a week per transaction."""
+    return await _until_caught_up(engine, settings, lambda conn: stats.roll_up_resolved(conn, margin=margin))
+
+
+async def roll_up_days(engine: AsyncEngine, settings: Settings) -> reports.RolledDays | None:
+    """Precompute the throughput report's closed days (db/reports/workload.py), up to the RESOLVED
+    rollup's edge, so run after roll_up: a month of days per transaction."""
+    return await _until_caught_up(
+        engine, settings, lambda conn: reports.roll_up_throughput(conn, tz=settings.report_time_zone)
+    )
 
 
 async def roll_up_once(
     settings: Settings, url: str, *, margin: timedelta = stats.ROLLUP_MARGIN
 ) -> stats.RolledUp | None:
+    """The RESOLVED count, then the throughput report's closed days, rolled up to now."""
     engine = create_engine(url, pool_size=1, max_overflow=0)
     try:
-        return await roll_up(engine, settings, margin=margin)
+        rolled = await roll_up(engine, settings, margin=margin)
+        await roll_up_days(engine, settings)
+        return rolled
     finally:
         await engine.dispose()
 
@@ -159,6 +187,7 @@ async def run_forever(settings: Settings, url: str, stop: asyncio.Event | None =
                 await seal_logged(engine, settings)
                 await warn_on_leak(engine, settings)
                 await roll_up(engine, settings)
+                await roll_up_days(engine, settings)
                 failures = 0
                 delay = settings.reclaim_interval_s * random.uniform(1.0, 1.1)  # noqa: S311 - jitter
             except Exception as error:

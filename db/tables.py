@@ -7,6 +7,7 @@ from sqlalchemy import (
     Boolean,
     CheckConstraint,
     Column,
+    Date,
     DateTime,
     Float,
     ForeignKey,
@@ -21,7 +22,7 @@ from sqlalchemy import (
     func,
     text,
 )
-from sqlalchemy.dialects.postgresql import ARRAY, JSONB, UUID
+from sqlalchemy.dialects.postgresql import ARRAY, INTERVAL, JSONB, UUID
 from sqlalchemy.dialects.postgresql.base import ischema_names
 from sqlalchemy.types import UserDefinedType
 
@@ -355,6 +356,31 @@ review_queue_resolved_rollup = Table(
     Column("rolled_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     CheckConstraint("one", name="one_row"),
     CheckConstraint("resolved >= 0", name="not_negative"),
+)
+
+# The throughput report's closed days, for one reporting time zone (REVIEW_QUEUE_REPORT_TIME_ZONE):
+# per local day and reviewer, the decisions by outcome and their lease-to-decision times, sorted
+# (db/reports/workload.py). The one state row says which zone and that every day before `through`
+# is here; the reclaimer's schedule fills them, never past the RESOLVED rollup's edge.
+review_queue_throughput_day = Table(
+    "review_queue_throughput_day",
+    metadata,
+    Column("day", Date, primary_key=True),
+    Column("reviewer", Text(collation="C"), primary_key=True),
+    *(
+        Column(name, Integer, nullable=False)
+        for name in ("resolved", "submitted_for_approval", "approved", "rejected", "released", "decisions")
+    ),
+    Column("took", ARRAY(INTERVAL), nullable=False),
+)
+review_queue_throughput_rollup = Table(
+    "review_queue_throughput_rollup",
+    metadata,
+    Column("one", Boolean, primary_key=True, server_default=text("true")),
+    Column("time_zone", Text, nullable=True),
+    Column("through", Date, nullable=True),
+    Column("rolled_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    CheckConstraint("one", name="one_row"),
 )
 
 # The hash chain over the events (docs/audit.md): gapless seq, each hash over the previous one

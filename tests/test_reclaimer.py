@@ -101,7 +101,12 @@ def test_the_reclaimer_loop_rolls_up_the_resolved_count(
         row = sql.execute(
             "SELECT resolved, edge > now() - interval '1 hour' FROM review_queue_resolved_rollup"
         ).fetchone()
-        return row == (30, True)
+        # ... and the throughput report's closed days after it, in the default zone: one decision each.
+        days = sql.execute(
+            "SELECT time_zone, count(*), sum(resolved)"
+            " FROM review_queue_throughput_day, review_queue_throughput_rollup GROUP BY 1"
+        ).fetchone()
+        return row == (30, True) and days == ("UTC", 30, 30)
 
     log = tmp_path / "reclaimer.log"
     with running_reclaimer(db_url, log):

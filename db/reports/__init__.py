@@ -19,7 +19,7 @@ from db.reports.aging import AGE_BANDS, BacklogPoint, BacklogReport, backlog
 from db.reports.common import Period, UnknownTimeZone
 from db.reports.deadlines import SlaBucket, SlaFigures, SlaReport, sla, sla_trailing
 from db.reports.decisions import DECISIONS_PAGE, Cursor, Decision, decision_bounds, decisions_page
-from db.reports.workload import ThroughputReport, ThroughputRow, throughput
+from db.reports.workload import RolledDays, ThroughputReport, ThroughputRow, roll_up_throughput, throughput
 
 __all__ = [
     "AGE_BANDS",
@@ -29,6 +29,7 @@ __all__ = [
     "Cursor",
     "Decision",
     "Period",
+    "RolledDays",
     "SlaBucket",
     "SlaFigures",
     "SlaReport",
@@ -38,6 +39,7 @@ __all__ = [
     "backlog",
     "decision_bounds",
     "decisions_page",
+    "roll_up_throughput",
     "sla",
     "sla_trailing",
     "throughput",

@@ -1,7 +1,7 @@
 """Throughput per reviewer: decisions by outcome, and the time from lease to decision."""
 
 from dataclasses import dataclass
-from datetime import date, datetime
+from datetime import date, datetime, timedelta
 from decimal import Decimal
 
 from sqlalchemy import text
@@ -37,7 +37,7 @@ _LEASE_START = """(SELECT l.at FROM review_queue_event l
 # Outcomes as numbers while rows are counted (cheaper than comparing text for each of five counts).
 _OUTCOME = "CASE {e}.event WHEN 'SUBMITTED_FOR_APPROVAL' THEN 2 WHEN 'REJECTED' THEN 4 ELSE 5 END"
 
-# Every decision made in the period, with who made it and how long after the lease began:
+# Every decision made in a bucket, with who made it and how long after the lease began:
 # - each item's standing decision, from its row (resolved_at, leased_at, approved_by or resolved_by),
 #   through ix_review_queue_item_resolved_at;
 # - submissions, rejections and the holders' releases, from the trail (ix_review_queue_event_other_work),
@@ -51,10 +51,15 @@ _OUTCOME = "CASE {e}.event WHEN 'SUBMITTED_FOR_APPROVAL' THEN 2 WHEN 'REJECTED' 
 # sorted on their own for its two percentiles, rather than every decision of the bucket sorted by
 # reviewer first (18 % less PostgreSQL CPU for a year of weeks at 1M items). The durations stay
 # intervals (exact, and cheaper to sort than numbers) until the percentiles are turned into seconds.
-_THROUGHPUT = text(f"""
-WITH edges AS (SELECT CAST(:edges AS timestamptz[]) AS e),
+# A decision stays in its bucket whatever happens to its item later (a reopening keeps it, from the
+# REOPENED event), so a closed day's figures never change: the reclaimer keeps them, sorted, in
+# review_queue_throughput_day for one zone, and a bucket made of such days is read from there.
+_BUCKETS = f"""
+edges AS (SELECT CAST(:edges AS timestamptz[]) AS e),
 bucket AS (
-    SELECT k, e[k] AS lo, e[k + 1] AS hi FROM edges, generate_series(1, cardinality(e) - 1) AS k
+    SELECT k, e[k] AS lo, e[k + 1] AS hi, {{rolled}} AS rolled,
+           CAST(:start AS date) + (k - 1) * :step AS first_day, CAST(:start AS date) + k * :step AS next_day
+    FROM edges, generate_series(1, cardinality(e) - 1) AS k
 ),
 reopened AS (
     SELECT width_bucket(d.at, edges.e) AS k, array_agg(d.reviewer) AS reviewer,
@@ -69,12 +74,9 @@ reopened AS (
     ) AS d
     WHERE r.event = 'REOPENED' AND d.at >= e[1] AND d.at < e[cardinality(e)]
     GROUP BY 1
-),
-per_bucket AS (
-    SELECT b.k, g.*
-    FROM bucket b
-    LEFT JOIN reopened r ON r.k = b.k
-    CROSS JOIN LATERAL (
+)"""
+_ONE_REVIEWER = "(CAST(:reviewer AS text) IS NULL OR {reviewer} = CAST(:reviewer AS text))"
+_FROM_THE_TRAIL = f"""
         SELECT d.reviewer COLLATE "C" AS reviewer,
                count(*) FILTER (WHERE d.outcome = 1) AS resolved,
                count(*) FILTER (WHERE d.outcome = 2) AS submitted_for_approval,
@@ -100,8 +102,30 @@ per_bucket AS (
             UNION ALL
             SELECT * FROM unnest(r.reviewer, r.outcome, r.took)
         ) AS d (reviewer, outcome, took)
-        WHERE CAST(:reviewer AS text) IS NULL OR d.reviewer = CAST(:reviewer AS text)
+        WHERE NOT b.rolled AND {_ONE_REVIEWER.format(reviewer="d.reviewer")}
         GROUP BY d.reviewer COLLATE "C"
+"""
+# A bucket of closed days: their rows summed, and their durations (each day's sorted) put together.
+_FROM_CLOSED_DAYS = f"""
+        SELECT d.reviewer, sum(d.resolved), sum(d.submitted_for_approval), sum(d.approved), sum(d.rejected),
+               sum(d.released), sum(d.decisions),
+               (SELECT array_agg(t) FROM review_queue_throughput_day x CROSS JOIN LATERAL unnest(x.took) AS t
+                WHERE x.reviewer = d.reviewer AND x.day >= b.first_day AND x.day < b.next_day)
+        FROM review_queue_throughput_day d
+        WHERE b.rolled AND d.day >= b.first_day AND d.day < b.next_day
+          AND {_ONE_REVIEWER.format(reviewer="d.reviewer")}
+        GROUP BY d.reviewer"""
+# The bucket is all closed days of the precomputed zone (days before `through`).
+_ROLLED = """coalesce((SELECT s.time_zone = :tz AND s.through >= CAST(:start AS date) + k * :step
+    FROM review_queue_throughput_rollup s), false)"""
+_THROUGHPUT = text(f"""
+WITH {_BUCKETS.format(rolled=_ROLLED)},
+per_bucket AS (
+    SELECT b.k, g.*
+    FROM bucket b
+    LEFT JOIN reopened r ON r.k = b.k
+    CROSS JOIN LATERAL ({_FROM_THE_TRAIL}
+        UNION ALL{_FROM_CLOSED_DAYS}
     ) AS g
 )
 -- Reviewers in byte order ("C"): the grouping compares bytes, not a locale's collation.
@@ -123,7 +147,13 @@ async def throughput(
     edges, as_of = await begin(conn, period)
     rows = await conn.execute(
         _THROUGHPUT,
-        {"edges": edges, "start": period.start, "step": period.step_days, "reviewer": reviewer},
+        {
+            "edges": edges,
+            "start": period.start,
+            "step": period.step_days,
+            "tz": period.tz,
+            "reviewer": reviewer,
+        },
     )
     return ThroughputReport(
         as_of=as_of,
@@ -143,3 +173,83 @@ async def throughput(
             for r in rows
         ],
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# The closed days, precomputed for one zone
+# ---------------------------------------------------------------------------------------------
+
+ROLLUP_DAYS = 31  # days computed per transaction: about a twelfth of the year's report, at 1M items
+
+_TAKE = text("SELECT time_zone, through FROM review_queue_throughput_rollup FOR UPDATE SKIP LOCKED")
+# The day of the first decision (each min() on the index of its kind, written as its predicate).
+_FIRST_DAY = text("""
+SELECT CAST(least(
+    (SELECT min(at) FROM review_queue_event WHERE event IN ('RESOLVED', 'APPROVED')),
+    (SELECT min(at) FROM review_queue_event
+     WHERE event IN ('SUBMITTED_FOR_APPROVAL', 'REJECTED')
+        OR (event = 'RELEASED' AND NOT details ? 'override')),
+    (SELECT min(resolved_at) FROM review_queue_item WHERE state = 'RESOLVED'),
+    (SELECT min(CAST(details ->> 'previous_resolved_at' AS timestamptz)) FROM review_queue_event
+     WHERE event = 'REOPENED')
+) AT TIME ZONE :tz AS date)
+""")
+# Days before this one are closed: they ended before the RESOLVED rollup's edge, before which every
+# transaction of the service had committed when the rollup last ran (db/stats.py), so no decision
+# dated in them can still arrive. A day ends at the next local midnight, placed as the report's edges.
+_CLOSED_BEFORE = text("""
+SELECT CASE WHEN isfinite(r.edge) THEN
+    d - CAST(CAST(d AS timestamp) AT TIME ZONE :tz > r.edge AS integer) END
+FROM review_queue_resolved_rollup r
+CROSS JOIN LATERAL (SELECT CAST(r.edge AT TIME ZONE :tz AS date) AS d) AS local
+""")
+_FILL = text(f"""
+WITH {_BUCKETS.format(rolled="false")},
+per_bucket AS (
+    SELECT b.k, g.*
+    FROM bucket b
+    LEFT JOIN reopened r ON r.k = b.k
+    CROSS JOIN LATERAL ({_FROM_THE_TRAIL}) AS g
+)
+INSERT INTO review_queue_throughput_day
+    (day, reviewer, resolved, submitted_for_approval, approved, rejected, released, decisions, took)
+SELECT CAST(:start AS date) + (k - 1), reviewer, resolved, submitted_for_approval, approved, rejected,
+       released, decisions, ARRAY(SELECT t FROM unnest(took) AS t ORDER BY t)
+FROM per_bucket
+""")
+_MOVE = text(
+    "UPDATE review_queue_throughput_rollup SET time_zone = :tz, through = :through, rolled_at = now()"
+)
+_FORGET = text("DELETE FROM review_queue_throughput_day")
+
+
+@dataclass(frozen=True, slots=True)
+class RolledDays:
+    through: date | None  # every closed day before this one is precomputed
+    caught_up: bool  # False: more closed days are waiting; run again
+
+
+async def roll_up_throughput(conn: AsyncConnection, *, tz: str, days: int = ROLLUP_DAYS) -> RolledDays | None:
+    """Precompute up to `days` more closed days of the throughput report in `tz` (starting over when
+    the zone changed), in this transaction; None when another roll-up holds the state row."""
+    state = (await conn.execute(_TAKE)).one_or_none()
+    if state is None:
+        return None
+    through: date | None = state.through if state.time_zone == tz else None
+    if through is None:
+        await conn.execute(_FORGET)
+        through = await conn.scalar(_FIRST_DAY, {"tz": tz})
+    closed = await conn.scalar(_CLOSED_BEFORE, {"tz": tz})
+    if closed is None:  # the RESOLVED rollup has not run: no day is known to be over
+        await conn.execute(_MOVE, {"tz": tz, "through": None})
+        return RolledDays(through=None, caught_up=True)
+    if through is None or through > closed:  # nothing decided before the closed days: all empty
+        through = closed
+    if closed <= through:
+        await conn.execute(_MOVE, {"tz": tz, "through": through})
+        return RolledDays(through=through, caught_up=True)
+    upto = min(closed, through + timedelta(days=days))
+    edges, _ = await begin(conn, Period(through, upto, tz))
+    await conn.execute(_FILL, {"edges": edges, "start": through, "step": 1, "reviewer": None})
+    await conn.execute(_MOVE, {"tz": tz, "through": upto})
+    return RolledDays(through=upto, caught_up=upto >= closed)

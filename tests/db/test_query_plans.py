@@ -6,6 +6,7 @@ expiry index, the overdue and aging figures the index of open items, and nothing
 table.
 """
 
+import asyncio
 import json
 from datetime import UTC, datetime, timedelta
 from importlib import import_module
@@ -15,12 +16,14 @@ import psycopg
 import pytest
 from sqlalchemy.dialects import postgresql
 
+from cli import reclaimer
 from db import audit, feed, queue, stats
 from db.engine import _arguments, _compiled
 from db.queue.completion import _COMPLETE_ITEMS
 from db.queue.lease import _LEASE, _LEASE_APPROVALS, _LEASE_ENTITY, _LEASE_ITEM, _RECLAIM, _RECLAIM_APPROVALS
 from db.queue.reads import _DECISIONS
 from tests.support import seed_items
+from tests.support.postgres import make_settings
 
 
 @pytest.fixture
@@ -513,7 +516,7 @@ def _report_params(sql: psycopg.Connection, *, days: int) -> dict[str, Any]:
         " - (%s - n) * interval '1 day' ORDER BY n) FROM generate_series(0, %s) AS n",
         (days, days),
     ).fetchone()
-    return {"edges": edges, "start": None, "step": 1, "entity": None, "reviewer": None}
+    return {"edges": edges, "start": None, "step": 1, "entity": None, "reviewer": None, "tz": "UTC"}
 
 
 REPORT_SCANS = [
@@ -528,6 +531,16 @@ REPORT_SCANS = [
         },
     ),
     ("aging._BACKLOG", {"ix_review_queue_item_resolved_at", "ix_review_queue_event_reopened"}),
+    # The reclaimer's precomputation of a closed day reads what the report reads for that day.
+    (
+        "workload._FILL",
+        {
+            "ix_review_queue_item_resolved_at",
+            "ix_review_queue_event_other_work",
+            "ix_review_queue_event_lease_start",
+            "ix_review_queue_event_reopened",
+        },
+    ),
 ]
 
 
@@ -547,6 +560,30 @@ def test_a_reports_day_reads_its_indexes_not_the_history(
         "ix_review_queue_event_reopened" if n == "ix_review_queue_event_reopened_xid" else n for _, n in found
     }
     assert indexes <= names, found
+
+
+def test_closed_days_of_the_throughput_report_are_read_from_their_rollup_alone(
+    history: psycopg.Connection, db_url: str
+) -> None:
+    from db.reports import workload
+
+    asyncio.run(reclaimer.roll_up_once(make_settings(db_url), db_url))
+    params = _report_params(history, days=30)
+    params["edges"] = params["edges"][:-2]  # the 28 days before yesterday: all closed
+    params["start"] = params["edges"][0].date()
+    compiled = workload._THROUGHPUT.compile(dialect=postgresql.psycopg.dialect())
+    (row,) = history.execute(
+        f"EXPLAIN (ANALYZE, FORMAT JSON) {compiled}", compiled.construct_params(params)
+    ).fetchone()
+    ran = {
+        n.get("Index Name", n.get("Relation Name", "")): n["Actual Loops"]
+        for n in nodes(row[0]["Plan"])
+        if "Scan" in n["Node Type"] and n["Actual Loops"]
+    }
+    assert "pk_review_queue_throughput_day" in ran, ran
+    # Not a row of the items or of the decisions' events: each of those scans never ran.
+    assert not {"ix_review_queue_item_resolved_at", "ix_review_queue_event_other_work"} & set(ran), ran
+    assert not any(name.startswith("review_queue_item") for name in ran), ran
 
 
 def test_a_page_of_the_decisions_export_reads_the_decision_index(history: psycopg.Connection) -> None:

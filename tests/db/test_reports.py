@@ -2,6 +2,7 @@
 (tests/support/reports.py), on generated histories around time-zone edges, DST changes and
 reopened decisions, and on hand-made ones for each rule docs/reports.md states."""
 
+import asyncio
 import random
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
@@ -12,9 +13,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from db import reports
+from cli import reclaimer
+from db import queue, reports
+from db.unit import Transaction
 from tests.support import LONG
 from tests.support import reports as ref
+from tests.support.postgres import make_settings
 from tests.support.reports import run
 
 
@@ -44,19 +48,41 @@ def check_sla(
     assert [b.start for b in got.buckets] == [period.start + step * n for n in range(len(cuts) - 1)]
 
 
+def roll_up_days(db_url: str, tz: str) -> None:
+    """What the reclaimer's round does: the RESOLVED rollup's edge to now, then the closed days."""
+    settings = make_settings(db_url, report_time_zone=tz)
+    asyncio.run(reclaimer.roll_up_once(settings, db_url, margin=timedelta(0)))
+
+
+def periods(start: date, end: date, tz: str) -> list[reports.Period]:
+    """The days from start to end, and the Monday weeks that cover them."""
+    monday = start - timedelta(days=start.weekday())
+    weeks = (end - monday).days // 7 + 1
+    return [reports.Period(start, end, tz), reports.Period(monday, monday + timedelta(weeks=weeks), tz, 7)]
+
+
+def check_throughput(db_url: str, events: list[ref.Event], period: reports.Period) -> None:
+    cuts = ref.edges(period.start, period.end, period.tz, period.step_days)
+    flow = run(db_url, lambda c: reports.throughput(c, period=period))
+    assert [_row(r, period.start, period.step_days) for r in flow.rows] == ref.throughput(events, cuts)
+
+
 def check_all(db_url: str, sql: psycopg.Connection, start: date, end: date, tz: str) -> None:
     items, events = ref.read_back(sql)
-    for step in (1, 7):
-        monday = start - timedelta(days=start.weekday())
-        weeks = (end - monday).days // 7 + 1
-        first, last = (start, end) if step == 1 else (monday, monday + timedelta(weeks=weeks))
-        period = reports.Period(first, last, tz, step)
-        cuts = ref.edges(first, last, tz, step)
+    for period in periods(start, end, tz):
         for entity in (None, "ACME"):
             check_sla(db_url, items, events, period, entity)
-
-        flow = run(db_url, lambda c, p=period: reports.throughput(c, period=p))
-        assert [_row(r, first, step) for r in flow.rows] == ref.throughput(events, cuts)
+        check_throughput(db_url, events, period)
+    # Again with the closed days precomputed in this zone: the same figures, read from them.
+    roll_up_days(db_url, tz)
+    assert sql.execute(
+        "SELECT time_zone, through >= %s FROM review_queue_throughput_rollup", (end,)
+    ).fetchone() == (
+        tz,
+        True,
+    )
+    for period in periods(start, end, tz):
+        check_throughput(db_url, events, period)
 
     period = reports.Period(start, end, tz, 1)
     cuts = ref.edges(start, end, tz)
@@ -420,3 +446,110 @@ def test_the_export_names_preparer_and_approver_and_the_figures_decided_on(
         "PARTIAL",
     )  # before the revision
     assert (row.on_time, row.reopened_at) == (True, at("2026-08-05T10:00Z"))
+
+
+# ---------------------------------------------------------------------------------------------
+# The throughput report's closed days, precomputed for one zone
+# ---------------------------------------------------------------------------------------------
+
+
+def decided_in_march() -> list[ref.Life]:
+    """Decisions on 2 and 3 March 2026: resolved, submitted and approved, by three people."""
+    a = life(1, "2026-03-01T08:00Z", "2026-03-05T17:00Z")
+    when(a, "2026-03-02T09:00Z").lease("alice")
+    when(a, "2026-03-02T09:20Z").resolve("MATCH_CONFIRMED")
+    b = life(2, "2026-03-01T08:00Z", "2026-03-05T17:00Z")
+    when(b, "2026-03-02T23:00Z").lease("bob")
+    when(b, "2026-03-03T00:30Z").resolve("TIMING_DIFFERENCE")
+    c = life(3, "2026-03-01T08:00Z", "2026-03-05T17:00Z", amount="25000.00")
+    when(c, "2026-03-03T10:00Z").lease("alice")
+    when(c, "2026-03-03T10:05Z").submit()
+    when(c, "2026-03-03T11:00Z").lease("april")
+    when(c, "2026-03-03T11:45Z").approve()
+    d = life(4, "2026-03-01T08:00Z", "2026-03-05T17:00Z")
+    when(d, "2026-03-03T12:00Z").lease("bob")
+    when(d, "2026-03-03T16:00Z").resolve("MATCH_CONFIRMED")
+    return [a, b, c, d]
+
+
+MARCH = date(2026, 3, 1), date(2026, 3, 9)
+
+
+def throughput_of(db_url: str, period: reports.Period) -> list[tuple[date, str, int, int]]:
+    flow = run(db_url, lambda c: reports.throughput(c, period=period))
+    return [(r.start, r.reviewer, r.resolved, r.approved) for r in flow.rows]
+
+
+def test_the_report_reads_closed_days_in_the_rollups_zone_from_the_rollup_and_the_rest_from_the_trail(
+    db_url: str, sql: psycopg.Connection
+) -> None:
+    today = life(5, "2026-03-01T08:00Z", "2026-03-05T17:00Z")
+    when(today, "2026-03-01T09:00Z").now = datetime.now(UTC) - timedelta(minutes=2)
+    today.lease("carol")
+    today.later(timedelta(seconds=30))
+    today.resolve("MATCH_CONFIRMED")
+    ref.arrange(sql, [x.finish() for x in [*decided_in_march(), today]])
+    roll_up_days(db_url, "UTC")
+    # Marked, so that what is read from the rollup shows: a hundred more of alice's on 2 March.
+    sql.execute("UPDATE review_queue_throughput_day SET resolved = resolved + 100 WHERE day = '2026-03-02'")
+
+    by_day = throughput_of(db_url, reports.Period(*MARCH, "UTC"))
+    assert (date(2026, 3, 2), "alice", 101, 0) in by_day
+    week = throughput_of(db_url, reports.Period(date(2026, 3, 2), date(2026, 3, 9), "UTC", 7))
+    assert (date(2026, 3, 2), "alice", 101, 0) in week
+    # Another zone (with the same midnights in March) reads the trail.
+    assert (date(2026, 3, 2), "alice", 1, 0) in throughput_of(db_url, reports.Period(*MARCH, "Europe/London"))
+    # Today is not closed: read from the trail, beside the closed days read from the rollup.
+    now = datetime.now(UTC).date()
+    recent = throughput_of(db_url, reports.Period(date(2026, 3, 2), now + timedelta(days=1), "UTC"))
+    assert recent[0] == (date(2026, 3, 2), "alice", 101, 0)
+    assert recent[-1] == (now, "carol", 1, 0)
+
+
+def test_decisions_reopened_after_their_day_was_rolled_up_stay_in_it(
+    db_url: str, sql: psycopg.Connection
+) -> None:
+    histories = decided_in_march()
+    ref.arrange(sql, [x.finish() for x in histories])
+    roll_up_days(db_url, "UTC")
+    before = [throughput_of(db_url, p) for p in periods(*MARCH, "UTC")]
+
+    a, _, c, d = (h.history.id for h in histories)
+    run(db_url, lambda conn: queue.reopen_item(Transaction(conn), item_id=a, actor="ada", reason="wrong"))
+    run(db_url, lambda conn: queue.reopen_item(Transaction(conn), item_id=c, actor="ada", reason="wrong"))
+    revised = run(
+        db_url,
+        lambda conn: queue.revise_item(
+            Transaction(conn), item_id=d, actor="ivan", variance_amount=Decimal("13.50"),
+            source_hash="h-4-revised", match_decision="UNMATCHED",
+        ),
+    )  # fmt: skip
+    assert revised.item is not None and revised.item.state == "PENDING"
+    assert sql.execute("SELECT count(*) FROM review_queue_event WHERE event = 'REOPENED'").fetchone() == (3,)
+
+    _, events = ref.read_back(sql)
+    for period, figures in zip(periods(*MARCH, "UTC"), before, strict=True):
+        assert throughput_of(db_url, period) == figures
+        check_throughput(db_url, events, period)
+    # A new zone starts the days over, and gives the trail's figures in it.
+    roll_up_days(db_url, "America/New_York")
+    assert sql.execute("SELECT DISTINCT time_zone FROM review_queue_throughput_rollup").fetchall() == [
+        ("America/New_York",)
+    ]
+    for period in periods(*MARCH, "America/New_York"):
+        check_throughput(db_url, events, period)
+
+
+def test_no_day_is_rolled_up_past_the_resolved_rollups_edge(db_url: str, sql: psycopg.Connection) -> None:
+    ref.arrange(sql, [x.finish() for x in decided_in_march()])
+
+    def roll(tz: str) -> tuple[Any, ...]:
+        while not (rolled := run(db_url, lambda c: reports.roll_up_throughput(c, tz=tz, days=2))).caught_up:
+            pass
+        return (rolled.through, *sql.execute("SELECT count(*) FROM review_queue_throughput_day").fetchone())
+
+    assert roll("UTC") == (None, 0)  # the RESOLVED rollup has never run: no day is known to be closed
+    sql.execute("UPDATE review_queue_resolved_rollup SET edge = '2026-03-03T12:00Z'")
+    assert roll("UTC") == (date(2026, 3, 3), 1)  # 2 March (alice's) only: 3 March is not over
+    # In Auckland (UTC+13) 3 March ended at 11:00Z; its first decisions, bob's, were on 3 March too.
+    assert roll("Pacific/Auckland") == (date(2026, 3, 4), 3)

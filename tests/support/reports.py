@@ -554,10 +554,18 @@ _ROW_COLUMNS = (
 
 
 def arrange(sql: psycopg.Connection, histories: list[History]) -> None:
-    """Empty the queue (as the server's superuser, past the append-only trigger) and insert the
-    histories: rows, then events in the order of their moments (ids follow)."""
+    """Empty the queue (as the server's superuser, past the append-only trigger) and its rollups
+    (the RESOLVED count, the throughput report's closed days), and insert the histories: rows, then events in the order of their moments
+    (ids follow)."""
     sql.execute("SET session_replication_role = replica")
-    sql.execute("TRUNCATE review_queue_chain, review_queue_event, review_queue_item")
+    sql.execute(
+        "TRUNCATE review_queue_chain, review_queue_event, review_queue_item, review_queue_throughput_day"
+    )
+    sql.execute("UPDATE review_queue_throughput_rollup SET time_zone = NULL, through = NULL")
+    sql.execute(
+        "UPDATE review_queue_resolved_rollup SET edge = '-infinity', resolved = 0,"
+        " counted_in = pg_current_snapshot()"
+    )
     sql.execute("SET session_replication_role = origin")
     columns = ", ".join(_ROW_COLUMNS)
     placeholders = ", ".join(["%s"] * len(_ROW_COLUMNS))

@@ -1,0 +1,67 @@
+"""The throughput report over a year in well under a second (issue 28): its closed days, precomputed
+for one reporting time zone.
+
+`review_queue_throughput_day` holds, per local day of the zone and reviewer, what the report
+computes for that day: decisions by outcome, and each lease-to-decision time, sorted. The report
+reads a bucket from here when the bucket is made of closed days in that zone, and from the trail
+otherwise (another zone, the current day); the figures are the same either way
+(tests/db/test_reports.py). `review_queue_throughput_rollup` is one row: the zone, and the first
+day not yet here (`through`). Both start empty: until the reclaimer's schedule has filled the days,
+the report reads the trail, exactly as before.
+
+The application role adds and deletes days (the reclaimer runs as it), never changes one, and may
+read and update the state row, never insert or delete one.
+
+Revision ID: 9e3b57c0d412
+Revises: 5d0c4f1e2a77
+Create Date: 2026-12-04 16:00:00+00:00
+"""
+
+from collections.abc import Sequence
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql
+
+from alembic import context, op
+from db.roles import APP_ROLE
+
+revision: str = "9e3b57c0d412"
+down_revision: str | None = "5d0c4f1e2a77"
+branch_labels: str | Sequence[str] | None = None
+depends_on: str | Sequence[str] | None = None
+
+COUNTS = ("resolved", "submitted_for_approval", "approved", "rejected", "released", "decisions")
+
+
+def upgrade() -> None:
+    op.create_table(
+        "review_queue_throughput_day",
+        sa.Column("day", sa.Date(), nullable=False),
+        sa.Column("reviewer", sa.Text(collation="C"), nullable=False),
+        *(sa.Column(name, sa.Integer(), nullable=False) for name in COUNTS),
+        sa.Column("took", postgresql.ARRAY(postgresql.INTERVAL()), nullable=False),
+        sa.PrimaryKeyConstraint("day", "reviewer", name=op.f("pk_review_queue_throughput_day")),
+    )
+    op.create_table(
+        "review_queue_throughput_rollup",
+        sa.Column("one", sa.Boolean(), server_default=sa.text("true"), nullable=False),
+        sa.Column("time_zone", sa.Text(), nullable=True),
+        sa.Column("through", sa.Date(), nullable=True),
+        sa.Column("rolled_at", sa.DateTime(timezone=True), server_default=sa.func.now(), nullable=False),
+        sa.CheckConstraint("one", name=op.f("ck_review_queue_throughput_rollup_one_row")),
+        sa.PrimaryKeyConstraint("one", name=op.f("pk_review_queue_throughput_rollup")),
+    )
+    op.execute("INSERT INTO review_queue_throughput_rollup (time_zone, through) VALUES (NULL, NULL)")
+    role = context.config.attributes.get("app_role", APP_ROLE)
+    quoted, literal = '"' + role.replace('"', '""') + '"', role.replace("'", "''")
+    op.execute(
+        f"DO $$ BEGIN IF EXISTS (SELECT FROM pg_roles WHERE rolname = '{literal}') THEN"
+        f" EXECUTE 'REVOKE INSERT, DELETE, TRUNCATE ON review_queue_throughput_rollup FROM {quoted}';"
+        f" EXECUTE 'REVOKE UPDATE, TRUNCATE ON review_queue_throughput_day FROM {quoted}';"
+        " END IF; END $$"
+    )
+
+
+def downgrade() -> None:
+    op.drop_table("review_queue_throughput_rollup")
+    op.drop_table("review_queue_throughput_day")
