@@ -17,6 +17,7 @@ from sqlalchemy import (
     LargeBinary,
     MetaData,
     Numeric,
+    SmallInteger,
     Table,
     Text,
     func,
@@ -358,20 +359,23 @@ review_queue_resolved_rollup = Table(
     CheckConstraint("resolved >= 0", name="not_negative"),
 )
 
-# The throughput report's closed days, for one reporting time zone (REVIEW_QUEUE_REPORT_TIME_ZONE):
-# per local day and reviewer, the decisions by outcome and their lease-to-decision times, sorted
-# (db/reports/workload.py). The one state row says which zone and that every day before `through`
-# is here; the reclaimer's schedule fills them, never past the RESOLVED rollup's edge.
-review_queue_throughput_day = Table(
-    "review_queue_throughput_day",
+# The throughput report's closed buckets, for one reporting time zone (REVIEW_QUEUE_REPORT_TIME_ZONE):
+# per local day (days = 1) or ISO week (days = 7) and reviewer, what the report gives for it
+# (db/reports/workload.py). The one state row names the zone and says that every bucket ending by
+# `through` is here; the reclaimer's schedule fills them, never past the RESOLVED rollup's edge.
+review_queue_throughput_bucket = Table(
+    "review_queue_throughput_bucket",
     metadata,
-    Column("day", Date, primary_key=True),
+    Column("days", SmallInteger, primary_key=True),
+    Column("start", Date, primary_key=True),
     Column("reviewer", Text(collation="C"), primary_key=True),
     *(
         Column(name, Integer, nullable=False)
         for name in ("resolved", "submitted_for_approval", "approved", "rejected", "released", "decisions")
     ),
-    Column("took", ARRAY(INTERVAL), nullable=False),
+    Column("median", INTERVAL),
+    Column("p90", INTERVAL),
+    CheckConstraint("days IN (1, 7)", name="day_or_week"),
 )
 review_queue_throughput_rollup = Table(
     "review_queue_throughput_rollup",

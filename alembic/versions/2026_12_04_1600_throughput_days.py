@@ -1,16 +1,16 @@
-"""The throughput report over a year in well under a second (issue 28): its closed days, precomputed
-for one reporting time zone.
+"""The throughput report over a year in well under a second (issue 28): its closed days and weeks,
+precomputed for one reporting time zone.
 
-`review_queue_throughput_day` holds, per local day of the zone and reviewer, what the report
-computes for that day: decisions by outcome, and each lease-to-decision time, sorted. The report
-reads a bucket from here when the bucket is made of closed days in that zone, and from the trail
-otherwise (another zone, the current day); the figures are the same either way
-(tests/db/test_reports.py). `review_queue_throughput_rollup` is one row: the zone, and the first
-day not yet here (`through`). Both start empty: until the reclaimer's schedule has filled the days,
-the report reads the trail, exactly as before.
+`review_queue_throughput_bucket` holds, per local day or ISO week of the zone and reviewer, what
+the report gives for it: decisions by outcome, and the median and p90 time from lease to decision.
+The report reads a bucket from here when it is over (and a day or a Monday week) in that zone, and
+from the trail otherwise (another zone, the current day or week); the figures are the same either
+way (tests/db/test_reports.py). `review_queue_throughput_rollup` is one row: the zone, and the day
+by which every bucket here has ended (`through`). Both start empty: until the reclaimer's schedule
+has filled them, the report reads the trail, exactly as before.
 
-The application role adds and deletes days (the reclaimer runs as it), never changes one, and may
-read and update the state row, never insert or delete one.
+The application role adds and deletes buckets (the reclaimer runs as it), never changes one, and
+may read and update the state row, never insert or delete one.
 
 Revision ID: 9e3b57c0d412
 Revises: 5d0c4f1e2a77
@@ -35,12 +35,15 @@ COUNTS = ("resolved", "submitted_for_approval", "approved", "rejected", "release
 
 def upgrade() -> None:
     op.create_table(
-        "review_queue_throughput_day",
-        sa.Column("day", sa.Date(), nullable=False),
+        "review_queue_throughput_bucket",
+        sa.Column("days", sa.SmallInteger(), nullable=False),
+        sa.Column("start", sa.Date(), nullable=False),
         sa.Column("reviewer", sa.Text(collation="C"), nullable=False),
         *(sa.Column(name, sa.Integer(), nullable=False) for name in COUNTS),
-        sa.Column("took", postgresql.ARRAY(postgresql.INTERVAL()), nullable=False),
-        sa.PrimaryKeyConstraint("day", "reviewer", name=op.f("pk_review_queue_throughput_day")),
+        sa.Column("median", postgresql.INTERVAL(), nullable=True),
+        sa.Column("p90", postgresql.INTERVAL(), nullable=True),
+        sa.CheckConstraint("days IN (1, 7)", name=op.f("ck_review_queue_throughput_bucket_day_or_week")),
+        sa.PrimaryKeyConstraint("days", "start", "reviewer", name=op.f("pk_review_queue_throughput_bucket")),
     )
     op.create_table(
         "review_queue_throughput_rollup",
@@ -57,11 +60,11 @@ def upgrade() -> None:
     op.execute(
         f"DO $$ BEGIN IF EXISTS (SELECT FROM pg_roles WHERE rolname = '{literal}') THEN"
         f" EXECUTE 'REVOKE INSERT, DELETE, TRUNCATE ON review_queue_throughput_rollup FROM {quoted}';"
-        f" EXECUTE 'REVOKE UPDATE, TRUNCATE ON review_queue_throughput_day FROM {quoted}';"
+        f" EXECUTE 'REVOKE UPDATE, TRUNCATE ON review_queue_throughput_bucket FROM {quoted}';"
         " END IF; END $$"
     )
 
 
 def downgrade() -> None:
     op.drop_table("review_queue_throughput_rollup")
-    op.drop_table("review_queue_throughput_day")
+    op.drop_table("review_queue_throughput_bucket")

@@ -52,8 +52,8 @@ _OUTCOME = "CASE {e}.event WHEN 'SUBMITTED_FOR_APPROVAL' THEN 2 WHEN 'REJECTED' 
 # reviewer first (18 % less PostgreSQL CPU for a year of weeks at 1M items). The durations stay
 # intervals (exact, and cheaper to sort than numbers) until the percentiles are turned into seconds.
 # A decision stays in its bucket whatever happens to its item later (a reopening keeps it, from the
-# REOPENED event), so a closed day's figures never change: the reclaimer keeps them, sorted, in
-# review_queue_throughput_day for one zone, and a bucket made of such days is read from there.
+# REOPENED event), so the figures of a day or week that is over never change: the reclaimer keeps
+# them in review_queue_throughput_bucket for one zone, and such a bucket is read from there.
 _BUCKETS = f"""
 edges AS (SELECT CAST(:edges AS timestamptz[]) AS e),
 bucket AS (
@@ -105,37 +105,42 @@ _FROM_THE_TRAIL = f"""
         WHERE NOT b.rolled AND {_ONE_REVIEWER.format(reviewer="d.reviewer")}
         GROUP BY d.reviewer COLLATE "C"
 """
-# A bucket of closed days: their rows summed, and their durations (each day's sorted) put together.
-_FROM_CLOSED_DAYS = f"""
-        SELECT d.reviewer, sum(d.resolved), sum(d.submitted_for_approval), sum(d.approved), sum(d.rejected),
-               sum(d.released), sum(d.decisions),
-               (SELECT array_agg(t) FROM review_queue_throughput_day x CROSS JOIN LATERAL unnest(x.took) AS t
-                WHERE x.reviewer = d.reviewer AND x.day >= b.first_day AND x.day < b.next_day)
-        FROM review_queue_throughput_day d
-        WHERE b.rolled AND d.day >= b.first_day AND d.day < b.next_day
-          AND {_ONE_REVIEWER.format(reviewer="d.reviewer")}
-        GROUP BY d.reviewer"""
-# The bucket is all closed days of the precomputed zone (days before `through`).
-_ROLLED = """coalesce((SELECT s.time_zone = :tz AND s.through >= CAST(:start AS date) + k * :step
+# A bucket's rows read from the trail, with each reviewer's two percentiles.
+_LIVE = f"""
+        SELECT g.reviewer, g.resolved, g.submitted_for_approval, g.approved, g.rejected, g.released,
+               g.decisions, p.took[1], p.took[2]
+        FROM ({_FROM_THE_TRAIL}        ) AS g
+        CROSS JOIN LATERAL (
+            SELECT percentile_disc(ARRAY[0.5, 0.9]) WITHIN GROUP (ORDER BY t) FROM unnest(g.took) AS t
+        ) AS p (took)"""
+# ... or, when it is over, in the precomputed zone, and a day or a Monday week, as it was kept.
+_ROLLED = """coalesce((
+    SELECT s.time_zone = :tz AND s.through >= CAST(:start AS date) + k * :step
+           AND (:step = 1 OR (:step = 7 AND extract(isodow FROM CAST(:start AS date)) = 1))
     FROM review_queue_throughput_rollup s), false)"""
-_THROUGHPUT = text(f"""
-WITH {_BUCKETS.format(rolled=_ROLLED)},
+_KEPT = f"""
+        SELECT c.reviewer, c.resolved, c.submitted_for_approval, c.approved, c.rejected, c.released,
+               c.decisions, c.median, c.p90
+        FROM review_queue_throughput_bucket c
+        WHERE b.rolled AND c.days = :step AND c.start = b.first_day
+          AND {_ONE_REVIEWER.format(reviewer="c.reviewer")}"""
+_PER_BUCKET = """
 per_bucket AS (
     SELECT b.k, g.*
     FROM bucket b
     LEFT JOIN reopened r ON r.k = b.k
-    CROSS JOIN LATERAL ({_FROM_THE_TRAIL}
-        UNION ALL{_FROM_CLOSED_DAYS}
-    ) AS g
-)
+    CROSS JOIN LATERAL ({rows}
+    ) AS g (reviewer, resolved, submitted_for_approval, approved, rejected, released, decisions, median, p90)
+)"""
+_LIVE_OR_KEPT = _LIVE + "\n        UNION ALL" + _KEPT
+_THROUGHPUT = text(f"""
+WITH {_BUCKETS.format(rolled=_ROLLED)},
+{_PER_BUCKET.format(rows=_LIVE_OR_KEPT)}
 -- Reviewers in byte order ("C"): the grouping compares bytes, not a locale's collation.
 SELECT CAST(:start AS date) + (k - 1) * :step AS start, reviewer, resolved, submitted_for_approval,
        approved, rejected, released, decisions,
-       round(extract(epoch FROM p.took[1]), 6) AS median, round(extract(epoch FROM p.took[2]), 6) AS p90
+       round(extract(epoch FROM median), 6) AS median, round(extract(epoch FROM p90), 6) AS p90
 FROM per_bucket
-CROSS JOIN LATERAL (
-    SELECT percentile_disc(ARRAY[0.5, 0.9]) WITHIN GROUP (ORDER BY t) FROM unnest(per_bucket.took) AS t
-) AS p (took)
 ORDER BY k, reviewer
 """)
 
@@ -176,10 +181,10 @@ async def throughput(
 
 
 # ---------------------------------------------------------------------------------------------
-# The closed days, precomputed for one zone
+# The closed days and weeks, precomputed for one zone
 # ---------------------------------------------------------------------------------------------
 
-ROLLUP_DAYS = 31  # days computed per transaction: about a twelfth of the year's report, at 1M items
+ROLLUP_DAYS = 28  # days (and the weeks that end in them) computed per transaction
 
 _TAKE = text("SELECT time_zone, through FROM review_queue_throughput_rollup FOR UPDATE SKIP LOCKED")
 # The day of the first decision (each min() on the index of its kind, written as its predicate).
@@ -194,44 +199,49 @@ SELECT CAST(least(
      WHERE event = 'REOPENED')
 ) AT TIME ZONE :tz AS date)
 """)
-# Days before this one are closed: they ended before the RESOLVED rollup's edge, before which every
-# transaction of the service had committed when the rollup last ran (db/stats.py), so no decision
-# dated in them can still arrive. A day ends at the next local midnight, placed as the report's edges.
+# Days before this one are over for good: they ended before the RESOLVED rollup's edge, before which
+# every transaction of the service had committed when the rollup last ran (db/stats.py), so no
+# decision dated in them can still arrive. A day ends at the next local midnight, placed as the
+# report's edges are.
 _CLOSED_BEFORE = text("""
 SELECT CASE WHEN isfinite(r.edge) THEN
     d - CAST(CAST(d AS timestamp) AT TIME ZONE :tz > r.edge AS integer) END
 FROM review_queue_resolved_rollup r
 CROSS JOIN LATERAL (SELECT CAST(r.edge AT TIME ZONE :tz AS date) AS d) AS local
 """)
+# The buckets of a period, read from the trail as the report reads them, kept.
 _FILL = text(f"""
 WITH {_BUCKETS.format(rolled="false")},
-per_bucket AS (
-    SELECT b.k, g.*
-    FROM bucket b
-    LEFT JOIN reopened r ON r.k = b.k
-    CROSS JOIN LATERAL ({_FROM_THE_TRAIL}) AS g
-)
-INSERT INTO review_queue_throughput_day
-    (day, reviewer, resolved, submitted_for_approval, approved, rejected, released, decisions, took)
-SELECT CAST(:start AS date) + (k - 1), reviewer, resolved, submitted_for_approval, approved, rejected,
-       released, decisions, ARRAY(SELECT t FROM unnest(took) AS t ORDER BY t)
+{_PER_BUCKET.format(rows=_LIVE)}
+INSERT INTO review_queue_throughput_bucket (days, start, reviewer, resolved, submitted_for_approval,
+    approved, rejected, released, decisions, median, p90)
+SELECT :step, CAST(:start AS date) + (k - 1) * :step, reviewer, resolved, submitted_for_approval,
+       approved, rejected, released, decisions, median, p90
 FROM per_bucket
 """)
 _MOVE = text(
     "UPDATE review_queue_throughput_rollup SET time_zone = :tz, through = :through, rolled_at = now()"
 )
-_FORGET = text("DELETE FROM review_queue_throughput_day")
+_FORGET = text("DELETE FROM review_queue_throughput_bucket")
 
 
 @dataclass(frozen=True, slots=True)
 class RolledDays:
-    through: date | None  # every closed day before this one is precomputed
+    through: date | None  # every day and Monday week that ended by this day is precomputed
     caught_up: bool  # False: more closed days are waiting; run again
 
 
+async def _keep(conn: AsyncConnection, period: Period) -> None:
+    if period.buckets > 0:
+        edges, _ = await begin(conn, period)
+        params = {"edges": edges, "start": period.start, "step": period.step_days, "reviewer": None}
+        await conn.execute(_FILL, params)
+
+
 async def roll_up_throughput(conn: AsyncConnection, *, tz: str, days: int = ROLLUP_DAYS) -> RolledDays | None:
-    """Precompute up to `days` more closed days of the throughput report in `tz` (starting over when
-    the zone changed), in this transaction; None when another roll-up holds the state row."""
+    """Precompute up to `days` more closed days of the throughput report in `tz`, and the Monday
+    weeks that end in them (starting over when the zone changed), in this transaction; None when
+    another roll-up holds the state row."""
     state = (await conn.execute(_TAKE)).one_or_none()
     if state is None:
         return None
@@ -245,11 +255,11 @@ async def roll_up_throughput(conn: AsyncConnection, *, tz: str, days: int = ROLL
         return RolledDays(through=None, caught_up=True)
     if through is None or through > closed:  # nothing decided before the closed days: all empty
         through = closed
-    if closed <= through:
-        await conn.execute(_MOVE, {"tz": tz, "through": through})
-        return RolledDays(through=through, caught_up=True)
     upto = min(closed, through + timedelta(days=days))
-    edges, _ = await begin(conn, Period(through, upto, tz))
-    await conn.execute(_FILL, {"edges": edges, "start": through, "step": 1, "reviewer": None})
+    await _keep(conn, Period(through, upto, tz))
+    # The weeks that end in (through, upto]: from the Monday of `through`'s week (its days before
+    # `through` are over, or hold no decision) to the last Monday a week before `upto`.
+    monday = through - timedelta(days=through.weekday())
+    await _keep(conn, Period(monday, monday + timedelta(weeks=max(0, (upto - monday).days // 7)), tz, 7))
     await conn.execute(_MOVE, {"tz": tz, "through": upto})
     return RolledDays(through=upto, caught_up=upto >= closed)

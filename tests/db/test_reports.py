@@ -490,13 +490,22 @@ def test_the_report_reads_closed_days_in_the_rollups_zone_from_the_rollup_and_th
     today.resolve("MATCH_CONFIRMED")
     ref.arrange(sql, [x.finish() for x in [*decided_in_march(), today]])
     roll_up_days(db_url, "UTC")
-    # Marked, so that what is read from the rollup shows: a hundred more of alice's on 2 March.
-    sql.execute("UPDATE review_queue_throughput_day SET resolved = resolved + 100 WHERE day = '2026-03-02'")
+    # Marked, so that what is read from the rollup shows: a hundred more of alice's on Monday 2 March
+    # (the day) and in the week it starts.
+    sql.execute(
+        "UPDATE review_queue_throughput_bucket SET resolved = resolved + 100 WHERE start = '2026-03-02'"
+    )
 
     by_day = throughput_of(db_url, reports.Period(*MARCH, "UTC"))
     assert (date(2026, 3, 2), "alice", 101, 0) in by_day
     week = throughput_of(db_url, reports.Period(date(2026, 3, 2), date(2026, 3, 9), "UTC", 7))
     assert (date(2026, 3, 2), "alice", 101, 0) in week
+    # One reviewer's own rows (what a reviewer may see), from the rollup too.
+    own = run(db_url, lambda c: reports.throughput(c, period=reports.Period(*MARCH, "UTC"), reviewer="alice"))
+    assert [(r.start, r.reviewer, r.resolved) for r in own.rows] == [
+        (date(2026, 3, 2), "alice", 101),
+        (date(2026, 3, 3), "alice", 0),
+    ]
     # Another zone (with the same midnights in March) reads the trail.
     assert (date(2026, 3, 2), "alice", 1, 0) in throughput_of(db_url, reports.Period(*MARCH, "Europe/London"))
     # Today is not closed: read from the trail, beside the closed days read from the rollup.
@@ -531,6 +540,8 @@ def test_decisions_reopened_after_their_day_was_rolled_up_stay_in_it(
     for period, figures in zip(periods(*MARCH, "UTC"), before, strict=True):
         assert throughput_of(db_url, period) == figures
         check_throughput(db_url, events, period)
+    # Weeks from a Tuesday (the API refuses them; db.reports takes them) are read from the trail.
+    check_throughput(db_url, events, reports.Period(date(2026, 3, 3), date(2026, 3, 17), "UTC", 7))
     # A new zone starts the days over, and gives the trail's figures in it.
     roll_up_days(db_url, "America/New_York")
     assert sql.execute("SELECT DISTINCT time_zone FROM review_queue_throughput_rollup").fetchall() == [
@@ -546,7 +557,8 @@ def test_no_day_is_rolled_up_past_the_resolved_rollups_edge(db_url: str, sql: ps
     def roll(tz: str) -> tuple[Any, ...]:
         while not (rolled := run(db_url, lambda c: reports.roll_up_throughput(c, tz=tz, days=2))).caught_up:
             pass
-        return (rolled.through, *sql.execute("SELECT count(*) FROM review_queue_throughput_day").fetchone())
+        (days,) = sql.execute("SELECT count(*) FROM review_queue_throughput_bucket WHERE days = 1").fetchone()
+        return rolled.through, days
 
     assert roll("UTC") == (None, 0)  # the RESOLVED rollup has never run: no day is known to be closed
     sql.execute("UPDATE review_queue_resolved_rollup SET edge = '2026-03-03T12:00Z'")

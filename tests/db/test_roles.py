@@ -103,7 +103,7 @@ def test_the_service_role_has_exactly_the_table_rights_it_needs(as_service: psyc
         # /stats' RESOLVED rollup: one row, moved forward by the reclaimer, never added or deleted.
         "review_queue_resolved_rollup": "SELECT,UPDATE",
         # The throughput report's closed days: added, and all deleted when the zone changes.
-        "review_queue_throughput_day": "DELETE,INSERT,SELECT",
+        "review_queue_throughput_bucket": "DELETE,INSERT,SELECT",
         "review_queue_throughput_rollup": "SELECT,UPDATE",
         # Sign-in with the identity provider: a login attempt is taken once (deleted), a provider
         # session ends with the desk session.

@@ -555,11 +555,11 @@ _ROW_COLUMNS = (
 
 def arrange(sql: psycopg.Connection, histories: list[History]) -> None:
     """Empty the queue (as the server's superuser, past the append-only trigger) and its rollups
-    (the RESOLVED count, the throughput report's closed days), and insert the histories: rows, then events in the order of their moments
-    (ids follow)."""
+    (the RESOLVED count, the throughput report's closed buckets), and insert the histories: rows,
+    then events in the order of their moments (ids follow)."""
     sql.execute("SET session_replication_role = replica")
     sql.execute(
-        "TRUNCATE review_queue_chain, review_queue_event, review_queue_item, review_queue_throughput_day"
+        "TRUNCATE review_queue_chain, review_queue_event, review_queue_item, review_queue_throughput_bucket"
     )
     sql.execute("UPDATE review_queue_throughput_rollup SET time_zone = NULL, through = NULL")
     sql.execute(
