@@ -126,7 +126,7 @@ async def roll_up(
 
 async def roll_up_days(engine: AsyncEngine, settings: Settings) -> reports.RolledDays | None:
     """Precompute the throughput report's closed days (db/reports/workload.py), up to the RESOLVED
-    rollup's edge, so run after roll_up: a month of days per transaction."""
+    rollup's edge, so run after roll_up: four weeks of days per transaction."""
     return await _until_caught_up(
         engine, settings, lambda conn: reports.roll_up_throughput(conn, tz=settings.report_time_zone)
     )

@@ -387,6 +387,16 @@ review_queue_throughput_rollup = Table(
     CheckConstraint("one", name="one_row"),
 )
 
+# The items ever reopened, once each, with their deadline (never changed after enqueue): the SLA
+# reads those that fell due in its period (db/reports/). Kept by a trigger on REOPENED events.
+review_queue_reopened_item = Table(
+    "review_queue_reopened_item",
+    metadata,
+    Column("item_id", UUID(as_uuid=True), primary_key=True),
+    Column("due_at", DateTime(timezone=True), nullable=False),
+    Index("ix_review_queue_reopened_item_due_at", "due_at"),
+)
+
 # The hash chain over the events (docs/audit.md): gapless seq, each hash over the previous one
 # and the event's canonical encoding. Appended by the sealer only; append-only like the events.
 review_queue_chain = Table(

@@ -74,10 +74,10 @@ async def begin(conn: AsyncConnection, period: Period) -> tuple[list[datetime], 
 # standing decision): enqueue, then per reopening the decision it reopened and the reopening, then
 # the standing decision if RESOLVED. That is the order of their events' ids; `effective` is the
 # running maximum of their moments. Two CTEs, shared by the SLA and the backlog.
-REOPENED = """
+_REOPENED = """
 reopened_item AS MATERIALIZED (
     SELECT i.id, i.created_at, i.due_at, i.state, i.resolved_at, i.ledger_entity
-    FROM (SELECT DISTINCT item_id FROM review_queue_event WHERE event = 'REOPENED') AS r
+    FROM ({items}) AS r
     -- One primary-key read per reopened item (OFFSET 0 keeps the planner from scanning all items).
     CROSS JOIN LATERAL (
         SELECT id, created_at, due_at, state, resolved_at, ledger_entity
@@ -96,8 +96,15 @@ timeline AS MATERIALIZED (
             (true, CAST(e.details ->> 'previous_resolved_at' AS timestamptz), 0),
             (false, e.at, 1)
         ) AS m (decision, at, k2)
-        WHERE e.event = 'REOPENED'
+        WHERE e.event = 'REOPENED' AND e.item_id IN (SELECT id FROM reopened_item)
         UNION ALL
         SELECT id, true, resolved_at, 9223372036854775807, 0 FROM reopened_item WHERE state = 'RESOLVED'
     ) AS t
 )"""
+# Every item ever reopened (the backlog: any of them may have been open at a day's end) ...
+REOPENED = _REOPENED.format(items="SELECT DISTINCT item_id FROM review_queue_event WHERE event = 'REOPENED'")
+# ... or only those due in the period's edges (the SLA), off ix_review_queue_reopened_item_due_at.
+REOPENED_DUE = _REOPENED.format(
+    items="SELECT item_id FROM review_queue_reopened_item, edges"
+    " WHERE due_at >= e[1] AND due_at < e[cardinality(e)]"
+)

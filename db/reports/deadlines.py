@@ -8,7 +8,7 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from db.reports.common import REOPENED, Period, begin
+from db.reports.common import REOPENED_DUE, Period, begin
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,7 +43,7 @@ WITH edges AS (SELECT CAST(:edges AS timestamptz[]) AS e),
 bucket AS (
     SELECT k, e[k] AS lo, e[k + 1] AS hi FROM edges, generate_series(1, cardinality(e) - 1) AS k
 ),
-{REOPENED},
+{REOPENED_DUE},
 -- Resolved at due_at by the timeline: its last moment in effect then is a decision.
 reopened AS MATERIALIZED (
     SELECT i.due_at, i.state = 'RESOLVED' AS resolved_now,

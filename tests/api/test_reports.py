@@ -180,6 +180,11 @@ def spread_over_days(sql: psycopg.Connection, seed: int) -> None:
             " WHERE item_id = %s AND event = 'REOPENED'",
             (back, item_id),
         )
+    # The reopened items' deadlines moved with their rows (the service never changes one).
+    sql.execute(
+        "UPDATE review_queue_reopened_item r SET due_at = i.due_at"
+        " FROM review_queue_item i WHERE i.id = r.item_id"
+    )
     sql.execute("SET session_replication_role = origin")
 
 

@@ -520,7 +520,8 @@ def _report_params(sql: psycopg.Connection, *, days: int) -> dict[str, Any]:
 
 
 REPORT_SCANS = [
-    ("deadlines._SLA", {"ix_review_queue_item_resolved_due", "ix_review_queue_event_reopened"}),
+    # The SLA reads the reopened items due in the period, not every reopening (2026_12_04_1630).
+    ("deadlines._SLA", {"ix_review_queue_item_resolved_due", "ix_review_queue_reopened_item_due_at"}),
     (
         "workload._THROUGHPUT",
         {

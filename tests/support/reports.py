@@ -559,7 +559,8 @@ def arrange(sql: psycopg.Connection, histories: list[History]) -> None:
     then events in the order of their moments (ids follow)."""
     sql.execute("SET session_replication_role = replica")
     sql.execute(
-        "TRUNCATE review_queue_chain, review_queue_event, review_queue_item, review_queue_throughput_bucket"
+        "TRUNCATE review_queue_chain, review_queue_event, review_queue_item, review_queue_throughput_bucket,"
+        " review_queue_reopened_item"
     )
     sql.execute("UPDATE review_queue_throughput_rollup SET time_zone = NULL, through = NULL")
     sql.execute(
