@@ -1,5 +1,5 @@
 """Reclaiming abandoned leases, sealing the audit chain, rolling up the RESOLVED count and the
-throughput report's closed days outside the request path: one drain, or a supervised loop.
+reports' closed days outside the request path: one drain, or a supervised loop.
 
 The seed: reclaim runs "on its own supervised schedule independent of the worker pool". The
 loop survives the database going away (logs, backs off, carries on), exits cleanly on
@@ -125,17 +125,17 @@ async def roll_up(
 
 
 async def roll_up_days(engine: AsyncEngine, settings: Settings) -> reports.RolledDays | None:
-    """Precompute the throughput report's closed days (db/reports/workload.py), up to the RESOLVED
-    rollup's edge, so run after roll_up: four weeks of days per transaction."""
+    """Keep the throughput and backlog reports' closed days (db/reports/rollup.py), up to the
+    RESOLVED rollup's edge, so run after roll_up: four weeks of days per transaction."""
     return await _until_caught_up(
-        engine, settings, lambda conn: reports.roll_up_throughput(conn, tz=settings.report_time_zone)
+        engine, settings, lambda conn: reports.roll_up(conn, tz=settings.report_time_zone)
     )
 
 
 async def roll_up_once(
     settings: Settings, url: str, *, margin: timedelta = stats.ROLLUP_MARGIN
 ) -> stats.RolledUp | None:
-    """The RESOLVED count, then the throughput report's closed days, rolled up to now."""
+    """The RESOLVED count, then the reports' closed days, rolled up to now."""
     engine = create_engine(url, pool_size=1, max_overflow=0)
     try:
         rolled = await roll_up(engine, settings, margin=margin)

@@ -377,6 +377,14 @@ review_queue_throughput_bucket = Table(
     Column("p90", INTERVAL),
     CheckConstraint("days IN (1, 7)", name="day_or_week"),
 )
+# ... and the backlog report's point of each closed day (the open items at its end, by age band).
+review_queue_backlog_day = Table(
+    "review_queue_backlog_day",
+    metadata,
+    Column("day", Date, primary_key=True),
+    Column("at", DateTime(timezone=True), nullable=False),
+    Column("by_age", ARRAY(Integer), nullable=False),
+)
 review_queue_throughput_rollup = Table(
     "review_queue_throughput_rollup",
     metadata,

@@ -1,11 +1,13 @@
-"""The throughput report over a year in well under a second (issue 28): its closed days and weeks,
-precomputed for one reporting time zone.
+"""The throughput and backlog reports over a year in well under a second (issue 28): their closed
+days (and weeks), precomputed for one reporting time zone.
 
 `review_queue_throughput_bucket` holds, per local day or ISO week of the zone and reviewer, what
 the report gives for it: decisions by outcome, and the median and p90 time from lease to decision.
 The report reads a bucket from here when it is over (and a day or a Monday week) in that zone, and
 from the trail otherwise (another zone, the current day or week); the figures are the same either
-way (tests/db/test_reports.py). `review_queue_throughput_rollup` is one row: the zone, and the day
+way (tests/db/test_reports.py). `review_queue_backlog_day` holds, per closed local day, the
+backlog's point (the open items at the day's end by age band), read the same way.
+`review_queue_throughput_rollup` is one row: the zone, and the day
 by which every bucket here has ended (`through`). Both start empty: until the reclaimer's schedule
 has filled them, the report reads the trail, exactly as before.
 
@@ -46,6 +48,13 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("days", "start", "reviewer", name=op.f("pk_review_queue_throughput_bucket")),
     )
     op.create_table(
+        "review_queue_backlog_day",
+        sa.Column("day", sa.Date(), nullable=False),
+        sa.Column("at", sa.DateTime(timezone=True), nullable=False),
+        sa.Column("by_age", postgresql.ARRAY(sa.Integer()), nullable=False),
+        sa.PrimaryKeyConstraint("day", name=op.f("pk_review_queue_backlog_day")),
+    )
+    op.create_table(
         "review_queue_throughput_rollup",
         sa.Column("one", sa.Boolean(), server_default=sa.text("true"), nullable=False),
         sa.Column("time_zone", sa.Text(), nullable=True),
@@ -61,10 +70,12 @@ def upgrade() -> None:
         f"DO $$ BEGIN IF EXISTS (SELECT FROM pg_roles WHERE rolname = '{literal}') THEN"
         f" EXECUTE 'REVOKE INSERT, DELETE, TRUNCATE ON review_queue_throughput_rollup FROM {quoted}';"
         f" EXECUTE 'REVOKE UPDATE, TRUNCATE ON review_queue_throughput_bucket FROM {quoted}';"
+        f" EXECUTE 'REVOKE UPDATE, TRUNCATE ON review_queue_backlog_day FROM {quoted}';"
         " END IF; END $$"
     )
 
 
 def downgrade() -> None:
     op.drop_table("review_queue_throughput_rollup")
+    op.drop_table("review_queue_backlog_day")
     op.drop_table("review_queue_throughput_bucket")

@@ -19,7 +19,8 @@ from db.reports.aging import AGE_BANDS, BacklogPoint, BacklogReport, backlog
 from db.reports.common import Period, UnknownTimeZone
 from db.reports.deadlines import SlaBucket, SlaFigures, SlaReport, sla, sla_trailing
 from db.reports.decisions import DECISIONS_PAGE, Cursor, Decision, decision_bounds, decisions_page
-from db.reports.workload import RolledDays, ThroughputReport, ThroughputRow, roll_up_throughput, throughput
+from db.reports.rollup import RolledDays, roll_up
+from db.reports.workload import ThroughputReport, ThroughputRow, throughput
 
 __all__ = [
     "AGE_BANDS",
@@ -39,7 +40,7 @@ __all__ = [
     "backlog",
     "decision_bounds",
     "decisions_page",
-    "roll_up_throughput",
+    "roll_up",
     "sla",
     "sla_trailing",
     "throughput",

@@ -1,7 +1,7 @@
 """The backlog by age: per day, the items open at its end, rebuilt from the trail."""
 
 from dataclasses import dataclass
-from datetime import date, datetime
+from datetime import date, datetime, timedelta
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -116,11 +116,43 @@ GROUP BY p.k, p.b ORDER BY p.k
 """)
 
 
+_KEEP = text(f"""
+INSERT INTO review_queue_backlog_day (day, at, by_age)
+SELECT start, at, by_age FROM ({_BACKLOG.text}) AS point
+""")
+# The kept days of the period (db/reports/rollup.py), when it is asked in the kept zone, and the day
+# by which they end: every day before it is kept, or before anything was enqueued (nothing open).
+_KEPT = text("""
+SELECT d.day, d.at, d.by_age, s.through
+FROM review_queue_throughput_rollup s
+LEFT JOIN review_queue_backlog_day d
+    ON d.day >= CAST(:start AS date) AND d.day < least(s.through, CAST(:end AS date))
+WHERE s.time_zone = :tz AND s.through IS NOT NULL
+ORDER BY d.day
+""")
+
+
+async def keep(conn: AsyncConnection, period: Period) -> None:
+    """Keep the backlog's points of the period's days, which are over (db/reports/rollup.py)."""
+    if period.buckets > 0:
+        edges, _ = await begin(conn, period)
+        await conn.execute(_KEEP, {"edges": edges, "start": period.start})
+
+
 async def backlog(conn: AsyncConnection, *, period: Period) -> BacklogReport:
-    """Per day: the items open at its end, by age. Rebuilt from the trail, so true for the past."""
+    """Per day: the items open at its end, by age. Rebuilt from the trail, so true for the past; the
+    days that are over, in the kept zone, as they were kept."""
     edges, as_of = await begin(conn, period)
-    rows = await conn.execute(_BACKLOG, {"edges": edges, "start": period.start})
-    return BacklogReport(
-        as_of=as_of,
-        points=[BacklogPoint(start=r.start, at=r.at, by_age=tuple(int(n) for n in r.by_age)) for r in rows],
-    )
+    kept = (await conn.execute(_KEPT, {"start": period.start, "end": period.end, "tz": period.tz})).all()
+    first_live = min(max(kept[0].through, period.start), period.end) if kept else period.start
+    by_day = {r.day: r for r in kept if r.day is not None}
+    points = []
+    for n in range((first_live - period.start).days):
+        day, r = period.start + timedelta(days=n), by_day.get(period.start + timedelta(days=n))
+        at, by_age = (r.at, tuple(r.by_age)) if r else (edges[n + 1], (0,) * len(AGE_BANDS))
+        points.append(BacklogPoint(start=day, at=at, by_age=by_age))
+    skip = (first_live - period.start).days
+    if first_live < period.end:
+        rows = await conn.execute(_BACKLOG, {"edges": edges[skip:], "start": first_live})
+        points += [BacklogPoint(start=r.start, at=r.at, by_age=tuple(int(n) for n in r.by_age)) for r in rows]
+    return BacklogReport(as_of=as_of, points=points)

@@ -1,7 +1,7 @@
 """Throughput per reviewer: decisions by outcome, and the time from lease to decision."""
 
 from dataclasses import dataclass
-from datetime import date, datetime, timedelta
+from datetime import date, datetime
 from decimal import Decimal
 
 from sqlalchemy import text
@@ -180,37 +180,8 @@ async def throughput(
     )
 
 
-# ---------------------------------------------------------------------------------------------
-# The closed days and weeks, precomputed for one zone
-# ---------------------------------------------------------------------------------------------
-
-ROLLUP_DAYS = 28  # days (and the weeks that end in them) computed per transaction
-
-_TAKE = text("SELECT time_zone, through FROM review_queue_throughput_rollup FOR UPDATE SKIP LOCKED")
-# The day of the first decision (each min() on the index of its kind, written as its predicate).
-_FIRST_DAY = text("""
-SELECT CAST(least(
-    (SELECT min(at) FROM review_queue_event WHERE event IN ('RESOLVED', 'APPROVED')),
-    (SELECT min(at) FROM review_queue_event
-     WHERE event IN ('SUBMITTED_FOR_APPROVAL', 'REJECTED')
-        OR (event = 'RELEASED' AND NOT details ? 'override')),
-    (SELECT min(resolved_at) FROM review_queue_item WHERE state = 'RESOLVED'),
-    (SELECT min(CAST(details ->> 'previous_resolved_at' AS timestamptz)) FROM review_queue_event
-     WHERE event = 'REOPENED')
-) AT TIME ZONE :tz AS date)
-""")
-# Days before this one are over for good: they ended before the RESOLVED rollup's edge, before which
-# every transaction of the service had committed when the rollup last ran (db/stats.py), so no
-# decision dated in them can still arrive. A day ends at the next local midnight, placed as the
-# report's edges are.
-_CLOSED_BEFORE = text("""
-SELECT CASE WHEN isfinite(r.edge) THEN
-    d - CAST(CAST(d AS timestamp) AT TIME ZONE :tz > r.edge AS integer) END
-FROM review_queue_resolved_rollup r
-CROSS JOIN LATERAL (SELECT CAST(r.edge AT TIME ZONE :tz AS date) AS d) AS local
-""")
-# The buckets of a period, read from the trail as the report reads them, kept.
-_FILL = text(f"""
+# The buckets of a period, read from the trail as the report reads them, kept (db/reports/rollup.py).
+_KEEP = text(f"""
 WITH {_BUCKETS.format(rolled="false")},
 {_PER_BUCKET.format(rows=_LIVE)}
 INSERT INTO review_queue_throughput_bucket (days, start, reviewer, resolved, submitted_for_approval,
@@ -219,47 +190,11 @@ SELECT :step, CAST(:start AS date) + (k - 1) * :step, reviewer, resolved, submit
        approved, rejected, released, decisions, median, p90
 FROM per_bucket
 """)
-_MOVE = text(
-    "UPDATE review_queue_throughput_rollup SET time_zone = :tz, through = :through, rolled_at = now()"
-)
-_FORGET = text("DELETE FROM review_queue_throughput_bucket")
 
 
-@dataclass(frozen=True, slots=True)
-class RolledDays:
-    through: date | None  # every day and Monday week that ended by this day is precomputed
-    caught_up: bool  # False: more closed days are waiting; run again
-
-
-async def _keep(conn: AsyncConnection, period: Period) -> None:
+async def keep(conn: AsyncConnection, period: Period) -> None:
+    """Keep the throughput of the period's buckets, which are over (db/reports/rollup.py)."""
     if period.buckets > 0:
         edges, _ = await begin(conn, period)
         params = {"edges": edges, "start": period.start, "step": period.step_days, "reviewer": None}
-        await conn.execute(_FILL, params)
-
-
-async def roll_up_throughput(conn: AsyncConnection, *, tz: str, days: int = ROLLUP_DAYS) -> RolledDays | None:
-    """Precompute up to `days` more closed days of the throughput report in `tz`, and the Monday
-    weeks that end in them (starting over when the zone changed), in this transaction; None when
-    another roll-up holds the state row."""
-    state = (await conn.execute(_TAKE)).one_or_none()
-    if state is None:
-        return None
-    through: date | None = state.through if state.time_zone == tz else None
-    if through is None:
-        await conn.execute(_FORGET)
-        through = await conn.scalar(_FIRST_DAY, {"tz": tz})
-    closed = await conn.scalar(_CLOSED_BEFORE, {"tz": tz})
-    if closed is None:  # the RESOLVED rollup has not run: no day is known to be over
-        await conn.execute(_MOVE, {"tz": tz, "through": None})
-        return RolledDays(through=None, caught_up=True)
-    if through is None or through > closed:  # nothing decided before the closed days: all empty
-        through = closed
-    upto = min(closed, through + timedelta(days=days))
-    await _keep(conn, Period(through, upto, tz))
-    # The weeks that end in (through, upto]: from the Monday of `through`'s week (its days before
-    # `through` are over, or hold no decision) to the last Monday a week before `upto`.
-    monday = through - timedelta(days=through.weekday())
-    await _keep(conn, Period(monday, monday + timedelta(weeks=max(0, (upto - monday).days // 7)), tz, 7))
-    await conn.execute(_MOVE, {"tz": tz, "through": upto})
-    return RolledDays(through=upto, caught_up=upto >= closed)
+        await conn.execute(_KEEP, params)

@@ -532,9 +532,9 @@ REPORT_SCANS = [
         },
     ),
     ("aging._BACKLOG", {"ix_review_queue_item_resolved_at", "ix_review_queue_event_reopened"}),
-    # The reclaimer's precomputation of a closed day reads what the report reads for that day.
+    # The reclaimer's keeping of a closed day reads what the report reads for that day.
     (
-        "workload._FILL",
+        "workload._KEEP",
         {
             "ix_review_queue_item_resolved_at",
             "ix_review_queue_event_other_work",

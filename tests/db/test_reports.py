@@ -4,6 +4,7 @@ reopened decisions, and on hand-made ones for each rule docs/reports.md states."
 
 import asyncio
 import random
+from dataclasses import replace
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 from typing import Any
@@ -67,13 +68,24 @@ def check_throughput(db_url: str, events: list[ref.Event], period: reports.Perio
     assert [_row(r, period.start, period.step_days) for r in flow.rows] == ref.throughput(events, cuts)
 
 
+def check_backlog(
+    db_url: str, items: dict[Any, ref.Item], events: list[ref.Event], period: reports.Period
+) -> None:
+    cuts = ref.edges(period.start, period.end, period.tz)
+    stock = run(db_url, lambda c: reports.backlog(c, period=period))
+    assert [(p.start, p.at, p.by_age) for p in stock.points] == [
+        (period.start + timedelta(days=k - 1), moment, bands)
+        for k, moment, bands in ref.backlog(items, events, cuts, stock.as_of)
+    ]
+
+
 def check_all(db_url: str, sql: psycopg.Connection, start: date, end: date, tz: str) -> None:
     items, events = ref.read_back(sql)
     for period in periods(start, end, tz):
         for entity in (None, "ACME"):
             check_sla(db_url, items, events, period, entity)
         check_throughput(db_url, events, period)
-    # Again with the closed days precomputed in this zone: the same figures, read from them.
+    # Again with the closed days kept in this zone: the same figures, read from them.
     roll_up_days(db_url, tz)
     assert sql.execute(
         "SELECT time_zone, through >= %s FROM review_queue_throughput_rollup", (end,)
@@ -83,15 +95,11 @@ def check_all(db_url: str, sql: psycopg.Connection, start: date, end: date, tz: 
     )
     for period in periods(start, end, tz):
         check_throughput(db_url, events, period)
+    check_backlog(db_url, items, events, reports.Period(start, end, tz))
 
-    period = reports.Period(start, end, tz, 1)
+    check_backlog(db_url, items, events, reports.Period(start, end, tz))
+
     cuts = ref.edges(start, end, tz)
-    stock = run(db_url, lambda c: reports.backlog(c, period=period))
-    assert [(p.start, p.at, p.by_age) for p in stock.points] == [
-        (start + timedelta(days=k - 1), moment, bands)
-        for k, moment, bands in ref.backlog(items, events, cuts, stock.as_of)
-    ]
-
     lo, hi = cuts[0], cuts[-1]
     assert run(db_url, lambda c: reports.decision_bounds(c, start=start, end=end, tz=tz)) == (lo, hi)
     pages: list[reports.Decision] = []
@@ -508,6 +516,17 @@ def test_the_report_reads_closed_days_in_the_rollups_zone_from_the_rollup_and_th
     ]
     # Another zone (with the same midnights in March) reads the trail.
     assert (date(2026, 3, 2), "alice", 1, 0) in throughput_of(db_url, reports.Period(*MARCH, "Europe/London"))
+    # The backlog of 2 March, marked too: read from the rollup in UTC, from the trail in London; the
+    # days before anything was enqueued (none is kept) have nothing open.
+    sql.execute("UPDATE review_queue_backlog_day SET by_age = '{7, 7, 7, 7, 7}' WHERE day = '2026-03-02'")
+    feb = reports.Period(date(2026, 2, 25), date(2026, 3, 5), "UTC")
+    kept = run(db_url, lambda c: reports.backlog(c, period=feb)).points
+    trail = run(db_url, lambda c: reports.backlog(c, period=replace(feb, tz="Europe/London"))).points
+    assert [p.by_age for p in kept if p.start == date(2026, 3, 2)] == [(7, 7, 7, 7, 7)]
+    assert [(p.start, p.at, p.by_age) for p in kept if p.start != date(2026, 3, 2)] == [
+        (p.start, p.at, p.by_age) for p in trail if p.start != date(2026, 3, 2)
+    ]
+    assert kept[0].by_age == (0, 0, 0, 0, 0) and kept[5].by_age != (0, 0, 0, 0, 0)
     # Today is not closed: read from the trail, beside the closed days read from the rollup.
     now = datetime.now(UTC).date()
     recent = throughput_of(db_url, reports.Period(date(2026, 3, 2), now + timedelta(days=1), "UTC"))
@@ -555,7 +574,7 @@ def test_no_day_is_rolled_up_past_the_resolved_rollups_edge(db_url: str, sql: ps
     ref.arrange(sql, [x.finish() for x in decided_in_march()])
 
     def roll(tz: str) -> tuple[Any, ...]:
-        while not (rolled := run(db_url, lambda c: reports.roll_up_throughput(c, tz=tz, days=2))).caught_up:
+        while not (rolled := run(db_url, lambda c: reports.roll_up(c, tz=tz, days=2))).caught_up:
             pass
         (days,) = sql.execute("SELECT count(*) FROM review_queue_throughput_bucket WHERE days = 1").fetchone()
         return rolled.through, days

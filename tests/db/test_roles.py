@@ -104,6 +104,7 @@ def test_the_service_role_has_exactly_the_table_rights_it_needs(as_service: psyc
         "review_queue_resolved_rollup": "SELECT,UPDATE",
         # The throughput report's closed days: added, and all deleted when the zone changes.
         "review_queue_throughput_bucket": "DELETE,INSERT,SELECT",
+        "review_queue_backlog_day": "DELETE,INSERT,SELECT",
         "review_queue_throughput_rollup": "SELECT,UPDATE",
         # The items ever reopened, by deadline: added by the trigger on a REOPENED event.
         "review_queue_reopened_item": "INSERT,SELECT",

@@ -560,7 +560,7 @@ def arrange(sql: psycopg.Connection, histories: list[History]) -> None:
     sql.execute("SET session_replication_role = replica")
     sql.execute(
         "TRUNCATE review_queue_chain, review_queue_event, review_queue_item, review_queue_throughput_bucket,"
-        " review_queue_reopened_item"
+        " review_queue_backlog_day, review_queue_reopened_item"
     )
     sql.execute("UPDATE review_queue_throughput_rollup SET time_zone = NULL, through = NULL")
     sql.execute(
