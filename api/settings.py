@@ -124,8 +124,8 @@ class Settings(BaseSettings):
     # get it in its old place): Release then Next moves on instead of bringing the same item back.
     release_cooldown_s: int = _range(900, 0, 86_400, "REVIEW_QUEUE_RELEASE_COOLDOWN_S")
     reclaim_interval_s: int = _range(15, 1, 600, "REVIEW_QUEUE_RECLAIM_INTERVAL_S")
-    # The zone whose closed days and weeks the reclaimer keeps for the throughput report (the zone the
-    # controllers report in); a report asked in another zone reads the trail, as fast as before.
+    # The zone whose closed days and weeks the reclaimer keeps for the throughput and backlog reports
+    # (the controllers' zone); a report asked in another zone reads the trail, as fast as before.
     report_time_zone: TimeZone = Field(default="UTC", validation_alias="REVIEW_QUEUE_REPORT_TIME_ZONE")
     # Leases an item gets before a release or reclaim quarantines it (a poison item). Its default
     # lives in db.tables, not db.queue: db.queue creates the Prometheus counters, and `serve` must
