@@ -102,7 +102,11 @@ S = TypeVar("S", bound=_Step)
 
 
 async def _until_caught_up(
-    engine: AsyncEngine, settings: Settings, step: Callable[[AsyncConnection], Awaitable[S | None]]
+    engine: AsyncEngine,
+    settings: Settings,
+    step: Callable[[AsyncConnection], Awaitable[S | None]],
+    *,
+    statement_timeout_ms: int | None = None,
 ) -> S | None:
     """`step` in one short transaction after another until it has caught up; None at once when
     another reclaimer is doing it."""
@@ -110,7 +114,7 @@ async def _until_caught_up(
         async with transaction(
             engine,
             lock_timeout_ms=settings.pg_lock_timeout_ms,
-            statement_timeout_ms=settings.statement_timeout_ms,
+            statement_timeout_ms=statement_timeout_ms or settings.statement_timeout_ms,
         ) as conn:
             done = await step(conn)
         if done is None or done.caught_up:
@@ -128,7 +132,10 @@ async def roll_up_days(engine: AsyncEngine, settings: Settings) -> reports.Rolle
     """Keep the throughput and backlog reports' closed days (db/reports/rollup.py), up to the
     RESOLVED rollup's edge, so run after roll_up: four weeks of days per transaction."""
     return await _until_caught_up(
-        engine, settings, lambda conn: reports.roll_up(conn, tz=settings.report_time_zone)
+        engine,
+        settings,
+        lambda conn: reports.roll_up(conn, tz=settings.report_time_zone),
+        statement_timeout_ms=max(settings.statement_timeout_ms, reports.ROLLUP_STATEMENT_TIMEOUT_MS),
     )
 
 

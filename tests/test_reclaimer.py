@@ -60,7 +60,8 @@ def test_reclaims_backdated_leases_on_schedule_and_stops_on_sigterm(
     # Seeded after the reclaimer started, so only a later, scheduled drain can take these.
     seed_expired(sql, 250)
     wait_for(lambda: pending(sql) == 250, timeout=ON_SCHEDULE * INTERVAL_S)
-    assert "review_item_lease_reclaimed" in log.read_text()
+    # Logged after the commit the query above saw: the line may follow it by a moment.
+    wait_for(lambda: "review_item_lease_reclaimed" in log.read_text(), timeout=30)
 
     process.send_signal(signal.SIGTERM)
     assert process.wait(timeout=60) == 0
@@ -80,7 +81,7 @@ def test_the_reclaimer_loop_seals_the_audit_chain(
         return bool(events == 30 and sealed == 30)
 
     wait_for(chained, timeout=30)
-    assert "audit_chain_sealed" in log.read_text()
+    wait_for(lambda: "audit_chain_sealed" in log.read_text(), timeout=30)  # logged after the commit
 
 
 def test_the_reclaimer_loop_rolls_up_the_resolved_count(

@@ -9,8 +9,9 @@ changes after enqueue), indexed by it: the SLA now reads only the reopened items
 its period.
 
 An AFTER INSERT trigger on REOPENED events adds the item (the database keeps it, whatever the
-application does); this migration adds the items already reopened. The application role may
-insert (through the trigger, as the role writing the event) and read, never update or delete.
+application does); this migration adds the items already reopened. The trigger's function is
+SECURITY DEFINER (the schema owner's, with a fixed search_path), so the application role may only
+read the table: it cannot put an item there first with another deadline.
 
 Revision ID: 3f6a9b2d8c15
 Revises: 9e3b57c0d412
@@ -42,7 +43,9 @@ def upgrade() -> None:
     op.execute(
         """
         CREATE FUNCTION review_queue_reopened_item() RETURNS trigger
-        LANGUAGE plpgsql AS $$
+        LANGUAGE plpgsql SECURITY DEFINER
+        SET search_path = pg_catalog, public, pg_temp
+        AS $$
         BEGIN
             INSERT INTO review_queue_reopened_item (item_id, due_at)
             SELECT id, due_at FROM review_queue_item WHERE id = NEW.item_id
@@ -52,6 +55,7 @@ def upgrade() -> None:
         $$
         """
     )
+    op.execute("REVOKE EXECUTE ON FUNCTION review_queue_reopened_item() FROM PUBLIC")
     op.execute(
         """
         CREATE TRIGGER review_queue_reopened_item
@@ -72,7 +76,7 @@ def upgrade() -> None:
     quoted, literal = '"' + role.replace('"', '""') + '"', role.replace("'", "''")
     op.execute(
         f"DO $$ BEGIN IF EXISTS (SELECT FROM pg_roles WHERE rolname = '{literal}') THEN"
-        f" EXECUTE 'REVOKE UPDATE, DELETE, TRUNCATE ON review_queue_reopened_item FROM {quoted}';"
+        f" EXECUTE 'REVOKE INSERT, UPDATE, DELETE, TRUNCATE ON review_queue_reopened_item FROM {quoted}';"
         " END IF; END $$"
     )
 

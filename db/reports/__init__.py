@@ -19,12 +19,13 @@ from db.reports.aging import AGE_BANDS, BacklogPoint, BacklogReport, backlog
 from db.reports.common import Period, UnknownTimeZone
 from db.reports.deadlines import SlaBucket, SlaFigures, SlaReport, sla, sla_trailing
 from db.reports.decisions import DECISIONS_PAGE, Cursor, Decision, decision_bounds, decisions_page
-from db.reports.rollup import RolledDays, roll_up
+from db.reports.rollup import ROLLUP_STATEMENT_TIMEOUT_MS, RolledDays, roll_up
 from db.reports.workload import ThroughputReport, ThroughputRow, throughput
 
 __all__ = [
     "AGE_BANDS",
     "DECISIONS_PAGE",
+    "ROLLUP_STATEMENT_TIMEOUT_MS",
     "BacklogPoint",
     "BacklogReport",
     "Cursor",

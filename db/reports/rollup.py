@@ -17,11 +17,16 @@ from db.reports import aging, workload
 from db.reports.common import Period
 
 ROLLUP_DAYS = 28  # days (and the weeks that end in them) computed per transaction
+# A transaction of them may take longer than a request's statement timeout: the backlog of an old
+# day reads every resolution since (about a second per 28 days for a year at 1M items).
+ROLLUP_STATEMENT_TIMEOUT_MS = 300_000
 
 _TAKE = text("SELECT time_zone, through FROM review_queue_throughput_rollup FOR UPDATE SKIP LOCKED")
-# The day of the first enqueue or decision, whichever is first (a decision's moment is its
+# The day before the first enqueue or decision, whichever is first (a decision's moment is its
 # transaction's start, which can precede the enqueue it saw): nothing is open or decided before it.
-# Each min() on the index of its kind, written as its predicate.
+# The day before, because a local date and the reports' day edges part in a repeated local hour
+# around midnight (an instant there can have Sunday's date and belong to Saturday's bucket); an
+# extra empty day costs nothing. Each min() on the index of its kind, written as its predicate.
 _FIRST_DAY = text("""
 SELECT CAST(least(
     (SELECT min(created_at) FROM review_queue_item),
@@ -32,7 +37,7 @@ SELECT CAST(least(
     (SELECT min(resolved_at) FROM review_queue_item WHERE state = 'RESOLVED'),
     (SELECT min(CAST(details ->> 'previous_resolved_at' AS timestamptz)) FROM review_queue_event
      WHERE event = 'REOPENED')
-) AT TIME ZONE :tz AS date)
+) AT TIME ZONE :tz AS date) - 1
 """)
 # Days before this one are over for good: they ended before the RESOLVED rollup's edge, before which
 # every transaction of the service had committed when the rollup last ran (db/stats.py), so no
@@ -64,14 +69,16 @@ async def roll_up(conn: AsyncConnection, *, tz: str, days: int = ROLLUP_DAYS) ->
     if state is None:
         return None
     through: date | None = state.through if state.time_zone == tz else None
-    if through is None:
-        for forget in _FORGET:
-            await conn.execute(forget)
-        through = await conn.scalar(_FIRST_DAY, {"tz": tz})
     closed = await conn.scalar(_CLOSED_BEFORE, {"tz": tz})
     if closed is None:  # the RESOLVED rollup has not run: no day is known to be over
         await conn.execute(_MOVE, {"tz": tz, "through": None})
         return RolledDays(through=None, caught_up=True)
+    if through is not None and through > closed:  # the edge went back (a restore, a hand edit)
+        through = None
+    if through is None:
+        for forget in _FORGET:
+            await conn.execute(forget)
+        through = await conn.scalar(_FIRST_DAY, {"tz": tz})
     if through is None or through > closed:  # nothing before the closed days: all empty
         through = closed
     upto = min(closed, through + timedelta(days=days))

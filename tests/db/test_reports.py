@@ -584,3 +584,8 @@ def test_no_day_is_rolled_up_past_the_resolved_rollups_edge(db_url: str, sql: ps
     assert roll("UTC") == (date(2026, 3, 3), 1)  # 2 March (alice's) only: 3 March is not over
     # In Auckland (UTC+13) 3 March ended at 11:00Z; its first decisions, bob's, were on 3 March too.
     assert roll("Pacific/Auckland") == (date(2026, 3, 4), 3)
+    # The edge moved back (a restore): the kept days after it are forgotten, then kept again.
+    sql.execute("UPDATE review_queue_resolved_rollup SET edge = '2026-03-02T12:00Z'")
+    assert roll("Pacific/Auckland") == (date(2026, 3, 3), 1)
+    sql.execute("UPDATE review_queue_resolved_rollup SET edge = '2026-03-03T12:00Z'")
+    assert roll("Pacific/Auckland") == (date(2026, 3, 4), 3)
