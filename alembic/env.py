@@ -7,6 +7,7 @@ from sqlalchemy import create_engine, pool
 from alembic import context
 from api.settings import get_settings
 from db.engine import migration_url
+from db.reports import tables as _report_tables  # noqa: F401 - its tables join `metadata`
 from db.tables import metadata
 
 config = context.config

@@ -12,7 +12,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from api.schemas.fields import TimeZone
 from db.roles import APP_ROLE
-from db.tables import DEFAULT_MAX_ATTEMPTS, DEFAULT_SLA_TIERS, ROLES
+from db.vocabulary import DEFAULT_MAX_ATTEMPTS, DEFAULT_SLA_TIERS, ROLES
 
 # One tier: "AMOUNT:DURATION", DURATION in hours (24h) or days (3d).
 _TIER = re.compile(r"^\s*([0-9]{1,16}(?:\.[0-9]{1,2})?)\s*:\s*([1-9][0-9]{0,5})\s*([hd])\s*$")

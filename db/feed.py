@@ -40,7 +40,7 @@ from sqlalchemy.types import UUID as SA_UUID
 from sqlalchemy.types import Text
 
 from db.queue import Item
-from db.tables import EVENTS
+from db.vocabulary import EVENTS
 
 MAX_XID = 2**64 - 1
 MAX_ID = 2**63 - 1

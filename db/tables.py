@@ -1,13 +1,13 @@
-"""The schema as SQLAlchemy Core tables. Alembic owns the real DDL; `alembic check` keeps the two equal."""
+"""The schema as SQLAlchemy Core tables. Alembic owns the real DDL; `alembic check` keeps the two equal.
 
-from typing import Literal, get_args
+The reports' kept figures are in db/reports/tables.py, on the same `metadata`; the words the
+contract and the CHECK constraints share are in db/vocabulary.py."""
 
 from sqlalchemy import (
     BigInteger,
     Boolean,
     CheckConstraint,
     Column,
-    Date,
     DateTime,
     Float,
     ForeignKey,
@@ -17,15 +17,16 @@ from sqlalchemy import (
     LargeBinary,
     MetaData,
     Numeric,
-    SmallInteger,
     Table,
     Text,
     func,
     text,
 )
-from sqlalchemy.dialects.postgresql import ARRAY, INTERVAL, JSONB, UUID
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB, UUID
 from sqlalchemy.dialects.postgresql.base import ischema_names
 from sqlalchemy.types import UserDefinedType
+
+from db.vocabulary import FALLBACK_DUE, SUBJECT_CHECK
 
 
 class Xid8(UserDefinedType[str]):
@@ -59,54 +60,6 @@ metadata = MetaData(
         "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
         "pk": "pk_%(table_name)s",
     }
-)
-
-# REVIEW_QUEUE_MAX_ATTEMPTS' default. Here, not in db/queue/, so that api/settings.py can read it
-# without importing the metrics (prometheus_client picks its single- or multi-process mode when
-# first imported, and `serve` sets PROMETHEUS_MULTIPROC_DIR only after the settings are loaded).
-DEFAULT_MAX_ATTEMPTS = 10
-
-# REVIEW_QUEUE_SLA_TIERS' default (api/settings.py): an item whose abs(variance_amount) is at least
-# the amount is due that many hours after its enqueue, the first matching tier from the top.
-DEFAULT_SLA_TIERS = "100000:24h,10000:72h,1000:120h,0:168h"
-# The due_at of a row inserted without one (by SQL, not the API): the lowest default tier.
-FALLBACK_DUE = "now() + interval '168 hours'"
-
-# The contract's vocabulary, written once: the API's schemas type their fields with these Literals
-# (and so the OpenAPI enums), the queue and the CLI use the tuples, and tests/db/test_vocabulary.py
-# holds each tuple equal to the CHECK constraint the migrations wrote.
-State = Literal["PENDING", "ASSIGNED", "RESOLVED", "QUARANTINED", "AWAITING_APPROVAL"]
-MatchDecision = Literal["MATCHED", "PARTIAL", "UNMATCHED"]
-Role = Literal["reviewer", "approver", "ingest", "auditor", "admin", "integration"]
-EventName = Literal[
-    "ENQUEUED",
-    "LEASED",
-    "RENEWED",
-    "RELEASED",
-    "RECLAIMED",
-    "RESOLVED",
-    "QUARANTINED",
-    "REQUEUED",
-    "REOPENED",
-    "SUBMITTED_FOR_APPROVAL",
-    "APPROVED",
-    "REJECTED",
-    "REVISED",
-    "REASSIGNED",
-]
-STATES: tuple[str, ...] = get_args(State)
-MATCH_DECISIONS: tuple[str, ...] = get_args(MatchDecision)
-ROLES: tuple[str, ...] = get_args(Role)
-EVENTS: tuple[str, ...] = get_args(EventName)
-
-# Token subjects (see db.tokens.check_subject, which says the same in Python): 1-128 characters,
-# letters, digits and . _ @ + -, starting with a letter or digit, stored case-folded (lower case:
-# `caseyX` and `CaseyX` are one identity, so only one spelling can exist); `me` (the caller, in
-# `leased_by=me`) and `reclaimer`, `reclaimer@...` (the reclaimer's actor) are reserved.
-SUBJECT_CHECK = (
-    "subject ~ '^[a-z0-9][a-z0-9._@+-]{0,127}$'"
-    " AND subject NOT IN ('me', 'reclaimer')"
-    " AND subject NOT LIKE 'reclaimer@%'"
 )
 
 review_queue_item = Table(
@@ -359,52 +312,6 @@ review_queue_resolved_rollup = Table(
     CheckConstraint("resolved >= 0", name="not_negative"),
 )
 
-# The throughput report's closed buckets, for one reporting time zone (REVIEW_QUEUE_REPORT_TIME_ZONE):
-# per local day (days = 1) or ISO week (days = 7) and reviewer, what the report gives for it
-# (db/reports/workload.py). The one state row names the zone and says that every bucket ending by
-# `through` is here; the reclaimer's schedule fills them, never past the RESOLVED rollup's edge.
-review_queue_throughput_bucket = Table(
-    "review_queue_throughput_bucket",
-    metadata,
-    Column("days", SmallInteger, primary_key=True),
-    Column("start", Date, primary_key=True),
-    Column("reviewer", Text(collation="C"), primary_key=True),
-    *(
-        Column(name, Integer, nullable=False)
-        for name in ("resolved", "submitted_for_approval", "approved", "rejected", "released", "decisions")
-    ),
-    Column("median", INTERVAL),
-    Column("p90", INTERVAL),
-    CheckConstraint("days IN (1, 7)", name="day_or_week"),
-)
-# ... and the backlog report's point of each closed day (the open items at its end, by age band).
-review_queue_backlog_day = Table(
-    "review_queue_backlog_day",
-    metadata,
-    Column("day", Date, primary_key=True),
-    Column("at", DateTime(timezone=True), nullable=False),
-    Column("by_age", ARRAY(Integer), nullable=False),
-)
-review_queue_throughput_rollup = Table(
-    "review_queue_throughput_rollup",
-    metadata,
-    Column("one", Boolean, primary_key=True, server_default=text("true")),
-    Column("time_zone", Text, nullable=True),
-    Column("through", Date, nullable=True),
-    Column("rolled_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
-    CheckConstraint("one", name="one_row"),
-)
-
-# The items ever reopened, once each, with their deadline (never changed after enqueue): the SLA
-# reads those that fell due in its period (db/reports/). Kept by a trigger on REOPENED events.
-review_queue_reopened_item = Table(
-    "review_queue_reopened_item",
-    metadata,
-    Column("item_id", UUID(as_uuid=True), primary_key=True),
-    Column("due_at", DateTime(timezone=True), nullable=False),
-    Index("ix_review_queue_reopened_item_due_at", "due_at"),
-)
-
 # The hash chain over the events (docs/audit.md): gapless seq, each hash over the previous one
 # and the event's canonical encoding. Appended by the sealer only; append-only like the events.
 review_queue_chain = Table(
@@ -559,7 +466,7 @@ oidc_login = Table(
 # provider's (subject and role as mapped at sign-in), not a token's. It ends no later than the ID
 # token it was made from; the ID token is kept for the provider's sign-out (id_token_hint). Apart
 # from desk_session so that token sessions stay exactly as they are. No CHECK on role: it comes from
-# REVIEW_QUEUE_OIDC_ROLE_MAP, which accepts only db.tables.ROLES, so a new role needs no migration here.
+# REVIEW_QUEUE_OIDC_ROLE_MAP, which accepts only db.vocabulary.ROLES, so a new role needs no migration here.
 oidc_session = Table(
     "oidc_session",
     metadata,

@@ -48,7 +48,7 @@ def same_identity(a: str | None, b: str | None) -> bool:
 
 def check_subject(subject: str) -> str:
     """The subject, folded, when it may name a token, else ValueError saying why
-    (db.tables.SUBJECT_CHECK)."""
+    (db.vocabulary.SUBJECT_CHECK)."""
     if not SUBJECT_PATTERN.fullmatch(subject):
         raise ValueError(
             f"subject {subject!r} must be 1-128 characters: letters, digits and . _ @ + -,"

@@ -305,7 +305,7 @@ def test_the_cli_creates_no_prometheus_metric_before_serve_picks_multiprocess_mo
     import sys
 
     from api.settings import Settings
-    from db.tables import DEFAULT_MAX_ATTEMPTS
+    from db.vocabulary import DEFAULT_MAX_ATTEMPTS
 
     probe = "import sys, cli.main; print('prometheus_client' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)

@@ -76,7 +76,7 @@ def test_a_good_configuration_loads(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_the_role_map_accepts_every_role_the_service_defines() -> None:
-    from db.tables import ROLES
+    from db.vocabulary import ROLES
 
     assert parse_role_map(",".join(f"g-{role}={role}" for role in ROLES)) == tuple(
         (f"g-{r}", r) for r in ROLES

@@ -23,7 +23,7 @@ branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
 NAME = "ck_api_token_valid_subject"
-# A copy, as migrations are frozen in time; db.tables.SUBJECT_CHECK is today's.
+# A copy, as migrations are frozen in time; db.vocabulary.SUBJECT_CHECK is today's.
 CHECK = (
     "subject ~ '^[A-Za-z0-9][A-Za-z0-9._@+-]{0,127}$'"
     " AND lower(subject) NOT IN ('me', 'reclaimer')"

@@ -21,7 +21,7 @@ down_revision: str | None = "7c4e1f9a2b60"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
-# A copy of db.tables.SUBJECT_CHECK as it is today, as migrations are frozen in time: a provider's
+# A copy of db.vocabulary.SUBJECT_CHECK as it is today, as migrations are frozen in time: a provider's
 # subject obeys the rule a token's does (it goes into leased_by the same way).
 # Case-folded, like a token's since 2026_12_04_0600_case_folded_identities.
 _SUBJECT_CHECK = (

@@ -6,7 +6,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StringConstraints
 
 from api.schemas.fields import MAX_WAIT_S, Strict, Timestamp
 from api.schemas.items import EventOut, ItemOut
-from db.tables import EVENTS
+from db.vocabulary import EVENTS
 
 if TYPE_CHECKING:  # for the annotations of `of` only: the schemas need no queue code to run
     from db.feed import FeedEvent

@@ -25,8 +25,8 @@ from pydantic import (
 )
 from typing_extensions import TypeAliasType
 
-from db.tables import MatchDecision as MatchDecision  # the contract's vocabulary, written once
-from db.tables import State as State
+from db.vocabulary import MatchDecision as MatchDecision  # the contract's vocabulary, written once
+from db.vocabulary import State as State
 
 
 def _storable(value: str) -> str:

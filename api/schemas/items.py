@@ -20,7 +20,7 @@ from api.schemas.fields import (
     Timestamp,
 )
 from api.schemas.service import Problem
-from db.tables import EventName
+from db.vocabulary import EventName
 
 if TYPE_CHECKING:  # for the annotations of `of` only: the schemas need no queue code to run
     from db.queue import Item

@@ -5,7 +5,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from api.schemas.fields import Strict
-from db.tables import Role
+from db.vocabulary import Role
 
 
 class Health(BaseModel):

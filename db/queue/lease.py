@@ -43,9 +43,9 @@ from db.queue.rows import (
     _logged_then_quarantined,
     _not_prepared_by,
 )
-from db.tables import DEFAULT_MAX_ATTEMPTS
 from db.tables import review_queue_item as item
 from db.unit import Unit
+from db.vocabulary import DEFAULT_MAX_ATTEMPTS
 
 # Serialises one reviewer's concurrent lease calls (and nobody else's) so the cap below
 # cannot be overshot: the count in the lease statement is taken after this lock is held.

@@ -6,6 +6,7 @@ from datetime import date, datetime, timedelta
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from db.reports import common
 from db.reports.common import REOPENED, Period, begin
 
 # The age bands of the backlog, as in /stats: [0, 1 d), [1 d, 3 d), [3 d, 7 d), [7 d, 30 d), 30 d and more.
@@ -134,9 +135,7 @@ ORDER BY d.day
 
 async def keep(conn: AsyncConnection, period: Period) -> None:
     """Keep the backlog's points of the period's days, which are over (db/reports/rollup.py)."""
-    if period.buckets > 0:
-        edges, _ = await begin(conn, period)
-        await conn.execute(_KEEP, {"edges": edges, "start": period.start})
+    await common.keep(conn, period, _KEEP)
 
 
 async def backlog(conn: AsyncConnection, *, period: Period) -> BacklogReport:

@@ -6,7 +6,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import date, datetime
 
-from sqlalchemy import text
+from sqlalchemy import TextClause, text
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -67,6 +67,14 @@ async def begin(conn: AsyncConnection, period: Period) -> tuple[list[datetime], 
             )
         ).one()
     return list(row[0]), row[1]
+
+
+async def keep(conn: AsyncConnection, period: Period, statement: TextClause, **params: object) -> None:
+    """Run a report's keep statement over the period's bucket edges, when the period has any
+    (db/reports/rollup.py: the periods it is given are over)."""
+    if period.buckets > 0:
+        edges, _ = await begin(conn, period)
+        await conn.execute(statement, {"edges": edges, "start": period.start, **params})
 
 
 # The items ever reopened, and their decisive moments in trail order, read from the REOPENED events

@@ -7,6 +7,7 @@ from decimal import Decimal
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from db.reports import common
 from db.reports.common import Period, begin
 
 
@@ -194,7 +195,4 @@ FROM per_bucket
 
 async def keep(conn: AsyncConnection, period: Period) -> None:
     """Keep the throughput of the period's buckets, which are over (db/reports/rollup.py)."""
-    if period.buckets > 0:
-        edges, _ = await begin(conn, period)
-        params = {"edges": edges, "start": period.start, "step": period.step_days, "reviewer": None}
-        await conn.execute(_KEEP, params)
+    await common.keep(conn, period, _KEEP, step=period.step_days, reviewer=None)

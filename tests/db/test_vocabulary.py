@@ -7,7 +7,7 @@ import re
 import psycopg
 import pytest
 
-from db.tables import EVENTS, MATCH_DECISIONS, ROLES, STATES
+from db.vocabulary import EVENTS, MATCH_DECISIONS, ROLES, STATES
 
 VOCABULARIES = [
     ("review_queue_item", "ck_review_queue_item_valid_state", STATES),
