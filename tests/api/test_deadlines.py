@@ -391,6 +391,45 @@ def test_stats_show_overdue_and_aging_of_open_items(client: TestClient, aged: di
     assert list(by_entity.values()) == sorted(by_entity.values(), reverse=True), by_entity
 
 
+def test_aging_counts_every_open_state_in_every_band(
+    client: TestClient, auth: Auth, sql: psycopg.Connection
+) -> None:
+    """PENDING rows are counted per band by index range, the other open states in one pass: each
+    (state, band) gets its own count, so a band read from the wrong bound or part shows."""
+    ages = {
+        "0-1d": "2 hours",
+        "1-3d": "1 day 1 hour",
+        "3-7d": "6 days",
+        "7-30d": "29 days",
+        "30d+": "400 days",
+    }
+    states = ("PENDING", "ASSIGNED", "QUARANTINED", "AWAITING_APPROVAL", "RESOLVED")
+    expected = dict.fromkeys(ages, 0)
+    for s, state in enumerate(states):
+        for b, (band, age) in enumerate(ages.items()):
+            n = 1 + s + 5 * b  # 1 .. 25, all different
+            expected[band] += n if state != "RESOLVED" else 0
+            sql.execute(
+                """INSERT INTO review_queue_item (idempotency_key, ledger_entity, variance_amount,
+                       match_decision, source_hash, state, leased_by, leased_at, lease_expires_at,
+                       resolution, resolved_by, resolved_at, prepared_by, proposed_resolution, created_at)
+                   SELECT %(state)s || %(band)s || g, 'E', 1, 'PARTIAL', 'h', %(state)s,
+                          CASE WHEN %(state)s IN ('ASSIGNED', 'RESOLVED') THEN 'r' END,
+                          CASE WHEN %(state)s IN ('ASSIGNED', 'RESOLVED') THEN now() END,
+                          CASE WHEN %(state)s IN ('ASSIGNED', 'RESOLVED') THEN now() + interval '1 hour' END,
+                          CASE WHEN %(state)s = 'RESOLVED' THEN 'OK' END,
+                          CASE WHEN %(state)s = 'RESOLVED' THEN 'r' END,
+                          CASE WHEN %(state)s = 'RESOLVED' THEN now() END,
+                          CASE WHEN %(state)s = 'AWAITING_APPROVAL' THEN 'p' END,
+                          CASE WHEN %(state)s = 'AWAITING_APPROVAL' THEN 'OK' END,
+                          now() - CAST(%(age)s AS interval)
+                   FROM generate_series(1, %(n)s) AS g""",
+                {"state": state, "band": band, "age": age, "n": n},
+            )
+    stats = client.get("/stats", headers=auth("ada", "admin")).json()
+    assert stats["aging"] == expected
+
+
 def test_overdue_by_ledger_entity_is_the_top_20_most_first(
     client: TestClient, auth: Auth, sql: psycopg.Connection
 ) -> None:
