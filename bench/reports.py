@@ -346,6 +346,8 @@ def time_reports(
 def report_lines(result: dict[str, Any]) -> list[str]:
     load = result["load"]
     write = [write_cost_line(result["write_cost"])] if "write_cost" in result else []
+    if "write_cost_list" in result:
+        write.append(write_cost_line(result["write_cost_list"], "the list filters' indexes (match, amount)"))
     lines = [
         f"8. reports over a year of history: {load['items']:,} items, {load['events']:,} events"
         f" (loaded in {load['load_s']} s); through the API, {result['runs']} runs each after a warm-up,"
@@ -415,13 +417,19 @@ async def _lease_and_complete(url: str, cycles: int) -> float:
         await engine.dispose()
 
 
-def write_cost(with_indexes: str, without: str, *, cycles: int, rounds: int) -> dict[str, Any]:
-    """The same lease-and-complete cycle on two copies of one history, with and without the report
-    indexes, alternated `rounds` times (the machine's noise moves both alike): PostgreSQL CPU per item."""
+# The list filters' indexes on a rare match decision or amount (2026_12_04_2230).
+LIST_INDEXES = ("ix_review_queue_item_resolved_match", "ix_review_queue_item_resolved_abs_amount")
+
+
+def write_cost(
+    with_indexes: str, without: str, *, cycles: int, rounds: int, indexes: tuple[str, ...] = REPORT_INDEXES
+) -> dict[str, Any]:
+    """The same lease-and-complete cycle on two copies of one history, with and without `indexes`,
+    alternated `rounds` times (the machine's noise moves both alike): PostgreSQL CPU per item."""
     import asyncio
 
     with psycopg.connect(libpq(without), autocommit=True) as conn:
-        for name in REPORT_INDEXES:
+        for name in indexes:
             conn.execute(f"DROP INDEX {name}")
     seeded = (
         "INSERT INTO review_queue_item (idempotency_key, ledger_entity, variance_amount, match_decision,"
@@ -441,9 +449,9 @@ def write_cost(with_indexes: str, without: str, *, cycles: int, rounds: int) -> 
     return {"cycles": cycles, "rounds": rounds, "postgres_us_per_item": us, "ratio": ratio}
 
 
-def write_cost_line(cost: dict[str, Any]) -> str:
+def write_cost_line(cost: dict[str, Any], what: str = "the report indexes") -> str:
     return (
-        f"   the report indexes on the write path: PostgreSQL CPU per lease + completion (us), with"
+        f"   {what} on the write path: PostgreSQL CPU per lease + completion (us), with"
         f" {cost['postgres_us_per_item']['with']}, without {cost['postgres_us_per_item']['without']}"
         f" (x{cost['ratio']}, medians; {cost['rounds']} alternated rounds of {cost['cycles']:,} items)"
     )

@@ -20,6 +20,7 @@ import typer
 from sqlalchemy.dialects import postgresql
 
 from api.settings import get_settings
+from bench import capacity as capacity_bench
 from bench import reports as report_bench
 from bench import stats as stats_bench
 from bench import wakeup
@@ -219,6 +220,7 @@ def reports_over_a_year(server_url: str, port: int, items: int, runs: int) -> di
     for url in costs:
         report_bench.load_year(url, 50_000)
     write = report_bench.write_cost(*costs, cycles=2_000, rounds=3)
+    write_list = list_index_cost(server_url)
     from cli import reclaimer
 
     url = fresh_database(server_url, "rq_bench_reports")
@@ -244,8 +246,22 @@ def reports_over_a_year(server_url: str, port: int, items: int, runs: int) -> di
         "runs": runs,
         "loadavg": loadavg,
         "write_cost": write,
+        "write_cost_list": write_list,
         "rollup_s": rollup_s,
     }
+
+
+def list_index_cost(server_url: str) -> dict[str, Any]:
+    """What the list filters' indexes (bench/reports.py LIST_INDEXES) cost a lease and a completion,
+    alone: two copies of a small history that differ only by them."""
+    costs = [fresh_database(server_url, f"rq_bench_listw_{kind}") for kind in ("with", "without")]
+    for url in costs:
+        report_bench.load_year(url, 50_000)
+    cost = report_bench.write_cost(*costs, cycles=2_000, rounds=3, indexes=report_bench.LIST_INDEXES)
+    with psycopg.connect(libpq(server_url, "postgres"), autocommit=True) as conn:
+        for name in ("rq_bench_listw_with", "rq_bench_listw_without"):
+            conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+    return cost
 
 
 def stats_over_history(server_url: str, port: int, items: int, open_items: int, runs: int) -> dict[str, Any]:
@@ -278,6 +294,18 @@ def stats_over_history(server_url: str, port: int, items: int, open_items: int, 
     }  # fmt: skip
 
 
+def capacity(server_url: str, items: int, wal_items: int) -> dict[str, Any]:
+    """Part 10 (bench/capacity.py): WAL per item, then a year of history kept."""
+    result = {
+        "wal": capacity_bench.wal_per_item(server_url, wal_items),
+        "year": capacity_bench.history_upkeep(server_url, items),
+    }
+    with psycopg.connect(libpq(server_url, "postgres"), autocommit=True) as conn:
+        for name in ("rq_bench_capacity_wal", "rq_bench_capacity_year"):
+            conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+    return result
+
+
 @app.command()
 def main(
     clients: Annotated[int, typer.Option(help="Concurrent clients (raw and API).")] = 8,
@@ -308,6 +336,13 @@ def main(
     stats_runs: Annotated[
         int, typer.Option(help="Timed calls of each endpoint on each side in part 9.")
     ] = 40,
+    only_capacity: Annotated[
+        bool, typer.Option(help="Run part 10 (WAL per item; size, vacuum and dump of a year) alone.")
+    ] = False,
+    capacity_items: Annotated[
+        int, typer.Option(help="Items of history in part 10's year (0: skip part 10).")
+    ] = 1_000_000,
+    capacity_wal_items: Annotated[int, typer.Option(help="Items per WAL run in part 10.")] = 2_000,
     sealer: Annotated[
         bool,
         typer.Option("--sealer/--no-sealer", help="Seal the audit chain every second during the API run."),
@@ -413,6 +448,12 @@ def main(
         if json_path:
             json_path.write_text(json.dumps(results, indent=2))
         return
+    if only_capacity:
+        results["capacity"] = capacity(server_url, capacity_items, capacity_wal_items)
+        typer.echo("\n".join(capacity_bench.report_lines(results["capacity"])))
+        if json_path:
+            json_path.write_text(json.dumps(results, indent=2))
+        return
     if only_dequeue:
         results["dequeue"] = dequeue_scaling(server_url, workers, port, lease_samples)
         with psycopg.connect(libpq(server_url, "postgres"), autocommit=True) as conn:
@@ -464,6 +505,9 @@ def main(
         if stats_items:
             typer.echo(f"/stats and /metrics over history ({stats_items:,} items) ...", err=True)
             results["stats"] = stats_over_history(server_url, port, stats_items, stats_open, stats_runs)
+        if capacity_items:
+            typer.echo(f"capacity: WAL per item, a year of history ({capacity_items:,} items) ...", err=True)
+            results["capacity"] = capacity(server_url, capacity_items, capacity_wal_items)
     typer.echo("done", err=True)
     with psycopg.connect(libpq(server_url, "postgres"), autocommit=True) as conn:
         for name in ("rq_bench_raw", "rq_bench_api", "rq_bench_batched", "rq_bench_one",
@@ -477,6 +521,8 @@ def main(
         typer.echo("\n".join(report_bench.report_lines(results["reports"])))
     if "stats" in results:
         typer.echo("\n".join(stats_bench.report_lines(results["stats"])))
+    if "capacity" in results:
+        typer.echo("\n".join(capacity_bench.report_lines(results["capacity"])))
     if json_path:
         json_path.write_text(json.dumps(results, indent=2))
         typer.echo(f"wrote {json_path}", err=True)

@@ -195,6 +195,20 @@ review_queue_item = Table(
     Index("ix_review_queue_item_created_at_id", "created_at", "id"),
     Index("ix_review_queue_item_due_at_id", "due_at", "id"),
     Index("ix_review_queue_item_entity_due_id", "ledger_entity", "due_at", "id"),
+    # ... and, in the resolved history, a rare match decision or amount range (2026_12_04_2230):
+    # read by these, then sorted (a common one walks the list order). Partial, so written once.
+    Index(
+        "ix_review_queue_item_resolved_match",
+        "match_decision",
+        "created_at",
+        "id",
+        postgresql_where=text("state = 'RESOLVED'"),
+    ),
+    Index(
+        "ix_review_queue_item_resolved_abs_amount",
+        func.abs(text("variance_amount")),
+        postgresql_where=text("state = 'RESOLVED'"),
+    ),
     # ... and, so that a list costs a page and not the history before it (2026_12_04_1530): the
     # PENDING rows by enqueue time (the newest rows, behind all the resolved ones), and one
     # reviewer's decisions in either order. All partial: a lease or a renewal writes to none of them.

@@ -20,6 +20,7 @@ from sqlalchemy import (
     select,
     text,
     tuple_,
+    union_all,
 )
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.dialects.postgresql import UUID as PG_UUID
@@ -90,7 +91,7 @@ def list_query(
     states'), one ledger entity its index, the rest the (due_at, id) index; a search reads the
     matching rows by their indexes and orders only those."""
     column = item.c[order]
-    query = select(*_ITEM_COLUMNS).order_by(column, item.c.id).limit(limit)
+    query = select(*_ITEM_COLUMNS)
     for name in ("state", "leased_by", "resolved_by", "ledger_entity", "match_decision", "idempotency_key"):
         value = getattr(where, name)
         if value is not None:
@@ -113,7 +114,23 @@ def list_query(
         # The bound on the leading column alone lets an index that orders only by it (the partial
         # ones, by due_at) start at the position too.
         query = query.where(column >= after[0], tuple_(column, item.c.id) > tuple_(*after))
-    return query
+    if where.state is not None or (where.match_decision, where.min_amount, where.max_amount) == (None,) * 3:
+        return query.order_by(column, item.c.id).limit(limit)
+    # A match decision or an amount with no state: the resolved history is read through its own
+    # partial indexes on them (ix_review_queue_item_resolved_match, _resolved_abs_amount, written
+    # once per item, at its resolution), the open items through theirs, each part ordered and cut
+    # to a page, then the parts merged.
+    parts = union_all(*(query.where(part).order_by(column, item.c.id).limit(limit) for part in _STATE_PARTS))
+    merged = parts.subquery("parts")
+    return select(merged).order_by(merged.c[order], merged.c.id).limit(limit)
+
+
+# Every item is in exactly one part, each written as its partial indexes' predicate, in literals
+# so that a generic plan (a statement prepared after a few runs) still matches those indexes.
+_STATE_PARTS = tuple(
+    text(f"review_queue_item.state {predicate}")
+    for predicate in ("= 'RESOLVED'", "= 'PENDING'", "NOT IN ('PENDING', 'RESOLVED')")
+)
 
 
 @dataclass(frozen=True, slots=True)

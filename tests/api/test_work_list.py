@@ -175,6 +175,58 @@ def test_amount_range_on_the_absolute_amount(client: TestClient, root: dict, ali
     assert all(Decimal(i["variance_amount"]) for i in client.get("/items", headers=alice).json()["items"])
 
 
+def _all_pages(client: TestClient, headers: dict[str, str], query: str) -> list[str]:
+    seen: list[str] = []
+    cursor = None
+    while True:
+        page = client.get(f"/items?{query}" + (f"&cursor={cursor}" if cursor else ""), headers=headers)
+        assert page.status_code == 200, page.text
+        seen += [i["id"] for i in page.json()["items"]]
+        cursor = page.json()["next_cursor"]
+        if cursor is None:
+            return seen
+
+
+def test_match_and_amount_filters_merge_every_state_in_list_order(
+    client: TestClient, alice: dict, sql: psycopg.Connection
+) -> None:
+    """With no state, these filters read the resolved items and the open ones apart (each by its own
+    index) and merge them: every page in either order is the items that match, in list order, across
+    resolved, PENDING and other open items alike, with ties on the order column broken by id."""
+    sql.execute(
+        """INSERT INTO review_queue_item (idempotency_key, ledger_entity, variance_amount, match_decision,
+               source_hash, state, leased_by, leased_at, lease_expires_at, resolution, resolved_by,
+               resolved_at, created_at, due_at)
+           SELECT 'm-' || g, 'E', CASE WHEN g % 3 = 0 THEN -50000 ELSE 12.50 END,
+                  CASE WHEN g % 2 = 0 THEN 'MATCHED' ELSE 'PARTIAL' END, 'h', s,
+                  CASE WHEN s IN ('ASSIGNED', 'RESOLVED') THEN 'r' END,
+                  CASE WHEN s IN ('ASSIGNED', 'RESOLVED') THEN now() END,
+                  CASE WHEN s IN ('ASSIGNED', 'RESOLVED') THEN now() + interval '1 hour' END,
+                  CASE WHEN s = 'RESOLVED' THEN 'OK' END, CASE WHEN s = 'RESOLVED' THEN 'r' END,
+                  CASE WHEN s = 'RESOLVED' THEN now() END,
+                  -- a few shared instants, so that the keyset's tie-break on id is exercised
+                  now() - (g % 5) * interval '1 hour', now() + (g % 4) * interval '1 day'
+           FROM generate_series(1, 36) AS g,
+                LATERAL (SELECT (ARRAY['RESOLVED', 'PENDING', 'ASSIGNED', 'QUARANTINED'])[1 + (g / 2) % 4])
+                    AS st(s)"""
+    )
+    for query, where in (
+        ("match_decision=MATCHED", "match_decision = 'MATCHED'"),
+        ("min_amount=1000", "abs(variance_amount) >= 1000"),
+        (
+            "max_amount=100&match_decision=MATCHED",
+            "abs(variance_amount) <= 100 AND match_decision = 'MATCHED'",
+        ),
+    ):
+        for order in ("created_at", "due_at"):
+            expected = [
+                str(r[0])
+                for r in sql.execute(f"SELECT id FROM review_queue_item WHERE {where} ORDER BY {order}, id")
+            ]
+            assert len({*sql.execute(f"SELECT state FROM review_queue_item WHERE {where}")}) == 4
+            assert _all_pages(client, alice, f"{query}&sort={order}&limit=2") == expected, (query, order)
+
+
 def test_search_finds_an_id_a_key_or_an_entity(client: TestClient, root: dict, alice: dict) -> None:
     acme = enqueue(client, root, ledger_entity="ACME", idempotency_key="INV-1")
     globex = enqueue(client, root, ledger_entity="GLOBEX", idempotency_key="INV-2")

