@@ -20,7 +20,7 @@ from db.reports.common import Period, UnknownTimeZone
 from db.reports.deadlines import SlaBucket, SlaFigures, SlaReport, sla, sla_trailing
 from db.reports.decisions import DECISIONS_PAGE, Cursor, Decision, decision_bounds, decisions_page
 from db.reports.rollup import ROLLUP_STATEMENT_TIMEOUT_MS, RolledDays, roll_up
-from db.reports.workload import ThroughputReport, ThroughputRow, throughput
+from db.reports.workload import ThroughputReport, ThroughputRow, throughput, throughput_json
 
 __all__ = [
     "AGE_BANDS",
@@ -45,4 +45,5 @@ __all__ = [
     "sla",
     "sla_trailing",
     "throughput",
+    "throughput_json",
 ]

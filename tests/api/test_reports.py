@@ -15,9 +15,12 @@ import psycopg
 import pytest
 from fastapi.testclient import TestClient
 
+from api.schemas import ThroughputRowOut
+from db import reports
 from tests.support import backdate_lease
 from tests.support import reports as ref
 from tests.support.api import assert_problem, item_body
+from tests.support.reports import run
 
 Headers = dict[str, str]
 
@@ -272,6 +275,32 @@ def test_reports_of_real_histories_equal_the_trail(
     lines = [json.loads(line) for line in exported.text.splitlines()]
     assert lines == [_as_json(d) for d in ref.decisions(items, events, cuts[0], cuts[-1])]
     assert len(lines) == 10  # every decision made (E5's twice), reopened ones included
+
+
+def test_the_throughput_json_is_the_rows_model_exactly(
+    client: TestClient, db_url: str, tokens: dict[str, Headers], lived: None
+) -> None:
+    """PostgreSQL writes the throughput rows as JSON (db.reports.throughput_json): each must be what
+    the row model makes of db.reports.throughput's row, value for value and type for type (seconds
+    as strings to the microsecond), in the same order, the envelope's fields too."""
+    today = datetime.now(UTC).date()
+    for bucket, first, last, step in (
+        ("day", today - timedelta(days=16), today + timedelta(days=2), 1),
+        ("week", _monday(today) - timedelta(weeks=3), _monday(today) + timedelta(weeks=1), 7),
+    ):
+        params = {"from": first.isoformat(), "to": last.isoformat(), "tz": "Europe/Berlin", "bucket": bucket}
+        response = client.get("/reports/throughput", params=params, headers=tokens["audrey"])
+        body = _ok(response)
+        period = reports.Period(first, last, "Europe/Berlin", step)
+        rows = run(db_url, lambda c, p=period: reports.throughput(c, period=p)).rows
+        expected = [
+            ThroughputRowOut.model_validate(r, from_attributes=True).model_dump(mode="json") for r in rows
+        ]
+        assert body["rows"] == expected and len(expected) > 3, body["rows"]
+        assert any(r["median_lease_to_decision_s"] for r in body["rows"]), "no row has a duration"
+        assert list(body) == ["from", "to", "tz", "bucket", "as_of", "reviewer", "rows"]
+        assert (body["from"], body["bucket"], body["reviewer"]) == (first.isoformat(), bucket, None)
+        assert response.headers["content-type"] == "application/json"
 
 
 def _figures(b: dict[str, Any]) -> tuple[Any, ...]:
