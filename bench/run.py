@@ -336,6 +336,12 @@ def main(
     stats_runs: Annotated[
         int, typer.Option(help="Timed calls of each endpoint on each side in part 9.")
     ] = 40,
+    stats_keep: Annotated[
+        bool,
+        typer.Option(
+            help="Keep part 9's two databases afterwards (rq_bench_stats_*), to look into a figure."
+        ),
+    ] = False,
     only_capacity: Annotated[
         bool, typer.Option(help="Run part 10 (WAL per item; size, vacuum and dump of a year) alone.")
     ] = False,
@@ -442,7 +448,7 @@ def main(
     if only_stats:
         results["stats"] = stats_over_history(server_url, port, stats_items, stats_open, stats_runs)
         with psycopg.connect(libpq(server_url, "postgres"), autocommit=True) as conn:
-            for name in ("rq_bench_stats_empty", "rq_bench_stats_history"):
+            for name in () if stats_keep else ("rq_bench_stats_empty", "rq_bench_stats_history"):
                 conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
         typer.echo("\n".join(stats_bench.report_lines(results["stats"])))
         if json_path:
