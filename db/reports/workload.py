@@ -1,5 +1,6 @@
 """Throughput per reviewer: decisions by outcome, and the time from lease to decision."""
 
+import json
 from dataclasses import dataclass
 from datetime import date, datetime
 from decimal import Decimal
@@ -134,60 +135,14 @@ per_bucket AS (
     ) AS g (reviewer, resolved, submitted_for_approval, approved, rejected, released, decisions, median, p90)
 )"""
 _LIVE_OR_KEPT = _LIVE + "\n        UNION ALL" + _KEPT
+# The rows as JSON, built by PostgreSQL in one value, in the API's field names and formats
+# (api/schemas/reports.py ThroughputRowOut: dates ISO, seconds as strings to the microsecond). A
+# year of days at 40 reviewers is 16,000 rows: as Python objects, fetching them and building their
+# models took several times the statement's own time (docs/performance.md).
 _THROUGHPUT = text(f"""
 WITH {_BUCKETS.format(rolled=_ROLLED)},
 {_PER_BUCKET.format(rows=_LIVE_OR_KEPT)}
 -- Reviewers in byte order ("C"): the grouping compares bytes, not a locale's collation.
-SELECT CAST(:start AS date) + (k - 1) * :step AS start, reviewer, resolved, submitted_for_approval,
-       approved, rejected, released, decisions,
-       round(extract(epoch FROM median), 6) AS median, round(extract(epoch FROM p90), 6) AS p90
-FROM per_bucket
-ORDER BY k, reviewer
-""")
-
-
-async def throughput(
-    conn: AsyncConnection, *, period: Period, reviewer: str | None = None
-) -> ThroughputReport:
-    """Per bucket and reviewer: decisions by outcome, and the time from lease to decision."""
-    edges, as_of = await begin(conn, period)
-    rows = await conn.execute(
-        _THROUGHPUT,
-        {
-            "edges": edges,
-            "start": period.start,
-            "step": period.step_days,
-            "tz": period.tz,
-            "reviewer": reviewer,
-        },
-    )
-    return ThroughputReport(
-        as_of=as_of,
-        rows=[
-            ThroughputRow(
-                start=r.start,
-                reviewer=r.reviewer,
-                resolved=r.resolved,
-                submitted_for_approval=r.submitted_for_approval,
-                approved=r.approved,
-                rejected=r.rejected,
-                released=r.released,
-                decisions=r.decisions,
-                median_lease_to_decision_s=r.median,
-                p90_lease_to_decision_s=r.p90,
-            )
-            for r in rows
-        ],
-    )
-
-
-# The same rows as JSON, built by PostgreSQL in one value, in the API's field names and formats
-# (api/schemas/reports.py ThroughputRowOut: dates ISO, seconds as strings to the microsecond). A
-# year of days at 40 reviewers is 16,000 rows: as Python objects, fetching them and building their
-# models took several times the statement's own time (docs/performance.md).
-_THROUGHPUT_JSON = text(f"""
-WITH {_BUCKETS.format(rolled=_ROLLED)},
-{_PER_BUCKET.format(rows=_LIVE_OR_KEPT)}
 SELECT coalesce(json_agg(json_build_object(
            'start', CAST(:start AS date) + (k - 1) * :step, 'reviewer', reviewer, 'resolved', resolved,
            'submitted_for_approval', submitted_for_approval, 'approved', approved, 'rejected', rejected,
@@ -202,7 +157,8 @@ FROM per_bucket
 async def throughput_json(
     conn: AsyncConnection, *, period: Period, reviewer: str | None = None
 ) -> tuple[str, datetime]:
-    """throughput()'s rows as one JSON array (text), and the report's moment."""
+    """Per bucket and reviewer: decisions by outcome, and the time from lease to decision, as one
+    JSON array of ThroughputRowOut (text); and the report's moment."""
     edges, as_of = await begin(conn, period)
     params = {
         "edges": edges,
@@ -211,8 +167,32 @@ async def throughput_json(
         "tz": period.tz,
         "reviewer": reviewer,
     }
-    rows = await conn.scalar(_THROUGHPUT_JSON, params)
-    return str(rows), as_of
+    return str(await conn.scalar(_THROUGHPUT, params)), as_of
+
+
+def _seconds(value: str | None) -> Decimal | None:
+    return None if value is None else Decimal(value)
+
+
+async def throughput(
+    conn: AsyncConnection, *, period: Period, reviewer: str | None = None
+) -> ThroughputReport:
+    """throughput_json()'s rows as Python values."""
+    rows, as_of = await throughput_json(conn, period=period, reviewer=reviewer)
+    return ThroughputReport(
+        as_of=as_of,
+        rows=[
+            ThroughputRow(
+                **{
+                    **r,
+                    "start": date.fromisoformat(r["start"]),
+                    "median_lease_to_decision_s": _seconds(r["median_lease_to_decision_s"]),
+                    "p90_lease_to_decision_s": _seconds(r["p90_lease_to_decision_s"]),
+                }
+            )
+            for r in json.loads(rows)
+        ],
+    )
 
 
 # The buckets of a period, read from the trail as the report reads them, kept (db/reports/rollup.py).

@@ -280,9 +280,9 @@ def test_reports_of_real_histories_equal_the_trail(
 def test_the_throughput_json_is_the_rows_model_exactly(
     client: TestClient, db_url: str, tokens: dict[str, Headers], lived: None
 ) -> None:
-    """PostgreSQL writes the throughput rows as JSON (db.reports.throughput_json): each must be what
-    the row model makes of db.reports.throughput's row, value for value and type for type (seconds
-    as strings to the microsecond), in the same order, the envelope's fields too."""
+    """PostgreSQL writes the throughput rows as JSON (db.reports.throughput_json), and the API sends
+    them as written: each must be what the row model itself would send for those values, value for
+    value and type for type (seconds as strings to the microsecond), the envelope's fields too."""
     today = datetime.now(UTC).date()
     for bucket, first, last, step in (
         ("day", today - timedelta(days=16), today + timedelta(days=2), 1),
