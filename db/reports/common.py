@@ -98,13 +98,18 @@ timeline AS MATERIALIZED (
     FROM (
         SELECT id, false AS decision, created_at AS at, 0::bigint AS k1, 0 AS k2 FROM reopened_item
         UNION ALL
-        SELECT e.item_id, m.decision, m.at, e.id, m.k2
-        FROM review_queue_event e
+        SELECT r.id, m.decision, m.at, e.id, m.k2
+        FROM reopened_item r
+        -- Each item's REOPENED events off ix_review_queue_event_reopened (OFFSET 0 keeps the
+        -- planner from reading every reopening in the trail and joining them to a few items).
+        CROSS JOIN LATERAL (
+            SELECT id, at, details FROM review_queue_event
+            WHERE item_id = r.id AND event = 'REOPENED' OFFSET 0
+        ) AS e
         CROSS JOIN LATERAL (VALUES
             (true, CAST(e.details ->> 'previous_resolved_at' AS timestamptz), 0),
             (false, e.at, 1)
         ) AS m (decision, at, k2)
-        WHERE e.event = 'REOPENED' AND e.item_id IN (SELECT id FROM reopened_item)
         UNION ALL
         SELECT id, true, resolved_at, 9223372036854775807, 0 FROM reopened_item WHERE state = 'RESOLVED'
     ) AS t

@@ -604,6 +604,22 @@ def test_a_reports_day_reads_its_indexes_not_the_history(
     assert indexes <= names, found
 
 
+def test_the_sla_reads_the_reopenings_of_its_own_reopened_items_item_by_item(
+    history: psycopg.Connection,
+) -> None:
+    """The /metrics SLA gauge's reopened items are the few due in its week. Their REOPENED events
+    are read item by item off ix_review_queue_event_reopened, never every reopening of the trail
+    joined to them (at 1M items: 4,947 events read for 80 items, 8 of the statement's 16 ms)."""
+    from db.reports import deadlines
+
+    tree = plan(history, deadlines._SLA, _report_params(history, days=7))
+    reads = [n for n in nodes(tree) if n.get("Index Name", "").startswith("ix_review_queue_event_reopened")]
+    assert reads, tree
+    for read in reads:
+        assert read["Index Name"] == "ix_review_queue_event_reopened", read
+        assert "item_id" in read.get("Index Cond", ""), read
+
+
 def test_closed_days_of_the_throughput_report_are_read_from_their_rollup_alone(
     history: psycopg.Connection, db_url: str
 ) -> None:
