@@ -96,9 +96,16 @@ FROM generate_series(1, %(count)s) i
 """
 
 
-def fresh_database(server: str, name: str) -> str:
+def drop_databases(server: str, *names: str) -> None:
+    """Drop the bench's databases, whoever is still connected to them."""
     with psycopg.connect(libpq(server, "postgres"), autocommit=True) as conn:
-        conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        for name in names:
+            conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+def fresh_database(server: str, name: str) -> str:
+    drop_databases(server, name)
+    with psycopg.connect(libpq(server, "postgres"), autocommit=True) as conn:
         conn.execute(f"CREATE DATABASE {name}")
     url = make_url(server).set(database=name).render_as_string(hide_password=False)
     upgrade_head(url)

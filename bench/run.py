@@ -32,6 +32,7 @@ from bench.harness import (
     SEED_RESOLVED_HISTORY,
     PostgresCpu,
     Server,
+    drop_databases,
     fresh_database,
     percentile,
     reviewer_tokens,
@@ -169,9 +170,7 @@ def work_arrives(
         stop_server(server)
     notify_url = fresh_database(server_url, "rq_bench_notify")
     result["notify"] = wakeup.notify_cost(notify_url, producers=4, consumers=4, seconds=seconds)
-    with psycopg.connect(libpq(server_url, "postgres"), autocommit=True) as conn:
-        for name in ("rq_bench_wakeup", "rq_bench_notify"):
-            conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+    drop_databases(server_url, "rq_bench_wakeup", "rq_bench_notify")
     return result
 
 
@@ -258,9 +257,7 @@ def list_index_cost(server_url: str) -> dict[str, Any]:
     for url in costs:
         report_bench.load_year(url, 50_000)
     cost = report_bench.write_cost(*costs, cycles=2_000, rounds=3, indexes=report_bench.LIST_INDEXES)
-    with psycopg.connect(libpq(server_url, "postgres"), autocommit=True) as conn:
-        for name in ("rq_bench_listw_with", "rq_bench_listw_without"):
-            conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+    drop_databases(server_url, "rq_bench_listw_with", "rq_bench_listw_without")
     return cost
 
 
@@ -300,9 +297,7 @@ def capacity(server_url: str, items: int, wal_items: int) -> dict[str, Any]:
         "wal": capacity_bench.wal_per_item(server_url, wal_items),
         "year": capacity_bench.history_upkeep(server_url, items),
     }
-    with psycopg.connect(libpq(server_url, "postgres"), autocommit=True) as conn:
-        for name in ("rq_bench_capacity_wal", "rq_bench_capacity_year"):
-            conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+    drop_databases(server_url, "rq_bench_capacity_wal", "rq_bench_capacity_year")
     return result
 
 
@@ -415,15 +410,9 @@ def main(
             results["batched_raw_ratio"] = round(
                 results["batched"]["items_per_s"] / results["raw"]["items_per_s"], 2
             )
-        with psycopg.connect(libpq(server_url, "postgres"), autocommit=True) as conn:
-            for name in (
-                "rq_bench_raw",
-                "rq_bench_api",
-                "rq_bench_batched",
-                "rq_bench_one",
-                "rq_bench_floor",
-            ):
-                conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        drop_databases(
+            server_url, "rq_bench_raw", "rq_bench_api", "rq_bench_batched", "rq_bench_one", "rq_bench_floor"
+        )
         typer.echo(report_throughput(results))
         if json_path:
             json_path.write_text(json.dumps(results, indent=2))
@@ -438,18 +427,15 @@ def main(
         return
     if only_reports:
         results["reports"] = reports_over_a_year(server_url, port, report_items, report_runs)
-        with psycopg.connect(libpq(server_url, "postgres"), autocommit=True) as conn:
-            for name in ("rq_bench_reports", "rq_bench_write_with", "rq_bench_write_without"):
-                conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        drop_databases(server_url, "rq_bench_reports", "rq_bench_write_with", "rq_bench_write_without")
         typer.echo("\n".join(report_bench.report_lines(results["reports"])))
         if json_path:
             json_path.write_text(json.dumps(results, indent=2))
         return
     if only_stats:
         results["stats"] = stats_over_history(server_url, port, stats_items, stats_open, stats_runs)
-        with psycopg.connect(libpq(server_url, "postgres"), autocommit=True) as conn:
-            for name in () if stats_keep else ("rq_bench_stats_empty", "rq_bench_stats_history"):
-                conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        if not stats_keep:
+            drop_databases(server_url, "rq_bench_stats_empty", "rq_bench_stats_history")
         typer.echo("\n".join(stats_bench.report_lines(results["stats"])))
         if json_path:
             json_path.write_text(json.dumps(results, indent=2))
@@ -462,8 +448,7 @@ def main(
         return
     if only_dequeue:
         results["dequeue"] = dequeue_scaling(server_url, workers, port, lease_samples)
-        with psycopg.connect(libpq(server_url, "postgres"), autocommit=True) as conn:
-            conn.execute("DROP DATABASE IF EXISTS rq_bench_dequeue WITH (FORCE)")
+        drop_databases(server_url, "rq_bench_dequeue")
         typer.echo("\n".join(report_dequeue(results["dequeue"])))
         if json_path:
             json_path.write_text(json.dumps(results, indent=2))
@@ -515,11 +500,13 @@ def main(
             typer.echo(f"capacity: WAL per item, a year of history ({capacity_items:,} items) ...", err=True)
             results["capacity"] = capacity(server_url, capacity_items, capacity_wal_items)
     typer.echo("done", err=True)
-    with psycopg.connect(libpq(server_url, "postgres"), autocommit=True) as conn:
-        for name in ("rq_bench_raw", "rq_bench_api", "rq_bench_batched", "rq_bench_one",
-                     "rq_bench_dequeue", "rq_bench_audit", "rq_bench_reports", "rq_bench_write_with",
-                     "rq_bench_write_without", "rq_bench_stats_empty", "rq_bench_stats_history"):  # fmt: skip
-            conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+    drop_databases(
+        server_url,
+        *("rq_bench_raw", "rq_bench_api", "rq_bench_batched", "rq_bench_one", "rq_bench_floor"),
+        *("rq_bench_dequeue", "rq_bench_audit", "rq_bench_reports", "rq_bench_write_with"),
+        "rq_bench_write_without",
+        *(() if stats_keep else ("rq_bench_stats_empty", "rq_bench_stats_history")),
+    )
     typer.echo(report(results))
     if "wakeup" in results:
         typer.echo(report_wakeup(results["wakeup"]))
