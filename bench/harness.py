@@ -103,11 +103,15 @@ def drop_databases(server: str, *names: str) -> None:
             conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
 
+def database_url(server: str, name: str) -> str:
+    return make_url(server).set(database=name).render_as_string(hide_password=False)
+
+
 def fresh_database(server: str, name: str) -> str:
     drop_databases(server, name)
     with psycopg.connect(libpq(server, "postgres"), autocommit=True) as conn:
         conn.execute(f"CREATE DATABASE {name}")
-    url = make_url(server).set(database=name).render_as_string(hide_password=False)
+    url = database_url(server, name)
     upgrade_head(url)
     return url
 

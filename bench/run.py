@@ -32,6 +32,7 @@ from bench.harness import (
     SEED_RESOLVED_HISTORY,
     PostgresCpu,
     Server,
+    database_url,
     drop_databases,
     fresh_database,
     percentile,
@@ -44,6 +45,7 @@ from bench.text import report, report_dequeue, report_throughput, report_wakeup
 from bench.throughput import api_run, api_throughput, floor, raw_ceiling, storage
 from cli.common import owner_url
 from db.engine import libpq_url as libpq
+from db.migrations import upgrade_head
 from db.queue.lease import _LEASE
 from tests.support.postgres import create_token
 
@@ -261,19 +263,36 @@ def list_index_cost(server_url: str) -> dict[str, Any]:
     return cost
 
 
-def stats_over_history(server_url: str, port: int, items: int, open_items: int, runs: int) -> dict[str, Any]:
+def stats_over_history(
+    server_url: str, port: int, items: int, open_items: int, runs: int, *, reuse: bool = False
+) -> dict[str, Any]:
     """Part 9: the same live queue with no history and with `items` of history behind it, each
-    rolled up and sealed as a running service keeps it; /stats and /metrics timed on both."""
+    rolled up and sealed as a running service keeps it; /stats and /metrics timed on both. With
+    `reuse`, the history is the one a --stats-keep run left, whatever `items` says."""
     from cli import reclaimer
 
     started = time.perf_counter()
-    urls = {name: fresh_database(server_url, f"rq_bench_stats_{name}") for name in ("empty", "history")}
-    load = report_bench.load_year(urls["history"], items)
+    names = {name: f"rq_bench_stats_{name}" for name in ("empty", "history")}
+    # The side without history is cheap: made anew each time. With `reuse`, the history side is
+    # the one a --stats-keep run left, migrated to head.
+    urls = {"empty": fresh_database(server_url, names["empty"])}
+    if reuse:
+        urls["history"] = database_url(server_url, names["history"])
+        upgrade_head(urls["history"])
+        load = stats_bench.history_size(urls["history"])
+    else:
+        urls["history"] = fresh_database(server_url, names["history"])
+        load = report_bench.load_year(urls["history"], items)
+    stats_bench.match_live_queue(urls["history"], urls["empty"])
+    report_bench.load_open(urls["empty"], open_items)
+    report_bench.placeholder_chain(urls["empty"])
+    if not reuse:
+        report_bench.load_open(urls["history"], open_items)
+        report_bench.placeholder_chain(urls["history"])
     for url in urls.values():
-        report_bench.load_open(url, open_items)
-        report_bench.placeholder_chain(url)
         asyncio.run(reclaimer.roll_up_once(get_settings(), url))
     load_s = round(time.perf_counter() - started)
+    live = {name: stats_bench.open_items(url) for name, url in urls.items()}
     tokens = {name: reviewer_tokens(url, 1)[0] for name, url in urls.items()}
     loadavg = [round(x, 2) for x in os.getloadavg()]
     env = {"REVIEW_QUEUE_METRICS_TOKEN": stats_bench.METRICS_TOKEN}
@@ -286,7 +305,8 @@ def stats_over_history(server_url: str, port: int, items: int, open_items: int, 
         for server in servers.values():
             stop_server(server)
     return {
-        "load": load, "open_items": open_items, "load_s": load_s, "runs": runs, "loadavg": loadavg,
+        "load": load, "reused": reuse, "open_items": live, "load_s": load_s, "runs": runs,
+        "loadavg": loadavg,
         "timings": timings,
     }  # fmt: skip
 
@@ -335,6 +355,12 @@ def main(
         bool,
         typer.Option(
             help="Keep part 9's two databases afterwards (rq_bench_stats_*), to look into a figure."
+        ),
+    ] = False,
+    stats_reuse: Annotated[
+        bool,
+        typer.Option(
+            help="Time part 9 on the history a --stats-keep run left (migrated to head), without loading it."
         ),
     ] = False,
     only_capacity: Annotated[
@@ -433,7 +459,9 @@ def main(
             json_path.write_text(json.dumps(results, indent=2))
         return
     if only_stats:
-        results["stats"] = stats_over_history(server_url, port, stats_items, stats_open, stats_runs)
+        results["stats"] = stats_over_history(
+            server_url, port, stats_items, stats_open, stats_runs, reuse=stats_reuse
+        )
         if not stats_keep:
             drop_databases(server_url, "rq_bench_stats_empty", "rq_bench_stats_history")
         typer.echo("\n".join(stats_bench.report_lines(results["stats"])))
@@ -495,7 +523,9 @@ def main(
             results["reports"] = reports_over_a_year(server_url, port, report_items, report_runs)
         if stats_items:
             typer.echo(f"/stats and /metrics over history ({stats_items:,} items) ...", err=True)
-            results["stats"] = stats_over_history(server_url, port, stats_items, stats_open, stats_runs)
+            results["stats"] = stats_over_history(
+                server_url, port, stats_items, stats_open, stats_runs, reuse=stats_reuse
+            )
         if capacity_items:
             typer.echo(f"capacity: WAL per item, a year of history ({capacity_items:,} items) ...", err=True)
             results["capacity"] = capacity(server_url, capacity_items, capacity_wal_items)
