@@ -67,7 +67,7 @@ COLUMNS = """
 ADD_MONTHS = r"""
 CREATE FUNCTION review_queue_event_add_months(ahead integer) RETURNS integer
 LANGUAGE plpgsql SECURITY DEFINER
-SET search_path = pg_catalog, public
+SET search_path = pg_catalog, public, pg_temp
 SET TimeZone = 'UTC'
 SET lock_timeout = '500ms'
 AS $$
@@ -81,7 +81,8 @@ BEGIN
     SELECT CAST((regexp_match(pg_get_expr(c.relpartbound, c.oid), 'TO \(''([^'']+)''\)'))[1] AS timestamptz)
     INTO legacy_end
     FROM pg_class c WHERE c.oid = 'public.review_queue_event_legacy'::regclass;
-    FOR k IN 0 .. greatest(ahead, 0) LOOP
+    -- At most two years: the caller may be the application role.
+    FOR k IN 0 .. least(greatest(ahead, 0), 24) LOOP
         lo := date_trunc('month', now()) + make_interval(months => k);
         CONTINUE WHEN lo < legacy_end;
         name := 'review_queue_event_' || to_char(lo, 'YYYY_MM');
@@ -128,6 +129,10 @@ def _grants(table: str) -> list[tuple[str, str, str | None]]:
 
 
 def _move_grants(source: str, target: str) -> None:
+    """`target` gets exactly `source`'s grants (not what ALTER DEFAULT PRIVILEGES gave it as a new
+    table), and `source` none."""
+    for grantee in sorted({g for g, _, _ in _grants(target)}):
+        op.execute(f"REVOKE ALL ON {target} FROM {grantee}")
     grants = _grants(source)
     for grantee, privilege, column in grants:
         columns = f" ({column})" if column else ""
