@@ -76,6 +76,15 @@ def test_the_switch_keeps_every_event_and_the_chain_and_goes_back(
     command.upgrade(config, "head")
     assert _trail(sql) == after
     assert _verified(db_url) == 14
+    # Up and down with no event between: the identity still goes on after the last id.
+    command.downgrade(config, BEFORE)
+    command.upgrade(config, "head")
+    command.downgrade(config, BEFORE)
+    add_events(sql, 1)
+    command.upgrade(config, "head")
+    add_events(sql, 1)
+    ids = [row[0] for row in _trail(sql)]
+    assert ids == [*(row[0] for row in after), after[-1][0] + 1, after[-1][0] + 2]  # type: ignore[operator]
 
 
 def test_the_first_step_run_by_hand_beforehand_is_found_and_its_bound_kept(

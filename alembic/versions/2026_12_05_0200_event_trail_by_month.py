@@ -161,9 +161,14 @@ _INDEX_NAMES = """
 SELECT c.relname FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
 WHERE i.indrelid = 'review_queue_event'::regclass ORDER BY c.relname
 """
+# The next id: after the identity's last value and after the last row (a sequence never called has
+# no last value, and a row may have been inserted OVERRIDING SYSTEM VALUE); max(id) is the end of
+# the primary key's index (one per partition).
 _NEXT_ID = """
-SELECT coalesce(pg_sequence_last_value(
-    CAST(pg_get_serial_sequence('review_queue_event', 'id') AS regclass)), 0) + 1
+SELECT greatest(
+    coalesce(pg_sequence_last_value(CAST(pg_get_serial_sequence('review_queue_event', 'id') AS regclass)), 0),
+    (SELECT coalesce(max(id), 0) FROM review_queue_event)
+) + 1
 """
 _ROW_TRIGGER_NAMES = """
 SELECT tgname FROM pg_trigger
