@@ -1,5 +1,6 @@
-"""Reclaiming abandoned leases, sealing the audit chain, rolling up the RESOLVED count and the
-reports' closed days outside the request path: one drain, or a supervised loop.
+"""Reclaiming abandoned leases, creating the event trail's next months, sealing the audit chain,
+rolling up the RESOLVED count and the reports' closed days outside the request path: one drain, or
+a supervised loop.
 
 The seed: reclaim runs "on its own supervised schedule independent of the worker pool". The
 loop survives the database going away (logs, backs off, carries on), exits cleanly on
@@ -212,11 +213,13 @@ async def run_forever(settings: Settings, url: str, stop: asyncio.Event | None =
                 reclaimed = await drain(engine, settings, actor=actor)
                 if reclaimed:
                     log.info("reclaim_drained", extra={"reclaimed": reclaimed})
+                # Before the longer steps: a step failing round after round must not leave the
+                # trail without its next months (writes fail past the last one).
+                await add_event_months(engine, settings)
                 await seal_logged(engine, settings)
                 await warn_on_leak(engine, settings)
                 await roll_up(engine, settings)
                 await roll_up_days(engine, settings)
-                await add_event_months(engine, settings)
                 failures = 0
                 delay = settings.reclaim_interval_s * random.uniform(1.0, 1.1)  # noqa: S311 - jitter
             except Exception as error:

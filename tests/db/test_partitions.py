@@ -170,3 +170,21 @@ def test_a_busy_moment_defers_the_months_to_the_next_round(
     ).fetchone() == (0,)
     _keep_months(db_url, 6)
     assert _name(_month(6)) in _partitions(sql)
+
+
+def test_the_reclaimers_round_keeps_the_months(db_url: str, sql: psycopg.Connection) -> None:
+    """The supervised loop, not only its step: its first round creates the months asked for."""
+
+    async def first_round() -> None:
+        stop = asyncio.Event()
+        settings = make_settings(db_url, event_months_ahead=5, reclaim_interval_s=1)
+        loop = asyncio.create_task(reclaimer.run_forever(settings, db_url, stop))
+        deadline = asyncio.get_running_loop().time() + 30
+        # The months are seen through another connection: there is no event to wait on.
+        while _name(_month(5)) not in _partitions(sql) and asyncio.get_running_loop().time() < deadline:  # noqa: ASYNC110
+            await asyncio.sleep(0.05)
+        stop.set()
+        await loop
+
+    asyncio.run(first_round())
+    assert _name(_month(5)) in _partitions(sql)
