@@ -101,9 +101,10 @@ class _QueueCollector(Collector):
         lag: SealLag,
         deliveries: DeliveryGauges,
         sla: SlaFigures,
+        trail_ahead_s: float,
     ) -> None:
         self.gauges, self.max_inflight, self.lag = gauges, max_inflight, lag
-        self.deliveries, self.sla = deliveries, sla
+        self.deliveries, self.sla, self.trail_ahead_s = deliveries, sla, trail_ahead_s
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         g = self.gauges
@@ -175,6 +176,12 @@ class _QueueCollector(Collector):
         )
 
         yield GaugeMetricFamily(
+            "review_queue_event_partitions_ahead_seconds",
+            "Time until the event trail's last monthly partition ends: no event can be written after"
+            " it (the reclaimer keeps REVIEW_QUEUE_EVENT_MONTHS_AHEAD months).",
+            value=self.trail_ahead_s,
+        )
+        yield GaugeMetricFamily(
             "review_queue_sla_fell_due_items",
             f"Items whose due_at passed in the last {SLA_WINDOW_DAYS} days (docs/reports.md).",
             value=self.sla.fell_due,
@@ -187,7 +194,12 @@ class _QueueCollector(Collector):
 
 
 def exposition(
-    gauges: QueueGauges, max_inflight: int, lag: SealLag, deliveries: DeliveryGauges, sla: SlaFigures
+    gauges: QueueGauges,
+    max_inflight: int,
+    lag: SealLag,
+    deliveries: DeliveryGauges,
+    sla: SlaFigures,
+    trail_ahead_s: float,
 ) -> bytes:
     """Counters of this process (or of all processes, in multiprocess mode) plus queue gauges."""
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
@@ -197,5 +209,5 @@ def exposition(
     else:
         counters = generate_latest(REGISTRY)
     queue = CollectorRegistry()
-    queue.register(_QueueCollector(gauges, max_inflight, lag, deliveries, sla))
+    queue.register(_QueueCollector(gauges, max_inflight, lag, deliveries, sla, trail_ahead_s))
     return counters + generate_latest(queue)

@@ -127,6 +127,9 @@ class Settings(BaseSettings):
     # The zone whose closed days and weeks the reclaimer keeps for the throughput and backlog reports
     # (the controllers' zone); a report asked in another zone reads the trail, as fast as before.
     report_time_zone: TimeZone = Field(default="UTC", validation_alias="REVIEW_QUEUE_REPORT_TIME_ZONE")
+    # Months of event-trail partitions the reclaimer keeps created ahead of now: an event whose month
+    # has no partition cannot be written, so this is how long the service can write with no reclaimer.
+    event_months_ahead: int = _range(3, 1, 24, "REVIEW_QUEUE_EVENT_MONTHS_AHEAD")
     # Leases an item gets before a release or reclaim quarantines it (a poison item). Its default
     # lives in db.tables, not db.queue: db.queue creates the Prometheus counters, and `serve` must
     # choose multiprocess mode before they exist (tests/test_cli.py checks both).

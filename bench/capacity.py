@@ -7,6 +7,8 @@
 - On a year of history (bench/reports.py's generator, which vacuums it once): the tables' size, a
   VACUUM FREEZE (the anti-wraparound pass every row eventually gets), a vacuum that reads every page
   (the worst case of any pass), and a `pg_dump -Fc` of the database.
+- What partitioning the trail by month costs the write path: PostgreSQL CPU per lease and
+  completion on a partitioned copy and on one stopped before the switch, alternated.
 """
 
 import asyncio
@@ -22,7 +24,7 @@ import psycopg
 from sqlalchemy import make_url, text
 
 from bench import reports as report_bench
-from bench.harness import fresh_database
+from bench.harness import fresh_database, total_size
 from db.engine import libpq_url as libpq
 from db.unit import Transaction
 
@@ -130,7 +132,7 @@ def history_upkeep(server_url: str, items: int) -> dict[str, Any]:
         result["freeze_s"] = _timed(conn, f"VACUUM (FREEZE) {tables}")
         result["full_scan_s"] = _timed(conn, f"VACUUM (DISABLE_PAGE_SKIPPING) {tables}")
         result["bytes"] = {
-            t: conn.execute("SELECT pg_total_relation_size(%s)", (t,)).fetchone()[0]  # type: ignore[index]
+            t: conn.execute(f"SELECT {total_size(t)}").fetchone()[0]  # type: ignore[index]
             for t in TABLES
         }
         result["database_bytes"] = conn.execute("SELECT pg_database_size(current_database())").fetchone()[0]  # type: ignore[index]
@@ -142,6 +144,26 @@ def history_upkeep(server_url: str, items: int) -> dict[str, Any]:
         result["dump_s"] = round(time.perf_counter() - started, 1)
         result["dump_bytes"] = dump.stat().st_size
     return result
+
+
+# The revision before the event trail was partitioned by month.
+BEFORE_PARTITIONS = "8b2e6d4a9c31"
+
+
+def partition_cost(server_url: str, *, cycles: int = 2_000, rounds: int = 3) -> dict[str, Any]:
+    """What partitioning the trail costs a lease and a completion: two copies of a small history,
+    one at head (partitioned: the legacy partition and three months), one stopped before the
+    switch; PostgreSQL CPU per item, alternated (bench/reports.py write_cost)."""
+    from alembic import command
+    from db.migrations import alembic_config
+
+    urls = {kind: fresh_database(server_url, f"rq_bench_part_{kind}") for kind in ("partitioned", "plain")}
+    command.downgrade(alembic_config(urls["plain"]), BEFORE_PARTITIONS)
+    for url in urls.values():
+        report_bench.load_year(url, 50_000)
+    return report_bench.write_cost(
+        urls["partitioned"], urls["plain"], cycles=cycles, rounds=rounds, indexes=()
+    )
 
 
 def _pg_dump() -> str:
@@ -168,4 +190,7 @@ def report_lines(result: dict[str, Any]) -> list[str]:
         + ")",
         f"     VACUUM (FREEZE) {year['freeze_s']} s, VACUUM (DISABLE_PAGE_SKIPPING) {year['full_scan_s']} s,"
         f" pg_dump -Fc {year['dump_s']} s ({year['dump_bytes'] / mib:,.0f} MiB)",
+        report_bench.write_cost_line(result["partitions"], "the trail partitioned by month (with) or not")
+        if "partitions" in result
+        else "     (the partitioned trail's write cost not measured)",
     ]

@@ -316,8 +316,15 @@ def capacity(server_url: str, items: int, wal_items: int) -> dict[str, Any]:
     result = {
         "wal": capacity_bench.wal_per_item(server_url, wal_items),
         "year": capacity_bench.history_upkeep(server_url, items),
+        "partitions": capacity_bench.partition_cost(server_url),
     }
-    drop_databases(server_url, "rq_bench_capacity_wal", "rq_bench_capacity_year")
+    drop_databases(
+        server_url,
+        "rq_bench_capacity_wal",
+        "rq_bench_capacity_year",
+        "rq_bench_part_partitioned",
+        "rq_bench_part_plain",
+    )
     return result
 
 
@@ -364,7 +371,11 @@ def main(
         ),
     ] = False,
     only_capacity: Annotated[
-        bool, typer.Option(help="Run part 10 (WAL per item; size, vacuum and dump of a year) alone.")
+        bool,
+        typer.Option(
+            help="Run part 10 (WAL per item; size, vacuum and dump of a year;"
+            " the partitioned trail's write cost) alone."
+        ),
     ] = False,
     capacity_items: Annotated[
         int, typer.Option(help="Items of history in part 10's year (0: skip part 10).")

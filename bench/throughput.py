@@ -35,6 +35,7 @@ from bench.harness import (
     run_sql,
     start_server,
     stop_server,
+    total_size,
 )
 from db.engine import libpq_url as libpq
 
@@ -301,8 +302,8 @@ def floor(url: str, workers: int, port: int, clients: int, items: int) -> dict[s
 # --- 6. bytes on disk ---------------------------------------------------------------------------
 
 
-_SIZES = """
-SELECT pg_total_relation_size('review_queue_item'), pg_total_relation_size('review_queue_event'),
+_SIZES = f"""
+SELECT {total_size("review_queue_item")}, {total_size("review_queue_event")},
        (SELECT count(*) FROM review_queue_item), (SELECT count(*) FROM review_queue_event)
 """
 

@@ -1,5 +1,6 @@
-"""Reclaiming abandoned leases, sealing the audit chain, rolling up the RESOLVED count and the
-reports' closed days outside the request path: one drain, or a supervised loop.
+"""Reclaiming abandoned leases, creating the event trail's next months, sealing the audit chain,
+rolling up the RESOLVED count and the reports' closed days outside the request path: one drain, or
+a supervised loop.
 
 The seed: reclaim runs "on its own supervised schedule independent of the worker pool". The
 loop survives the database going away (logs, backs off, carries on), exits cleanly on
@@ -17,10 +18,11 @@ from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import Protocol, TypeVar
 
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from api.settings import Settings
-from db import audit, queue, reports, stats
+from db import audit, partitions, queue, reports, stats
 from db.engine import create_engine, transaction, unit_of_work
 from db.errors import classify
 
@@ -29,6 +31,7 @@ log = logging.getLogger("review_queue.reclaimer")
 RECLAIM_BATCH = 100
 LEAK_WARNING_RATIO = 0.9
 MAX_BACKOFF_S = 30.0
+LOCK_NOT_AVAILABLE = "55P03"
 
 
 def reclaimer_identity() -> str:
@@ -152,6 +155,25 @@ async def roll_up_once(
         await engine.dispose()
 
 
+async def add_event_months(engine: AsyncEngine, settings: Settings) -> None:
+    """Keep REVIEW_QUEUE_EVENT_MONTHS_AHEAD months of the event trail's partitions created. A lock
+    the attach waited for too long is not a failure of the round: the next one tries again."""
+    try:
+        async with transaction(
+            engine,
+            lock_timeout_ms=settings.pg_lock_timeout_ms,
+            statement_timeout_ms=settings.statement_timeout_ms,
+        ) as conn:
+            made = await partitions.add_event_months(conn, ahead=settings.event_months_ahead)
+    except DBAPIError as error:
+        if getattr(error.orig, "sqlstate", None) != LOCK_NOT_AVAILABLE:
+            raise
+        log.warning("event_months_deferred", extra={"reason": "lock_timeout"})
+        return
+    if made:
+        log.info("event_months_added", extra={"partitions": made, "ahead": settings.event_months_ahead})
+
+
 async def warn_on_leak(engine: AsyncEngine, settings: Settings) -> None:
     """Seed: LEASE_LEAK. ASSIGNED rows approaching max_inflight mean leases are not coming back."""
     async with engine.connect() as conn:
@@ -191,6 +213,9 @@ async def run_forever(settings: Settings, url: str, stop: asyncio.Event | None =
                 reclaimed = await drain(engine, settings, actor=actor)
                 if reclaimed:
                     log.info("reclaim_drained", extra={"reclaimed": reclaimed})
+                # Before the longer steps: a step failing round after round must not leave the
+                # trail without its next months (writes fail past the last one).
+                await add_event_months(engine, settings)
                 await seal_logged(engine, settings)
                 await warn_on_leak(engine, settings)
                 await roll_up(engine, settings)

@@ -247,7 +247,8 @@ review_queue_item = Table(
 
 
 # Append-only: a trigger (see the migration) refuses UPDATE, DELETE and TRUNCATE. Each row
-# is written by the same statement as the state change it records.
+# is written by the same statement as the state change it records. Partitioned by month of `at`
+# (alembic/versions/2026_12_05_0200_event_trail_by_month.py): the key holds the partition column.
 review_queue_event = Table(
     "review_queue_event",
     metadata,
@@ -255,7 +256,7 @@ review_queue_event = Table(
     Column("item_id", UUID(as_uuid=True), ForeignKey("review_queue_item.id"), nullable=False),
     Column("event", Text, nullable=False),
     Column("actor", Text, nullable=False),
-    Column("at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Column("at", DateTime(timezone=True), nullable=False, server_default=func.now(), primary_key=True),
     Column("lease_epoch", BigInteger, nullable=False),
     Column("trace_id", UUID(as_uuid=True), nullable=False),
     Column("details", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
@@ -309,6 +310,7 @@ review_queue_event = Table(
             " OR (event = 'RELEASED' AND NOT details ? 'override')"
         ),
     ),
+    postgresql_partition_by="RANGE (at)",
 )
 
 # /stats' RESOLVED count without counting history (db/stats.py): one row, the items that were

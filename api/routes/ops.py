@@ -10,7 +10,7 @@ from api.deps import Conn, MetricsScraper, SettingsDep, StatsReader
 from api.errors import problem_responses
 from api.metrics import SLA_WINDOW_DAYS, exposition
 from api.routing import QueueRoute
-from db import audit, reports, stats, webhooks
+from db import audit, partitions, reports, stats, webhooks
 
 router = APIRouter(route_class=QueueRoute, tags=["operations"])
 
@@ -93,5 +93,6 @@ async def metrics(conn: Conn, settings: SettingsDep) -> Response:
         await audit.seal_lag(conn),
         await webhooks.delivery_gauges(conn),
         sla,
+        await partitions.ahead_s(conn),
     )
     return Response(body, media_type="text/plain; version=0.0.4; charset=utf-8")

@@ -3,6 +3,7 @@
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
 
 import psycopg
 import pytest
@@ -234,3 +235,28 @@ def test_metrics_show_how_far_the_audit_chain_trails(client: TestClient, auth: A
     after = scrape(client, admin)
     assert after["review_queue_audit_unsealed_events"] == 0
     assert after["review_queue_audit_oldest_unsealed_age_seconds"] == 0
+
+
+def _trail_ends(sql: psycopg.Connection) -> float:
+    """Seconds from now to the end of the last monthly partition, read from their names."""
+    rows = sql.execute(
+        "SELECT inhrelid::regclass::text FROM pg_inherits WHERE inhparent = 'review_queue_event'::regclass"
+    ).fetchall()
+    year, month = max(tuple(map(int, name.split("_")[-2:])) for (name,) in rows if name[-1].isdigit())
+    ends = datetime(year + month // 12, month % 12 + 1, 1, tzinfo=UTC)
+    return (ends - datetime.now(UTC)).total_seconds()
+
+
+def test_metrics_show_how_long_the_event_trails_months_last(
+    client: TestClient, auth: Auth, sql: psycopg.Connection
+) -> None:
+    """Until the end of the last monthly partition: the migration's three months ahead (at least
+    the three after this one), and further once more are created."""
+    admin = auth("ops", "admin")
+    ahead = scrape(client, admin)["review_queue_event_partitions_ahead_seconds"]
+    assert abs(ahead - _trail_ends(sql)) < 60
+    assert ahead > 3 * 28 * 86400
+    sql.execute("SELECT review_queue_event_add_months(5)")
+    further = scrape(client, admin)["review_queue_event_partitions_ahead_seconds"]
+    assert abs(further - _trail_ends(sql)) < 60
+    assert further > ahead + 28 * 86400

@@ -49,6 +49,16 @@ ATTEMPTS = [
     " SELECT id, 'LEASED', 'mallory', 1, trace_id, now() - interval '1 year' FROM review_queue_item LIMIT 1",
     "INSERT INTO review_queue_event (id, item_id, event, actor, lease_epoch, trace_id)"
     " OVERRIDING SYSTEM VALUE SELECT 1, id, 'LEASED', 'mallory', 1, trace_id FROM review_queue_item LIMIT 1",
+    # The trail's partitions grant nothing: written through the parent, an event's id, time and
+    # transaction come from the database; a partition is never truncated, detached or dropped by it.
+    "INSERT INTO review_queue_event_legacy (id, item_id, event, actor, at, lease_epoch, trace_id, xid)"
+    " OVERRIDING SYSTEM VALUE SELECT 1, id, 'LEASED', 'mallory', now() - interval '1 year', 1, trace_id, '1'"
+    " FROM review_queue_item LIMIT 1",
+    "SELECT count(*) FROM review_queue_event_legacy",
+    "TRUNCATE review_queue_event_legacy",
+    "ALTER TABLE review_queue_event DETACH PARTITION review_queue_event_legacy",
+    "DROP TABLE review_queue_event_legacy",
+    "ALTER FUNCTION review_queue_event_add_months(integer) SECURITY INVOKER",
     "ALTER TABLE approval_policy ADD COLUMN mallory text",
     "DELETE FROM approval_policy",
 ]

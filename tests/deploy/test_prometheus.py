@@ -36,6 +36,8 @@ EXPECTED_ALERTS = {
     # Issue 27: webhooks.
     "ReviewQueueWebhookFailing",
     "ReviewQueueWebhookLagging",
+    # Issue 29: the event trail's monthly partitions.
+    "ReviewQueueEventPartitionsRunningOut",
 }
 # Recording rules (the dashboard's SLA attainment panel reads the first).
 EXPECTED_RECORDS = {"review_queue:sla_attainment_7d:ratio"}
