@@ -176,6 +176,17 @@ WHERE tgrelid = 'review_queue_event'::regclass AND NOT tgisinternal AND tgtype &
 """
 
 
+def _recreate(indexes: list[str], triggers: list[str]) -> None:
+    """On the (new) review_queue_event: the indexes and row triggers read from the one before it,
+    and the TRUNCATE trigger, which is per table (a partition's own is made with it)."""
+    for definition in indexes + triggers:
+        op.execute(definition)
+    op.execute(
+        "CREATE TRIGGER review_queue_event_no_truncate BEFORE TRUNCATE ON review_queue_event"
+        " FOR EACH STATEMENT EXECUTE FUNCTION review_queue_event_append_only()"
+    )
+
+
 def _legacy_bound() -> datetime:
     """The legacy partition's upper bound: a hand-made, validated CHECK's (step 1 run online
     beforehand), else the first of next month in UTC."""
@@ -248,14 +259,7 @@ def upgrade() -> None:
         "ALTER TABLE review_queue_event ATTACH PARTITION review_queue_event_legacy"
         f" FOR VALUES FROM (MINVALUE) TO ('{bound.isoformat()}')"
     )
-    for definition in indexes:
-        op.execute(definition)
-    for definition in triggers:
-        op.execute(definition)
-    op.execute(
-        "CREATE TRIGGER review_queue_event_no_truncate BEFORE TRUNCATE ON review_queue_event"
-        " FOR EACH STATEMENT EXECUTE FUNCTION review_queue_event_append_only()"
-    )
+    _recreate(indexes, triggers)
     _move_grants("review_queue_event_legacy", "review_queue_event")
     op.execute(ADD_MONTHS)
     op.execute("REVOKE EXECUTE ON FUNCTION review_queue_event_add_months(integer) FROM PUBLIC")
@@ -289,11 +293,4 @@ def downgrade() -> None:
         "ALTER TABLE review_queue_event ALTER COLUMN id"
         f" ADD GENERATED ALWAYS AS IDENTITY (START WITH {start})"
     )
-    for definition in indexes:
-        op.execute(definition)
-    for definition in triggers:
-        op.execute(definition)
-    op.execute(
-        "CREATE TRIGGER review_queue_event_no_truncate BEFORE TRUNCATE ON review_queue_event"
-        " FOR EACH STATEMENT EXECUTE FUNCTION review_queue_event_append_only()"
-    )
+    _recreate(indexes, triggers)
