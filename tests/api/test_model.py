@@ -44,6 +44,7 @@ those chains would otherwise be rare.
 """
 
 import itertools
+import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -1246,7 +1247,13 @@ class ReviewQueueMachine(RuleBasedStateMachine):
 
     def read_feed(self, limit: int, check: bool = True) -> None:
         """Read GET /events (as the auditor) to its end: what it serves is exactly the events the
-        model expects, each once, each item's in their own order, with the item as it is now."""
+        model expects, each once, each item's in their own order, with the item as it is now.
+
+        The feed serves an event once every transaction older than it has ended, in the whole
+        PostgreSQL cluster (pg_snapshot_xmin): a write of another test worker, in another database,
+        holds it back for that long. So the end is read again, for up to 30 s, until the events
+        the model expects are there; what is served is checked on every page all the same."""
+        deadline = time.monotonic() + 30
         while True:
             params = {"limit": limit, **({"after": self.feed_cursor} if self.feed_cursor else {})}
             page = self.client.get("/events", params=params, headers=self.headers("audrey"))
@@ -1261,16 +1268,22 @@ class ReviewQueueMachine(RuleBasedStateMachine):
                 assert entry["item"]["state"] == self.model[item_id].state, entry
                 assert entry["item"]["lease_token"] is None
             if page.json()["next_cursor"] == self.feed_cursor:
-                break
+                if not check or dict(self.feed_seen) == self._feed_wanted() or time.monotonic() > deadline:
+                    break
+                time.sleep(0.05)
+                continue
             ReviewQueueMachine.feed_cursor = page.json()["next_cursor"]
         if check:
-            wanted = {(i, e): n for i, m in self.model.items() for e, n in m.events.items() if n}
+            wanted = self._feed_wanted()
             assert dict(self.feed_seen) == wanted, {
                 k: (self.feed_seen.get(k, 0), wanted.get(k, 0))
                 for k in self.feed_seen.keys() | wanted.keys()
                 if self.feed_seen.get(k, 0) != wanted.get(k, 0)
             }
             tally("feed read to its end")
+
+    def _feed_wanted(self) -> dict[tuple[str, str], int]:
+        return {(i, e): n for i, m in self.model.items() for e, n in m.events.items() if n}
 
     @rule(case=st.sampled_from(REFUSED))
     def refused(self, case: tuple[str, str | None, int, str]) -> None:
