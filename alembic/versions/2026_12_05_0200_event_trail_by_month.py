@@ -13,7 +13,9 @@ The switch is the procedure prototyped on a year of 3.3M events (docs/capacity.m
        ALTER TABLE review_queue_event ADD CONSTRAINT ck_review_queue_event_legacy_at
            CHECK (at < '<first of next month>+00') NOT VALID;
        ALTER TABLE review_queue_event VALIDATE CONSTRAINT ck_review_queue_event_legacy_at;
-   The migration finds them (and takes the bound from the constraint) and reads nothing;
+   The migration finds them (and takes the bound from the constraint) and reads nothing. The CHECK
+   refuses every event from its bound on: migrate before then (the same day), and make the bound
+   the first of a month in UTC, which is where review_queue_event_add_months starts;
 2. catalogue changes only, under one lock: rename, make the index the legacy's primary key, create
    the partitioned parent with the same columns, constraints, identity (after the legacy's last
    id), attach the legacy (its CHECK implies the bound: no scan), and create the parent's indexes,
