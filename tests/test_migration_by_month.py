@@ -4,23 +4,17 @@ the online first step found when run by hand; writers waiting out the switch, no
 back down to one table."""
 
 import threading
-from datetime import UTC, datetime
 
 import psycopg
 
 from alembic import command
 from db import audit
 from db.migrations import alembic_config
+from tests.support import utc_month
 from tests.support.audit import add_events, seal
 from tests.support.postgres import libpq
 
 BEFORE = "8b2e6d4a9c31"  # the revision before the switch
-
-
-def _month(offset: int) -> datetime:
-    now = datetime.now(UTC)
-    months = now.year * 12 + now.month - 1 + offset
-    return datetime(months // 12, months % 12 + 1, 1, tzinfo=UTC)
 
 
 def _trail(sql: psycopg.Connection) -> list[tuple[object, ...]]:
@@ -95,7 +89,7 @@ def test_the_first_step_run_by_hand_beforehand_is_found_and_its_bound_kept(
     config = alembic_config(owner_url)
     command.downgrade(config, BEFORE)
     _history(sql)
-    bound = _month(2)
+    bound = utc_month(2)
     with psycopg.connect(libpq(owner_url), autocommit=True) as owner:
         owner.execute(
             "CREATE UNIQUE INDEX CONCURRENTLY pk_review_queue_event_legacy ON review_queue_event (id, at)"
@@ -120,8 +114,8 @@ def test_the_first_step_run_by_hand_beforehand_is_found_and_its_bound_kept(
         " WHERE inhparent = 'review_queue_event'::regclass ORDER BY 1"
     ).fetchall()
     assert [m for (m,) in months] == [
-        f"review_queue_event_{_month(2):%Y_%m}",
-        f"review_queue_event_{_month(3):%Y_%m}",
+        f"review_queue_event_{utc_month(2):%Y_%m}",
+        f"review_queue_event_{utc_month(3):%Y_%m}",
         "review_queue_event_legacy",
     ]
 

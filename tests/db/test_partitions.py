@@ -11,15 +11,8 @@ import pytest
 from cli import reclaimer
 from db import partitions
 from db.engine import create_engine
-from tests.support import seed_items
+from tests.support import seed_items, utc_month
 from tests.support.postgres import libpq, make_settings
-
-
-def _month(offset: int) -> datetime:
-    """The first instant of the UTC month `offset` months from this one."""
-    now = datetime.now(UTC)
-    months = now.year * 12 + now.month - 1 + offset
-    return datetime(months // 12, months % 12 + 1, 1, tzinfo=UTC)
 
 
 def _name(month: datetime) -> str:
@@ -71,29 +64,29 @@ def test_the_migration_leaves_the_history_in_one_partition_and_three_months_ahea
     ).fetchone()  # type: ignore[misc]
     # The template database was migrated when the session began, this month or (at a month's
     # turn) last month: its legacy partition ends at the first of the month after.
-    ends = [m for m in (_month(0), _month(1)) if f"TO ('{m:%Y-%m-%d} 00:00:00+00')" in bound]
+    ends = [m for m in (utc_month(0), utc_month(1)) if f"TO ('{m:%Y-%m-%d} 00:00:00+00')" in bound]
     assert ends, bound
-    months = {_name(_month(k)) for k in range(4) if _month(k) >= ends[0]} | {_name(ends[0])}
+    months = {_name(utc_month(k)) for k in range(4) if utc_month(k) >= ends[0]} | {_name(ends[0])}
     assert months | {"review_queue_event_legacy"} <= _partitions(sql)
 
 
 def test_an_event_goes_to_its_months_partition(sql: psycopg.Connection) -> None:
     seed_items(sql, 1)
     now = _add_event(sql, datetime.now(UTC))
-    later = _add_event(sql, _month(2).replace(day=3, hour=12))
-    assert _partition_of(sql, now) in {"review_queue_event_legacy", _name(_month(0))}
-    assert _partition_of(sql, later) == _name(_month(2))
+    later = _add_event(sql, utc_month(2).replace(day=3, hour=12))
+    assert _partition_of(sql, now) in {"review_queue_event_legacy", _name(utc_month(0))}
+    assert _partition_of(sql, later) == _name(utc_month(2))
     # The parent's row triggers work in every partition: a reopening there is found by the reports,
     # and the append-only trigger refuses to change it.
     reopened = _add_event(
-        sql, _month(3).replace(day=2), "REOPENED", '{"previous_resolved_at": "2026-01-01T00:00:00Z"}'
+        sql, utc_month(3).replace(day=2), "REOPENED", '{"previous_resolved_at": "2026-01-01T00:00:00Z"}'
     )
-    assert _partition_of(sql, reopened) == _name(_month(3))
+    assert _partition_of(sql, reopened) == _name(utc_month(3))
     assert sql.execute("SELECT count(*) FROM review_queue_reopened_item").fetchone() == (1,)
     with pytest.raises(psycopg.errors.InsufficientPrivilege, match="append-only"):
         sql.execute("UPDATE review_queue_event SET actor = 'mallory' WHERE id = %s", (reopened,))
     with pytest.raises(psycopg.errors.InsufficientPrivilege, match="append-only"):
-        sql.execute(f"TRUNCATE {_name(_month(3))}")
+        sql.execute(f"TRUNCATE {_name(utc_month(3))}")
 
 
 def test_an_event_past_the_months_created_is_refused_whole(sql: psycopg.Connection) -> None:
@@ -102,7 +95,7 @@ def test_an_event_past_the_months_created_is_refused_whole(sql: psycopg.Connecti
     seed_items(sql, 1)
     (events,) = sql.execute("SELECT count(*) FROM review_queue_event").fetchone()  # type: ignore[misc]
     with pytest.raises(psycopg.errors.CheckViolation, match="no partition"):
-        _add_event(sql, _month(30))
+        _add_event(sql, utc_month(30))
     assert sql.execute("SELECT count(*) FROM review_queue_event").fetchone() == (events,)
 
 
@@ -112,10 +105,10 @@ def test_the_reclaimer_keeps_months_ahead_each_closed_to_the_service(
     before = _partitions(sql)
     _keep_months(db_url, 6)
     made = _partitions(sql) - before
-    assert made == {_name(_month(k)) for k in (4, 5, 6)}
+    assert made == {_name(utc_month(k)) for k in (4, 5, 6)}
     _keep_months(db_url, 6)  # nothing more to do
     assert _partitions(sql) - before == made
-    newest = _name(_month(6))
+    newest = _name(utc_month(6))
     # Owned by the schema's owner, and granting nothing, whatever ALTER DEFAULT PRIVILEGES gives a
     # new table: the service writes through the parent, where the database sets id, at and xid.
     grantees = sql.execute(
@@ -128,7 +121,7 @@ def test_the_reclaimer_keeps_months_ahead_each_closed_to_the_service(
     with psycopg.connect(libpq(db_url), autocommit=True) as service:
         for statement in (
             f"INSERT INTO {newest} (item_id, event, actor, at, lease_epoch, trace_id, xid)"
-            f" SELECT id, 'LEASED', 'mallory', '{_month(6).isoformat()}', 1, trace_id, '1'"
+            f" SELECT id, 'LEASED', 'mallory', '{utc_month(6).isoformat()}', 1, trace_id, '1'"
             " FROM review_queue_item LIMIT 1",
             f"SELECT count(*) FROM {newest}",
             f"TRUNCATE {newest}",
@@ -138,9 +131,9 @@ def test_the_reclaimer_keeps_months_ahead_each_closed_to_the_service(
                 service.execute(statement)
         # Asked for more than two years ahead, the service gets two years.
         service.execute("SELECT review_queue_event_add_months(1000)")
-    assert _name(_month(24)) in _partitions(sql)
-    assert _name(_month(25)) not in _partitions(sql)
-    asyncio.run(_covered_until_is(db_url, _month(25)))
+    assert _name(utc_month(24)) in _partitions(sql)
+    assert _name(utc_month(25)) not in _partitions(sql)
+    asyncio.run(_covered_until_is(db_url, utc_month(25)))
 
 
 async def _covered_until_is(db_url: str, until: datetime) -> None:
@@ -166,10 +159,10 @@ def test_a_busy_moment_defers_the_months_to_the_next_round(
     assert [r.message for r in caplog.records] == ["event_months_deferred"]
     assert _partitions(sql) == before
     assert sql.execute(
-        "SELECT count(*) FROM pg_class WHERE relname = %s", (_name(_month(6)),)
+        "SELECT count(*) FROM pg_class WHERE relname = %s", (_name(utc_month(6)),)
     ).fetchone() == (0,)
     _keep_months(db_url, 6)
-    assert _name(_month(6)) in _partitions(sql)
+    assert _name(utc_month(6)) in _partitions(sql)
 
 
 def test_the_reclaimers_round_keeps_the_months(db_url: str, sql: psycopg.Connection) -> None:
@@ -181,10 +174,10 @@ def test_the_reclaimers_round_keeps_the_months(db_url: str, sql: psycopg.Connect
         loop = asyncio.create_task(reclaimer.run_forever(settings, db_url, stop))
         deadline = asyncio.get_running_loop().time() + 30
         # The months are seen through another connection: there is no event to wait on.
-        while _name(_month(5)) not in _partitions(sql) and asyncio.get_running_loop().time() < deadline:  # noqa: ASYNC110
+        while _name(utc_month(5)) not in _partitions(sql) and asyncio.get_running_loop().time() < deadline:  # noqa: ASYNC110
             await asyncio.sleep(0.05)
         stop.set()
         await loop
 
     asyncio.run(first_round())
-    assert _name(_month(5)) in _partitions(sql)
+    assert _name(utc_month(5)) in _partitions(sql)

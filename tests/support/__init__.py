@@ -3,12 +3,21 @@
 import os
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 
 import psycopg
 
 # Longer property-based runs (the model tests) when set.
 LONG = bool(os.environ.get("REVIEW_QUEUE_TEST_LONG"))
+
+
+def utc_month(offset: int) -> datetime:
+    """The first instant of the UTC month `offset` months from this one (the event trail's
+    partitions are UTC months)."""
+    now = datetime.now(UTC)
+    months = now.year * 12 + now.month - 1 + offset
+    return datetime(months // 12, months % 12 + 1, 1, tzinfo=UTC)
 
 
 def seed_items(sql: psycopg.Connection, count: int, *, amount: str = "12.50") -> None:
