@@ -118,13 +118,10 @@ def test_stalled_audit_export_readers_hold_no_connection(
     time, so waiting costs a socket, not a pooled connection: leases and /stats stay 200 (the pool
     is 10 + 5; each stalled reader held one until its client read on). A reader that reads on gets
     the whole chain as it stood when it asked, linked across the pages, and it verifies."""
-    import asyncio
 
-    from cli import reclaimer
     from db import chain
     from tests.support import wait_for
-    from tests.support.audit import add_events
-    from tests.support.postgres import make_settings
+    from tests.support.audit import add_events, seal
 
     add_events(sql, 1)
     sql.execute(
@@ -133,7 +130,7 @@ def test_stalled_audit_export_readers_hold_no_connection(
         " WHERE idempotency_key = 'idem-1'",
         (EXPORT_EVENTS,),
     )
-    asyncio.run(reclaimer.seal_once(make_settings(db_url), db_url))
+    seal(db_url)
     (head,) = sql.execute("SELECT max(seq) FROM review_queue_chain").fetchone()  # type: ignore[misc]
     process, base = start_server({"DATABASE_URL": db_url})
     host, port = base.removeprefix("http://").split(":")
@@ -158,7 +155,7 @@ def test_stalled_audit_export_readers_hold_no_connection(
                 assert http.get("/stats").status_code == 200
         # The chain grows meanwhile; an export ends at the head it started from.
         add_events(sql, 5)
-        asyncio.run(reclaimer.seal_once(make_settings(db_url), db_url))
+        seal(db_url)
         body = _read_response(*readers[0])
     finally:
         for sock, _ in readers:

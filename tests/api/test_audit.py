@@ -1,7 +1,6 @@
 """The auditor role and the chain's export: streamed in chain order, verified offline, any byte
 changed and it fails."""
 
-import asyncio
 import os
 import subprocess
 from collections.abc import Callable
@@ -11,10 +10,10 @@ import psycopg
 import pytest
 from fastapi.testclient import TestClient
 
-from cli import reclaimer
 from db import audit, chain
 from tests.support.api import Auth, assert_problem, item_body
-from tests.support.postgres import libpq, make_settings
+from tests.support.audit import seal
+from tests.support.postgres import libpq
 
 
 def make_history(client: TestClient, auth: Auth, db_url: str, items: int = 4) -> int:
@@ -25,7 +24,7 @@ def make_history(client: TestClient, auth: Auth, db_url: str, items: int = 4) ->
     for item in client.post("/leases", json={"batch_size": items}, headers=alice).json()["items"]:
         body = {"resolution": "APPROVED", "note": "FX rounding: €0.01 ✓"}
         assert client.post(f"/items/{item['id']}/complete", json=body, headers=alice).status_code == 200
-    asyncio.run(reclaimer.seal_once(make_settings(db_url), db_url))
+    seal(db_url)
     with psycopg.connect(libpq(db_url)) as conn:
         result = audit.verify(conn)
     assert result.broken is None and result.head_seq == 3 * items
@@ -152,7 +151,7 @@ def test_a_client_leaving_mid_export_releases_its_transaction(
         " SELECT id, 'RENEWED', 'bulk-' || g, 1, trace_id FROM review_queue_item, generate_series(1, 3000) g"
         " WHERE idempotency_key = 'idem-1'"
     )
-    asyncio.run(reclaimer.seal_once(make_settings(db_url), db_url))
+    seal(db_url)
     headers = {"Authorization": f"Bearer {make_token('audrey', 'auditor')}"}
 
     def open_transactions() -> int:

@@ -11,6 +11,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from tests.support.api import assert_problem, item_body
+from tests.support.audit import settle
 
 WAIT_S = 20
 
@@ -82,11 +83,12 @@ def test_a_malformed_feed_request_is_a_422(
 
 
 def test_a_filtered_read_moves_its_cursor_over_what_it_does_not_serve(
-    client: TestClient, auth: Callable[[str, str], dict[str, str]]
+    client: TestClient, auth: Callable[[str, str], dict[str, str]], db_url: str
 ) -> None:
     admin, reader = auth("ada", "admin"), auth("ledger", "integration")
     for _ in range(3):
         client.post("/items", json=item_body(), headers=admin)
+    settle(db_url)
     page = client.get("/events", params={"types": "RESOLVED"}, headers=reader).json()
     everything = client.get("/events", headers=reader).json()
     assert (

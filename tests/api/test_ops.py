@@ -15,6 +15,7 @@ from sqlalchemy.engine import make_url
 from api.app import create_app
 from tests.support import backdate_lease, lock_waiters, wait_for
 from tests.support.api import Auth, assert_problem, item_body
+from tests.support.audit import seal
 from tests.support.postgres import libpq, make_settings
 
 
@@ -221,9 +222,6 @@ def test_cors_only_for_configured_origins(db_url: str, origins: str, allowed: bo
 
 
 def test_metrics_show_how_far_the_audit_chain_trails(client: TestClient, auth: Auth, db_url: str) -> None:
-    import asyncio
-
-    from cli import reclaimer
 
     admin = auth("ops", "admin")
     for _ in range(3):
@@ -231,7 +229,7 @@ def test_metrics_show_how_far_the_audit_chain_trails(client: TestClient, auth: A
     before = scrape(client, admin)
     assert before["review_queue_audit_unsealed_events"] == 3
     assert before["review_queue_audit_oldest_unsealed_age_seconds"] > 0
-    assert asyncio.run(reclaimer.seal_once(make_settings(db_url), db_url)) == 3
+    assert seal(db_url) == 3
     after = scrape(client, admin)
     assert after["review_queue_audit_unsealed_events"] == 0
     assert after["review_queue_audit_oldest_unsealed_age_seconds"] == 0

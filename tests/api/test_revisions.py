@@ -2,7 +2,6 @@
 how they carry on, idempotency on source_hash, a revision racing a completion (exactly one of the
 two outcomes, read from the event table), and the audit chain over the new events."""
 
-import asyncio
 import logging
 import threading
 from collections.abc import Callable, Iterator
@@ -14,11 +13,11 @@ import psycopg
 import pytest
 from fastapi.testclient import TestClient
 
-from cli import reclaimer
 from db import audit
 from tests.support import lock_waiters, wait_for
 from tests.support.api import Auth, assert_problem, item_body
-from tests.support.postgres import libpq, make_settings
+from tests.support.audit import seal
+from tests.support.postgres import libpq
 from tests.support.servers import start_server, stop_server
 
 NEW = {"variance_amount": "99.10", "source_hash": "sha256:rerun-2", "match_decision": "PARTIAL"}
@@ -267,7 +266,7 @@ def test_the_audit_chain_verifies_with_revision_events(client: TestClient, auth:
         headers=alice,
     )
     _revise(client, leased["id"], ingest, variance_amount="3.00", source_hash="sha256:third")
-    asyncio.run(reclaimer.seal_once(make_settings(db_url), db_url))
+    seal(db_url)
     with psycopg.connect(libpq(db_url)) as conn:
         result = audit.verify(conn)
     assert result.broken is None, result

@@ -4,6 +4,7 @@ and verification catching each kind of tampering (done as the superuser, the onl
 import hashlib
 import json
 import threading
+import time
 from collections.abc import Callable
 from decimal import Decimal
 
@@ -15,7 +16,7 @@ from hypothesis import strategies as st
 from db import audit, chain
 from tests.support import seed_items
 from tests.support.audit import add_events, seal
-from tests.support.postgres import libpq
+from tests.support.postgres import libpq, with_database
 
 
 def verify(db_url: str, against: tuple[int, bytes] | None = None) -> audit.VerifyResult:
@@ -202,6 +203,23 @@ def test_a_transaction_whose_xid_order_differs_from_its_id_order_is_sealed_in_xi
     add_events(sql, 1)
     assert seal(db_url) == 1, "the next seal must find exactly the one new event"
     assert verify(db_url).broken is None
+
+
+def test_the_tests_seal_waits_for_an_older_transaction_of_another_database(
+    db_url: str, server_url: str, sql: psycopg.Connection
+) -> None:
+    """The harness, not the product: the sealer rightly waits for every older transaction on the
+    server, and the tests share servers, so `seal()` first waits out other databases' transactions
+    (the CI failure this guards: 0 sealed of 3, a mutation run's transaction open elsewhere)."""
+    with psycopg.connect(libpq(with_database(server_url, "postgres"))) as elsewhere:
+        elsewhere.execute("SELECT pg_current_xact_id()")  # an xid older than the events below
+        add_events(sql, 3)
+        committer = threading.Timer(1.0, elsewhere.commit)
+        committer.start()
+        started = time.monotonic()
+        assert seal(db_url) == 3
+        committer.join()
+    assert time.monotonic() - started >= 0.9, "sealed while the older transaction was open"
 
 
 def test_a_rolled_back_event_leaves_no_gap(db_url: str, sql: psycopg.Connection) -> None:

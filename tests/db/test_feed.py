@@ -14,6 +14,7 @@ from db import feed, queue
 from db.engine import create_engine, transaction
 from db.unit import Transaction
 from tests.support.api import item_body
+from tests.support.audit import settle
 from tests.support.postgres import libpq
 
 Headers = Callable[[str, str], dict[str, str]]
@@ -37,6 +38,7 @@ def read_all(db_url: str, after: feed.Position = feed.START, *, limit: int = 3, 
         finally:
             await engine.dispose()
 
+    settle(db_url)
     return asyncio.run(run())
 
 
