@@ -130,6 +130,9 @@ class Settings(BaseSettings):
     # Months of event-trail partitions the reclaimer keeps created ahead of now: an event whose month
     # has no partition cannot be written, so this is how long the service can write with no reclaimer.
     event_months_ahead: int = _range(3, 1, 24, "REVIEW_QUEUE_EVENT_MONTHS_AHEAD")
+    # How long decisions stay live: `review-queue archive` moves nothing newer than this many days
+    # (its default cutoff is the first of the month at or before then). Seven years by default.
+    retain_resolved_days: int = _range(2557, 30, 36_525, "REVIEW_QUEUE_RETAIN_RESOLVED_DAYS")
     # Leases an item gets before a release or reclaim quarantines it (a poison item). Its default
     # lives in db.tables, not db.queue: db.queue creates the Prometheus counters, and `serve` must
     # choose multiprocess mode before they exist (tests/test_cli.py checks both).

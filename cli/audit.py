@@ -1,6 +1,7 @@
 """`review-queue audit`: the audit trail's hash chain: seal, head, verify, export."""
 
 import asyncio
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -48,11 +49,18 @@ def audit_verify(
     file: Annotated[
         str | None, typer.Option(help="Verify this export instead, with no database access.")
     ] = None,
+    archive: Annotated[
+        Path | None,
+        typer.Option(
+            help="The directory of `review-queue archive`'s files: verify them and the live chain as one."
+        ),
+    ] = None,
 ) -> None:
     """Recompute the chain; exit 1 naming the first broken seq.
 
     Exit 0 when intact. With --file, a file that holds no line at all exits 1 too: nothing was
-    verified."""
+    verified. After an archive, the live chain starts where the archive's files end: --archive
+    checks the files too, from genesis."""
     import time
 
     from db import chain
@@ -76,12 +84,31 @@ def audit_verify(
     else:
         import psycopg
 
+        from db import archive as archives
         from db import audit
 
-        with psycopg.connect(libpq_url(resolved_url(get_settings()))) as conn:
-            outcome = audit.verify(conn, against=head)
-        seconds, events, broken = outcome.seconds, outcome.events, outcome.broken
+        started = time.perf_counter()
+        with psycopg.connect(libpq_url(resolved_url(get_settings())), autocommit=True) as conn:
+            files, filed, broken = [], 0, None
+            if archive is not None:
+                files = archives.archived(conn)
+                filed, broken = archives.verify_files(files, archive, against=head)
+            live_against = head if head is None or not files or head[0] > files[-1].through_seq else None
+            outcome = audit.verify(conn, against=live_against)
+        joined = (files[-1].through_seq, files[-1].through_hash) if files else (0, chain.GENESIS)
+        if archive is not None and broken is None and (outcome.start_seq, outcome.start_hash) != joined:
+            broken = chain.Break(
+                outcome.start_seq, "missing", "the live chain does not start where the files end (run again)"
+            )
+        seconds, events, broken = (
+            time.perf_counter() - started,
+            filed + outcome.events,
+            broken or outcome.broken,
+        )
         scope = f"head {chain.format_head(outcome.head_seq, outcome.head_hash)}"
+        if outcome.start_seq:
+            where = f"{len(files)} archive files and " if archive is not None else ""
+            scope += f"; {where}the live chain from seq {outcome.start_seq + 1}"
     rate = events / seconds if seconds > 0 else 0.0
     typer.echo(f"verified {events} events in {seconds:.2f} s ({rate:,.0f} events/s); {scope}")
     if broken is not None:

@@ -1,4 +1,4 @@
-"""The `review-queue` command: serve, migrate, tokens, reclaim, deliver webhooks."""
+"""The `review-queue` command: serve, migrate, tokens, reclaim, deliver webhooks, archive."""
 
 import sys
 
@@ -10,6 +10,7 @@ from sqlalchemy.exc import TimeoutError as SATimeoutError
 
 from api.settings import Settings, get_settings, hide_password
 from cli.admin import admin_app
+from cli.archive import archive
 from cli.audit import audit_app
 from cli.common import command_group
 from cli.resolutions import resolutions_app
@@ -28,6 +29,7 @@ app.command()(reclaim)
 app.command("reclaimer")(reclaimer_loop)
 app.command("deliverer")(deliverer_loop)
 app.command()(stats)
+app.command()(archive)
 app.command()(serve)
 app.add_typer(token_app, name="token")
 app.add_typer(audit_app, name="audit")

@@ -36,14 +36,14 @@ _LOCK_KEY = "review_queue.chain"
 
 # The event's fields as the chain encodes them (db/chain.py): `at` in UTC to the microsecond,
 # UUIDs as text, details as jsonb prints them.
-_FIELDS = (
+EVENT_FIELDS = (
     "e.id, e.item_id::text, e.event, e.actor,"
     " to_char(e.at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"'),"
     " e.lease_epoch, e.trace_id::text, e.details::text"
 )
 
 
-def _fields(row: tuple[object, ...]) -> EventFields:
+def event_fields(row: tuple[object, ...]) -> EventFields:
     id_, item_id, event, actor, at, epoch, trace_id, details = row
     return EventFields(
         id=int(id_),  # type: ignore[call-overload]
@@ -57,10 +57,17 @@ def _fields(row: tuple[object, ...]) -> EventFields:
     )
 
 
-# The head: the last chain row and its event's (xid, id).
+# Where the live chain starts: the last archived seq, its hash and its event's (xid, id)
+# (db/archive.py); no row before the first archive, when the chain starts at genesis.
+_START = (
+    "SELECT through_seq AS seq, through_hash AS hash, through_xid::text AS xid, through_event_id AS id"
+    " FROM review_queue_archive ORDER BY through_seq DESC LIMIT 1"
+)
+# The head: the last chain row and its event's (xid, id), or the start when all of it is archived.
 _HEAD = text(
-    "SELECT c.seq, c.hash, e.xid::text, e.id FROM review_queue_chain c"
-    " LEFT JOIN review_queue_event e ON e.id = c.event_id ORDER BY c.seq DESC LIMIT 1"
+    "(SELECT c.seq, c.hash, e.xid::text AS xid, e.id FROM review_queue_chain c"
+    " LEFT JOIN review_queue_event e ON e.id = c.event_id ORDER BY c.seq DESC LIMIT 1)"
+    f" UNION ALL ({_START}) ORDER BY seq DESC LIMIT 1"
 )
 _SEAL = text("SELECT review_queue_seal(:batch)")
 CHAIN_BROKEN_SQLSTATE = "RQ001"  # raised by review_queue_seal when the head's event is gone
@@ -91,8 +98,9 @@ class SealLag:
 
 # The watermark: the chain head's event.
 _MARK = text(
-    "SELECT e.xid::text, e.id FROM review_queue_chain c JOIN review_queue_event e ON e.id = c.event_id"
-    " ORDER BY c.seq DESC LIMIT 1"
+    "SELECT xid, id FROM ((SELECT c.seq, e.xid::text AS xid, e.id FROM review_queue_chain c"
+    " JOIN review_queue_event e ON e.id = c.event_id ORDER BY c.seq DESC LIMIT 1)"
+    f" UNION ALL (SELECT seq, xid, id FROM ({_START}) s)) m ORDER BY seq DESC LIMIT 1"
 )
 # Events above the watermark, an index range scan on (xid, id). The watermark is sent as values,
 # not read in the same statement: only then does the planner see that the range is the trail's few
@@ -123,15 +131,17 @@ async def head(conn: AsyncConnection) -> tuple[int, bytes]:
 
 @dataclass(frozen=True, slots=True)
 class VerifyResult:
-    events: int
+    events: int  # live events verified: head_seq - start_seq
     head_seq: int
     head_hash: bytes
     seconds: float
     broken: Break | None
+    start_seq: int = 0  # the last archived seq: the live chain links to its hash (0: genesis)
+    start_hash: bytes = GENESIS
 
 
 _WALK = (
-    f"SELECT c.seq, c.event_id, c.hash, e.xid::text, {_FIELDS} FROM review_queue_chain c"
+    f"SELECT c.seq, c.event_id, c.hash, e.xid::text, {EVENT_FIELDS} FROM review_queue_chain c"
     " LEFT JOIN review_queue_event e ON e.id = c.event_id ORDER BY c.seq"
 )
 # An event inside the sealed range that the chain does not list: written after the fact.
@@ -155,20 +165,34 @@ def _key(row: tuple[object, ...] | None) -> tuple[int, int] | None:
 def verify(
     conn: psycopg.Connection[tuple[object, ...]], *, against: tuple[int, bytes] | None = None
 ) -> VerifyResult:
-    """Recompute the chain from seq 1 and name the first broken seq, if any."""
+    """Recompute the live chain from its start (seq 1, or after the last archived seq) and name
+    the first broken seq, if any. A stored head inside the archived range is the archive files'
+    to check (`audit verify --archive`): here it is a break of its own kind."""
     started = time.perf_counter()
     previous, expected = GENESIS, 1
     last: tuple[object, ...] | None = None  # the last row that verified
     broken: Break | None = None
     with conn.transaction():
         conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+        # A database restored from before the archive's revision (2026_12_05_0900) verifies too.
+        archives = conn.execute("SELECT to_regclass('review_queue_archive') IS NOT NULL").fetchone()
+        start = conn.execute(_START).fetchone() if archives and archives[0] else None
+        if start is not None:
+            previous, expected = bytes(start[1]), int(start[0]) + 1  # type: ignore[call-overload]
+        start_seq, start_hash = expected - 1, previous
+        if against is not None and against[0] < start_seq:
+            broken = Break(
+                against[0], "archived", f"seq {against[0]} is archived (verify the files with --archive)"
+            )
+        elif against is not None and against[0] == start_seq and against[1] != start_hash:
+            broken = Break(against[0], "rewritten", "the archive's last hash is not the stored head's")
         # Binary rows: no text parsing of ints and bytea on the hot loop.
         with conn.cursor(name="review_queue_audit_verify", binary=True) as cursor:
             cursor.itersize = 10_000
             cursor.execute(_WALK)
             rows = iter(cursor)
             row = next(rows, None)
-            while row is not None:
+            while row is not None and broken is None:
                 following = next(rows, None)
                 seq, event_id, digest, xid = row[0], row[1], row[2], row[3]
                 if seq != expected:
@@ -177,7 +201,7 @@ def verify(
                 if xid is None:
                     broken = Break(seq, "missing", f"event {event_id} sealed at seq {seq} is gone")
                     break
-                computed = link(previous, _fields(row[4:]))
+                computed = link(previous, event_fields(row[4:]))
                 if computed != digest:
                     key, last_key, next_key = _key(row), _key(last), _key(following)
                     assert key is not None
@@ -202,7 +226,15 @@ def verify(
                 )
     if broken is None and against is not None and against[0] >= expected:
         broken = Break(against[0], "missing", f"the chain ends at seq {expected - 1}, before the stored head")
-    return VerifyResult(expected - 1, expected - 1, previous, time.perf_counter() - started, broken)
+    return VerifyResult(
+        expected - 1 - start_seq,
+        expected - 1,
+        previous,
+        time.perf_counter() - started,
+        broken,
+        start_seq,
+        start_hash,
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -221,12 +253,13 @@ class ExportPosition:
     previous: bytes  # the hash of seq `after`: what the next line links to
 
 
-_START = text(
+_EXPORT_START = text(
     "SELECT (SELECT hash FROM review_queue_chain WHERE seq = :before) AS previous,"
-    " (SELECT max(seq) FROM review_queue_chain) AS head"
+    " (SELECT max(seq) FROM review_queue_chain) AS head,"
+    f" s.seq AS start_seq, s.hash AS start_hash FROM (SELECT) one LEFT JOIN ({_START}) s ON true"
 )
 _PAGE = text(
-    f"SELECT c.seq, c.hash, {_FIELDS} FROM review_queue_chain c"
+    f"SELECT c.seq, c.hash, {EVENT_FIELDS} FROM review_queue_chain c"
     " JOIN review_queue_event e ON e.id = c.event_id"
     " WHERE c.seq > :after AND c.seq <= :last ORDER BY c.seq LIMIT :limit"
 )
@@ -234,7 +267,8 @@ _PAGE = text(
 
 async def export_start(conn: AsyncConnection, *, first: int, last: int) -> ExportPosition:
     """Where an export of seq `first` to `last` starts: the hash the range links to (32 zeros for
-    seq 1), and its end, capped at the head now.
+    seq 1), and its end, capped at the head now. Seqs already archived (db/archive.py) are in the
+    archive's files: an export asked to start among them starts after the last one.
 
     The pages that follow each read in a transaction of their own, and together they are the
     chain as it stood here, as one snapshot would have read it: the chain is append-only (a
@@ -242,7 +276,12 @@ async def export_start(conn: AsyncConnection, *, first: int, last: int) -> Expor
     (every seq up to the head read here is committed, anything sealed later is above it), and each
     page is a keyset range on seq (the primary key) below the cap.
     """
-    row = (await conn.execute(_START, {"before": first - 1})).one()
+    row = (await conn.execute(_EXPORT_START, {"before": first - 1})).one()
+    if row.start_seq is not None and first - 1 <= row.start_seq:
+        # The seqs up to the start are archived: the export begins where the live chain does.
+        return ExportPosition(
+            after=row.start_seq, last=min(last, row.head or row.start_seq), previous=bytes(row.start_hash)
+        )
     previous = GENESIS if first <= 1 or row.previous is None else bytes(row.previous)
     return ExportPosition(after=first - 1, last=min(last, row.head or 0), previous=previous)
 
@@ -256,7 +295,7 @@ async def export_page(
     lines, seq, previous = [], at.after, at.previous
     for row in rows:
         seq, digest = int(row[0]), bytes(row[1])
-        lines.append(export_line(seq, previous, digest, _fields(tuple(row[2:]))))
+        lines.append(export_line(seq, previous, digest, event_fields(tuple(row[2:]))))
         previous = digest
     done = len(rows) < limit or seq >= at.last
     return b"".join(lines), None if done else ExportPosition(after=seq, last=at.last, previous=previous)

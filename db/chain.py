@@ -124,7 +124,7 @@ def export_line(seq: int, previous: bytes, digest: bytes, event: EventFields) ->
 @dataclass(frozen=True, slots=True)
 class Break:
     seq: int
-    kind: str  # modified, missing, inserted, out of order, rewritten, malformed
+    kind: str  # modified, missing, inserted, out of order, rewritten, malformed, archived
     detail: str
 
     def __str__(self) -> str:
@@ -138,6 +138,7 @@ class FileResult:
     last_hash: bytes | None
     events: int
     broken: Break | None
+    first_prev: bytes | None = None  # what the first line links to (32 zeros at seq 1)
 
 
 def _event_of(obj: Any) -> EventFields:
@@ -163,10 +164,11 @@ def verify_lines(lines: Iterable[bytes], *, against: tuple[int, bytes] | None = 
     prev_hash the hash of the line before, seqs consecutive; from seq 1, prev_hash is 32 zeros."""
     first = last = None
     previous: bytes | None = None
+    first_prev: bytes | None = None
     count = 0
 
     def result(broken: Break | None) -> FileResult:
-        return FileResult(first, last, previous, count, broken)
+        return FileResult(first, last, previous, count, broken, first_prev)
 
     for number, raw in enumerate(lines, start=1):
         seq_guess = last + 1 if last is not None else 0
@@ -181,7 +183,7 @@ def verify_lines(lines: Iterable[bytes], *, against: tuple[int, bytes] | None = 
             why = "nested too deep" if isinstance(error, RecursionError) else error
             return result(Break(seq_guess, "malformed", f"line {number} is not an export line ({why})"))
         if last is None:
-            first = seq
+            first, first_prev = seq, prev_hash
             if seq == 1 and prev_hash != GENESIS:
                 return result(Break(seq, "modified", "seq 1 must link to 32 zero bytes"))
         elif seq != last + 1:

@@ -59,6 +59,14 @@ ATTEMPTS = [
     "ALTER TABLE review_queue_event DETACH PARTITION review_queue_event_legacy",
     "DROP TABLE review_queue_event_legacy",
     "ALTER FUNCTION review_queue_event_add_months(integer) SECURITY INVOKER",
+    # The archive is the owner's: the service may neither run it nor delete what it lets through.
+    "SELECT review_queue_archive_apply(now(), 1, sha256('x'), 0, '', '', 'mallory')",
+    "WITH s AS (SELECT set_config('review_queue.archiving', 'on', true))"
+    " DELETE FROM review_queue_event WHERE EXISTS (SELECT FROM s)",
+    "INSERT INTO review_queue_archive (cutoff, first_seq, through_seq, through_hash, through_xid,"
+    " through_event_id, events, items, events_sha256, items_sha256, archived_by)"
+    " VALUES (now(), 1, 1000000, sha256('x'), '1', 1, 1, 0, '', '', 'mallory')",
+    "DELETE FROM review_queue_archive",
     "ALTER TABLE approval_policy ADD COLUMN mallory text",
     "DELETE FROM approval_policy",
 ]
@@ -105,6 +113,8 @@ def test_the_service_role_has_exactly_the_table_rights_it_needs(as_service: psyc
         "resolution_code": "INSERT,SELECT,UPDATE",
         # The sealer function appends to the chain; the service may only call it.
         "review_queue_chain": "SELECT",
+        # Where the live chain starts: appended by the owner's archive only.
+        "review_queue_archive": "SELECT",
         # INSERT on the event's content columns only (test_an_event_gets_its_place_from_the_database).
         "review_queue_event": "SELECT",
         # Materiality: one row, updated, never added or deleted.

@@ -1,0 +1,132 @@
+"""`review-queue archive`: move the chain's oldest range, its events and the items it leaves with
+none, to NDJSON files, then delete them from the database (db/archive.py)."""
+
+import getpass
+import os
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Annotated
+
+import psycopg
+import typer
+
+from api.settings import get_settings
+from cli.common import owner_url
+from db import archive as archives
+from db.chain import iter_file, verify_lines
+from db.engine import libpq_url
+
+
+def default_cutoff(now: datetime, retain_days: int) -> datetime:
+    """The first of the month (UTC) at or before now - retain_days."""
+    edge = now.astimezone(UTC) - timedelta(days=retain_days)
+    return datetime(edge.year, edge.month, 1, tzinfo=UTC)
+
+
+def parse_cutoff(value: str, *, now: datetime, retain_days: int) -> datetime:
+    try:
+        day = datetime.strptime(value, "%Y-%m-%d").replace(tzinfo=UTC)
+    except ValueError:
+        raise typer.BadParameter(f"not a date (YYYY-MM-DD): {value!r}", param_hint="--before") from None
+    if day.day != 1:
+        raise typer.BadParameter(
+            f"{value} is not the first of a month: the trail is kept in months", param_hint="--before"
+        )
+    if day > now.astimezone(UTC) - timedelta(days=retain_days):
+        raise typer.BadParameter(
+            f"{value} is within REVIEW_QUEUE_RETAIN_RESOLVED_DAYS ({retain_days} days): the latest cutoff"
+            f" is {default_cutoff(now, retain_days):%Y-%m-%d}",
+            param_hint="--before",
+        )
+    return day
+
+
+def archive(
+    to: Annotated[Path, typer.Option(help="The directory the files go to (created if missing).")],
+    before: Annotated[
+        str | None,
+        typer.Option(
+            help="The cutoff, the first of a month (YYYY-MM-01, UTC). Default: the latest one"
+            " REVIEW_QUEUE_RETAIN_RESOLVED_DAYS allows."
+        ),
+    ] = None,
+) -> None:
+    """Move the history before a month to files, out of the database.
+
+    Writes events-FIRST-LAST.ndjson (the chain's export lines, up to the last event before the
+    cutoff) and items-FIRST-LAST.ndjson (the resolved items left with no event), verifies them,
+    and only then deletes them, in one transaction that checks nothing changed in between. Nothing
+    open is archived. `review-queue audit verify --archive DIR` checks the files and the live chain
+    as one. Runs as the schema owner (REVIEW_QUEUE_MIGRATION_DATABASE_URL)."""
+    settings = get_settings()
+    now = datetime.now(UTC)
+    cutoff = (
+        parse_cutoff(before, now=now, retain_days=settings.retain_resolved_days)
+        if before is not None
+        else default_cutoff(now, settings.retain_resolved_days)
+    )
+    try:
+        done = archive_to(libpq_url(owner_url(settings)), cutoff, to, archived_by=getpass.getuser())
+    except archives.ArchiveRefused as refused:
+        typer.echo(f"review-queue archive: refused, nothing deleted: {refused}", err=True)
+        raise typer.Exit(1) from None
+    if done is None:
+        typer.echo(f"nothing before {cutoff:%Y-%m-%d} is live: nothing archived")
+        return
+    span, removed, items = done
+    typer.echo(
+        f"archived seq {span.first_seq}..{span.through_seq} ({removed} events, {items} items) before"
+        f" {cutoff:%Y-%m-%d} to {to}; the live chain starts after seq {span.through_seq}"
+    )
+
+
+def archive_to(
+    url: str, cutoff: datetime, to: Path, *, archived_by: str
+) -> tuple[archives.Range, int, int] | None:
+    """The archive before `cutoff` into `to`, as the schema owner at `url`: the range, the events and
+    the items removed (None: nothing to archive). ArchiveRefused, with nothing deleted and no file
+    left, when it cannot be done now."""
+    to.mkdir(parents=True, exist_ok=True)
+    span: archives.Range | None = None
+    try:
+        with psycopg.connect(url) as conn:
+            with conn.transaction():
+                conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+                span = archives.plan(conn, cutoff)
+                if span is None:
+                    return None
+                with (to / archives.events_file(span.name)).open("wb") as out:
+                    events_sha256 = archives.write_events(conn, span, out)
+                with (to / archives.items_file(span.name)).open("wb") as out:
+                    items, items_sha256 = archives.write_items(conn, span, out)
+            _check(to, span)
+            with conn.transaction():
+                removed = archives.apply(
+                    conn,
+                    span,
+                    items=items,
+                    events_sha256=events_sha256,
+                    items_sha256=items_sha256,
+                    archived_by=archived_by,
+                )
+    except BaseException:
+        # Files of an archive that did not happen would read as one.
+        if span is not None:
+            for name in (archives.events_file(span.name), archives.items_file(span.name)):
+                (to / name).unlink(missing_ok=True)
+        raise
+    return span, removed, items
+
+
+def _check(to: Path, span: archives.Range) -> None:
+    """Both files on disk (fsync), and the events file a chain that verifies alone, from the live
+    chain's start to the range's end: what is about to be deleted is readable back."""
+    events = to / archives.events_file(span.name)
+    for path in (events, to / archives.items_file(span.name)):
+        with path.open("rb") as handle:
+            os.fsync(handle.fileno())
+    check = verify_lines(iter_file(str(events)), against=(span.through_seq, span.through_hash))
+    if check.broken is not None:
+        raise archives.ArchiveRefused(f"{events} does not verify: {check.broken}")
+    if (check.first_seq, check.first_prev, check.events) != (span.first_seq, span.previous, span.events):
+        raise archives.ArchiveRefused(f"{events} does not hold seq {span.first_seq}..{span.through_seq}")

@@ -1,0 +1,313 @@
+"""`review-queue archive` and `audit verify --archive` on real PostgreSQL: the oldest range of the
+chain goes to files that verify, its months are dropped, the live chain goes on from where the
+files end, nothing open is archived, and a refused archive changes nothing and leaves no file."""
+
+import os
+import subprocess
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from cli.archive import archive_to, default_cutoff
+from db import archive as archives
+from tests.support import utc_month
+from tests.support.audit import seal
+from tests.support.postgres import libpq
+
+# The test's months, relative to today's: M(-4) and M(-3) are archived, M(-2) is the cutoff (always
+# older than the 30 days of retention the tests allow), M(-2) and M(-1) stay live.
+M = utc_month
+RETAIN_DAYS = "30"
+
+
+def run(db_url: str, owner_url: str, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {
+        **os.environ,
+        "DATABASE_URL": db_url,
+        "REVIEW_QUEUE_MIGRATION_DATABASE_URL": owner_url,
+        "REVIEW_QUEUE_RETAIN_RESOLVED_DAYS": RETAIN_DAYS,
+    }
+    return subprocess.run(["review-queue", *args], env=env, capture_output=True, text=True, timeout=120)
+
+
+def _partitions(sql: psycopg.Connection) -> list[str]:
+    rows = sql.execute(
+        "SELECT inhrelid::regclass::text FROM pg_inherits WHERE inhparent = 'review_queue_event'::regclass"
+        " ORDER BY 1"
+    )
+    return [r[0] for r in rows]
+
+
+@pytest.fixture
+def months(owner_url: str) -> None:
+    """The trail as if migrated four months ago: the legacy partition ends at M(-4), and each month
+    from M(-4) on has its own partition (the owner's, as review_queue_event_add_months makes them)."""
+    with psycopg.connect(libpq(owner_url), autocommit=True) as owner:
+        owner.execute("ALTER TABLE review_queue_event DETACH PARTITION review_queue_event_legacy")
+        owner.execute(
+            "ALTER TABLE review_queue_event ATTACH PARTITION review_queue_event_legacy"
+            f" FOR VALUES FROM (MINVALUE) TO ('{M(-4).isoformat()}')"
+        )
+        for k in range(-4, 1):
+            name = f"review_queue_event_{M(k):%Y_%m}"
+            owner.execute(
+                f"CREATE TABLE {name} (LIKE review_queue_event INCLUDING DEFAULTS INCLUDING CONSTRAINTS)"
+            )
+            owner.execute(
+                f"ALTER TABLE review_queue_event ATTACH PARTITION {name}"
+                f" FOR VALUES FROM ('{M(k).isoformat()}') TO ('{M(k + 1).isoformat()}')"
+            )
+
+
+def _item(sql: psycopg.Connection, key: str, created: datetime, state: str) -> str:
+    resolved = state == "RESOLVED"
+    (item_id,) = sql.execute(
+        "INSERT INTO review_queue_item (idempotency_key, ledger_entity, variance_amount, match_decision,"
+        " source_hash, created_at, state, resolution, resolved_by, resolved_at)"
+        " VALUES (%s, 'ACME-CORP', 12.50, 'UNMATCHED', 'sha256:x', %s, %s, %s, %s, %s) RETURNING id::text",
+        (key, created, state, "APPROVED" if resolved else None, "alice" if resolved else None,
+         created + timedelta(days=1) if resolved else None),
+    ).fetchone()  # type: ignore[misc]  # fmt: skip
+    return str(item_id)
+
+
+Event = Callable[[str, str, datetime], int]
+
+
+@pytest.fixture
+def event(sql: psycopg.Connection) -> Event:
+    """An event of `item` at `at`, committed on its own (so chain order is the order of the calls)."""
+
+    def add(item: str, kind: str, at: datetime) -> int:
+        (event_id,) = sql.execute(
+            "INSERT INTO review_queue_event (item_id, event, actor, lease_epoch, trace_id, at)"
+            " SELECT id, %s, 'alice', 1, trace_id, %s FROM review_queue_item WHERE id = %s RETURNING id",
+            (kind, at, item),
+        ).fetchone()  # type: ignore[misc]
+        return int(event_id)
+
+    return add
+
+
+@pytest.fixture
+def history(months: None, sql: psycopg.Connection, event: Event) -> dict[str, str]:
+    """Item a lives and ends in M(-4); b starts in M(-3) and ends in M(-2); c starts in M(-2) and is
+    open. One event of a, dated just after the cutoff, is chained before b's last event before it: a
+    transaction that began at midnight and was chained among the older ones. The chain:
+    1-3 a (M-4), 4 b (M-3), 5 a (M-2, the straddler), 6 b (M-3), 7 b resolved (M-2), 8 c (M-2)."""
+    day = timedelta(days=1)
+    items = {
+        "a": _item(sql, "a", M(-4) + 10 * day, "RESOLVED"),
+        "b": _item(sql, "b", M(-3) + 20 * day, "RESOLVED"),
+        "c": _item(sql, "c", M(-2) + 5 * day, "PENDING"),
+    }
+    event(items["a"], "ENQUEUED", M(-4) + 10 * day)
+    event(items["a"], "LEASED", M(-4) + 11 * day)
+    event(items["a"], "RESOLVED", M(-4) + 12 * day)
+    event(items["b"], "ENQUEUED", M(-3) + 20 * day)
+    event(items["a"], "RENEWED", M(-2) + timedelta(seconds=1))
+    event(items["b"], "LEASED", M(-3) + 25 * day)
+    event(items["b"], "RESOLVED", M(-2) + 3 * day)
+    event(items["c"], "ENQUEUED", M(-2) + 5 * day)
+    return items
+
+
+def _state(sql: psycopg.Connection) -> tuple[object, ...]:
+    return (
+        sql.execute("SELECT count(*) FROM review_queue_event").fetchone(),
+        sql.execute("SELECT count(*), min(seq) FROM review_queue_chain").fetchone(),
+        sql.execute("SELECT count(*) FROM review_queue_item").fetchone(),
+        sql.execute("SELECT count(*) FROM review_queue_archive").fetchone(),
+        _partitions(sql),
+    )
+
+
+def test_an_archive_moves_the_range_to_files_and_the_chain_goes_on(
+    history: dict[str, str],
+    db_url: str,
+    owner_url: str,
+    sql: psycopg.Connection,
+    event: Event,
+    tmp_path: Path,
+) -> None:
+    assert seal(db_url) == 8
+    result = run(db_url, owner_url, "archive", "--to", str(tmp_path), "--before", f"{M(-2):%Y-%m-%d}")
+    assert result.returncode == 0, result.stderr
+    assert "archived seq 1..6 (6 events, 1 items)" in result.stdout, result.stdout
+    name = f"{1:012d}-{6:012d}"
+    assert sorted(p.name for p in tmp_path.iterdir()) == [f"events-{name}.ndjson", f"items-{name}.ndjson"]
+    # The months wholly before the cutoff are gone; the straddler left its month; b keeps its live event.
+    assert _partitions(sql) == [f"review_queue_event_{M(k):%Y_%m}" for k in range(-2, 4)]
+    assert [r[0] for r in sql.execute("SELECT event FROM review_queue_event ORDER BY id")] == [
+        "RESOLVED",
+        "ENQUEUED",
+    ]
+    assert sql.execute("SELECT min(seq), max(seq) FROM review_queue_chain").fetchone() == (7, 8)
+    keys = [r[0] for r in sql.execute("SELECT idempotency_key FROM review_queue_item ORDER BY 1")]
+    assert keys == ["b", "c"], "a (all of its events archived) moved to the file; b and c stay"
+    (line,) = (tmp_path / f"items-{name}.ndjson").read_text().splitlines()
+    assert '"idempotency_key": "a"' in line and '"variance_amount": 12.50' in line
+    # The events file verifies alone, the archive and the live chain as one, and the live alone.
+    alone = run(db_url, owner_url, "audit", "verify", "--file", str(tmp_path / f"events-{name}.ndjson"))
+    assert alone.returncode == 0 and "seq 1..6" in alone.stdout, alone.stdout + alone.stderr
+    whole = run(db_url, owner_url, "audit", "verify", "--archive", str(tmp_path))
+    assert whole.returncode == 0 and "verified 8 events" in whole.stdout, whole.stdout + whole.stderr
+    live = run(db_url, owner_url, "audit", "verify")
+    assert live.returncode == 0 and "the live chain from seq 7" in live.stdout, live.stdout + live.stderr
+    # The chain goes on after the archive: a new event is sealed at seq 9 and everything verifies.
+    event(sql.execute("SELECT id::text FROM review_queue_item WHERE idempotency_key = 'c'").fetchone()[0],  # type: ignore[index]
+          "LEASED", datetime.now(UTC))  # fmt: skip
+    assert seal(db_url) == 1
+    assert sql.execute("SELECT max(seq) FROM review_queue_chain").fetchone() == (9,)
+    whole = run(db_url, owner_url, "audit", "verify", "--archive", str(tmp_path))
+    assert whole.returncode == 0 and "verified 9 events" in whole.stdout, whole.stdout + whole.stderr
+    # An export asked from seq 1 starts where the live chain does.
+    export = tmp_path / "live.ndjson"
+    assert run(db_url, owner_url, "audit", "export", "--file", str(export)).returncode == 0
+    assert export.read_text().splitlines()[0].endswith('"seq":7}')
+    # Archiving the same cutoff again finds nothing live before it.
+    again = run(
+        db_url, owner_url, "archive", "--to", str(tmp_path / "again"), "--before", f"{M(-2):%Y-%m-%d}"
+    )
+    assert again.returncode == 0 and "nothing before" in again.stdout, again.stdout + again.stderr
+
+
+def test_the_archive_files_are_checked_against_what_was_archived(
+    history: dict[str, str], db_url: str, owner_url: str, tmp_path: Path
+) -> None:
+    seal(db_url)
+    assert (
+        run(db_url, owner_url, "archive", "--to", str(tmp_path), "--before", f"{M(-2):%Y-%m-%d}").returncode
+        == 0
+    )
+    events, items = sorted(tmp_path.iterdir())
+    original = events.read_bytes()
+    events.write_bytes(original.replace(b'"actor":"alice"', b'"actor":"alicf"', 1))
+    broken = run(db_url, owner_url, "audit", "verify", "--archive", str(tmp_path))
+    assert broken.returncode == 1 and "BROKEN at seq 1: modified" in broken.stderr, (
+        broken.stdout + broken.stderr
+    )
+    events.write_bytes(original)
+    items.unlink()
+    broken = run(db_url, owner_url, "audit", "verify", "--archive", str(tmp_path))
+    assert broken.returncode == 1 and "missing" in broken.stderr and items.name in broken.stderr, (
+        broken.stderr
+    )
+    # Without --archive, the live chain alone still verifies: the files are the archive's to keep.
+    assert run(db_url, owner_url, "audit", "verify").returncode == 0
+
+
+def test_an_open_item_with_an_event_in_the_range_refuses_the_archive(
+    history: dict[str, str],
+    db_url: str,
+    owner_url: str,
+    sql: psycopg.Connection,
+    event: Event,
+    tmp_path: Path,
+) -> None:
+    event(history["c"], "RENEWED", M(-3) + timedelta(days=2))  # c is PENDING
+    seal(db_url)
+    before = _state(sql)
+    result = run(db_url, owner_url, "archive", "--to", str(tmp_path), "--before", f"{M(-2):%Y-%m-%d}")
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "nothing open is archived" in result.stderr and history["c"] in result.stderr, result.stderr
+    assert _state(sql) == before and list(tmp_path.iterdir()) == []
+
+
+def test_an_unsealed_event_before_the_cutoff_refuses_the_archive(
+    history: dict[str, str], db_url: str, owner_url: str, sql: psycopg.Connection, tmp_path: Path
+) -> None:
+    before = _state(sql)
+    result = run(db_url, owner_url, "archive", "--to", str(tmp_path), "--before", f"{M(-2):%Y-%m-%d}")
+    assert result.returncode == 1 and "not sealed yet" in result.stderr, result.stdout + result.stderr
+    assert _state(sql) == before and list(tmp_path.iterdir()) == []
+
+
+def test_a_change_after_the_files_were_written_refuses_the_deletion(
+    history: dict[str, str], db_url: str, owner_url: str, sql: psycopg.Connection, tmp_path: Path
+) -> None:
+    """The files are built in one snapshot and the deletion checks it again: b reopened in between
+    (an event after the range would keep it, but it is open and has events in the range)."""
+    seal(db_url)
+    before = _state(sql)
+    with psycopg.connect(libpq(owner_url)) as owner:
+        with owner.transaction():
+            span = archives.plan(owner, M(-2))
+            assert span is not None
+            with (tmp_path / "events").open("wb") as out:
+                sha = archives.write_events(owner, span, out)
+            with (tmp_path / "items").open("wb") as out:
+                items, items_sha = archives.write_items(owner, span, out)
+        sql.execute(
+            "UPDATE review_queue_item SET state = 'PENDING', resolution = NULL WHERE id = %s", (history["a"],)
+        )
+        with pytest.raises(archives.ArchiveRefused, match="nothing open is archived"), owner.transaction():
+            archives.apply(
+                owner, span, items=items, events_sha256=sha, items_sha256=items_sha, archived_by="t"
+            )
+        # And an item count that is not the file's (a resolved item that gained a later event).
+        sql.execute(
+            "UPDATE review_queue_item SET state = 'RESOLVED', resolution = 'APPROVED' WHERE id = %s",
+            (history["a"],),
+        )
+        with pytest.raises(archives.ArchiveRefused, match="the file holds 2 items"), owner.transaction():
+            archives.apply(owner, span, items=2, events_sha256=sha, items_sha256=items_sha, archived_by="t")
+    assert _state(sql) == before
+
+
+def test_two_archives_and_an_archive_that_empties_the_chain(
+    history: dict[str, str],
+    db_url: str,
+    owner_url: str,
+    sql: psycopg.Connection,
+    event: Event,
+    tmp_path: Path,
+) -> None:
+    seal(db_url)
+    first = run(db_url, owner_url, "archive", "--to", str(tmp_path), "--before", f"{M(-3):%Y-%m-%d}")
+    assert first.returncode == 0 and "archived seq 1..3 (3 events, 0 items)" in first.stdout, (
+        first.stdout + first.stderr
+    )
+    second = run(db_url, owner_url, "archive", "--to", str(tmp_path), "--before", f"{M(-2):%Y-%m-%d}")
+    assert second.returncode == 0 and "archived seq 4..6 (3 events, 1 items)" in second.stdout, second.stderr
+    whole = run(db_url, owner_url, "audit", "verify", "--archive", str(tmp_path))
+    assert (
+        whole.returncode == 0 and "verified 8 events" in whole.stdout and "2 archive files" in whole.stdout
+    ), whole.stdout + whole.stderr
+    # c resolved too, and a third archive takes what is left: the chain is empty, and the sealer
+    # continues from the files (the CLI would refuse M(-1) on some days of the month: retention).
+    sql.execute("UPDATE review_queue_item SET state = 'RESOLVED', resolution = 'APPROVED', resolved_by = 'x'")
+    done = archive_to(libpq(owner_url), M(-1), tmp_path, archived_by="test")
+    assert done is not None and (done[0].first_seq, done[0].through_seq, done[1], done[2]) == (7, 8, 2, 2)
+    assert sql.execute("SELECT count(*) FROM review_queue_chain").fetchone() == (0,)
+    assert sql.execute("SELECT count(*) FROM review_queue_item").fetchone() == (0,)
+    (d,) = sql.execute(
+        "INSERT INTO review_queue_item (idempotency_key, ledger_entity, variance_amount, match_decision,"
+        " source_hash) VALUES ('d', 'ACME-CORP', 1.00, 'UNMATCHED', 'sha256:d') RETURNING id::text"
+    ).fetchone()  # type: ignore[misc]
+    event(d, "ENQUEUED", datetime.now(UTC))
+    assert seal(db_url) == 1
+    row = sql.execute("SELECT c.seq, c.hash FROM review_queue_chain c").fetchone()
+    assert row is not None and row[0] == 9
+    whole = run(db_url, owner_url, "audit", "verify", "--archive", str(tmp_path))
+    assert (
+        whole.returncode == 0 and "verified 9 events" in whole.stdout and "3 archive files" in whole.stdout
+    ), whole.stdout + whole.stderr
+
+
+def test_the_cutoff_is_a_month_start_outside_the_retention(
+    db_url: str, owner_url: str, tmp_path: Path
+) -> None:
+    assert default_cutoff(datetime(2026, 12, 5, 7, tzinfo=UTC), 30) == datetime(2026, 11, 1, tzinfo=UTC)
+    assert default_cutoff(datetime(2026, 3, 1, tzinfo=UTC), 30) == datetime(2026, 1, 1, tzinfo=UTC)
+    for value, message in (
+        (f"{M(-2):%Y-%m}-02", "not the first of a month"),
+        (f"{M(0):%Y-%m-%d}", "within REVIEW_QUEUE_RETAIN_RESOLVED_DAYS"),
+        ("2026-13-01", "not a date"),
+    ):
+        result = run(db_url, owner_url, "archive", "--to", str(tmp_path), "--before", value)
+        assert result.returncode == 2 and message in result.stderr, result.stderr
+        assert "Traceback" not in result.stderr
