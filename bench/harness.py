@@ -99,7 +99,11 @@ FROM generate_series(1, %(count)s) i
 def total_size(table: str) -> str:
     """SQL for a table's bytes on disk (heap, TOAST, indexes) with all its partitions: a partitioned
     table's own pg_total_relation_size is 0."""
-    return f"(SELECT sum(pg_total_relation_size(relid)) FROM pg_partition_tree('{table}'))::bigint"
+    # pg_partition_tree has no row for a table that is not partitioned.
+    return (
+        f"coalesce((SELECT sum(pg_total_relation_size(relid)) FROM pg_partition_tree('{table}')),"
+        f" pg_total_relation_size('{table}'))::bigint"
+    )
 
 
 def drop_databases(server: str, *names: str) -> None:

@@ -317,6 +317,7 @@ def capacity(server_url: str, items: int, wal_items: int) -> dict[str, Any]:
         "wal": capacity_bench.wal_per_item(server_url, wal_items),
         "year": capacity_bench.history_upkeep(server_url, items),
         "partitions": capacity_bench.partition_cost(server_url),
+        "archive": capacity_bench.archive_cost(server_url, items),
     }
     drop_databases(
         server_url,
@@ -324,6 +325,7 @@ def capacity(server_url: str, items: int, wal_items: int) -> dict[str, Any]:
         "rq_bench_capacity_year",
         "rq_bench_part_partitioned",
         "rq_bench_part_plain",
+        "rq_bench_capacity_archive",
     )
     return result
 
