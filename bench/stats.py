@@ -23,7 +23,7 @@ ENDPOINTS = ("/stats", "/metrics")
 
 
 # The items the year left open (a year's generator leaves the last week's items open, as a busy
-# queue has them: at 10M items about 120,000), beyond the open items both sides get.
+# queue has them: 101,570 at 10M items), beyond the open items both sides get.
 _YEARS_OPEN = "FROM review_queue_item WHERE state <> 'RESOLVED' AND idempotency_key NOT LIKE 'open-%'"
 _COLUMNS = "item_id, event, actor, at, lease_epoch, trace_id, details, leased_at"
 

@@ -1,4 +1,4 @@
-"""The contract's vocabulary in db/tables.py is the one the migrated database enforces: each tuple
+"""The contract's vocabulary in db/vocabulary.py is the one the migrated database enforces: each tuple
 equals the values its CHECK constraint allows, read back from pg_constraint (the migrations own
 the constraints; a value added to one side only fails here)."""
 
@@ -37,9 +37,9 @@ def test_the_vocabulary_equals_its_check_constraint(
 ) -> None:
     allowed = allowed_values(sql, table, constraint)
     assert len(set(vocabulary)) == len(vocabulary), (
-        f"{constraint}: a value twice in db/tables.py: {vocabulary}"
+        f"{constraint}: a value twice in db/vocabulary.py: {vocabulary}"
     )
     assert sorted(allowed) == sorted(vocabulary), (
         f"{constraint}: only in the database {sorted(set(allowed) - set(vocabulary))}, "
-        f"only in db/tables.py {sorted(set(vocabulary) - set(allowed))}"
+        f"only in db/vocabulary.py {sorted(set(vocabulary) - set(allowed))}"
     )
