@@ -16,6 +16,7 @@
 import asyncio
 import subprocess
 import tempfile
+import threading
 import time
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -209,6 +210,45 @@ def _sizes(conn: psycopg.Connection) -> dict[str, int]:
     return sizes
 
 
+class _Writer:
+    """A writer appending events without pause through the trail's parent, as leases and completions
+    do, while an archive runs: how long its inserts waited."""
+
+    def __init__(self, url: str) -> None:
+        self.url, self.waits, self.stop = url, list[float](), threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        with psycopg.connect(libpq(self.url), autocommit=True) as conn:
+            (item,) = conn.execute(
+                "SELECT id FROM review_queue_item WHERE state <> 'RESOLVED' LIMIT 1"
+            ).fetchone() or (None,)
+            while not self.stop.is_set():
+                started = time.perf_counter()
+                conn.execute(
+                    "INSERT INTO review_queue_event (item_id, event, actor, lease_epoch, trace_id)"
+                    " SELECT id, 'RENEWED', 'bench-writer', 1, trace_id FROM review_queue_item WHERE id = %s",
+                    (item,),
+                )
+                self.waits.append(time.perf_counter() - started)
+
+    def __enter__(self) -> "_Writer":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.stop.set()
+        self.thread.join()
+
+    def summary(self) -> dict[str, Any]:
+        waits = sorted(self.waits)
+        return {
+            "writes": len(waits),
+            "p50_ms": round(waits[len(waits) // 2] * 1000, 1) if waits else None,
+            "max_ms": round(waits[-1] * 1000, 1) if waits else None,
+        }
+
+
 def archive_cost(server_url: str, items: int, *, months_archived: int = 6) -> dict[str, Any]:
     """A year of `items` in month partitions, sealed for real, then `review-queue archive` of its
     first `months_archived` months (the year starts 12 months ago): times, files and bytes freed."""
@@ -229,13 +269,18 @@ def archive_cost(server_url: str, items: int, *, months_archived: int = 6) -> di
         conn.execute("VACUUM ANALYZE review_queue_chain")
         result["before"] = _sizes(conn)
     cutoff = _utc_month(-12 + months_archived)
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, _Writer(url) as writer:
         started = time.perf_counter()
         done = archive_to(libpq(url), cutoff, Path(tmp), archived_by="bench")
         result["archive_s"] = round(time.perf_counter() - started, 1)
-        assert done is not None, "nothing to archive"
-        _, removed, archived_items = done
-        result["archived"] = {"events": removed, "items": archived_items, "cutoff": f"{cutoff:%Y-%m-%d}"}
+        result["writer"] = writer.summary()
+        assert done.span is not None, "nothing to archive"
+        result["archived"] = {
+            "events": done.events,
+            "items": done.items_deleted,
+            "items_in_file": done.items_in_file,
+            "cutoff": f"{cutoff:%Y-%m-%d}",
+        }
         result["file_bytes"] = {p.name.split("-")[0]: p.stat().st_size for p in Path(tmp).iterdir()}
         with psycopg.connect(libpq(url), autocommit=True) as conn:
             result["after"] = _sizes(conn)
@@ -297,7 +342,9 @@ def archive_lines(a: dict[str, Any]) -> list[str]:
         f" ({a['seal']['events'] / max(a['seal']['s'], 0.1):,.0f} events/s)",
         f"     `archive --before {a['archived']['cutoff']}`: {a['archived']['events']:,} events and"
         f" {a['archived']['items']:,} items in {a['archive_s']} s; files "
-        + ", ".join(f"{k} {n / mib:,.0f} MiB" for k, n in sorted(a["file_bytes"].items())),
+        + ", ".join(f"{k} {n / mib:,.0f} MiB" for k, n in sorted(a["file_bytes"].items()))
+        + f"; a writer appending events meanwhile: {a['writer']['writes']:,} writes, p50"
+        f" {a['writer']['p50_ms']} ms, longest wait {a['writer']['max_ms']} ms",
         f"     database {before['database'] / mib:,.0f} -> {after['database'] / mib:,.0f} MiB at once"
         f" (events {before['review_queue_event'] / mib:,.0f} -> {after['review_queue_event'] / mib:,.0f});"
         f" after VACUUM the chain's and items' deleted rows are reused space: chain"

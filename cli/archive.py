@@ -3,12 +3,14 @@ none, to NDJSON files, then delete them from the database (db/archive.py)."""
 
 import getpass
 import os
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Annotated
 
 import psycopg
 import typer
+from psycopg.rows import TupleRow
 
 from api.settings import get_settings
 from cli.common import owner_url
@@ -70,31 +72,43 @@ def archive(
     except archives.ArchiveRefused as refused:
         typer.echo(f"review-queue archive: refused, nothing deleted: {refused}", err=True)
         raise typer.Exit(1) from None
-    if done is None:
+    if done.items_finished:
+        typer.echo(f"deleted {done.items_finished} items an interrupted archive had left")
+    if done.span is None:
         typer.echo(f"nothing before {cutoff:%Y-%m-%d} is live: nothing archived")
         return
-    span, removed, items = done
+    span, kept = done.span, done.items_in_file - done.items_deleted
     typer.echo(
-        f"archived seq {span.first_seq}..{span.through_seq} ({removed} events, {items} items) before"
-        f" {cutoff:%Y-%m-%d} to {to}; the live chain starts after seq {span.through_seq}"
+        f"archived seq {span.first_seq}..{span.through_seq}"
+        f" ({done.events} events, {done.items_deleted} items) before {cutoff:%Y-%m-%d} to {to};"
+        f" the live chain starts after seq {span.through_seq}"
+        + (f"; {kept} items of the file stay live (they changed after it was written)" if kept else "")
     )
 
 
-def archive_to(
-    url: str, cutoff: datetime, to: Path, *, archived_by: str
-) -> tuple[archives.Range, int, int] | None:
-    """The archive before `cutoff` into `to`, as the schema owner at `url`: the range, the events and
-    the items removed (None: nothing to archive). ArchiveRefused, with nothing deleted and no file
-    left, when it cannot be done now."""
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    span: archives.Range | None  # None: nothing before the cutoff was live
+    events: int  # removed from the database
+    items_in_file: int
+    items_deleted: int  # the file's items with no event left (the others stay live)
+    items_finished: int  # items of the archive before, left by an interrupted run and deleted now
+
+
+def archive_to(url: str, cutoff: datetime, to: Path, *, archived_by: str) -> Outcome:
+    """The archive before `cutoff` into `to`, as the schema owner at `url`. ArchiveRefused, with
+    nothing deleted and no file left, when it cannot be done now."""
     to.mkdir(parents=True, exist_ok=True)
     span: archives.Range | None = None
+    applied = False
     try:
         with psycopg.connect(url) as conn:
+            finished = _finish_previous(conn, to)
             with conn.transaction():
                 conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
                 span = archives.plan(conn, cutoff)
                 if span is None:
-                    return None
+                    return Outcome(None, 0, 0, 0, finished)
                 with (to / archives.events_file(span.name)).open("wb") as out:
                     events_sha256 = archives.write_events(conn, span, out)
                 with (to / archives.items_file(span.name)).open("wb") as out:
@@ -109,13 +123,28 @@ def archive_to(
                     items_sha256=items_sha256,
                     archived_by=archived_by,
                 )
+            applied = True
+            deleted = archives.delete_items(conn, to / archives.items_file(span.name))
     except BaseException:
         # Files of an archive that did not happen would read as one.
-        if span is not None:
+        if span is not None and not applied:
             for name in (archives.events_file(span.name), archives.items_file(span.name)):
                 (to / name).unlink(missing_ok=True)
         raise
-    return span, removed, items
+    return Outcome(span, removed, items, deleted, finished)
+
+
+def _finish_previous(conn: psycopg.Connection[TupleRow], to: Path) -> int:
+    """The items an interrupted run left (its deletion of items comes after its commit): those of
+    the last archive's items file, when it is in `to` and is the file archived."""
+    done = archives.archived(conn)
+    conn.rollback()
+    if not done:
+        return 0
+    path = to / archives.items_file(done[-1].name)
+    if not path.is_file() or archives.file_sha256(path) != done[-1].items_sha256:
+        return 0
+    return archives.delete_items(conn, path)
 
 
 def _check(to: Path, span: archives.Range) -> None:

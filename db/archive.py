@@ -14,6 +14,7 @@ files were built on, so a change in between refuses the archive instead of losin
 """
 
 import hashlib
+import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
@@ -115,6 +116,20 @@ _APPLY = (
     "SELECT review_queue_archive_apply(%(cutoff)s, %(through)s, %(hash)s, %(items)s,"
     " %(events_sha256)s, %(items_sha256)s, %(by)s)"
 )
+# An item of the file goes once it has no event left (the archive removed them all): one that was
+# reopened or gained an event since the file was written keeps its live row (the file holds its
+# earlier state). Its row in the SLA gauge's list of reopened items goes with it.
+_DELETE_ITEMS = """
+WITH gone AS (
+    DELETE FROM review_queue_item i WHERE i.id = ANY(%(ids)s::uuid[]) AND i.state = 'RESOLVED'
+      AND NOT EXISTS (SELECT FROM review_queue_event e WHERE e.item_id = i.id)
+    RETURNING i.id
+), unlisted AS (
+    DELETE FROM review_queue_reopened_item r USING gone WHERE r.item_id = gone.id
+)
+SELECT count(*) FROM gone
+"""
+ITEMS_BATCH = 5_000
 
 
 def archived(conn: psycopg.Connection[TupleRow]) -> list[Archived]:
@@ -216,8 +231,9 @@ def apply(
     items_sha256: str,
     archived_by: str,
 ) -> int:
-    """Delete what the files hold and move the chain's start (in the caller's transaction): the
-    events removed. ArchiveRefused when the database no longer matches the files."""
+    """Delete the range's events and chain rows and move the chain's start (in the caller's
+    transaction): the events removed. ArchiveRefused when the database no longer matches the files.
+    The items go afterwards (delete_items)."""
     params = {
         "cutoff": r.cutoff,
         "through": r.through_seq,
@@ -268,3 +284,27 @@ def verify_files(
             return total, Break(row.through_seq, "modified", f"{path} does not end where the archive did")
         previous, expected, total = row.through_hash, row.through_seq + 1, total + result.events
     return total, None
+
+
+def item_ids(path: Path) -> Iterator[list[str]]:
+    """The ids of an items file, in batches of ITEMS_BATCH."""
+    batch: list[str] = []
+    with path.open("rb") as handle:
+        for line in handle:
+            batch.append(str(json.loads(line)["id"]))
+            if len(batch) == ITEMS_BATCH:
+                yield batch
+                batch = []
+    if batch:
+        yield batch
+
+
+def delete_items(conn: psycopg.Connection[TupleRow], path: Path) -> int:
+    """Delete the items of an applied archive's items file that have no event left, a batch per
+    transaction (row locks held briefly); how many. Safe to run again: what is gone stays gone."""
+    deleted = 0
+    for ids in item_ids(path):
+        with conn.transaction():
+            row = conn.execute(_DELETE_ITEMS, {"ids": ids}).fetchone()
+            deleted += int(row[0]) if row else 0
+    return deleted

@@ -226,36 +226,87 @@ def test_an_unsealed_event_before_the_cutoff_refuses_the_archive(
     assert _state(sql) == before and list(tmp_path.iterdir()) == []
 
 
-def test_a_change_after_the_files_were_written_refuses_the_deletion(
+def _files(owner: psycopg.Connection, directory: Path) -> tuple[archives.Range, str, int, str]:
+    """What `archive` does before its deletion: the range and both files, in one snapshot."""
+    with owner.transaction():
+        span = archives.plan(owner, M(-2))
+        assert span is not None
+        with (directory / archives.events_file(span.name)).open("wb") as out:
+            sha = archives.write_events(owner, span, out)
+        with (directory / archives.items_file(span.name)).open("wb") as out:
+            items, items_sha = archives.write_items(owner, span, out)
+    return span, sha, items, items_sha
+
+
+def test_an_item_reopened_after_the_files_were_written_refuses_the_deletion(
     history: dict[str, str], db_url: str, owner_url: str, sql: psycopg.Connection, tmp_path: Path
 ) -> None:
-    """The files are built in one snapshot and the deletion checks it again: b reopened in between
-    (an event after the range would keep it, but it is open and has events in the range)."""
+    """The files are built in one snapshot and the deletion checks it again: a, in the file, is open
+    again before the deletion (it has events in the range)."""
     seal(db_url)
     before = _state(sql)
     with psycopg.connect(libpq(owner_url)) as owner:
-        with owner.transaction():
-            span = archives.plan(owner, M(-2))
-            assert span is not None
-            with (tmp_path / "events").open("wb") as out:
-                sha = archives.write_events(owner, span, out)
-            with (tmp_path / "items").open("wb") as out:
-                items, items_sha = archives.write_items(owner, span, out)
+        span, sha, items, items_sha = _files(owner, tmp_path)
         sql.execute(
-            "UPDATE review_queue_item SET state = 'PENDING', resolution = NULL WHERE id = %s", (history["a"],)
+            "UPDATE review_queue_item SET state = 'PENDING', resolution = NULL, resolved_by = NULL"
+            " WHERE id = %s",
+            (history["a"],),
         )
         with pytest.raises(archives.ArchiveRefused, match="nothing open is archived"), owner.transaction():
             archives.apply(
                 owner, span, items=items, events_sha256=sha, items_sha256=items_sha, archived_by="t"
             )
-        # And an item count that is not the file's (a resolved item that gained a later event).
-        sql.execute(
-            "UPDATE review_queue_item SET state = 'RESOLVED', resolution = 'APPROVED' WHERE id = %s",
-            (history["a"],),
-        )
-        with pytest.raises(archives.ArchiveRefused, match="the file holds 2 items"), owner.transaction():
-            archives.apply(owner, span, items=2, events_sha256=sha, items_sha256=items_sha, archived_by="t")
     assert _state(sql) == before
+
+
+def test_an_item_that_gained_an_event_after_the_files_were_written_stays_live(
+    history: dict[str, str],
+    db_url: str,
+    owner_url: str,
+    sql: psycopg.Connection,
+    event: Event,
+    tmp_path: Path,
+) -> None:
+    seal(db_url)
+    with psycopg.connect(libpq(owner_url)) as owner:
+        span, sha, items, items_sha = _files(owner, tmp_path)
+        assert items == 1  # a
+        event(history["a"], "RENEWED", datetime.now(UTC))
+        with owner.transaction():
+            assert archives.apply(
+                owner, span, items=items, events_sha256=sha, items_sha256=items_sha, archived_by="t"
+            ) == 6  # fmt: skip
+        assert archives.delete_items(owner, tmp_path / archives.items_file(span.name)) == 0
+    assert sql.execute(
+        "SELECT count(*) FROM review_queue_item WHERE id = %s", (history["a"],)
+    ).fetchone() == (1,)
+    assert [
+        r[0] for r in sql.execute("SELECT event FROM review_queue_event WHERE item_id = %s", (history["a"],))
+    ] == ["RENEWED"]
+
+
+def test_an_archive_interrupted_before_its_items_went_is_finished_by_the_next_run(
+    history: dict[str, str], db_url: str, owner_url: str, sql: psycopg.Connection, tmp_path: Path
+) -> None:
+    """The items leave after the commit that moved the chain's start: a run stopped in between left
+    a (resolved, no event left); the next run deletes it, from the file it wrote."""
+    seal(db_url)
+    with psycopg.connect(libpq(owner_url)) as owner:
+        span, sha, items, items_sha = _files(owner, tmp_path)
+        with owner.transaction():
+            archives.apply(
+                owner, span, items=items, events_sha256=sha, items_sha256=items_sha, archived_by="t"
+            )
+    assert sql.execute(
+        "SELECT count(*) FROM review_queue_item WHERE id = %s", (history["a"],)
+    ).fetchone() == (1,)
+    again = run(db_url, owner_url, "archive", "--to", str(tmp_path), "--before", f"{M(-2):%Y-%m-%d}")
+    assert again.returncode == 0, again.stderr
+    assert "deleted 1 items an interrupted archive had left" in again.stdout, again.stdout
+    assert "nothing before" in again.stdout, again.stdout
+    assert sql.execute(
+        "SELECT count(*) FROM review_queue_item WHERE id = %s", (history["a"],)
+    ).fetchone() == (0,)
 
 
 def test_two_archives_and_an_archive_that_empties_the_chain(
@@ -281,7 +332,8 @@ def test_two_archives_and_an_archive_that_empties_the_chain(
     # continues from the files (the CLI would refuse M(-1) on some days of the month: retention).
     sql.execute("UPDATE review_queue_item SET state = 'RESOLVED', resolution = 'APPROVED', resolved_by = 'x'")
     done = archive_to(libpq(owner_url), M(-1), tmp_path, archived_by="test")
-    assert done is not None and (done[0].first_seq, done[0].through_seq, done[1], done[2]) == (7, 8, 2, 2)
+    assert done.span is not None and (done.span.first_seq, done.span.through_seq) == (7, 8)
+    assert (done.events, done.items_in_file, done.items_deleted) == (2, 2, 2)
     assert sql.execute("SELECT count(*) FROM review_queue_chain").fetchone() == (0,)
     assert sql.execute("SELECT count(*) FROM review_queue_item").fetchone() == (0,)
     (d,) = sql.execute(

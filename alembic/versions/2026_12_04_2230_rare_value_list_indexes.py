@@ -1,9 +1,10 @@
 """GET /items filtered by a rare match decision or amount, at a page's cost (issue 29).
 
 Measured at 1M items (a year, 99 % resolved; a value on 1 row in 10,000): `?match_decision=MATCHED`
-read the table (a parallel sequential scan, 103-330 ms) and `?min_amount=200000` and
-`?max_amount=0.5` walked the list order through the history (162-425 ms) before their first page. With an index led by each, a rare
-value is read by its index (and only its rows sorted); a common one still walks the list order.
+read the table (a parallel sequential scan, 103-330 ms), and `?min_amount=200000` and
+`?max_amount=0.5` walked the list order through the history (162-425 ms), before their first page.
+With an index led by each, a rare value is read by its index (and only its rows sorted); a common
+one still walks the list order.
 
 Partial, on the RESOLVED rows: a row enters them once, at its resolution, so a lease, a renewal or
 a release writes to neither (a full index is written by every one). The list reads the open items

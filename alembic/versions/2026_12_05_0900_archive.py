@@ -4,15 +4,17 @@
 up to the last one before the cutoff, and the resolved items that have no later event, to NDJSON
 files, verifies them, and then calls `review_queue_archive_apply`, which in one transaction:
 - re-checks what the files were built on: the chain's hash at their last seq, every event before the
-  cutoff inside the range, no item that is not RESOLVED with an event in it, and as many items as
-  the file holds;
-- drops the month partitions wholly before the cutoff, and deletes the range's events that sit in
-  later partitions (a transaction that began before midnight at the month's end and was chained
-  among the new month's) or in the legacy partition when the cutoff falls inside it;
-- deletes the range's chain rows and the items, and records the range in `review_queue_archive`:
-  its last seq, hash and event's (xid, id) are where the live chain now starts (`audit verify`,
-  the sealer).
-Anything that does not hold raises, and nothing is deleted.
+  cutoff inside the range, and no item that is not RESOLVED with an event in it;
+- deletes the range's events that sit in later partitions (a transaction that began before midnight
+  at the month's end and was chained among the new month's) or in the legacy partition when the
+  cutoff falls inside it, and the range's chain rows;
+- records the range in `review_queue_archive`: its last seq, hash and event's (xid, id) are where
+  the live chain now starts (`audit verify`, the sealer);
+- drops the month partitions wholly before the cutoff, last: a drop locks the whole trail until
+  the commit.
+Anything that does not hold raises, and nothing is deleted. The items go afterwards, in batches of
+their own (db/archive.py delete_items): deleting an item checks its foreign key against every
+partition of the trail, which would otherwise happen under that lock.
 
 The append-only triggers of the events and the chain let a DELETE through only where the
 transaction set `review_queue.archiving` (the function does, for its own transaction). The
@@ -99,7 +101,7 @@ CREATE TABLE review_queue_archive (
 _APPLY = r"""
 CREATE FUNCTION review_queue_archive_apply(
     cutoff timestamptz, through_seq bigint, through_hash bytea,
-    expect_items bigint, events_sha256 text, items_sha256 text, archived_by text
+    file_items bigint, events_sha256 text, items_sha256 text, archived_by text
 ) RETURNS bigint
 LANGUAGE plpgsql
 SET search_path = pg_catalog, public, pg_temp
@@ -110,10 +112,11 @@ DECLARE
     start_seq bigint := 0;
     mark record;
     part record;
+    dropped regclass[] := '{}';
+    drop_edge timestamptz;
     blocked uuid;
     removed bigint := 0;
     n bigint;
-    items_removed bigint;
 BEGIN
     -- The sealer's lock: no seal runs while the chain's start moves.
     PERFORM pg_advisory_xact_lock(hashtext('review_queue.chain'));
@@ -121,8 +124,7 @@ BEGIN
     start_seq := coalesce(start_seq, 0);
     IF through_seq <= start_seq THEN
         RAISE EXCEPTION 'seq % is already archived (the live chain starts after seq %)',
-            through_seq, start_seq
-            USING ERRCODE = 'RQ010';
+            through_seq, start_seq USING ERRCODE = 'RQ010';
     END IF;
     SELECT c.hash, e.xid, e.id INTO mark
     FROM review_queue_chain c JOIN review_queue_event e ON e.id = c.event_id WHERE c.seq = through_seq;
@@ -142,23 +144,27 @@ BEGIN
             USING ERRCODE = 'RQ010';
     END IF;
 
-    CREATE TEMPORARY TABLE review_queue_archived_item ON COMMIT DROP AS
-    SELECT DISTINCT e.item_id AS id FROM review_queue_event e WHERE (e.xid, e.id) <= (mark.xid, mark.id);
-
-    PERFORM set_config('review_queue.archiving', 'on', true);
-    -- Whole months first: a partition whose upper bound is at or before the cutoff holds only the
-    -- range's events (checked above), and dropping it reads nothing.
+    -- The months that end at or before the cutoff hold only the range's events (checked above): they
+    -- are dropped whole, last, because dropping a partition locks the whole trail (ACCESS EXCLUSIVE
+    -- on the parent) until the commit, and every lease and completion writes an event.
     FOR part IN
-        SELECT c.oid::regclass AS name FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+        SELECT c.oid::regclass AS name,
+               CAST((regexp_match(pg_get_expr(c.relpartbound, c.oid), 'TO \(''([^'']+)''\)'))[1]
+                    AS timestamptz) AS upper_bound
+        FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
         WHERE i.inhparent = 'public.review_queue_event'::regclass
-          AND CAST((regexp_match(pg_get_expr(c.relpartbound, c.oid), 'TO \(''([^'']+)''\)'))[1]
-                   AS timestamptz) <= cutoff
     LOOP
+        CONTINUE WHEN part.upper_bound > cutoff;
         EXECUTE format('SELECT count(*) FROM %s', part.name) INTO n;
         removed := removed + n;
-        EXECUTE format('DROP TABLE %s', part.name);
+        dropped := dropped || part.name;
+        drop_edge := greatest(drop_edge, part.upper_bound);
     END LOOP;
-    DELETE FROM review_queue_event e WHERE (e.xid, e.id) <= (mark.xid, mark.id);
+    -- The rest of the range, row by row: its few events in later months, or the legacy partition's
+    -- while the cutoff falls inside it (the months about to be dropped are left out by their bound).
+    PERFORM set_config('review_queue.archiving', 'on', true);
+    DELETE FROM review_queue_event e
+    WHERE (e.xid, e.id) <= (mark.xid, mark.id) AND (drop_edge IS NULL OR e.at >= drop_edge);
     GET DIAGNOSTICS n = ROW_COUNT;
     removed := removed + n;
     IF removed <> through_seq - start_seq THEN
@@ -166,22 +172,14 @@ BEGIN
             USING ERRCODE = 'RQ010';
     END IF;
     DELETE FROM review_queue_chain c WHERE c.seq <= through_seq;
-    DELETE FROM review_queue_item i USING pg_temp.review_queue_archived_item a
-    WHERE i.id = a.id AND i.state = 'RESOLVED'
-      AND NOT EXISTS (SELECT FROM review_queue_event e WHERE e.item_id = i.id);
-    GET DIAGNOSTICS items_removed = ROW_COUNT;
-    IF items_removed <> expect_items THEN
-        RAISE EXCEPTION 'the file holds % items, but % have no event left: an item changed since; run again',
-            expect_items, items_removed USING ERRCODE = 'RQ010';
-    END IF;
-    -- The SLA gauge's list of reopened items (2026_12_04_1630) keeps no row for an item that is gone.
-    DELETE FROM review_queue_reopened_item r USING pg_temp.review_queue_archived_item a
-    WHERE r.item_id = a.id AND NOT EXISTS (SELECT FROM review_queue_item i WHERE i.id = a.id);
     PERFORM set_config('review_queue.archiving', 'off', true);
     INSERT INTO review_queue_archive (cutoff, first_seq, through_seq, through_hash, through_xid,
         through_event_id, events, items, events_sha256, items_sha256, archived_by)
-    VALUES (cutoff, start_seq + 1, through_seq, through_hash, mark.xid, mark.id, removed, items_removed,
+    VALUES (cutoff, start_seq + 1, through_seq, through_hash, mark.xid, mark.id, removed, file_items,
         events_sha256, items_sha256, archived_by);
+    FOR k IN 1 .. coalesce(array_length(dropped, 1), 0) LOOP
+        EXECUTE format('DROP TABLE %s', dropped[k]);
+    END LOOP;
     RETURN removed;
 END
 $$

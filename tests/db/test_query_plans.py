@@ -394,11 +394,13 @@ def test_a_rare_match_or_amount_reads_the_history_by_its_index(
     whole list order (which would walk the history to fill a page)."""
     busy_table.execute(
         "UPDATE review_queue_item SET match_decision = 'MATCHED',"
-        " variance_amount = CASE WHEN abs(hashtext(idempotency_key || 'amount')) % 10 = 3 THEN -987654.32 ELSE 0.01 END"
+        " variance_amount = CASE WHEN abs(hashtext(idempotency_key || 'amount')) % 10 = 3"
+        " THEN -987654.32 ELSE 0.01 END"
         " WHERE state = 'RESOLVED' AND hashtext(idempotency_key) % 500 = 0"
     )
     rare = busy_table.execute(
-        "SELECT count(*) FILTER (WHERE variance_amount < -900000), count(*) FILTER (WHERE variance_amount = 0.01)"
+        "SELECT count(*) FILTER (WHERE variance_amount < -900000),"
+        " count(*) FILTER (WHERE variance_amount = 0.01)"
         " FROM review_queue_item WHERE match_decision = 'MATCHED'"
     ).fetchone()
     assert rare is not None and rare[0] > 0 and rare[1] > 0, f"both amounts are there to find: {rare}"
