@@ -4,12 +4,14 @@ the online first step found when run by hand; writers waiting out the switch, no
 back down to one table."""
 
 import threading
+from datetime import timedelta
 
 import psycopg
+import pytest
 
 from alembic import command
 from db import audit
-from db.migrations import alembic_config
+from db.migrations import MigrationRefused, alembic_config
 from tests.support import utc_month
 from tests.support.audit import add_events, seal
 from tests.support.postgres import libpq
@@ -118,6 +120,28 @@ def test_the_first_step_run_by_hand_beforehand_is_found_and_its_bound_kept(
         f"review_queue_event_{utc_month(3):%Y_%m}",
         "review_queue_event_legacy",
     ]
+
+
+@pytest.mark.parametrize(
+    ("check", "refusal"),
+    [
+        (f"CHECK (at < '{utc_month(1) + timedelta(days=14)}')", "not the first of a month in UTC"),
+        (f"CHECK (at < '{utc_month(1).replace(tzinfo=None)}+02')", "not the first of a month in UTC"),
+        (f"CHECK (at < '{utc_month(1)}') NOT VALID", "NOT VALID"),
+    ],
+)
+def test_a_first_step_by_hand_with_a_bound_the_months_cannot_follow_stops_the_migration(
+    owner_url: str, sql: psycopg.Connection, check: str, refusal: str
+) -> None:
+    """A mid-month or non-UTC bound would leave the rest of its month with no partition (every event
+    then fails); an unvalidated one would be read under the lock. Nothing changes."""
+    config = alembic_config(owner_url)
+    command.downgrade(config, BEFORE)
+    _history(sql)
+    sql.execute(f"ALTER TABLE review_queue_event ADD CONSTRAINT ck_review_queue_event_legacy_at {check}")
+    with pytest.raises(MigrationRefused, match=refusal):
+        command.upgrade(config, "head")
+    assert _kind(sql) == "r"
 
 
 def test_writers_wait_out_the_switch_and_none_fails(

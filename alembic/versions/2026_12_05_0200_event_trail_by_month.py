@@ -33,11 +33,12 @@ Create Date: 2026-12-05 02:00:00+00:00
 """
 
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 
 import sqlalchemy as sa
 
 from alembic import context, op
+from db.migrations import MigrationRefused
 from db.roles import APP_ROLE
 
 revision: str = "5c1e9f3a7d20"
@@ -190,17 +191,33 @@ def _recreate(indexes: list[str], triggers: list[str]) -> None:
 
 
 def _legacy_bound() -> datetime:
-    """The legacy partition's upper bound: a hand-made, validated CHECK's (step 1 run online
-    beforehand), else the first of next month in UTC."""
+    """The legacy partition's upper bound: a hand-made CHECK's (step 1 run online beforehand), else
+    the first of next month in UTC. A hand-made one must be validated (else attaching would read the
+    whole table under the lock) and the first of a month in UTC (else the rest of its month would
+    have no partition: review_queue_event_add_months starts at months' firsts)."""
     bind = op.get_bind()
-    made = bind.scalar(
+    made = bind.execute(
         sa.text("""
-        SELECT CAST((regexp_match(pg_get_constraintdef(oid), '''([^'']+)'''))[1] AS timestamptz)
-        FROM pg_constraint WHERE conname = 'ck_review_queue_event_legacy_at' AND convalidated
+        SELECT CAST((regexp_match(pg_get_constraintdef(oid), '''([^'']+)'''))[1] AS timestamptz),
+               convalidated
+        FROM pg_constraint WHERE conname = 'ck_review_queue_event_legacy_at'
         """)
-    )
+    ).one_or_none()
     if made is not None:
-        return made  # type: ignore[no-any-return]
+        bound, validated = made
+        if not validated:
+            raise MigrationRefused(
+                "ck_review_queue_event_legacy_at is NOT VALID: run ALTER TABLE review_queue_event"
+                " VALIDATE CONSTRAINT ck_review_queue_event_legacy_at first (online)"
+            )
+        start = bound.astimezone(UTC).replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+        if bound != start:
+            raise MigrationRefused(
+                f"ck_review_queue_event_legacy_at's bound {bound} is not the first of a month in UTC"
+                " (YYYY-MM-01 00:00:00+00), where the monthly partitions start: drop the constraint"
+                " and run step 1 again with such a bound"
+            )
+        return bound  # type: ignore[no-any-return]
     return bind.scalar(  # type: ignore[no-any-return]
         sa.text(
             "SELECT (date_trunc('month', now() AT TIME ZONE 'UTC') + interval '1 month') AT TIME ZONE 'UTC'"
