@@ -33,6 +33,11 @@ def run(db_url: str, owner_url: str, *args: str) -> subprocess.CompletedProcess[
     return subprocess.run(["review-queue", *args], env=env, capture_output=True, text=True, timeout=120)
 
 
+def archive(db_url: str, owner_url: str, directory: Path, month: int) -> subprocess.CompletedProcess[str]:
+    """`review-queue archive` before the first of month M(month)."""
+    return run(db_url, owner_url, "archive", "--to", str(directory), "--before", f"{M(month):%Y-%m-%d}")
+
+
 def _partitions(sql: psycopg.Connection) -> list[str]:
     rows = sql.execute(
         "SELECT inhrelid::regclass::text FROM pg_inherits WHERE inhparent = 'review_queue_event'::regclass"
@@ -134,7 +139,7 @@ def test_an_archive_moves_the_range_to_files_and_the_chain_goes_on(
     tmp_path: Path,
 ) -> None:
     assert seal(db_url) == 8
-    result = run(db_url, owner_url, "archive", "--to", str(tmp_path), "--before", f"{M(-2):%Y-%m-%d}")
+    result = archive(db_url, owner_url, tmp_path, -2)
     assert result.returncode == 0, result.stderr
     assert "archived seq 1..6 (6 events, 1 items)" in result.stdout, result.stdout
     name = f"{1:012d}-{6:012d}"
@@ -169,9 +174,7 @@ def test_an_archive_moves_the_range_to_files_and_the_chain_goes_on(
     assert run(db_url, owner_url, "audit", "export", "--file", str(export)).returncode == 0
     assert export.read_text().splitlines()[0].endswith('"seq":7}')
     # Archiving the same cutoff again finds nothing live before it.
-    again = run(
-        db_url, owner_url, "archive", "--to", str(tmp_path / "again"), "--before", f"{M(-2):%Y-%m-%d}"
-    )
+    again = archive(db_url, owner_url, tmp_path / "again", -2)
     assert again.returncode == 0 and "nothing before" in again.stdout, again.stdout + again.stderr
 
 
@@ -179,10 +182,7 @@ def test_the_archive_files_are_checked_against_what_was_archived(
     history: dict[str, str], db_url: str, owner_url: str, tmp_path: Path
 ) -> None:
     seal(db_url)
-    assert (
-        run(db_url, owner_url, "archive", "--to", str(tmp_path), "--before", f"{M(-2):%Y-%m-%d}").returncode
-        == 0
-    )
+    assert archive(db_url, owner_url, tmp_path, -2).returncode == 0
     events, items = sorted(tmp_path.iterdir())
     original = events.read_bytes()
     events.write_bytes(original.replace(b'"actor":"alice"', b'"actor":"alicf"', 1))
@@ -211,7 +211,7 @@ def test_an_open_item_with_an_event_in_the_range_refuses_the_archive(
     event(history["c"], "RENEWED", M(-3) + timedelta(days=2))  # c is PENDING
     seal(db_url)
     before = _state(sql)
-    result = run(db_url, owner_url, "archive", "--to", str(tmp_path), "--before", f"{M(-2):%Y-%m-%d}")
+    result = archive(db_url, owner_url, tmp_path, -2)
     assert result.returncode == 1, result.stdout + result.stderr
     assert "nothing open is archived" in result.stderr and history["c"] in result.stderr, result.stderr
     assert _state(sql) == before and list(tmp_path.iterdir()) == []
@@ -221,12 +221,27 @@ def test_an_unsealed_event_before_the_cutoff_refuses_the_archive(
     history: dict[str, str], db_url: str, owner_url: str, sql: psycopg.Connection, tmp_path: Path
 ) -> None:
     before = _state(sql)
-    result = run(db_url, owner_url, "archive", "--to", str(tmp_path), "--before", f"{M(-2):%Y-%m-%d}")
+    result = archive(db_url, owner_url, tmp_path, -2)
     assert result.returncode == 1 and "not sealed yet" in result.stderr, result.stdout + result.stderr
     assert _state(sql) == before and list(tmp_path.iterdir()) == []
 
 
-def _files(owner: psycopg.Connection, directory: Path) -> tuple[archives.Range, str, int, str]:
+Files = tuple[archives.Range, str, int, str]
+
+
+def _apply(owner: psycopg.Connection, files: Files) -> int:
+    span, sha, items, items_sha = files
+    with owner.transaction():
+        return archives.apply(
+            owner, span, items=items, events_sha256=sha, items_sha256=items_sha, archived_by="t"
+        )
+
+
+def _live(sql: psycopg.Connection, item_id: str) -> bool:
+    return sql.execute("SELECT count(*) FROM review_queue_item WHERE id = %s", (item_id,)).fetchone() == (1,)
+
+
+def _files(owner: psycopg.Connection, directory: Path) -> Files:
     """What `archive` does before its deletion: the range and both files, in one snapshot."""
     with owner.transaction():
         span = archives.plan(owner, M(-2))
@@ -246,16 +261,14 @@ def test_an_item_reopened_after_the_files_were_written_refuses_the_deletion(
     seal(db_url)
     before = _state(sql)
     with psycopg.connect(libpq(owner_url)) as owner:
-        span, sha, items, items_sha = _files(owner, tmp_path)
+        files = _files(owner, tmp_path)
         sql.execute(
             "UPDATE review_queue_item SET state = 'PENDING', resolution = NULL, resolved_by = NULL"
             " WHERE id = %s",
             (history["a"],),
         )
-        with pytest.raises(archives.ArchiveRefused, match="nothing open is archived"), owner.transaction():
-            archives.apply(
-                owner, span, items=items, events_sha256=sha, items_sha256=items_sha, archived_by="t"
-            )
+        with pytest.raises(archives.ArchiveRefused, match="nothing open is archived"):
+            _apply(owner, files)
     assert _state(sql) == before
 
 
@@ -269,17 +282,12 @@ def test_an_item_that_gained_an_event_after_the_files_were_written_stays_live(
 ) -> None:
     seal(db_url)
     with psycopg.connect(libpq(owner_url)) as owner:
-        span, sha, items, items_sha = _files(owner, tmp_path)
-        assert items == 1  # a
+        files = _files(owner, tmp_path)
+        assert files[2] == 1  # a
         event(history["a"], "RENEWED", datetime.now(UTC))
-        with owner.transaction():
-            assert archives.apply(
-                owner, span, items=items, events_sha256=sha, items_sha256=items_sha, archived_by="t"
-            ) == 6  # fmt: skip
-        assert archives.delete_items(owner, tmp_path / archives.items_file(span.name)) == 0
-    assert sql.execute(
-        "SELECT count(*) FROM review_queue_item WHERE id = %s", (history["a"],)
-    ).fetchone() == (1,)
+        assert _apply(owner, files) == 6
+        assert archives.delete_items(owner, tmp_path / archives.items_file(files[0].name)) == 0
+    assert _live(sql, history["a"])
     assert [
         r[0] for r in sql.execute("SELECT event FROM review_queue_event WHERE item_id = %s", (history["a"],))
     ] == ["RENEWED"]
@@ -292,21 +300,13 @@ def test_an_archive_interrupted_before_its_items_went_is_finished_by_the_next_ru
     a (resolved, no event left); the next run deletes it, from the file it wrote."""
     seal(db_url)
     with psycopg.connect(libpq(owner_url)) as owner:
-        span, sha, items, items_sha = _files(owner, tmp_path)
-        with owner.transaction():
-            archives.apply(
-                owner, span, items=items, events_sha256=sha, items_sha256=items_sha, archived_by="t"
-            )
-    assert sql.execute(
-        "SELECT count(*) FROM review_queue_item WHERE id = %s", (history["a"],)
-    ).fetchone() == (1,)
-    again = run(db_url, owner_url, "archive", "--to", str(tmp_path), "--before", f"{M(-2):%Y-%m-%d}")
+        _apply(owner, _files(owner, tmp_path))
+    assert _live(sql, history["a"])
+    again = archive(db_url, owner_url, tmp_path, -2)
     assert again.returncode == 0, again.stderr
     assert "deleted 1 items an interrupted archive had left" in again.stdout, again.stdout
     assert "nothing before" in again.stdout, again.stdout
-    assert sql.execute(
-        "SELECT count(*) FROM review_queue_item WHERE id = %s", (history["a"],)
-    ).fetchone() == (0,)
+    assert not _live(sql, history["a"])
 
 
 def test_two_archives_and_an_archive_that_empties_the_chain(
@@ -318,11 +318,11 @@ def test_two_archives_and_an_archive_that_empties_the_chain(
     tmp_path: Path,
 ) -> None:
     seal(db_url)
-    first = run(db_url, owner_url, "archive", "--to", str(tmp_path), "--before", f"{M(-3):%Y-%m-%d}")
+    first = archive(db_url, owner_url, tmp_path, -3)
     assert first.returncode == 0 and "archived seq 1..3 (3 events, 0 items)" in first.stdout, (
         first.stdout + first.stderr
     )
-    second = run(db_url, owner_url, "archive", "--to", str(tmp_path), "--before", f"{M(-2):%Y-%m-%d}")
+    second = archive(db_url, owner_url, tmp_path, -2)
     assert second.returncode == 0 and "archived seq 4..6 (3 events, 1 items)" in second.stdout, second.stderr
     whole = run(db_url, owner_url, "audit", "verify", "--archive", str(tmp_path))
     assert (
