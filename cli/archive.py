@@ -61,14 +61,16 @@ def archive(
     open is archived. `review-queue audit verify --archive DIR` checks the files and the live chain
     as one. Runs as the schema owner (REVIEW_QUEUE_MIGRATION_DATABASE_URL)."""
     settings = get_settings()
-    now = datetime.now(UTC)
+    url = libpq_url(owner_url(settings))
+    with psycopg.connect(url) as conn:
+        now = archives.database_now(conn)
     cutoff = (
         parse_cutoff(before, now=now, retain_days=settings.retain_resolved_days)
         if before is not None
         else default_cutoff(now, settings.retain_resolved_days)
     )
     try:
-        done = archive_to(libpq_url(owner_url(settings)), cutoff, to, archived_by=getpass.getuser())
+        done = archive_to(url, cutoff, to, archived_by=getpass.getuser())
     except archives.ArchiveRefused as refused:
         typer.echo(f"review-queue archive: refused, nothing deleted: {refused}", err=True)
         raise typer.Exit(1) from None

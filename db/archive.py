@@ -132,6 +132,13 @@ SELECT count(*) FROM gone
 ITEMS_BATCH = 5_000
 
 
+def database_now(conn: psycopg.Connection[TupleRow]) -> datetime:
+    """The database's clock: the cutoff's retention is counted on it, as every decision of the service."""
+    row = conn.execute("SELECT now()").fetchone()
+    assert row is not None
+    return row[0]  # type: ignore[no-any-return]
+
+
 def archived(conn: psycopg.Connection[TupleRow]) -> list[Archived]:
     return [
         Archived(

@@ -176,8 +176,10 @@ async def get_events(
 ) -> EventsOut:
     """The item's audit trail, oldest first, paginated by keyset like `GET /items`."""
     after = decode_event_cursor(query.cursor) if query.cursor else None
-    await _existing(unit, item_id)
-    rows = await queue.item_events(unit, item_id=item_id, after=after, limit=query.limit + 1)
+    item = await _existing(unit, item_id)
+    rows = await queue.item_events(
+        unit, item_id=item_id, since=item.created_at, after=after, limit=query.limit + 1
+    )
     page = rows[: query.limit]
     return EventsOut(
         events=[EventOut.model_validate(e) for e in page],

@@ -148,18 +148,28 @@ class Event:
 # An event as the API shows it: not the sealer's xid, nor the reports' copy of a lease start.
 _EVENT_COLUMNS = [c for c in event.c if c.name not in ("xid", "leased_at")]
 
-# Keyset by the event id (an identity: it only grows), on ix_review_queue_event_item_id_id.
+# Keyset by the event id (an identity: it only grows), on ix_review_queue_event_item_id_id. No event
+# of an item precedes its enqueue (both are written by one statement at now()), so `at >= since`, the
+# item's created_at, lets PostgreSQL skip the trail's months before it: it plans and probes only
+# the partitions from the item's month on, not every month kept (docs/capacity.md).
 _EVENTS = (
     select(*_EVENT_COLUMNS)
-    .where(event.c.item_id == bindparam("item_id"), event.c.id > bindparam("after"))
+    .where(
+        event.c.item_id == bindparam("item_id"),
+        event.c.at >= bindparam("since", type_=DateTime(timezone=True)),
+        event.c.id > bindparam("after"),
+    )
     .order_by(event.c.id)
     .limit(bindparam("limit"))
 )
 
 
-async def item_events(unit: Unit, *, item_id: UUID, after: int | None, limit: int) -> list[Event]:
-    """The item's events oldest first, strictly after the event id `after`."""
-    params = {"item_id": item_id, "after": after or 0, "limit": limit}
+async def item_events(
+    unit: Unit, *, item_id: UUID, since: datetime, after: int | None, limit: int
+) -> list[Event]:
+    """The item's events oldest first, strictly after the event id `after`; `since` is the item's
+    created_at."""
+    params = {"item_id": item_id, "since": since, "after": after or 0, "limit": limit}
     return [Event(*r.values()) for r in await unit.execute(_EVENTS, params)]
 
 

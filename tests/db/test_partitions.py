@@ -4,13 +4,16 @@ reclaimer as the service's role, and each new month as closed to that role as th
 import asyncio
 import logging
 from datetime import UTC, datetime
+from typing import Any
 
 import psycopg
 import pytest
+from sqlalchemy.dialects import postgresql
 
 from cli import reclaimer
 from db import partitions
 from db.engine import create_engine
+from db.queue.reads import _EVENTS
 from tests.support import seed_items, utc_month
 from tests.support.postgres import libpq, make_settings
 
@@ -181,3 +184,30 @@ def test_the_reclaimers_round_keeps_the_months(db_url: str, sql: psycopg.Connect
 
     asyncio.run(first_round())
     assert _name(utc_month(5)) in _partitions(sql)
+
+
+def _relations(sql: psycopg.Connection, statement: Any, params: dict[str, Any]) -> set[str]:
+    compiled = statement.compile(dialect=postgresql.psycopg.dialect())
+    row = sql.execute(f"EXPLAIN (FORMAT JSON) {compiled}", compiled.construct_params(params)).fetchone()
+    found: set[str] = set()
+
+    def walk(node: dict[str, Any]) -> None:
+        if "Relation Name" in node:
+            found.add(node["Relation Name"])
+        for child in node.get("Plans", []):
+            walk(child)
+
+    walk(row[0][0]["Plan"])  # type: ignore[index]
+    return found
+
+
+def test_an_items_events_are_read_from_the_month_of_its_enqueue_on(sql: psycopg.Connection) -> None:
+    """GET /items/{id}/events names the item's created_at as a lower bound of `at` (no event of an
+    item precedes its enqueue): the months before it are neither planned nor probed."""
+    seed_items(sql, 1)
+    (item_id,) = sql.execute("SELECT id FROM review_queue_item").fetchone()  # type: ignore[misc]
+    params = {"item_id": item_id, "after": 0, "limit": 51}
+    later = _relations(sql, _EVENTS, {**params, "since": utc_month(2)})
+    assert later == {_name(utc_month(2)), _name(utc_month(3))}, later
+    now = _relations(sql, _EVENTS, {**params, "since": datetime.now(UTC)})
+    assert now == {"review_queue_event_legacy", *(_name(utc_month(k)) for k in (1, 2, 3))}, now
