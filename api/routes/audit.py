@@ -45,7 +45,8 @@ async def export(
 ) -> StreamingResponse:
     """Stream the chain from seq `from` to `to` (roles auditor, admin); verify it offline with
     `review-queue audit verify --file`. Each line carries the hash it links to, so a range
-    verifies on its own."""
+    verifies on its own. Seqs moved to files by `review-queue archive` are not in the database: an
+    export asked to start among them starts after the last archived seq (each line names its seq)."""
     # Like every query route: a typo is an answer, not a silently ignored filter.
     unknown = sorted(set(request.query_params) - {"from", "to"})
     if unknown:
