@@ -10,12 +10,13 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from fastapi.testclient import TestClient
 
 from cli.archive import archive_to, default_cutoff
 from db import archive as archives
 from tests.support import utc_month
 from tests.support.audit import seal
-from tests.support.postgres import libpq
+from tests.support.postgres import create_token, libpq
 
 # The test's months, relative to today's: M(-4) and M(-3) are archived, M(-2) is the cutoff (always
 # older than the 30 days of retention the tests allow), M(-2) and M(-1) stay live.
@@ -131,6 +132,7 @@ def _state(sql: psycopg.Connection) -> tuple[object, ...]:
 
 
 def test_an_archive_moves_the_range_to_files_and_the_chain_goes_on(
+    client: TestClient,
     history: dict[str, str],
     db_url: str,
     owner_url: str,
@@ -169,10 +171,13 @@ def test_an_archive_moves_the_range_to_files_and_the_chain_goes_on(
     assert sql.execute("SELECT max(seq) FROM review_queue_chain").fetchone() == (9,)
     whole = run(db_url, owner_url, "audit", "verify", "--archive", str(tmp_path))
     assert whole.returncode == 0 and "verified 9 events" in whole.stdout, whole.stdout + whole.stderr
-    # An export asked from seq 1 starts where the live chain does.
+    # An export asked from seq 1 starts where the live chain does, from the command and the API.
     export = tmp_path / "live.ndjson"
     assert run(db_url, owner_url, "audit", "export", "--file", str(export)).returncode == 0
     assert export.read_text().splitlines()[0].endswith('"seq":7}')
+    auditor = {"Authorization": f"Bearer {create_token(db_url, 'audrey', 'auditor')}"}
+    answer = client.get("/audit/export", params={"from": 1}, headers=auditor)
+    assert answer.status_code == 200 and answer.content == export.read_bytes(), answer.text[:300]
     # Archiving the same cutoff again finds nothing live before it.
     again = archive(db_url, owner_url, tmp_path / "again", -2)
     assert again.returncode == 0 and "nothing before" in again.stdout, again.stdout + again.stderr
