@@ -1,16 +1,16 @@
 """Archive: the chain's oldest range, its events and the items it leaves with none, to NDJSON files.
 
 The range is the chain from where the live chain starts up to the last sealed event before the
-cutoff. Chain order is (xid, id), not time: a transaction that began before the cutoff can be
-chained among later events, so the range may also hold a few events from just after the cutoff (a
-transaction that began before the boundary and was chained among later ones). Every event before
-the cutoff is in it. The events file is the chain's own export lines
-(db/chain.export_line), so `audit verify --file` checks it alone; the items file holds each
-archived item as PostgreSQL's `to_jsonb` of its row (NUMERIC amounts stay exact numbers).
+cutoff, in chain order. Chain order is (xid, id), not time: a transaction that began just before
+the cutoff may take its xid after one that began just after it, so the range may also hold a few
+events from just after the cutoff. Every event before the cutoff is in it. The events file is the
+chain's own export lines (db/chain.export_line), so `audit verify --file` checks it alone; the items
+file holds each archived item as PostgreSQL's `to_jsonb` of its row (NUMERIC amounts stay exact).
 
 Reading runs in one REPEATABLE READ snapshot, as the schema owner; the deletion is
 `review_queue_archive_apply` (alembic/versions/2026_12_05_0900_archive.py), which re-checks what the
-files were built on, so a change in between refuses the archive instead of losing anything.
+files were built on, so a change in between refuses the archive instead of losing anything; the
+items go after its commit (delete_items), those that still have no event left.
 """
 
 import hashlib
