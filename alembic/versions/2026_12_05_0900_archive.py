@@ -155,6 +155,8 @@ BEGIN
         WHERE i.inhparent = 'public.review_queue_event'::regclass
     LOOP
         CONTINUE WHEN part.upper_bound > cutoff;
+        -- No row may join it between its count and its drop (only the owner can write an old `at`).
+        EXECUTE format('LOCK TABLE %s IN SHARE MODE', part.name);
         EXECUTE format('SELECT count(*) FROM %s', part.name) INTO n;
         removed := removed + n;
         dropped := dropped || part.name;
