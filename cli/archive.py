@@ -6,7 +6,7 @@ import os
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, BinaryIO
 
 import psycopg
 import typer
@@ -74,6 +74,9 @@ def archive(
     except archives.ArchiveRefused as refused:
         typer.echo(f"review-queue archive: refused, nothing deleted: {refused}", err=True)
         raise typer.Exit(1) from None
+    except archives.ArchiveUnknown as unknown:
+        typer.echo(f"review-queue archive: {unknown}", err=True)
+        raise typer.Exit(1) from None
     if done.items_finished:
         typer.echo(f"deleted {done.items_finished} items an interrupted archive had left")
     if done.span is None:
@@ -99,21 +102,23 @@ class Outcome:
 
 def archive_to(url: str, cutoff: datetime, to: Path, *, archived_by: str) -> Outcome:
     """The archive before `cutoff` into `to`, as the schema owner at `url`. ArchiveRefused, with
-    nothing deleted and no file left, when it cannot be done now."""
+    nothing deleted and no file left, when it cannot be done now. Files are created, never
+    overwritten, and only the files this run created are removed when it fails."""
     to.mkdir(parents=True, exist_ok=True)
-    span: archives.Range | None = None
-    applied = False
-    try:
-        with psycopg.connect(url) as conn:
-            finished = _finish_previous(conn, to)
+    with psycopg.connect(url) as conn:
+        archives.run_lock(conn)
+        finished = _finish_previous(conn, to)
+        created: list[Path] = []
+        committing: archives.Range | None = None  # the range whose commit was asked for
+        try:
             with conn.transaction():
                 conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
                 span = archives.plan(conn, cutoff)
                 if span is None:
                     return Outcome(None, 0, 0, 0, finished)
-                with (to / archives.events_file(span.name)).open("wb") as out:
+                with _create(to / archives.events_file(span.name), created) as out:
                     events_sha256 = archives.write_events(conn, span, out)
-                with (to / archives.items_file(span.name)).open("wb") as out:
+                with _create(to / archives.items_file(span.name), created) as out:
                     items, items_sha256 = archives.write_items(conn, span, out)
             _check(to, span)
             with conn.transaction():
@@ -125,15 +130,35 @@ def archive_to(url: str, cutoff: datetime, to: Path, *, archived_by: str) -> Out
                     items_sha256=items_sha256,
                     archived_by=archived_by,
                 )
-            applied = True
-            deleted = archives.delete_items(conn, to / archives.items_file(span.name))
-    except BaseException:
-        # Files of an archive that did not happen would read as one.
-        if span is not None and not applied:
-            for name in (archives.events_file(span.name), archives.items_file(span.name)):
-                (to / name).unlink(missing_ok=True)
-        raise
+                committing = span  # what fails from here may have committed
+        except BaseException as error:
+            if committing is not None:
+                raise archives.ArchiveUnknown(
+                    f"the connection failed while the archive of seq {committing.first_seq}.."
+                    f"{committing.through_seq}"
+                    f" committed ({error}); its files in {to} are kept: `review-queue audit verify"
+                    f" --archive {to}` says whether it is archived (if not, remove them and run again)"
+                ) from error
+            # Files of an archive that did not happen would read as one.
+            for path in created:
+                path.unlink(missing_ok=True)
+            raise
+        deleted = archives.delete_items(conn, to / archives.items_file(span.name))
     return Outcome(span, removed, items, deleted, finished)
+
+
+def _create(path: Path, created: list[Path]) -> BinaryIO:
+    """A new file, never one that is there: a file of that name is not this database's archive
+    (its archived ranges start after the last one), so it belongs to someone else."""
+    try:
+        handle = path.open("xb")
+    except FileExistsError:
+        raise archives.ArchiveRefused(
+            f"{path} is already there and is no archive of this database: it is left from a run"
+            " that did not commit, or another database's; move it away and run again"
+        ) from None
+    created.append(path)
+    return handle
 
 
 def _finish_previous(conn: psycopg.Connection[TupleRow], to: Path) -> int:

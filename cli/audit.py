@@ -133,7 +133,9 @@ def audit_export(
     with open(file, "wb") as out:
 
         async def write(conn: AsyncConnection) -> int:
-            # One transaction for every page: no pool to keep free here.
+            # One transaction, one snapshot, for every page: no pool to keep free here, and an
+            # archive that commits meanwhile does not move the chain's start under the export.
+            await audit.one_snapshot(conn)
             at: audit.ExportPosition | None = await audit.export_start(conn, first=first, last=upto)
             size = 0
             while at is not None:

@@ -35,6 +35,11 @@ class ArchiveRefused(RuntimeError):
     """The range cannot be archived now; the message says why and what to do."""
 
 
+class ArchiveUnknown(RuntimeError):
+    """The connection failed while the archive committed: whether it did is for `audit verify
+    --archive` to say, so its files are kept."""
+
+
 @dataclass(frozen=True, slots=True)
 class Range:
     cutoff: datetime
@@ -113,9 +118,12 @@ WHERE i.id IN (SELECT e.item_id FROM review_queue_event e WHERE (e.xid, e.id) <=
 ORDER BY i.id
 """
 _APPLY = (
-    "SELECT review_queue_archive_apply(%(cutoff)s, %(through)s, %(hash)s, %(items)s,"
-    " %(events_sha256)s, %(items_sha256)s, %(by)s)"
+    "SELECT review_queue_archive_apply(%(cutoff)s, %(first)s, %(previous)s, %(through)s, %(hash)s,"
+    " %(items)s, %(events_sha256)s, %(items_sha256)s, %(by)s)"
 )
+# One archive at a time, for the whole run (plan, files, apply, items): a session lock, released
+# when the connection closes, however the run ends.
+_RUN_LOCK = "SELECT pg_try_advisory_lock(hashtext('review_queue.archive'))"
 # An item of the file goes once it has no event left (the archive removed them all): one that was
 # reopened or gained an event since the file was written keeps its live row (the file holds its
 # earlier state). Its row in the SLA gauge's list of reopened items goes with it.
@@ -137,6 +145,14 @@ def database_now(conn: psycopg.Connection[TupleRow]) -> datetime:
     row = conn.execute("SELECT now()").fetchone()
     assert row is not None
     return row[0]  # type: ignore[no-any-return]
+
+
+def run_lock(conn: psycopg.Connection[TupleRow]) -> None:
+    """This session's hold on the archive, until it closes; ArchiveRefused when another run has it."""
+    row = conn.execute(_RUN_LOCK).fetchone()
+    conn.commit()
+    if not (row and row[0]):
+        raise ArchiveRefused("another `review-queue archive` is running on this database: wait for it")
 
 
 def archived(conn: psycopg.Connection[TupleRow]) -> list[Archived]:
@@ -243,6 +259,8 @@ def apply(
     The items go afterwards (delete_items)."""
     params = {
         "cutoff": r.cutoff,
+        "first": r.first_seq,
+        "previous": r.previous,
         "through": r.through_seq,
         "hash": r.through_hash,
         "items": items,

@@ -217,13 +217,14 @@ def verify(
                     break
                 previous, last, expected = computed, row, expected + 1
                 row = following
-        last_key = _key(last)
+        # Below the last verified event, or below the archive's last one when none is live.
+        last_key = _key(last) or ((int(str(start[2])), int(str(start[3]))) if start is not None else None)
         if last_key is not None:
             found = conn.execute(_INSERTED, {"xid": str(last_key[0]), "id": last_key[1]}).fetchone()
-            if found is not None and (broken is None or int(str(found[1])) <= broken.seq):
-                broken = Break(
-                    int(str(found[1])), "inserted", f"event {found[0]} is not in the chain it sits in"
-                )
+            # Its seq: the first chained after it, or the next one when none is live.
+            at = int(str(found[1])) if found is not None and found[1] is not None else expected
+            if found is not None and (broken is None or at <= broken.seq):
+                broken = Break(at, "inserted", f"event {found[0]} is not in the chain it sits in")
     if broken is None and against is not None and against[0] >= expected:
         broken = Break(against[0], "missing", f"the chain ends at seq {expected - 1}, before the stored head")
     return VerifyResult(
@@ -265,6 +266,19 @@ _PAGE = text(
 )
 
 
+_ONE_SNAPSHOT = text("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+
+
+async def one_snapshot(conn: AsyncConnection) -> None:
+    """The rest of this transaction reads one snapshot: an export's start and its pages read in it
+    agree, even if an archive commits meanwhile. Before the transaction's first query."""
+    await conn.execute(_ONE_SNAPSHOT)
+
+
+class ExportArchived(RuntimeError):
+    """The chain's start moved past the export's position (`review-queue archive` ran meanwhile)."""
+
+
 async def export_start(conn: AsyncConnection, *, first: int, last: int) -> ExportPosition:
     """Where an export of seq `first` to `last` starts: the hash the range links to (32 zeros for
     seq 1), and its end, capped at the head now. Seqs already archived (db/archive.py) are in the
@@ -292,6 +306,9 @@ async def export_page(
     """The export's next lines after `at` as NDJSON (db/chain.export_line), and where the page
     after starts (None: the export is complete)."""
     rows = (await conn.execute(_PAGE, {"after": at.after, "last": at.last, "limit": limit})).all()
+    if at.after < at.last and (not rows or int(rows[0][0]) != at.after + 1):
+        # Every seq up to the cap was committed when the export began: only an archive removes one.
+        raise ExportArchived(f"seq {at.after + 1} was archived during the export")
     lines, seq, previous = [], at.after, at.previous
     for row in rows:
         seq, digest = int(row[0]), bytes(row[1])

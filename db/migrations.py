@@ -1,7 +1,9 @@
 """Alembic from code: the same migrations `alembic upgrade head` runs, and the head they reach."""
 
+import importlib.util
 from functools import lru_cache
 from pathlib import Path
+from types import ModuleType
 
 from alembic.config import Config
 from alembic.script import ScriptDirectory
@@ -18,6 +20,17 @@ ALEMBIC_INI = Path(__file__).resolve().parent.parent / "alembic.ini"
 class MigrationRefused(RuntimeError):
     """A migration that stops because the data needs a person's decision first; its message says
     which decision and how (the CLI prints it as one message, without a traceback)."""
+
+
+def earlier_revision(filename: str) -> ModuleType:
+    """An earlier revision's module, by its file name under alembic/versions: a downgrade puts back
+    the function bodies it defined."""
+    path = ALEMBIC_INI.parent / "alembic" / "versions" / filename
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def alembic_config(url: str, *, app_role: str | None = None) -> Config:

@@ -2,8 +2,10 @@
 chain goes to files that verify, its months are dropped, the live chain goes on from where the
 files end, nothing open is archived, and a refused archive changes nothing and leaves no file."""
 
+import asyncio
 import os
 import subprocess
+import threading
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -12,8 +14,11 @@ import psycopg
 import pytest
 from fastapi.testclient import TestClient
 
+import cli.archive as cli_archive
 from cli.archive import archive_to, default_cutoff
 from db import archive as archives
+from db import audit
+from db.engine import create_engine, transaction
 from tests.support import utc_month
 from tests.support.audit import seal
 from tests.support.postgres import create_token, libpq
@@ -368,3 +373,172 @@ def test_the_cutoff_is_a_month_start_outside_the_retention(
         result = run(db_url, owner_url, "archive", "--to", str(tmp_path), "--before", value)
         assert result.returncode == 2 and message in result.stderr, result.stderr
         assert "Traceback" not in result.stderr
+
+
+def test_a_second_archive_while_one_runs_is_refused_and_the_first_completes(
+    history: dict[str, str],
+    db_url: str,
+    owner_url: str,
+    sql: psycopg.Connection,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two runs into one directory used to both write the same names, and the loser's cleanup
+    removed the winner's committed files. The first run holds the archive for its whole run."""
+    seal(db_url)
+    wrote, go = threading.Event(), threading.Event()
+    check = cli_archive._check
+
+    def paused(to: Path, span: archives.Range) -> None:
+        wrote.set()
+        assert go.wait(60)
+        check(to, span)
+
+    monkeypatch.setattr(cli_archive, "_check", paused)
+    first: list[object] = []
+    runner = threading.Thread(
+        target=lambda: first.append(archive_to(libpq(owner_url), M(-2), tmp_path, archived_by="first"))
+    )
+    runner.start()
+    try:
+        assert wrote.wait(60)
+        for cutoff in (M(-2), M(-3)):
+            with pytest.raises(archives.ArchiveRefused, match="another `review-queue archive` is running"):
+                archive_to(libpq(owner_url), cutoff, tmp_path, archived_by="second")
+    finally:
+        go.set()
+        runner.join(60)
+    assert len(first) == 1
+    assert sql.execute("SELECT first_seq, through_seq, archived_by FROM review_queue_archive").fetchall() == [
+        (1, 6, "first")
+    ]
+    whole = run(db_url, owner_url, "audit", "verify", "--archive", str(tmp_path))
+    assert whole.returncode == 0 and "verified 8 events" in whole.stdout, whole.stdout + whole.stderr
+
+
+def test_the_apply_refuses_files_that_do_not_start_where_the_live_chain_does(
+    history: dict[str, str], db_url: str, owner_url: str, sql: psycopg.Connection, tmp_path: Path
+) -> None:
+    """Files planned from seq 1, applied after another archive moved the chain's start to seq 4, would
+    be recorded as 4..6 while holding 1..6: the database refuses them."""
+    seal(db_url)
+    early, late = tmp_path / "early", tmp_path / "late"
+    late.mkdir()
+    with psycopg.connect(libpq(owner_url)) as owner:
+        files = _files(owner, late)
+        assert (files[0].first_seq, files[0].through_seq) == (1, 6)
+        assert archive_to(libpq(owner_url), M(-3), early, archived_by="t").span is not None
+        before = _state(sql)
+        with pytest.raises(
+            archives.ArchiveRefused, match="the files start at seq 1, but the live chain starts at seq 4"
+        ):
+            _apply(owner, files)
+    assert _state(sql) == before
+
+
+def test_a_file_that_is_already_there_is_never_overwritten_nor_removed(
+    history: dict[str, str], db_url: str, owner_url: str, sql: psycopg.Connection, tmp_path: Path
+) -> None:
+    seal(db_url)
+    theirs = tmp_path / archives.items_file(f"{1:012d}-{6:012d}")
+    theirs.write_bytes(b"another database's archive\n")
+    before = _state(sql)
+    result = archive(db_url, owner_url, tmp_path, -2)
+    assert (
+        result.returncode == 1 and "is already there and is no archive of this database" in result.stderr
+    ), result.stdout + result.stderr
+    assert list(tmp_path.iterdir()) == [theirs] and theirs.read_bytes() == b"another database's archive\n"
+    assert _state(sql) == before
+
+
+def test_a_commit_whose_outcome_is_unknown_keeps_the_files(
+    history: dict[str, str],
+    db_url: str,
+    owner_url: str,
+    sql: psycopg.Connection,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The connection is lost after the apply ran and before its COMMIT was acknowledged: the files
+    may be the archive's now, so they stay, and the next run does not overwrite them."""
+    seal(db_url)
+    apply = archives.apply
+
+    def lost(conn: psycopg.Connection, *args: object, **kwargs: object) -> int:
+        removed = apply(conn, *args, **kwargs)  # type: ignore[arg-type]
+        sql.execute("SELECT pg_terminate_backend(%s)", (conn.info.backend_pid,))
+        return removed
+
+    monkeypatch.setattr(archives, "apply", lost)
+    before = _state(sql)
+    with pytest.raises(archives.ArchiveUnknown, match=r"files in .* are kept"):
+        archive_to(libpq(owner_url), M(-2), tmp_path, archived_by="t")
+    monkeypatch.setattr(archives, "apply", apply)
+    kept = sorted(tmp_path.iterdir())
+    assert [p.name for p in kept] == [
+        archives.events_file(f"{1:012d}-{6:012d}"),
+        archives.items_file(f"{1:012d}-{6:012d}"),
+    ]
+    assert _state(sql) == before  # here the COMMIT was never sent
+    with pytest.raises(archives.ArchiveRefused, match="is already there"):
+        archive_to(libpq(owner_url), M(-2), tmp_path, archived_by="t")
+    assert sorted(tmp_path.iterdir()) == kept
+    for path in kept:
+        path.unlink()
+    assert archive_to(libpq(owner_url), M(-2), tmp_path, archived_by="t").events == 6
+
+
+def test_a_default_partition_is_never_dropped(
+    history: dict[str, str], db_url: str, owner_url: str, sql: psycopg.Connection, tmp_path: Path
+) -> None:
+    """It has no upper bound to compare with the cutoff (its bound expression is DEFAULT)."""
+    seal(db_url)
+    with psycopg.connect(libpq(owner_url), autocommit=True) as owner:
+        owner.execute("CREATE TABLE review_queue_event_default PARTITION OF review_queue_event DEFAULT")
+    assert archive_to(libpq(owner_url), M(-2), tmp_path, archived_by="t").events == 6
+    assert "review_queue_event_default" in _partitions(sql)
+    assert f"review_queue_event_{M(-4):%Y_%m}" not in _partitions(sql)
+
+
+def test_an_event_written_below_the_archive_is_found_when_no_chain_is_live(
+    history: dict[str, str], db_url: str, owner_url: str, sql: psycopg.Connection, tmp_path: Path
+) -> None:
+    """With every sealed event archived, verification still looks for an event slipped in below
+    the archive's last one (in no chain, and never to be sealed)."""
+    seal(db_url)
+    sql.execute("UPDATE review_queue_item SET state = 'RESOLVED', resolution = 'APPROVED', resolved_by = 'x'")
+    assert archive_to(libpq(owner_url), M(-1), tmp_path, archived_by="t").events == 8
+    assert run(db_url, owner_url, "audit", "verify").returncode == 0
+    item = _item(sql, "z", datetime.now(UTC), "RESOLVED")
+    (forged,) = sql.execute(
+        "INSERT INTO review_queue_event (item_id, event, actor, lease_epoch, trace_id, xid)"
+        " SELECT id, 'RESOLVED', 'mallory', 1, trace_id, '3' FROM review_queue_item WHERE id = %s"
+        " RETURNING id",
+        (item,),
+    ).fetchone()  # type: ignore[misc]
+    assert seal(db_url) == 0
+    result = run(db_url, owner_url, "audit", "verify")
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "BROKEN at seq 9: inserted" in result.stderr and f"event {forged}" in result.stderr, result.stderr
+
+
+def test_an_export_whose_start_is_archived_meanwhile_stops_rather_than_skip(
+    history: dict[str, str], db_url: str, owner_url: str, tmp_path: Path
+) -> None:
+    seal(db_url)
+
+    async def pages() -> None:
+        engine = create_engine(db_url, pool_size=1, max_overflow=0)
+        try:
+            async with transaction(engine, lock_timeout_ms=1000, statement_timeout_ms=5000) as conn:
+                at = await audit.export_start(conn, first=1, last=8)
+                page, after = await audit.export_page(conn, at=at, limit=2)
+            assert page.count(b"\n") == 2 and after is not None
+            await asyncio.to_thread(archive_to, libpq(owner_url), M(-2), tmp_path, archived_by="t")
+            async with transaction(engine, lock_timeout_ms=1000, statement_timeout_ms=5000) as conn:
+                with pytest.raises(audit.ExportArchived, match="seq 3 was archived during the export"):
+                    await audit.export_page(conn, at=after, limit=2)
+        finally:
+            await engine.dispose()
+
+    asyncio.run(pages())

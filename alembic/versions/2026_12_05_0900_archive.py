@@ -30,29 +30,18 @@ Revises: 5c1e9f3a7d20
 Create Date: 2026-12-05 09:00:00+00:00
 """
 
-import importlib.util
 from collections.abc import Sequence
-from pathlib import Path
-from types import ModuleType
 
 import sqlalchemy as sa
 
 from alembic import context, op
+from db.migrations import MigrationRefused, earlier_revision
 from db.roles import APP_ROLE, SEALER_ROLE
 
 revision: str = "7d3a1c9e5b42"
 down_revision: str | None = "5c1e9f3a7d20"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
-
-
-def _previous(filename: str) -> ModuleType:
-    """An earlier revision's module: the downgrade puts back its function bodies."""
-    spec = importlib.util.spec_from_file_location(filename, Path(__file__).with_name(filename))
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 _APPEND_ONLY = r"""
@@ -350,16 +339,14 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     if op.get_bind().scalar(sa.text("SELECT 1 FROM review_queue_archive LIMIT 1")):
-        from db.migrations import MigrationRefused
-
         raise MigrationRefused(
             "the chain's start is archived (review_queue_archive has rows); before this revision the"
             " chain had to start at seq 1, so the downgrade would leave a chain nothing can verify"
         )
-    op.execute(_previous("2026_12_04_0620_sealer_role_and_function.py")._SEAL.replace(
+    op.execute(earlier_revision("2026_12_04_0620_sealer_role_and_function.py")._SEAL.replace(
         "CREATE FUNCTION", "CREATE OR REPLACE FUNCTION", 1
     ))  # fmt: skip
-    op.execute(_previous("2026_12_05_0200_event_trail_by_month.py").ADD_MONTHS.replace(
+    op.execute(earlier_revision("2026_12_05_0200_event_trail_by_month.py").ADD_MONTHS.replace(
         "CREATE FUNCTION", "CREATE OR REPLACE FUNCTION", 1
     ))  # fmt: skip
     op.execute(

@@ -62,6 +62,7 @@ async def export(
     # auditors who stopped reading once held the whole pool). The first page is read before the
     # answer, so a database that is away is still a 503.
     async with request_transaction(request) as conn:
+        await audit.one_snapshot(conn)
         position = await audit.export_start(conn, first=first, last=last)
         page, after = await audit.export_page(conn, at=position)
 

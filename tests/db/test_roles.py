@@ -60,7 +60,7 @@ ATTEMPTS = [
     "DROP TABLE review_queue_event_legacy",
     "ALTER FUNCTION review_queue_event_add_months(integer) SECURITY INVOKER",
     # The archive is the owner's: the service may neither run it nor delete what it lets through.
-    "SELECT review_queue_archive_apply(now(), 1, sha256('x'), 0, '', '', 'mallory')",
+    "SELECT review_queue_archive_apply(now(), 1, sha256('x'), 1, sha256('x'), 0, '', '', 'mallory')",
     "WITH s AS (SELECT set_config('review_queue.archiving', 'on', true))"
     " DELETE FROM review_queue_event WHERE EXISTS (SELECT FROM s)",
     "INSERT INTO review_queue_archive (cutoff, first_seq, through_seq, through_hash, through_xid,"
