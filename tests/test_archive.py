@@ -3,6 +3,7 @@ chain goes to files that verify, its months are dropped, the live chain goes on 
 files end, nothing open is archived, and a refused archive changes nothing and leaves no file."""
 
 import asyncio
+import dataclasses
 import os
 import subprocess
 import threading
@@ -542,3 +543,28 @@ def test_an_export_whose_start_is_archived_meanwhile_stops_rather_than_skip(
             await engine.dispose()
 
     asyncio.run(pages())
+
+
+def test_the_apply_refuses_an_event_before_the_cutoff_outside_the_range_and_a_different_chain(
+    history: dict[str, str],
+    db_url: str,
+    owner_url: str,
+    sql: psycopg.Connection,
+    event: Event,
+    tmp_path: Path,
+) -> None:
+    """The apply's own checks, beyond what the snapshot saw: an event before the cutoff written
+    after the files (not in them), and files whose last hash is not the chain's."""
+    seal(db_url)
+    with psycopg.connect(libpq(owner_url)) as owner:
+        span, sha, items, items_sha = _files(owner, tmp_path)
+        other = dataclasses.replace(span, through_hash=bytes(32))
+        before = _state(sql)
+        with pytest.raises(archives.ArchiveRefused, match="the chain at seq 6 is not what the file holds"):
+            _apply(owner, (other, sha, items, items_sha))
+        assert _state(sql) == before
+        event(history["a"], "RENEWED", M(-3) + timedelta(days=1))
+        before = _state(sql)
+        with pytest.raises(archives.ArchiveRefused, match="is not in the range: seal first"):
+            _apply(owner, (span, sha, items, items_sha))
+    assert _state(sql) == before
