@@ -293,6 +293,7 @@ def stats_over_history(
         asyncio.run(reclaimer.roll_up_once(get_settings(), url))
     load_s = round(time.perf_counter() - started)
     live = {name: stats_bench.open_items(url) for name, url in urls.items()}
+    week = {name: stats_bench.due_this_week(url) for name, url in urls.items()}
     tokens = {name: reviewer_tokens(url, 1)[0] for name, url in urls.items()}
     loadavg = [round(x, 2) for x in os.getloadavg()]
     env = {"REVIEW_QUEUE_METRICS_TOKEN": stats_bench.METRICS_TOKEN}
@@ -305,7 +306,8 @@ def stats_over_history(
         for server in servers.values():
             stop_server(server)
     return {
-        "load": load, "reused": reuse, "open_items": live, "load_s": load_s, "runs": runs,
+        "load": load, "reused": reuse, "open_items": live, "due_this_week": week, "load_s": load_s,
+        "runs": runs,
         "loadavg": loadavg,
         "timings": timings,
     }  # fmt: skip
