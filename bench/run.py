@@ -294,7 +294,13 @@ def stats_over_history(
     load_s = round(time.perf_counter() - started)
     live = {name: stats_bench.open_items(url) for name, url in urls.items()}
     week = {name: stats_bench.due_this_week(url) for name, url in urls.items()}
-    tokens = {name: reviewer_tokens(url, 1)[0] for name, url in urls.items()}
+    tokens = {
+        name: {
+            "reviewer": reviewer_tokens(url, 1)[0],
+            "auditor": create_token(url, "bench-auditor", "auditor"),
+        }
+        for name, url in urls.items()
+    }
     loadavg = [round(x, 2) for x in os.getloadavg()]
     env = {"REVIEW_QUEUE_METRICS_TOKEN": stats_bench.METRICS_TOKEN}
     servers = {name: start_server(url, 1, port + n, env=env) for n, (name, url) in enumerate(urls.items())}
