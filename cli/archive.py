@@ -132,12 +132,13 @@ def archive_to(url: str, cutoff: datetime, to: Path, *, archived_by: str) -> Out
                 )
                 committing = span  # what fails from here may have committed
         except BaseException as error:
-            if committing is not None:
+            # Only a COMMIT that got no answer may have happened; one the server refused did not.
+            if committing is not None and (conn.broken or not isinstance(error, psycopg.Error)):
                 raise archives.ArchiveUnknown(
-                    f"the connection failed while the archive of seq {committing.first_seq}.."
-                    f"{committing.through_seq}"
-                    f" committed ({error}); its files in {to} are kept: `review-queue audit verify"
-                    f" --archive {to}` says whether it is archived (if not, remove them and run again)"
+                    f"the run ended while the archive of seq {committing.first_seq}..{committing.through_seq}"
+                    f" committed ({type(error).__name__}: {error}); its files in {to} are kept:"
+                    f" `review-queue audit verify --archive {to}` says whether it is archived (a file it"
+                    " does not list is not: remove it and run again)"
                 ) from error
             # Files of an archive that did not happen would read as one.
             for path in created:

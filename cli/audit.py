@@ -89,10 +89,11 @@ def audit_verify(
 
         started = time.perf_counter()
         with psycopg.connect(libpq_url(resolved_url(get_settings())), autocommit=True) as conn:
-            files, filed, broken = [], 0, None
+            files, filed, broken, strays = [], 0, None, []
             if archive is not None:
                 files = archives.archived(conn)
                 filed, broken = archives.verify_files(files, archive, against=head)
+                strays = archives.unlisted(files, archive)
             live_against = head if head is None or not files or head[0] > files[-1].through_seq else None
             outcome = audit.verify(conn, against=live_against)
         joined = (files[-1].through_seq, files[-1].through_hash) if files else (0, chain.GENESIS)
@@ -106,6 +107,8 @@ def audit_verify(
             broken or outcome.broken,
         )
         scope = f"head {chain.format_head(outcome.head_seq, outcome.head_hash)}"
+        if strays:
+            typer.echo(f"not archived (no archived range lists them): {', '.join(strays)}", err=True)
         if outcome.start_seq:
             where = f"{len(files)} archive files and " if archive is not None else ""
             scope += f"; {where}the live chain from seq {outcome.start_seq + 1}"

@@ -270,6 +270,11 @@ def apply(
     }
     try:
         row = conn.execute(_APPLY, params).fetchone()
+    except psycopg.errors.LockNotAvailable:
+        raise ArchiveRefused(
+            "the trail is in use (an export or another long transaction holds a month to be dropped):"
+            " run again"
+        ) from None
     except psycopg.Error as error:
         if error.sqlstate == REFUSED_SQLSTATE:
             raise ArchiveRefused(error.diag.message_primary or str(error)) from None
@@ -309,6 +314,16 @@ def verify_files(
             return total, Break(row.through_seq, "modified", f"{path} does not end where the archive did")
         previous, expected, total = row.through_hash, row.through_seq + 1, total + result.events
     return total, None
+
+
+def unlisted(rows: list[Archived], directory: Path) -> list[str]:
+    """The archive-named files in `directory` that no archived range lists: left by a run that did
+    not commit (or another database's), never part of the record."""
+    listed = {name(row.name) for row in rows for name in (events_file, items_file)}
+    found = sorted(
+        p.name for pattern in ("events-*.ndjson", "items-*.ndjson") for p in directory.glob(pattern)
+    )
+    return [each for each in found if each not in listed]
 
 
 def item_ids(path: Path) -> Iterator[list[str]]:

@@ -267,12 +267,17 @@ _PAGE = text(
 
 
 _ONE_SNAPSHOT = text("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+# Before the snapshot is taken (LOCK takes none): an archive drops whole months of the trail, which
+# no snapshot keeps, so the trail is held until this transaction ends.
+_HOLD_TRAIL = text("LOCK TABLE review_queue_event IN ACCESS SHARE MODE")
+_ARCHIVED_THROUGH = text("SELECT coalesce(max(through_seq), 0) FROM review_queue_archive")
 
 
 async def one_snapshot(conn: AsyncConnection) -> None:
-    """The rest of this transaction reads one snapshot: an export's start and its pages read in it
-    agree, even if an archive commits meanwhile. Before the transaction's first query."""
+    """The rest of this transaction reads one snapshot of the chain and its events: an export's
+    start and the pages read in it agree, and an archive waits for it. Before its first query."""
     await conn.execute(_ONE_SNAPSHOT)
+    await conn.execute(_HOLD_TRAIL)
 
 
 class ExportArchived(RuntimeError):
@@ -300,19 +305,28 @@ async def export_start(conn: AsyncConnection, *, first: int, last: int) -> Expor
     return ExportPosition(after=first - 1, last=min(last, row.head or 0), previous=previous)
 
 
+async def _missing(conn: AsyncConnection, seq: int) -> None:
+    """Every seq up to the export's cap was committed when it began. One missing since was archived
+    meanwhile: the export stops (ExportArchived). Otherwise its event is gone, and the lines go on
+    without it, for verification to name."""
+    if seq <= (await conn.scalar(_ARCHIVED_THROUGH) or 0):
+        raise ExportArchived(f"seq {seq} was archived during the export")
+
+
 async def export_page(
     conn: AsyncConnection, *, at: ExportPosition, limit: int = EXPORT_PAGE
 ) -> tuple[bytes, ExportPosition | None]:
     """The export's next lines after `at` as NDJSON (db/chain.export_line), and where the page
     after starts (None: the export is complete)."""
     rows = (await conn.execute(_PAGE, {"after": at.after, "last": at.last, "limit": limit})).all()
-    if at.after < at.last and (not rows or int(rows[0][0]) != at.after + 1):
-        # Every seq up to the cap was committed when the export began: only an archive removes one.
-        raise ExportArchived(f"seq {at.after + 1} was archived during the export")
     lines, seq, previous = [], at.after, at.previous
     for row in rows:
+        if int(row[0]) != seq + 1:
+            await _missing(conn, seq + 1)
         seq, digest = int(row[0]), bytes(row[1])
         lines.append(export_line(seq, previous, digest, event_fields(tuple(row[2:]))))
         previous = digest
+    if len(rows) < limit and seq < at.last:
+        await _missing(conn, seq + 1)
     done = len(rows) < limit or seq >= at.last
     return b"".join(lines), None if done else ExportPosition(after=seq, last=at.last, previous=previous)

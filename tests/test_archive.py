@@ -481,6 +481,9 @@ def test_a_commit_whose_outcome_is_unknown_keeps_the_files(
         archives.items_file(f"{1:012d}-{6:012d}"),
     ]
     assert _state(sql) == before  # here the COMMIT was never sent
+    told = run(db_url, owner_url, "audit", "verify", "--archive", str(tmp_path))
+    assert told.returncode == 0 and "not archived (no archived range lists them)" in told.stderr, told.stderr
+    assert all(path.name in told.stderr for path in kept), told.stderr
     with pytest.raises(archives.ArchiveRefused, match="is already there"):
         archive_to(libpq(owner_url), M(-2), tmp_path, archived_by="t")
     assert sorted(tmp_path.iterdir()) == kept
@@ -568,3 +571,52 @@ def test_the_apply_refuses_an_event_before_the_cutoff_outside_the_range_and_a_di
         with pytest.raises(archives.ArchiveRefused, match="is not in the range: seal first"):
             _apply(owner, (span, sha, items, items_sha))
     assert _state(sql) == before
+
+
+def test_an_export_holds_the_trail_so_an_archive_cannot_drop_months_under_its_snapshot(
+    history: dict[str, str], db_url: str, owner_url: str, sql: psycopg.Connection, tmp_path: Path
+) -> None:
+    """The export's snapshot keeps the chain rows an archive deletes, but not the months it drops:
+    the export holds the trail, and the archive that would drop a month under it is refused."""
+    seal(db_url)
+    before = _state(sql)
+
+    async def export() -> bytes:
+        engine = create_engine(db_url, pool_size=1, max_overflow=0)
+        try:
+            async with transaction(engine, lock_timeout_ms=1000, statement_timeout_ms=30000) as conn:
+                await audit.one_snapshot(conn)
+                at = await audit.export_start(conn, first=1, last=8)
+                with pytest.raises(archives.ArchiveRefused, match="the trail is in use"):
+                    await asyncio.to_thread(archive_to, libpq(owner_url), M(-2), tmp_path, archived_by="t")
+                page, after = await audit.export_page(conn, at=at)
+            assert after is None
+            return page
+        finally:
+            await engine.dispose()
+
+    lines = asyncio.run(export()).splitlines()
+    assert [int(line.rsplit(b'"seq":', 1)[1].rstrip(b"}")) for line in lines] == list(range(1, 9))
+    assert _state(sql) == before and list(tmp_path.iterdir()) == []
+
+
+def test_an_export_goes_on_past_an_event_that_is_gone_for_verification_to_name(
+    client: TestClient, history: dict[str, str], db_url: str, sql: psycopg.Connection, tmp_path: Path
+) -> None:
+    """A sealed event deleted behind the triggers' back is not an archive: the export leaves its
+    line out and goes on, and the file does not verify."""
+    seal(db_url)
+    with sql.transaction():
+        sql.execute("SET LOCAL session_replication_role = replica")
+        sql.execute(
+            "DELETE FROM review_queue_event"
+            " WHERE id = (SELECT event_id FROM review_queue_chain WHERE seq = 2)"
+        )
+    auditor = {"Authorization": f"Bearer {create_token(db_url, 'audrey', 'auditor')}"}
+    answer = client.get("/audit/export", params={"from": 1}, headers=auditor)
+    assert answer.status_code == 200, answer.text[:300]
+    assert len(answer.content.splitlines()) == 7
+    exported = tmp_path / "export.ndjson"
+    exported.write_bytes(answer.content)
+    check = run(db_url, db_url, "audit", "verify", "--file", str(exported))
+    assert check.returncode == 1 and "BROKEN at seq 2" in check.stderr, check.stdout + check.stderr

@@ -10,6 +10,7 @@ longer overlap at all; this is the database's own check.
 The month loop read a partition's upper bound from its bound expression; a DEFAULT partition (or one
 TO MAXVALUE) has none, the comparison was NULL, and the partition was counted and dropped. It is
 now left alone: its rows in the range, if any, are deleted row by row like the legacy partition's.
+And a NULL argument no longer slips past a check (IS DISTINCT FROM).
 
 Revision ID: 9b4e2d7c1a63
 Revises: 7d3a1c9e5b42
@@ -61,17 +62,17 @@ BEGIN
         start_seq := start.through_seq;
         start_hash := start.through_hash;
     END IF;
-    IF first_seq <> start_seq + 1 OR previous_hash <> start_hash THEN
+    IF first_seq IS DISTINCT FROM start_seq + 1 OR previous_hash IS DISTINCT FROM start_hash THEN
         RAISE EXCEPTION 'the files start at seq %, but the live chain starts at seq % (another archive ran)',
             first_seq, start_seq + 1 USING ERRCODE = 'RQ010';
     END IF;
-    IF through_seq <= start_seq THEN
+    IF through_seq IS NULL OR through_seq <= start_seq THEN
         RAISE EXCEPTION 'seq % is already archived (the live chain starts after seq %)',
             through_seq, start_seq USING ERRCODE = 'RQ010';
     END IF;
     SELECT c.hash, e.xid, e.id INTO mark
     FROM review_queue_chain c JOIN review_queue_event e ON e.id = c.event_id WHERE c.seq = through_seq;
-    IF NOT FOUND OR mark.hash <> through_hash THEN
+    IF NOT FOUND OR mark.hash IS DISTINCT FROM through_hash THEN
         RAISE EXCEPTION 'the chain at seq % is not what the file holds', through_seq USING ERRCODE = 'RQ010';
     END IF;
     IF EXISTS (SELECT FROM review_queue_event e
