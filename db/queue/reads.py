@@ -16,6 +16,7 @@ from sqlalchemy import (
     cast,
     exists,
     func,
+    literal_column,
     or_,
     select,
     text,
@@ -120,17 +121,35 @@ def list_query(
     # partial indexes on them (ix_review_queue_item_resolved_match, _resolved_abs_amount, written
     # once per item, at its resolution), the open items through theirs, each part ordered and cut
     # to a page, then the parts merged.
-    parts = union_all(*(query.where(part).order_by(column, item.c.id).limit(limit) for part in _STATE_PARTS))
+    parts = union_all(
+        *(
+            query.where(part).order_by(_part_order(part, column), item.c.id).limit(limit)
+            for part in _STATE_PARTS
+        )
+    )
     merged = parts.subquery("parts")
     return select(merged).order_by(merged.c[order], merged.c.id).limit(limit)
 
 
 # Every item is in exactly one part, each written as its partial indexes' predicate, in literals
 # so that a generic plan (a statement prepared after a few runs) still matches those indexes.
-_STATE_PARTS = tuple(
-    text(f"review_queue_item.state {predicate}")
-    for predicate in ("= 'RESOLVED'", "= 'PENDING'", "NOT IN ('PENDING', 'RESOLVED')")
+_OTHER_OPEN_PART = text("review_queue_item.state NOT IN ('PENDING', 'RESOLVED')")
+_STATE_PARTS = (
+    text("review_queue_item.state = 'RESOLVED'"),
+    text("review_queue_item.state = 'PENDING'"),
+    _OTHER_OPEN_PART,
 )
+
+
+def _part_order(part: Any, column: Any) -> Any:
+    """How a part orders its page. The other open states (leased, awaiting approval, quarantined:
+    bounded by the leases in flight) have no index in enqueue order, and the planner, taking their
+    rows for spread through the table, walked the whole history's (created_at, id) index to find
+    the newest (5 s at 10M items). The same order as an expression no index gives: the rows are
+    fetched by their partial index, then sorted. By due_at they have ix_review_queue_item_open_due."""
+    if part is _OTHER_OPEN_PART and column is item.c.created_at:
+        return column + literal_column("interval '0'")
+    return column
 
 
 @dataclass(frozen=True, slots=True)
