@@ -287,6 +287,8 @@ review_queue_event = Table(
     Index("ix_review_queue_event_reopened", "item_id", postgresql_where=text("event = 'REOPENED'")),
     # /stats: the reopenings committed since the resolved rollup was counted (db/stats.py).
     Index("ix_review_queue_event_reopened_xid", "xid", postgresql_where=text("event = 'REOPENED'")),
+    # The throughput report: the reopenings at or after its period's start (2026_12_05_1300).
+    Index("ix_review_queue_event_reopened_at", "at", postgresql_where=text("event = 'REOPENED'")),
     Index(
         "ix_review_queue_event_decision_at",
         "at",

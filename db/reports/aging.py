@@ -66,8 +66,10 @@ span (c, s, f, n) AS (
     -- (grid positions of created_at, the span's start, its end or null; how many items)
     SELECT width_bucket(i.created_at, g), width_bucket(i.created_at, g), width_bucket(i.resolved_at, g),
            count(*)
-    FROM grid, review_queue_item i
-    WHERE i.state = 'RESOLVED' AND i.resolved_at >= g[1]
+    -- Resolved before the period began: closed at every point (the grid reaches 30 days further
+    -- back, for the age bands of the created_at).
+    FROM grid, edges, review_queue_item i
+    WHERE i.state = 'RESOLVED' AND i.resolved_at >= e[1]
     GROUP BY 1, 3
     UNION ALL
     SELECT width_bucket(o.created_at, g), width_bucket(o.created_at, g), NULL, count(*)

@@ -74,7 +74,12 @@ reopened AS (
                    AS reviewer,
                CASE WHEN r.details ->> 'previous_approved_by' IS NULL THEN 1 ELSE 3 END AS outcome
     ) AS d
-    WHERE r.event = 'REOPENED' AND d.at >= e[1] AND d.at < e[cardinality(e)]
+    -- A reopening follows the decision it reopens, so the period's are among those since its start
+    -- (ix_review_queue_event_reopened_at), not every reopening kept. A day earlier: the two times
+    -- are their transactions' starts, and a revision that began just before the decision it waited
+    -- for may carry the earlier one.
+    WHERE r.event = 'REOPENED' AND r.at >= e[1] - interval '1 day'
+      AND d.at >= e[1] AND d.at < e[cardinality(e)]
     GROUP BY 1
 )"""
 _ONE_REVIEWER = "(CAST(:reviewer AS text) IS NULL OR {reviewer} = CAST(:reviewer AS text))"
