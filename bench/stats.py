@@ -45,7 +45,8 @@ def _week() -> dict[str, str]:
 
 
 def _role(path: str) -> str:
-    return "metrics" if path == "/metrics" else "auditor" if path in REPORTS else "reviewer"
+    """Whose token reads `path` (/metrics takes the scraper's, METRICS_TOKEN)."""
+    return "auditor" if path in REPORTS else "reviewer"
 
 
 # The year's present, beyond the open items both sides get: the items it left open (a year's

@@ -56,7 +56,7 @@ class Range:
 
     @property
     def name(self) -> str:
-        return f"{self.first_seq:012d}-{self.through_seq:012d}"
+        return range_name(self.first_seq, self.through_seq)
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,7 +75,12 @@ class Archived:
 
     @property
     def name(self) -> str:
-        return f"{self.first_seq:012d}-{self.through_seq:012d}"
+        return range_name(self.first_seq, self.through_seq)
+
+
+def range_name(first_seq: int, through_seq: int) -> str:
+    """FIRST-LAST in the archive's file names, zero-padded so that they sort in chain order."""
+    return f"{first_seq:012d}-{through_seq:012d}"
 
 
 def events_file(name: str) -> str:
@@ -320,9 +325,7 @@ def unlisted(rows: list[Archived], directory: Path) -> list[str]:
     """The archive-named files in `directory` that no archived range lists: left by a run that did
     not commit (or another database's), never part of the record."""
     listed = {name(row.name) for row in rows for name in (events_file, items_file)}
-    found = sorted(
-        p.name for pattern in ("events-*.ndjson", "items-*.ndjson") for p in directory.glob(pattern)
-    )
+    found = sorted(p.name for name in (events_file, items_file) for p in directory.glob(name("*")))
     return [each for each in found if each not in listed]
 
 

@@ -150,7 +150,7 @@ def test_an_archive_moves_the_range_to_files_and_the_chain_goes_on(
     result = archive(db_url, owner_url, tmp_path, -2)
     assert result.returncode == 0, result.stderr
     assert "archived seq 1..6 (6 events, 1 items)" in result.stdout, result.stdout
-    name = f"{1:012d}-{6:012d}"
+    name = archives.range_name(1, 6)
     assert sorted(p.name for p in tmp_path.iterdir()) == [f"events-{name}.ndjson", f"items-{name}.ndjson"]
     # The months wholly before the cutoff are gone; the straddler left its month; b keeps its live event.
     assert _partitions(sql) == [f"review_queue_event_{M(k):%Y_%m}" for k in range(-2, 4)]
@@ -441,7 +441,7 @@ def test_a_file_that_is_already_there_is_never_overwritten_nor_removed(
     history: dict[str, str], db_url: str, owner_url: str, sql: psycopg.Connection, tmp_path: Path
 ) -> None:
     seal(db_url)
-    theirs = tmp_path / archives.items_file(f"{1:012d}-{6:012d}")
+    theirs = tmp_path / archives.items_file(archives.range_name(1, 6))
     theirs.write_bytes(b"another database's archive\n")
     before = _state(sql)
     result = archive(db_url, owner_url, tmp_path, -2)
@@ -477,8 +477,8 @@ def test_a_commit_whose_outcome_is_unknown_keeps_the_files(
     monkeypatch.setattr(archives, "apply", apply)
     kept = sorted(tmp_path.iterdir())
     assert [p.name for p in kept] == [
-        archives.events_file(f"{1:012d}-{6:012d}"),
-        archives.items_file(f"{1:012d}-{6:012d}"),
+        archives.events_file(archives.range_name(1, 6)),
+        archives.items_file(archives.range_name(1, 6)),
     ]
     assert _state(sql) == before  # here the COMMIT was never sent
     told = run(db_url, owner_url, "audit", "verify", "--archive", str(tmp_path))
