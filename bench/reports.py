@@ -23,7 +23,9 @@ from db.unit import Transaction
 # One row per item: its figures and the moments of its life, drawn from its number (no randomness:
 # two runs load the same history). Deadlines by the default SLA tiers; about 17 % of items are
 # leased after their deadline; 5 % are released once first, 3 % go through approval, 0.5 % are
-# reopened after resolution (and resolved again), 1 in 10 leases is renewed.
+# reopened after resolution (and resolved again). A lease is renewed 0 to 4 times while it is worked
+# (2 on average, as a desk renews a lease it holds), so the trail holds about 5 events an item: the
+# 50M events of 10M items that issue 29 names.
 PLAN = """
 CREATE UNLOGGED TABLE bench_plan AS
 WITH base AS (
@@ -44,7 +46,7 @@ SELECT i, id, trace_id, created,
        created + frac * due_h * interval '1 hour' + handle_min * interval '1 minute' AS decided_at,
        i %% 20 = 3 AND frac * due_h > 1 AS released_first,
        due_h <= 72 AND i %% 3 = 0 AS approval,
-       i %% 10 = 1 AS renewed,
+       i %% 5 AS renewals,
        i %% 200 = 7 AS reopened,
        'ENTITY-' || i %% 20 AS entity,
        'reviewer-' || i %% 40 AS reviewer, 'reviewer-' || (i + 1) %% 40 AS other,
@@ -68,7 +70,8 @@ WITH p AS (
     UNION ALL
     SELECT i, 4, 'LEASED', reviewer, lease_at, '{}' FROM p
     UNION ALL
-    SELECT i, 5, 'RENEWED', reviewer, lease_at + interval '20 seconds', '{}' FROM p WHERE renewed
+    SELECT i, 5, 'RENEWED', reviewer, lease_at + (decided_at - lease_at) * k / (renewals + 1), '{}'
+    FROM p CROSS JOIN LATERAL generate_series(1, renewals) AS k
     UNION ALL
     SELECT i, 6, CASE WHEN approval THEN 'SUBMITTED_FOR_APPROVAL' ELSE 'RESOLVED' END, reviewer, decided_at,
            CASE WHEN approval

@@ -634,7 +634,16 @@ REPORT_SCANS = [
             "ix_review_queue_event_reopened_at",
         },
     ),
-    ("aging._BACKLOG", {"ix_review_queue_item_resolved_at", "ix_review_queue_event_reopened"}),
+    # The backlog follows the reopened items open now or decided in its period (2026_12_05_1500).
+    (
+        "aging._BACKLOG",
+        {
+            "ix_review_queue_item_resolved_at",
+            "ix_review_queue_event_reopened",
+            "ix_review_queue_item_reopened_open",
+            "ix_review_queue_item_reopened_resolved",
+        },
+    ),
     # The reclaimer's keeping of a closed day reads what the report reads for that day.
     (
         "workload._KEEP",
