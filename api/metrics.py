@@ -12,6 +12,7 @@ from prometheus_client.registry import REGISTRY, Collector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from db.audit import SealLag
+from db.partitions import TrailGauges
 from db.reports import SlaFigures
 from db.stats import QueueGauges
 from db.webhooks import DeliveryGauges
@@ -101,10 +102,11 @@ class _QueueCollector(Collector):
         lag: SealLag,
         deliveries: DeliveryGauges,
         sla: SlaFigures,
-        trail_ahead_s: float,
+        trail: TrailGauges,
+        retain_days: int,
     ) -> None:
         self.gauges, self.max_inflight, self.lag = gauges, max_inflight, lag
-        self.deliveries, self.sla, self.trail_ahead_s = deliveries, sla, trail_ahead_s
+        self.deliveries, self.sla, self.trail, self.retain_days = deliveries, sla, trail, retain_days
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         g = self.gauges
@@ -179,7 +181,18 @@ class _QueueCollector(Collector):
             "review_queue_event_partitions_ahead_seconds",
             "Time until the event trail's last monthly partition ends: no event can be written after"
             " it (the reclaimer keeps REVIEW_QUEUE_EVENT_MONTHS_AHEAD months).",
-            value=self.trail_ahead_s,
+            value=self.trail.ahead_s,
+        )
+        yield GaugeMetricFamily(
+            "review_queue_trail_oldest_event_age_seconds",
+            "Age of the oldest event the live hash chain holds (what `review-queue archive` moves"
+            " first); 0 when nothing is sealed.",
+            value=self.trail.oldest_event_age_s,
+        )
+        yield GaugeMetricFamily(
+            "review_queue_trail_retention_seconds",
+            "REVIEW_QUEUE_RETAIN_RESOLVED_DAYS in seconds: the archive moves nothing younger.",
+            value=self.retain_days * 86400,
         )
         yield GaugeMetricFamily(
             "review_queue_sla_fell_due_items",
@@ -199,7 +212,8 @@ def exposition(
     lag: SealLag,
     deliveries: DeliveryGauges,
     sla: SlaFigures,
-    trail_ahead_s: float,
+    trail: TrailGauges,
+    retain_days: int,
 ) -> bytes:
     """Counters of this process (or of all processes, in multiprocess mode) plus queue gauges."""
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
@@ -209,5 +223,5 @@ def exposition(
     else:
         counters = generate_latest(REGISTRY)
     queue = CollectorRegistry()
-    queue.register(_QueueCollector(gauges, max_inflight, lag, deliveries, sla, trail_ahead_s))
+    queue.register(_QueueCollector(gauges, max_inflight, lag, deliveries, sla, trail, retain_days))
     return counters + generate_latest(queue)

@@ -1,5 +1,6 @@
 """The event trail's monthly partitions (alembic/versions/2026_12_05_0200_event_trail_by_month.py)."""
 
+from dataclasses import dataclass
 from datetime import datetime
 
 from sqlalchemy import text
@@ -13,7 +14,20 @@ FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
 WHERE i.inhparent = 'review_queue_event'::regclass
 """
 _COVERED_UNTIL = text(_BOUNDS)
-_AHEAD = text(f"SELECT greatest(extract(epoch FROM ({_BOUNDS}) - now()), 0)")
+# ... and the age of the live chain's first event: the oldest the trail keeps, which the next
+# archive would move first (its `at` read by id, one primary-key probe per month).
+_GAUGES = text(f"""
+SELECT greatest(extract(epoch FROM ({_BOUNDS}) - now()), 0) AS ahead_s,
+       coalesce((SELECT greatest(extract(epoch FROM now() - e.at), 0)
+                 FROM (SELECT event_id FROM review_queue_chain ORDER BY seq LIMIT 1) AS c
+                 JOIN review_queue_event e ON e.id = c.event_id), 0) AS oldest_event_age_s
+""")
+
+
+@dataclass(frozen=True, slots=True)
+class TrailGauges:
+    ahead_s: float  # from now until covered_until(); 0 when past it
+    oldest_event_age_s: float  # of the live chain's first event; 0 when nothing is sealed
 
 
 async def add_event_months(conn: AsyncConnection, *, ahead: int) -> int:
@@ -28,6 +42,7 @@ async def covered_until(conn: AsyncConnection) -> datetime:
     return until
 
 
-async def ahead_s(conn: AsyncConnection) -> float:
-    """Seconds from now until covered_until() (the /metrics gauge); 0 when past it."""
-    return float(await conn.scalar(_AHEAD) or 0)
+async def trail_gauges(conn: AsyncConnection) -> TrailGauges:
+    """How long the partitions last, and how far back the trail goes (the /metrics gauges)."""
+    row = (await conn.execute(_GAUGES)).one()
+    return TrailGauges(ahead_s=float(row.ahead_s), oldest_event_age_s=float(row.oldest_event_age_s))

@@ -93,6 +93,7 @@ async def metrics(conn: Conn, settings: SettingsDep) -> Response:
         await audit.seal_lag(conn),
         await webhooks.delivery_gauges(conn),
         sla,
-        await partitions.ahead_s(conn),
+        await partitions.trail_gauges(conn),
+        settings.retain_resolved_days,
     )
     return Response(body, media_type="text/plain; version=0.0.4; charset=utf-8")

@@ -258,3 +258,25 @@ def test_metrics_show_how_long_the_event_trails_months_last(
     further = scrape(client, admin)["review_queue_event_partitions_ahead_seconds"]
     assert abs(further - _trail_ends(sql)) < 60
     assert further > ahead + 28 * 86400
+
+
+def test_metrics_show_how_far_back_the_trail_goes_against_its_retention(
+    client: TestClient, auth: Auth, sql: psycopg.Connection, db_url: str
+) -> None:
+    """The age of the live chain's first event (the oldest the trail keeps, what the archive moves
+    first), beside the retention: ReviewQueueArchiveOverdue compares the two."""
+    admin = auth("ops", "admin")
+    assert scrape(client, admin)["review_queue_trail_oldest_event_age_seconds"] == 0  # nothing sealed
+    first, second = (client.post("/items", json=item_body(), headers=admin).json()["id"] for _ in range(2))
+    assert seal(db_url) == 2
+    # Moved back (past the append-only trigger): the first item 400 days, the second 10.
+    sql.execute("SET session_replication_role = replica")
+    for item_id, days in ((first, 400), (second, 10)):
+        sql.execute(
+            "UPDATE review_queue_event SET at = at - make_interval(days => %s) WHERE item_id = %s",
+            (days, item_id),
+        )
+    sql.execute("SET session_replication_role = origin")
+    scraped = scrape(client, admin)
+    assert abs(scraped["review_queue_trail_oldest_event_age_seconds"] - 400 * 86400) < 60
+    assert scraped["review_queue_trail_retention_seconds"] == 2557 * 86400

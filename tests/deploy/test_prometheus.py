@@ -36,8 +36,9 @@ EXPECTED_ALERTS = {
     # Issue 27: webhooks.
     "ReviewQueueWebhookFailing",
     "ReviewQueueWebhookLagging",
-    # Issue 29: the event trail's monthly partitions.
+    # Issue 29: the event trail's monthly partitions, and its monthly archive.
     "ReviewQueueEventPartitionsRunningOut",
+    "ReviewQueueArchiveOverdue",
 }
 # Recording rules (the dashboard's SLA attainment panel reads the first).
 EXPECTED_RECORDS = {"review_queue:sla_attainment_7d:ratio"}
