@@ -103,12 +103,15 @@ SELECT c.*, count(*) FILTER (WHERE c.event = 'LEASED') OVER (PARTITION BY c.i OR
 FROM candidates c WHERE c.at < %(now)s::timestamptz
 """
 
-# Each item's row as its trail leaves it (state, holder, decision, proposal, approval).
+# Each item's row as its trail leaves it (state, holder, decision, proposal, approval, reopened),
+# written in the order of each item's last event: where a running queue leaves the row's last
+# version (each change writes a new one, beside that moment's other writes). Not in the join's
+# order, which would scatter the live queue and each week's deadlines over the whole year's pages.
 ITEMS = """
 INSERT INTO review_queue_item (id, idempotency_key, ledger_entity, variance_amount, match_decision, state,
     leased_by, leased_at, lease_expires_at, trace_id, source_hash, created_at, resolution, resolution_note,
     resolved_by, resolved_at, lease_epoch, attempts, due_at, prepared_by, proposed_resolution, proposed_note,
-    prepared_at, approved_by, approved_at)
+    prepared_at, approved_by, approved_at{reopened})
 SELECT p.id, 'bench-' || p.i, p.entity, p.amount, 'UNMATCHED', s.state,
        CASE WHEN s.state IN ('ASSIGNED', 'RESOLVED') OR s.last = 'LEASED' THEN s.lessee END,
        CASE WHEN s.state IN ('ASSIGNED', 'RESOLVED') OR s.last = 'LEASED' THEN s.leased_at END,
@@ -126,11 +129,13 @@ SELECT p.id, 'bench-' || p.i, p.entity, p.amount, 'UNMATCHED', s.state,
        CASE WHEN p.approval AND s.state IN ('AWAITING_APPROVAL', 'RESOLVED') THEN 'JE-' || p.i END,
        CASE WHEN p.approval AND s.state IN ('AWAITING_APPROVAL', 'RESOLVED') THEN p.decided_at END,
        CASE WHEN s.state = 'RESOLVED' AND s.last = 'APPROVED' THEN s.decider END,
-       CASE WHEN s.state = 'RESOLVED' AND s.last = 'APPROVED' THEN s.decided END
+       CASE WHEN s.state = 'RESOLVED' AND s.last = 'APPROVED' THEN s.decided END{reopened_value}
 FROM bench_plan p
 JOIN (
     SELECT t.i,
            (array_agg(t.event ORDER BY t.seq DESC))[1] AS last,
+           max(t.at) AS last_at,
+           bool_or(t.event = 'REOPENED') AS reopened,
            max(t.epoch) AS epoch,
            (array_agg(t.actor ORDER BY t.seq DESC) FILTER (WHERE t.event = 'LEASED'))[1] AS lessee,
            max(t.at) FILTER (WHERE t.event = 'LEASED') AS leased_at,
@@ -147,6 +152,7 @@ JOIN (
                 ELSE 'RESOLVED' END AS state
     FROM bench_trail t GROUP BY t.i
 ) AS s ON s.i = p.i
+ORDER BY s.last_at
 """
 
 # Events in the order of their moments, as a busy queue writes them (ids follow time).
@@ -169,7 +175,19 @@ def load_year(url: str, items: int) -> dict[str, Any]:
         params = {"now": now, "items": items}
         conn.execute(PLAN, params)
         conn.execute(TRAIL, params)
-        conn.execute(ITEMS, params)
+        # The row says it was reopened (as the REOPENED trigger leaves it), so that the trigger finds
+        # nothing to update: 50,000 updates at 10M would leave holes all over the year, which the
+        # live queue loaded next would fill. Schemas before 2026_12_05_1500 have no such column.
+        flagged = conn.execute(
+            "SELECT EXISTS (SELECT FROM pg_attribute WHERE attrelid = 'review_queue_item'::regclass"
+            " AND attname = 'reopened' AND NOT attisdropped)"
+        ).fetchone() or (False,)
+        conn.execute(
+            ITEMS.format(reopened=", reopened", reopened_value=",\n       s.reopened")
+            if flagged[0]
+            else ITEMS.format(reopened="", reopened_value=""),
+            params,
+        )
         # The foreign key is checked once for all events afterwards, not row by row (a random
         # primary-key probe per event): the same guarantee, a fraction of the time.
         conn.execute(f"ALTER TABLE review_queue_event DROP CONSTRAINT {EVENT_FK}")
