@@ -109,7 +109,8 @@ review_queue_item = Table(
     # statement does not hand it back to them (REVIEW_QUEUE_RELEASE_COOLDOWN_S).
     Column("released_by", Text),
     Column("released_until", DateTime(timezone=True)),
-    # Reopened once at least: set by the trigger that records a REOPENED event (2026_12_05_1500).
+    # Reopened once at least: set by the trigger that records a REOPENED event, and by nothing else
+    # (a guard refuses other changes; 2026_12_05_1500).
     Column("reopened", Boolean, nullable=False, server_default=text("false")),
     CheckConstraint(
         "state IN ('PENDING', 'ASSIGNED', 'RESOLVED', 'QUARANTINED', 'AWAITING_APPROVAL')", name="valid_state"
@@ -246,7 +247,7 @@ review_queue_item = Table(
         postgresql_where=text("state = 'RESOLVED'"),
     ),
     # ... and the backlog follows the reopened items still open, or decided in its period, by these
-    # (reopened items alone enter them).
+    # (reopened items alone enter them; 2026_12_05_1510).
     Index(
         "ix_review_queue_item_reopened_open", "id", postgresql_where=text("reopened AND state <> 'RESOLVED'")
     ),

@@ -160,3 +160,34 @@ def test_without_the_sealer_role_granted_the_migration_stops_and_says_how(server
     finally:
         admin_sql(server_url, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
         admin_sql(server_url, f"DROP ROLE IF EXISTS {owner}")
+
+
+def test_the_reopened_flag_is_backfilled_and_then_kept_by_the_database_alone(owner_url: str) -> None:
+    """2026_12_05_1500: the items already reopened get the flag; after it, a REOPENED event sets
+    it, and the guard refuses any other change, even the owner's."""
+    config = alembic_config(owner_url)
+    command.downgrade(config, "2c8f5e1b7d94")
+    reopen = (
+        "INSERT INTO review_queue_event (item_id, event, actor, lease_epoch, trace_id)"
+        " SELECT id, 'REOPENED', 'ada', 0, trace_id FROM review_queue_item WHERE idempotency_key = %s"
+    )
+    with psycopg.connect(libpq(owner_url), autocommit=True) as conn:
+        for key in ("before", "never", "after"):
+            conn.execute(_item_sql(key))
+        conn.execute(reopen, ("before",))
+    command.upgrade(config, "head")
+    flags = "SELECT idempotency_key, reopened FROM review_queue_item ORDER BY idempotency_key"
+    with psycopg.connect(libpq(owner_url), autocommit=True) as conn:
+        assert conn.execute(flags).fetchall() == [("after", False), ("before", True), ("never", False)]
+        conn.execute(reopen, ("after",))
+        assert conn.execute(flags).fetchall() == [("after", True), ("before", True), ("never", False)]
+        for refused in (
+            "UPDATE review_queue_item SET reopened = false WHERE idempotency_key = 'before'",
+            "UPDATE review_queue_item SET reopened = true WHERE idempotency_key = 'never'",
+            _item_sql("new", reopened="true"),
+        ):
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                conn.execute(refused)
+        conn.execute(
+            "UPDATE review_queue_item SET reopened = true WHERE idempotency_key = 'before'"
+        )  # no change

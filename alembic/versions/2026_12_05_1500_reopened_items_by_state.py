@@ -1,21 +1,20 @@
-"""The backlog follows the reopened items that can matter to its period, not all of them (issue 29).
+"""The backlog follows the reopened items that can matter to its period, not all of them (issue 29):
+the flag.
 
 The backlog report reads the trail of every reopened item that may have been open at one of its
 day ends: those open now, and those whose standing decision came on or after the period began. It
 found them by checking each open item and each of the period's resolutions against
 `review_queue_reopened_item`, one key probe each: 320,000 probes for a week at 10M items, into a
-table that grows with the years kept (49,498 rows against 77 without the history, x1.47 of the
-week's backlog).
+table that grows with the years kept (49,498 rows against 77 without the history).
 
-`review_queue_item.reopened` says the item was reopened once at least, and two partial indexes hold
-exactly the rows the backlog wants: the reopened items still open, and the reopened items resolved,
-by the time of their decision. Both hold reopened items only, so no other write touches them.
+`review_queue_item.reopened` says the item was reopened once at least; the next migration
+(`2026_12_05_1510`) indexes the reopened items by state. The database keeps the flag, as it keeps
+`review_queue_reopened_item`: the AFTER INSERT trigger on REOPENED events (SECURITY DEFINER) sets
+it, whichever statement reopened the item, and a guard refuses any other change to it (the
+application role may update item rows, so without the guard it could set or clear the flag). The
+guard's trigger fires only for a statement that names the column, and only when it changes.
 
-The flag is kept by the database, as `review_queue_reopened_item` is: the same AFTER INSERT trigger
-on REOPENED events sets it (its function is SECURITY DEFINER), whichever statement reopened the
-item. ADD COLUMN with a constant default rewrites nothing; the backfill updates the reopened items
-alone. On a large table, build the two indexes `CONCURRENTLY` by hand before upgrading; the
-migration then finds them and creates nothing.
+ADD COLUMN with a constant default rewrites nothing; the backfill reads the reopened items by key.
 
 Revision ID: 5d1e7a3c9b28
 Revises: 2c8f5e1b7d94
@@ -49,35 +48,50 @@ $$
 _FLAG = """
     UPDATE review_queue_item SET reopened = true WHERE id = NEW.item_id AND NOT reopened;"""
 
+# The flag is true exactly when the item is in review_queue_reopened_item (which only the trigger
+# above writes): a new row is not reopened, and a change must agree with that table.
+_GUARD = """
+CREATE FUNCTION review_queue_item_reopened_guard() RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, public, pg_temp
+AS $$
+BEGIN
+    IF NEW.reopened IS DISTINCT FROM
+       (TG_OP = 'UPDATE' AND EXISTS (SELECT FROM review_queue_reopened_item WHERE item_id = NEW.id)) THEN
+        RAISE EXCEPTION 'review_queue_item.reopened is kept by the database (a REOPENED event sets it)'
+            USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    RETURN NEW;
+END
+$$
+"""
+_GUARD_TRIGGERS = (
+    "CREATE TRIGGER review_queue_item_reopened_insert BEFORE INSERT ON review_queue_item"
+    " FOR EACH ROW WHEN (NEW.reopened) EXECUTE FUNCTION review_queue_item_reopened_guard()",
+    "CREATE TRIGGER review_queue_item_reopened_update BEFORE UPDATE OF reopened ON review_queue_item"
+    " FOR EACH ROW WHEN (OLD.reopened IS DISTINCT FROM NEW.reopened)"
+    " EXECUTE FUNCTION review_queue_item_reopened_guard()",
+)
+
 
 def upgrade() -> None:
     op.add_column(
         "review_queue_item",
         sa.Column("reopened", sa.Boolean(), nullable=False, server_default=sa.text("false")),
     )
+    op.execute(_GUARD)
+    for trigger in _GUARD_TRIGGERS:
+        op.execute(trigger)
     op.execute(
-        "UPDATE review_queue_item i SET reopened = true"
-        " FROM review_queue_reopened_item r WHERE r.item_id = i.id"
+        "UPDATE review_queue_item SET reopened = true"
+        " WHERE id IN (SELECT item_id FROM review_queue_reopened_item)"
     )
     op.execute(_FUNCTION.format(flag=_FLAG))
-    op.create_index(
-        "ix_review_queue_item_reopened_open",
-        "review_queue_item",
-        ["id"],
-        postgresql_where=sa.text("reopened AND state <> 'RESOLVED'"),
-        if_not_exists=True,
-    )
-    op.create_index(
-        "ix_review_queue_item_reopened_resolved",
-        "review_queue_item",
-        ["resolved_at"],
-        postgresql_where=sa.text("reopened AND state = 'RESOLVED'"),
-        if_not_exists=True,
-    )
 
 
 def downgrade() -> None:
-    op.drop_index("ix_review_queue_item_reopened_resolved", table_name="review_queue_item", if_exists=True)
-    op.drop_index("ix_review_queue_item_reopened_open", table_name="review_queue_item", if_exists=True)
     op.execute(_FUNCTION.format(flag=""))
+    op.execute("DROP TRIGGER review_queue_item_reopened_update ON review_queue_item")
+    op.execute("DROP TRIGGER review_queue_item_reopened_insert ON review_queue_item")
+    op.execute("DROP FUNCTION review_queue_item_reopened_guard()")
     op.drop_column("review_queue_item", "reopened")

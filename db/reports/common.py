@@ -117,7 +117,7 @@ timeline AS MATERIALIZED (
 # The items ever reopened that may have been open at one of the period's day ends (the backlog):
 # those open now, and those whose standing decision came at or after the period began (one resolved
 # before it has stayed resolved since). Each set is one partial index of reopened items alone
-# (2026_12_05_1500): O(reopened items open now and the period's), not every reopening in the history
+# (2026_12_05_1510): O(reopened items open now and the period's), not every reopening in the history
 # (49,498 at 10M items) nor a probe per open item and resolution (320,000 for a week at 10M) ...
 REOPENED = _REOPENED.format(
     items="SELECT id AS item_id FROM review_queue_item WHERE reopened AND state <> 'RESOLVED'"

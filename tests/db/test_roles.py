@@ -67,6 +67,11 @@ ATTEMPTS = [
     " through_event_id, events, items, events_sha256, items_sha256, archived_by)"
     " VALUES (now(), 1, 1000000, sha256('x'), '1', 1, 1, 0, '', '', 'mallory')",
     "DELETE FROM review_queue_archive",
+    # The backlog trusts review_queue_item.reopened: only a REOPENED event sets it (2026_12_05_1500).
+    "UPDATE review_queue_item SET reopened = true",
+    "INSERT INTO review_queue_item (idempotency_key, ledger_entity, variance_amount, match_decision,"
+    " source_hash, reopened) VALUES ('mallory', 'ACME', 1, 'MATCHED', 'h-mallory', true)",
+    "ALTER TABLE review_queue_item DISABLE TRIGGER review_queue_item_reopened_update",
     "ALTER TABLE approval_policy ADD COLUMN mallory text",
     "DELETE FROM approval_policy",
 ]

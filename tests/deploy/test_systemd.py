@@ -77,18 +77,6 @@ def test_unit_has_user_environment_file_restart_and_hardening(name: str, command
     unit = _unit(name)
     service = unit["Service"]
     assert service["ExecStart"] == f"{COMMAND.parent}/{command}"
-    assert service["User"] == "review-queue" and service["Group"] == "review-queue"
-    # A key given twice (EnvironmentFile=) keeps the last value in configparser: read them all.
-    files = [line.split("=", 1)[1] for line in (DEPLOY / "systemd" / name).read_text().splitlines()
-             if line.startswith("EnvironmentFile=")]  # fmt: skip
-    assert files[0] == "/etc/review-queue/review-queue.env"
-    if name in ONESHOT:
-        # The owner's credentials come from a file of its own; what it writes, to its own directory.
-        assert files[1:] == ["/etc/review-queue/archive.env"]
-        assert service["Type"] == "oneshot" and "Restart" not in service and "Install" not in unit
-        assert service["StateDirectory"] == "review-queue-archive"
-        return
-    assert service["Restart"] == "always"
     for key, value in {
         "NoNewPrivileges": "yes",
         "ProtectSystem": "strict",
@@ -98,7 +86,27 @@ def test_unit_has_user_environment_file_restart_and_hardening(name: str, command
         "CapabilityBoundingSet": "",
     }.items():
         assert service[key] == value, f"{name}: {key}={service.get(key)!r}, expected {value!r}"
+    # A key given twice (EnvironmentFile=) keeps the last value in configparser: read them all.
+    files = [line.split("=", 1)[1] for line in (DEPLOY / "systemd" / name).read_text().splitlines()
+             if line.startswith("EnvironmentFile=")]  # fmt: skip
+    assert files[0] == "/etc/review-queue/review-queue.env"
+    if name in ONESHOT:
+        # Its own user, the owner's URL from a file of its own, and its files in its own directory:
+        # the service's user can read neither.
+        assert service["User"] == service["Group"] == "review-queue-archive"
+        assert files[1:] == ["/etc/review-queue/archive.env"]
+        assert service["Type"] == "oneshot" and "Restart" not in service and "Install" not in unit
+        assert service["StateDirectory"] == "review-queue-archive"
+        return
+    assert service["User"] == "review-queue" and service["Group"] == "review-queue"
+    assert service["Restart"] == "always"
     assert unit["Install"]["WantedBy"] == "multi-user.target"
+
+
+def test_the_sysusers_file_declares_both_users() -> None:
+    lines = (DEPLOY / "systemd" / "review-queue.sysusers.conf").read_text().splitlines()
+    users = [line.split()[1] for line in lines if line.startswith("u ")]
+    assert users == ["review-queue", "review-queue-archive"]
 
 
 def test_the_archive_runs_monthly_and_catches_up_after_downtime() -> None:
