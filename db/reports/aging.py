@@ -67,9 +67,12 @@ span (c, s, f, n) AS (
     SELECT width_bucket(i.created_at, g), width_bucket(i.created_at, g), width_bucket(i.resolved_at, g),
            count(*)
     -- Resolved before the period began: closed at every point (the grid reaches 30 days further
-    -- back, for the age bands of the created_at).
-    FROM grid, edges, review_queue_item i
-    WHERE i.state = 'RESOLVED' AND i.resolved_at >= e[1]
+    -- back, for the age bands of the created_at). The period's start is a parameter of its own
+    -- (:lo = e[1]), not read from the array: the planner then estimates the period's resolutions,
+    -- not a third of all history, and does not size this hash table for millions of cells (zeroing
+    -- it cost 15 ms at 10M items).
+    FROM grid, review_queue_item i
+    WHERE i.state = 'RESOLVED' AND i.resolved_at >= CAST(:lo AS timestamptz)
     GROUP BY 1, 3
     UNION ALL
     SELECT width_bucket(o.created_at, g), width_bucket(o.created_at, g), NULL, count(*)
@@ -154,6 +157,6 @@ async def backlog(conn: AsyncConnection, *, period: Period) -> BacklogReport:
         points.append(BacklogPoint(start=day, at=at, by_age=by_age))
     skip = (first_live - period.start).days
     if first_live < period.end:
-        rows = await conn.execute(_BACKLOG, {"edges": edges[skip:], "start": first_live})
+        rows = await conn.execute(_BACKLOG, {"edges": edges[skip:], "lo": edges[skip], "start": first_live})
         points += [BacklogPoint(start=r.start, at=r.at, by_age=tuple(int(n) for n in r.by_age)) for r in rows]
     return BacklogReport(as_of=as_of, points=points)

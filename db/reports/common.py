@@ -70,11 +70,11 @@ async def begin(conn: AsyncConnection, period: Period) -> tuple[list[datetime], 
 
 
 async def keep(conn: AsyncConnection, period: Period, statement: TextClause, **params: object) -> None:
-    """Run a report's keep statement over the period's bucket edges, when the period has any
-    (db/reports/rollup.py: the periods it is given are over)."""
+    """Run a report's keep statement over the period's bucket edges (and their first, `lo`), when
+    the period has any (db/reports/rollup.py: the periods it is given are over)."""
     if period.buckets > 0:
         edges, _ = await begin(conn, period)
-        await conn.execute(statement, {"edges": edges, "start": period.start, **params})
+        await conn.execute(statement, {"edges": edges, "lo": edges[0], "start": period.start, **params})
 
 
 # The items ever reopened, and their decisive moments in trail order, read from the REOPENED events

@@ -618,7 +618,15 @@ def _report_params(sql: psycopg.Connection, *, days: int) -> dict[str, Any]:
         " - (%s - n) * interval '1 day' ORDER BY n) FROM generate_series(0, %s) AS n",
         (days, days),
     ).fetchone()
-    return {"edges": edges, "start": None, "step": 1, "entity": None, "reviewer": None, "tz": "UTC"}
+    return {
+        "edges": edges,
+        "lo": edges[0],
+        "start": None,
+        "step": 1,
+        "entity": None,
+        "reviewer": None,
+        "tz": "UTC",
+    }
 
 
 REPORT_SCANS = [
