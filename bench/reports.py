@@ -8,7 +8,8 @@ under a second per report; it is printed as measured, never asserted.
 
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -163,7 +164,25 @@ FROM bench_trail t JOIN bench_plan p USING (i)
 ORDER BY t.at, t.i, t.seq
 """
 EVENT_FK = "fk_review_queue_event_item_id_review_queue_item"
-REOPENED_GUARD = "review_queue_item_reopened_insert"
+
+
+@contextmanager
+def reopened_rows_allowed(conn: psycopg.Connection) -> Iterator[bool]:
+    """Item rows that say they were reopened may be inserted meanwhile (the guard of
+    2026_12_05_1500 refuses one before its REOPENED event is in); whether the schema has the flag
+    (schemas before that migration have neither)."""
+    (flagged,) = conn.execute(
+        "SELECT EXISTS (SELECT FROM pg_attribute WHERE attrelid = 'review_queue_item'::regclass"
+        " AND attname = 'reopened' AND NOT attisdropped)"
+    ).fetchone() or (False,)
+    if not flagged:
+        yield False
+        return
+    conn.execute("ALTER TABLE review_queue_item DISABLE TRIGGER review_queue_item_reopened_insert")
+    try:
+        yield True
+    finally:
+        conn.execute("ALTER TABLE review_queue_item ENABLE TRIGGER review_queue_item_reopened_insert")
 
 
 def load_year(url: str, items: int) -> dict[str, Any]:
@@ -178,17 +197,10 @@ def load_year(url: str, items: int) -> dict[str, Any]:
         conn.execute(TRAIL, params)
         # The row says it was reopened (as the REOPENED trigger leaves it), so that the trigger finds
         # nothing to update: 50,000 updates at 10M would leave holes all over the year, which the
-        # live queue loaded next would fill. Its guard refuses a new row that says so, until the
-        # events are in. Schemas before 2026_12_05_1500 have no such column.
-        flagged = conn.execute(
-            "SELECT EXISTS (SELECT FROM pg_attribute WHERE attrelid = 'review_queue_item'::regclass"
-            " AND attname = 'reopened' AND NOT attisdropped)"
-        ).fetchone() or (False,)
-        if flagged[0]:
-            conn.execute(f"ALTER TABLE review_queue_item DISABLE TRIGGER {REOPENED_GUARD}")
-            conn.execute(ITEMS.format(reopened=", reopened", reopened_value=",\n       s.reopened"), params)
-        else:
-            conn.execute(ITEMS.format(reopened="", reopened_value=""), params)
+        # live queue loaded next would fill.
+        with reopened_rows_allowed(conn) as flagged:
+            flag = (", reopened", ",\n       s.reopened") if flagged else ("", "")
+            conn.execute(ITEMS.format(reopened=flag[0], reopened_value=flag[1]), params)
         # The foreign key is checked once for all events afterwards, not row by row (a random
         # primary-key probe per event): the same guarantee, a fraction of the time.
         conn.execute(f"ALTER TABLE review_queue_event DROP CONSTRAINT {EVENT_FK}")
@@ -197,8 +209,6 @@ def load_year(url: str, items: int) -> dict[str, Any]:
             f"ALTER TABLE review_queue_event ADD CONSTRAINT {EVENT_FK}"
             " FOREIGN KEY (item_id) REFERENCES review_queue_item (id)"
         )
-        if flagged[0]:
-            conn.execute(f"ALTER TABLE review_queue_item ENABLE TRIGGER {REOPENED_GUARD}")
         conn.execute("DROP TABLE bench_plan, bench_trail")
         conn.execute("VACUUM ANALYZE review_queue_item")
         conn.execute("VACUUM ANALYZE review_queue_event")

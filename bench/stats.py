@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 import psycopg
 
-from bench.reports import REOPENED_GUARD
+from bench.reports import reopened_rows_allowed
 from db.engine import libpq_url as libpq
 
 METRICS_TOKEN = "bench-metrics-scrape"  # noqa: S105 - a throwaway token for the bench's own servers
@@ -77,17 +77,15 @@ def match_live_queue(history: str, empty: str) -> int:
                 f"review_queue_event ({_COLUMNS})",
             ),
         )
-        # The rows say whether they were reopened; the guard on that flag refuses a new row that
-        # says so until its REOPENED event is in (bench/reports.py load_year does the same).
-        target.execute(f"ALTER TABLE review_queue_item DISABLE TRIGGER {REOPENED_GUARD}")
-        for query, table in copies:
-            with (
-                source.cursor().copy(f"COPY ({query}) TO STDOUT") as out,
-                target.cursor().copy(f"COPY {table} FROM STDIN") as into,
-            ):
-                for block in out:
-                    into.write(block)
-        target.execute(f"ALTER TABLE review_queue_item ENABLE TRIGGER {REOPENED_GUARD}")
+        # The rows say whether they were reopened (bench/reports.py load_year writes them so too).
+        with reopened_rows_allowed(target):
+            for query, table in copies:
+                with (
+                    source.cursor().copy(f"COPY ({query}) TO STDOUT") as out,
+                    target.cursor().copy(f"COPY {table} FROM STDIN") as into,
+                ):
+                    for block in out:
+                        into.write(block)
         (copied,) = source.execute(f"SELECT count(*) {_PRESENT}").fetchone() or (0,)
         target.execute("VACUUM ANALYZE review_queue_item")
         target.execute("VACUUM ANALYZE review_queue_event")
