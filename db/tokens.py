@@ -8,6 +8,7 @@ from datetime import datetime, timedelta
 
 from sqlalchemy import Interval, and_, bindparam, exists, func, or_, select
 from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.sql.dml import Insert
 
 from db.tables import api_token
 
@@ -73,15 +74,20 @@ async def create_token(
     """Store a new token for subject (folded: see fold_subject) and return it; this is the only
     time it exists in clear.
     With expires_in, it stops working that long from now (the database clock)."""
+    token, statement = new_token(subject=subject, role=role, expires_in=expires_in)
+    await conn.execute(statement)
+    return token
+
+
+def new_token(*, subject: str, role: str, expires_in: timedelta | None = None) -> tuple[str, Insert]:
+    """A new token and the INSERT that stores it (create_token runs it; the tests run it on a
+    connection they already hold)."""
     subject = check_subject(subject)
     token = "rq_" + secrets.token_urlsafe(32)
     expires_at = func.now() + bindparam("expires_in", expires_in, Interval) if expires_in else None
-    await conn.execute(
-        api_token.insert().values(
-            subject=subject, role=role, token_hash=hash_token(token), expires_at=expires_at
-        )
+    return token, api_token.insert().values(
+        subject=subject, role=role, token_hash=hash_token(token), expires_at=expires_at
     )
-    return token
 
 
 async def revoke_tokens(

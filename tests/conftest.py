@@ -1,6 +1,8 @@
 """Real PostgreSQL for every test: the embedded server (or TEST_DATABASE_URL), one Alembic-migrated
-template database per session, and a fresh copy of it for each test. Fixtures only: the plain
-helpers they use live in tests/support/."""
+template database per session, and per worker one copy of it that every test shares and that is
+reset after each (tests/support/shared_db.py); a test that changes the schema, grants or the
+database's settings gets a fresh copy of its own (@pytest.mark.fresh_db("why")). Fixtures only:
+the plain helpers they use live in tests/support/."""
 
 import os
 import tempfile
@@ -14,6 +16,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from api.app import create_app
+from api.logs import configure_logging
 from api.settings import Settings
 from db import roles
 from db.migrations import upgrade_head
@@ -22,11 +25,13 @@ from tests.support.postgres import (
     admin_sql,
     create_token,
     fresh_database,
+    insert_token,
     libpq,
     make_settings,
     with_database,
 )
 from tests.support.servers import OwnPostgres, PgBouncer, start_server, stop_server
+from tests.support.shared_db import SharedDatabase
 from tests.support.slow import SLOW
 
 
@@ -76,6 +81,13 @@ def server_url() -> Iterator[str]:
     uri = server.get_uri()
     with psycopg.connect(libpq(with_database(uri, "postgres")), autocommit=True) as conn:
         roles.ensure_roles(conn)
+        # A test cluster needs no durability: nothing in it outlives the session, and a crash
+        # of the machine loses nothing anyone wants. (The embedded server of `make run` keeps it.)
+        # synchronous_commit stays on: with fsync off its flush costs a write() only, and off it
+        # delays hint bits, which changed a plan of tests/db/test_query_plans.py.
+        for setting in ("fsync", "full_page_writes"):
+            conn.execute(f"ALTER SYSTEM SET {setting} = off")
+        conn.execute("SELECT pg_reload_conf()")
     yield uri
     server.cleanup()
 
@@ -92,11 +104,37 @@ def template_db(server_url: str, worker_id: str) -> Iterator[str]:
     admin_sql(server_url, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
 
+@pytest.fixture(scope="session")
+def shared_db(server_url: str, template_db: str, worker_id: str) -> Iterator[SharedDatabase]:
+    """The worker's database, which the tests share: reset after each, created once."""
+    shared = SharedDatabase(server_url, template_db, f"rq_shared_{worker_id}_{os.getpid()}")
+    yield shared
+    shared.close()
+
+
+def _fresh(request: pytest.FixtureRequest) -> bool:
+    marker = request.node.get_closest_marker("fresh_db")
+    if marker is not None and not (marker.args and isinstance(marker.args[0], str) and marker.args[0]):
+        pytest.fail('say why the test needs a database of its own: @pytest.mark.fresh_db("why")')
+    return marker is not None
+
+
 @pytest.fixture
-def db_name(server_url: str, template_db: str) -> Iterator[str]:
-    """A fresh database for this test."""
-    with fresh_database(server_url, template_db) as name:
-        yield name
+def db_name(request: pytest.FixtureRequest, server_url: str, template_db: str) -> Iterator[str]:
+    """This test's database: the worker's shared one, reset once the test is done; a fresh copy of
+    the template when the test is marked fresh_db (it changes the schema, grants or settings)."""
+    if _fresh(request):
+        with fresh_database(server_url, template_db) as name:
+            yield name
+        return
+    shared: SharedDatabase = request.getfixturevalue("shared_db")
+    yield shared.name
+    changed = shared.reset()
+    if changed is not None:
+        pytest.fail(
+            f"this test changed what a reset cannot undo ({changed}); the database was created anew."
+            ' Mark it @pytest.mark.fresh_db("why") to give it a database of its own.'
+        )
 
 
 @pytest.fixture
@@ -130,16 +168,65 @@ def settings(db_url: str) -> Settings:
     return make_settings(db_url)
 
 
-@pytest.fixture
-def client(settings: Settings) -> Iterator[TestClient]:
-    with TestClient(create_app(settings), raise_server_exceptions=False) as test_client:
-        yield test_client
+class SharedApp:
+    """The worker's app on its shared database, started once (its pool, its LISTEN connection)
+    and started anew only when that database was."""
+
+    def __init__(self, shared: SharedDatabase) -> None:
+        self.shared = shared
+        self.generation = 0
+        self.test_client: TestClient | None = None
+
+    def client(self, settings: Settings) -> TestClient:
+        if self.test_client is None or self.generation != self.shared.generation:
+            self.close()
+            self.test_client = TestClient(create_app(settings), raise_server_exceptions=False)
+            self.test_client.__enter__()
+            self.generation = self.shared.generation
+            self.headers = dict(self.test_client.headers)
+        # What create_app did for every test before: logging to this test's captured stdout.
+        configure_logging(settings.log_format, settings.log_level)
+        return self.test_client
+
+    def after_test(self) -> None:
+        if self.test_client is not None:
+            self.test_client.cookies.clear()
+            self.test_client.headers.clear()
+            self.test_client.headers.update(self.headers)
+
+    def close(self) -> None:
+        if self.test_client is not None:
+            self.test_client.__exit__(None, None, None)
+            self.test_client = None
+
+
+@pytest.fixture(scope="session")
+def shared_app(shared_db: SharedDatabase) -> Iterator[SharedApp]:
+    app = SharedApp(shared_db)
+    yield app
+    app.close()
 
 
 @pytest.fixture
-def make_token(db_url: str) -> Callable[[str, str], str]:
-    """Create a real token in the test database: make_token(subject, role) -> bearer token."""
-    return lambda subject, role: create_token(db_url, subject, role)
+def client(request: pytest.FixtureRequest, settings: Settings) -> Iterator[TestClient]:
+    """The app in-process: the worker's shared one, or one of the test's own on a fresh_db."""
+    if _fresh(request):
+        with TestClient(create_app(settings), raise_server_exceptions=False) as test_client:
+            yield test_client
+        return
+    shared: SharedApp = request.getfixturevalue("shared_app")
+    yield shared.client(settings)
+    shared.after_test()
+
+
+@pytest.fixture
+def make_token(request: pytest.FixtureRequest, db_url: str) -> Callable[[str, str], str]:
+    """Create a real token in the test database: make_token(subject, role) -> bearer token (through
+    the worker's own connection when the database is the shared one)."""
+    if _fresh(request):
+        return lambda subject, role: create_token(db_url, subject, role)
+    shared: SharedDatabase = request.getfixturevalue("shared_db")
+    return lambda subject, role: insert_token(shared.conn, subject, role)
 
 
 @pytest.fixture

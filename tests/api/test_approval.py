@@ -275,6 +275,7 @@ def test_approving_your_own_work_is_403_segregation_of_duties(
     assert snapshot(sql) == before
 
 
+@pytest.mark.fresh_db("drops a CHECK constraint to reach the statement's own guard")
 def test_the_statement_itself_refuses_the_preparer_even_holding_the_lease(
     client: TestClient, auth: Auth, sql: psycopg.Connection
 ) -> None:
@@ -431,6 +432,7 @@ def _drop_sod_checks(sql: psycopg.Connection) -> None:
         sql.execute(f"ALTER TABLE review_queue_item DROP CONSTRAINT ck_review_queue_item_{name}")
 
 
+@pytest.mark.fresh_db("drops a CHECK constraint to reach the statement's own guard")
 @pytest.mark.parametrize("action", ["approve", "reject"])
 def test_approve_and_reject_refuse_the_preparer_by_their_own_guard(
     client: TestClient, auth: Auth, sql: psycopg.Connection, action: str
@@ -454,6 +456,7 @@ def test_approve_and_reject_refuse_the_preparer_by_their_own_guard(
     assert snapshot(sql) == before
 
 
+@pytest.mark.fresh_db("drops a CHECK constraint to reach the statement's own guard")
 def test_the_approval_lease_skips_the_preparers_proposal_by_its_own_guard(
     client: TestClient, auth: Auth, sql: psycopg.Connection
 ) -> None:

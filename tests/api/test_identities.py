@@ -162,6 +162,7 @@ def test_the_database_refuses_a_second_spelling_and_compares_folded(
         )
 
 
+@pytest.mark.fresh_db("drops a CHECK constraint to reach the statement's own guard")
 @pytest.mark.parametrize("action", ["approve", "reject"])
 def test_the_statements_guard_compares_folded_preparers(
     action: str, db_url: str, client: TestClient, sql: psycopg.Connection

@@ -160,6 +160,7 @@ def test_an_exhausted_pool_is_a_fast_503_not_a_hang(db_url: str, make_token, sql
     assert elapsed < settings.pg_lock_timeout_ms / 1000 / 4, f"took {elapsed:.2f} s"
 
 
+@pytest.mark.fresh_db("sets the database's deadlock_timeout")
 def test_a_deadlock_is_retried_and_the_request_succeeds(
     auth: Auth, db_url: str, superuser_url: str, sql, caplog
 ) -> None:
@@ -245,6 +246,7 @@ def _trail_ends(sql: psycopg.Connection) -> float:
     return (ends - datetime.now(UTC)).total_seconds()
 
 
+@pytest.mark.fresh_db("creates partitions of the event trail")
 def test_metrics_show_how_long_the_event_trails_months_last(
     client: TestClient, auth: Auth, sql: psycopg.Connection
 ) -> None:

@@ -49,6 +49,7 @@ async def test_a_failed_step_undoes_the_steps_before_it(engine: AsyncEngine, sql
     assert sql.execute("SELECT ledger_entity FROM review_queue_item").fetchall() == [("CHANGED",)]
 
 
+@pytest.mark.fresh_db("creates a constraint trigger that fails at commit")
 async def test_an_error_at_its_commit_is_the_servers_and_the_pool_stays_usable(
     engine: AsyncEngine, sql: psycopg.Connection
 ) -> None:

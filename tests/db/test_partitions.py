@@ -102,6 +102,7 @@ def test_an_event_past_the_months_created_is_refused_whole(sql: psycopg.Connecti
     assert sql.execute("SELECT count(*) FROM review_queue_event").fetchone() == (events,)
 
 
+@pytest.mark.fresh_db("creates partitions of the event trail")
 def test_the_reclaimer_keeps_months_ahead_each_closed_to_the_service(
     db_url: str, sql: psycopg.Connection
 ) -> None:
@@ -148,6 +149,7 @@ async def _covered_until_is(db_url: str, until: datetime) -> None:
         await engine.dispose()
 
 
+@pytest.mark.fresh_db("creates partitions of the event trail")
 def test_a_busy_moment_defers_the_months_to_the_next_round(
     db_url: str, superuser_url: str, sql: psycopg.Connection, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -168,6 +170,7 @@ def test_a_busy_moment_defers_the_months_to_the_next_round(
     assert _name(utc_month(6)) in _partitions(sql)
 
 
+@pytest.mark.fresh_db("creates partitions of the event trail")
 def test_the_reclaimers_round_keeps_the_months(db_url: str, sql: psycopg.Connection) -> None:
     """The supervised loop, not only its step: its first round creates the months asked for."""
 

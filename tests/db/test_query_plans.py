@@ -26,6 +26,10 @@ from db.queue.reads import _DECISIONS
 from tests.support import seed_items
 from tests.support.postgres import make_settings
 
+# A plan follows the tables' statistics, which a reset leaves behind (a TRUNCATE keeps pg_statistic,
+# and autovacuum analyzes a shared table when it likes): each test plans on a fresh copy.
+pytestmark = pytest.mark.fresh_db("plans depend on the statistics earlier tests left in a shared database")
+
 
 @pytest.fixture
 def busy_table(sql: psycopg.Connection) -> psycopg.Connection:

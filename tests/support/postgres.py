@@ -1,20 +1,21 @@
 """The test databases: URLs by role, fresh copies of the migrated template, settings and real
 tokens for them."""
 
-import asyncio
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 import psycopg
+from sqlalchemy.dialects.postgresql.psycopg import PGDialect_psycopg
 from sqlalchemy.engine import make_url
 
 from api.settings import Settings
 from db import roles, tokens
-from db.engine import create_engine, libpq_url
+from db.engine import libpq_url
 
 # REVIEW_QUEUE_WEBHOOK_KEY of every app and server the tests start (a Fernet key made for them).
 WEBHOOK_KEY = "J6wXOUNQcj5mY_sF4YjRrhlu84-dLEnaDSu373Qo1Ho="
+_DIALECT = PGDialect_psycopg()
 
 
 def libpq(url: str) -> str:
@@ -58,13 +59,15 @@ def make_settings(db_url: str, **overrides: object) -> Settings:
     return Settings(**values)  # type: ignore[arg-type]
 
 
-def create_token(url: str, subject: str, role: str) -> str:
-    async def run() -> str:
-        engine = create_engine(url, pool_size=1, max_overflow=0)
-        try:
-            async with engine.begin() as conn:
-                return await tokens.create_token(conn, subject=subject, role=role)
-        finally:
-            await engine.dispose()
+def insert_token(conn: psycopg.Connection, subject: str, role: str) -> str:
+    """A real token stored through a connection the caller holds (db.tokens' own INSERT)."""
+    token, statement = tokens.new_token(subject=subject, role=role)
+    compiled = statement.compile(dialect=_DIALECT)
+    conn.execute(str(compiled), compiled.params)
+    return token
 
-    return asyncio.run(run())
+
+def create_token(url: str, subject: str, role: str) -> str:
+    """A real token stored in the database at `url`, through a connection of its own."""
+    with psycopg.connect(libpq(url), autocommit=True) as conn:
+        return insert_token(conn, subject, role)
