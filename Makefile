@@ -3,7 +3,7 @@
 UV ?= $(shell command -v uv 2>/dev/null || echo "python3 -m uv")
 RUN := $(UV) run --frozen
 
-.PHONY: run test test-quick test-long lint fmt bench bench-instructions migrate revision install
+.PHONY: run test test-quick test-unit test-long lint fmt bench bench-instructions migrate revision install
 
 install:
 	@$(UV) --version >/dev/null 2>&1 || python3 -m pip install --quiet --user uv \
@@ -23,10 +23,14 @@ TEST_WORKERS ?= 2
 test: install
 	$(RUN) pytest -n $(TEST_WORKERS)
 
-# The fast tests only (pytest -m "not slow"; the slow ones: SLOW in tests/support/slow.py),
-# for the edit-test loop. `make test` stays the whole suite.
+# The edit-test loop: the unit and integration tiers (tests/unit, tests/integration), everything
+# but the processes, clusters and browsers of tests/system. `make test` stays the whole suite.
 test-quick: install
-	$(RUN) pytest -n $(TEST_WORKERS) -m "not slow"
+	$(RUN) pytest -n $(TEST_WORKERS) tests/unit tests/integration
+
+# No database, no process: seconds.
+test-unit: install
+	$(RUN) pytest -n 0 tests/unit
 
 test-long: install
 	REVIEW_QUEUE_TEST_LONG=1 $(RUN) pytest -n $(TEST_WORKERS)

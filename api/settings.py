@@ -151,7 +151,7 @@ class Settings(BaseSettings):
     retain_resolved_days: int = _range(2557, 30, 36_525, "REVIEW_QUEUE_RETAIN_RESOLVED_DAYS")
     # Leases an item gets before a release or reclaim quarantines it (a poison item). Its default
     # lives in db.vocabulary, not db.queue: db.queue creates the Prometheus counters, and `serve` must
-    # choose multiprocess mode before they exist (tests/test_cli.py checks both).
+    # choose multiprocess mode before they exist (tests/system/test_cli.py checks both).
     max_attempts: int = _range(DEFAULT_MAX_ATTEMPTS, 1, 1_000, "REVIEW_QUEUE_MAX_ATTEMPTS")
 
     # Deadlines of items enqueued without a due_at, by abs(variance_amount); see parse_sla_tiers.

@@ -17,7 +17,7 @@ The chain's order is therefore (xid, id): deterministic and never rewritten, tho
 commit order (two transactions may commit in the other order of their xids).
 
 The function computes each link with the encoding db/chain.py specifies, byte for byte (checked by
-tests/db/test_audit.py, which verifies in Python what the database sealed); verification and
+tests/integration/db/test_audit.py, which verifies in Python what the database sealed); verification and
 export stay here, in Python, so that they do not depend on the database's own code.
 """
 

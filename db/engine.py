@@ -170,7 +170,7 @@ class OneRoundTrip(Reports):
     force_generic_plan: once psycopg has prepared it (REVIEW_QUEUE_PREPARE_THRESHOLD), PostgreSQL
     plans it once per connection instead of on every call (the completion statement: about 0.5 ms
     of planning per call otherwise; docs/performance.md). Mark only statements whose plan does not
-    depend on their values (tests/db/test_query_plans.py checks the completion's). Unprepared
+    depend on their values (tests/integration/db/test_query_plans.py checks the completion's). Unprepared
     statements (REVIEW_QUEUE_PREPARE_THRESHOLD=0, for PgBouncer) are planned on every call anyway.
 
     The statements are SQLAlchemy Core expressions, compiled once; only their execution bypasses

@@ -8,7 +8,7 @@ metrics (db/telemetry.py) through `after_commit`, which runs them once the unit 
 never when it rolls back: a "resolved" line never describes a change that did not happen.
 
 Its own module, free of prometheus_client: the CLI must not create a metric before `serve` has
-chosen multiprocess mode (tests/test_cli.py).
+chosen multiprocess mode (tests/system/test_cli.py).
 """
 
 from collections.abc import Callable

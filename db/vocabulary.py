@@ -16,8 +16,9 @@ DEFAULT_SLA_TIERS = "100000:24h,10000:72h,1000:120h,0:168h"
 FALLBACK_DUE = "now() + interval '168 hours'"
 
 # The contract's vocabulary, written once: the API's schemas type their fields with these Literals
-# (and so the OpenAPI enums), the queue and the CLI use the tuples, and tests/db/test_vocabulary.py
-# holds each tuple equal to the CHECK constraint the migrations wrote.
+# (and so the OpenAPI enums), the queue and the CLI use the tuples, and
+# tests/integration/db/test_vocabulary.py holds each tuple equal to the CHECK constraint the
+# migrations wrote.
 State = Literal["PENDING", "ASSIGNED", "RESOLVED", "QUARANTINED", "AWAITING_APPROVAL"]
 MatchDecision = Literal["MATCHED", "PARTIAL", "UNMATCHED"]
 Role = Literal["reviewer", "approver", "ingest", "auditor", "admin", "integration"]

@@ -20,7 +20,8 @@ from api.logs import configure_logging
 from api.settings import Settings
 from db import roles
 from db.migrations import upgrade_head
-from tests.support import TESTS
+from tests.support import TESTS, TIERS
+from tests.support.api import Auth
 from tests.support.postgres import (
     admin_sql,
     create_token,
@@ -32,34 +33,23 @@ from tests.support.postgres import (
 )
 from tests.support.servers import OwnPostgres, PgBouncer, start_server, stop_server
 from tests.support.shared_db import SharedDatabase
-from tests.support.slow import SLOW
 
 
-def _slow_as_a_whole(path: str) -> bool:
-    """A file or folder (relative to tests/) that SLOW lists, or inside a folder it lists."""
-    return any("::" not in entry and (path + "/").startswith(entry.rstrip("/") + "/") for entry in SLOW)
-
-
-def _is_slow(item: pytest.Item) -> bool:
-    if not item.path.is_relative_to(TESTS):
-        return False
-    path = item.path.relative_to(TESTS).as_posix()
-    test = "::".join([path, *item.nodeid.partition("[")[0].split("::")[1:]])
-    return _slow_as_a_whole(path) or test in SLOW
+def _tier(path: Path) -> str | None:
+    """The tier a test file is in: the first folder under tests/ (unit, integration, system)."""
+    if not path.is_relative_to(TESTS):
+        return None
+    first = path.relative_to(TESTS).parts[0]
+    return first if first in TIERS else None
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # The marker comes from the folder, so a test is in the tier its file is in (`make test-quick`
+    # is the unit and integration folders, `make test-unit` the unit one).
     for item in items:
-        if _is_slow(item):
-            item.add_marker(pytest.mark.slow)
-
-
-def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
-    # `make test-quick` (-m "not slow") would deselect every test of these files anyway: not
-    # importing them (Playwright, schemathesis, the model) cuts its collection from 16 s to 3 s.
-    if config.getoption("markexpr") != "not slow" or not collection_path.is_relative_to(TESTS):
-        return None
-    return _slow_as_a_whole(collection_path.relative_to(TESTS).as_posix()) or None
+        tier = _tier(item.path)
+        if tier is not None:
+            item.add_marker(getattr(pytest.mark, tier))
 
 
 @pytest.fixture(scope="session")
@@ -84,7 +74,7 @@ def server_url() -> Iterator[str]:
         # A test cluster needs no durability: nothing in it outlives the session, and a crash
         # of the machine loses nothing anyone wants. (The embedded server of `make run` keeps it.)
         # synchronous_commit stays on: with fsync off its flush costs a write() only, and off it
-        # delays hint bits, which changed a plan of tests/db/test_query_plans.py.
+        # delays hint bits, which changed a plan of tests/integration/db/test_query_plans.py.
         for setting in ("fsync", "full_page_writes"):
             conn.execute(f"ALTER SYSTEM SET {setting} = off")
         conn.execute("SELECT pg_reload_conf()")
@@ -94,7 +84,13 @@ def server_url() -> Iterator[str]:
 
 @pytest.fixture(scope="session")
 def template_db(server_url: str, worker_id: str) -> Iterator[str]:
-    """A database migrated to head once per session (per xdist worker); tests copy it."""
+    """A database migrated to head once per session (per xdist worker); tests copy it. The mutation
+    check's nested runs name the outer run's in REVIEW_QUEUE_TEST_TEMPLATE_DB, when their mutant
+    leaves the migrations alone, instead of migrating one of their own."""
+    given = os.environ.get("REVIEW_QUEUE_TEST_TEMPLATE_DB")
+    if given:
+        yield given
+        return
     name = f"rq_template_{worker_id}_{os.getpid()}"
     admin_sql(server_url, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
     admin_sql(server_url, f"CREATE DATABASE {name} OWNER {roles.OWNER_ROLE}")
@@ -287,3 +283,39 @@ def pgbouncer(server_url: str) -> Iterator[PgBouncer]:
         pytest.skip("pgbouncer is not installed (apt-get install pgbouncer; .ci/run does)")
     yield bouncer
     bouncer.stop()
+
+
+# The API tests' callers and servers (in integration/api and system/api alike).
+@pytest.fixture
+def tight_server(db_url: str) -> Iterator[str]:
+    """`review-queue serve` with a pool of ONE connection and no overflow."""
+    process, base = start_server(
+        {"DATABASE_URL": db_url, "REVIEW_QUEUE_POOL_SIZE": "1", "REVIEW_QUEUE_POOL_MAX_OVERFLOW": "0"}
+    )
+    yield base
+    stop_server(process)
+
+
+@pytest.fixture
+def root(auth: Auth) -> dict[str, str]:
+    return auth("root", "admin")
+
+
+@pytest.fixture
+def alice(auth: Auth) -> dict[str, str]:
+    return auth("alice", "reviewer")
+
+
+@pytest.fixture
+def bob(auth: Auth) -> dict[str, str]:
+    return auth("bob", "reviewer")
+
+
+@pytest.fixture
+def admin(auth: Auth) -> dict[str, str]:
+    return auth("root", "admin")
+
+
+@pytest.fixture
+def ingest(auth: Auth) -> dict[str, str]:
+    return auth("matcher", "ingest")

@@ -7,7 +7,7 @@ API, which always sets one) gets now() + 168 h, the lowest default tier.
 
 The lease's partial index of PENDING rows becomes (due_at, created_at), the lease order: with a
 second index of PENDING rows by created_at beside it, the planner sorted all pending rows when
-their deadlines did not follow the table's physical order (tests/db/test_query_plans.py). A second
+their deadlines did not follow the table's physical order (tests/integration/db/test_query_plans.py). A second
 one leads with ledger_entity, for a reviewer who handles one entity. A third, of the other open
 items (neither PENDING nor RESOLVED: leased, quarantined, and any open state added later) by
 due_at, gives the overdue gauges and the aging figures, with the PENDING index, without reading

@@ -5,7 +5,7 @@ days (and weeks), precomputed for one reporting time zone.
 the report gives for it: decisions by outcome, and the median and p90 time from lease to decision.
 The report reads a bucket from here when it is over (and a day or a Monday week) in that zone, and
 from the trail otherwise (another zone, the current day or week); the figures are the same either
-way (tests/db/test_reports.py). `review_queue_backlog_day` holds, per closed local day, the
+way (tests/integration/db/test_reports.py). `review_queue_backlog_day` holds, per closed local day, the
 backlog's point (the open items at the day's end by age band), read the same way.
 `review_queue_throughput_rollup` is one row: the zone, and the day
 by which every bucket here has ended (`through`). Both start empty: until the reclaimer's schedule

@@ -115,7 +115,8 @@ async def throughput_report(
     own = principal.subject if principal.role in OWN_ROWS_ONLY else None
     rows, as_of = await _computed(query, lambda: reports.throughput_json(conn, period=period, reviewer=own))
     # A year of days at 40 reviewers is 16,000 rows: PostgreSQL writes them as JSON (in
-    # ThroughputRowOut's shape; tests/api/test_reports.py holds them to what the model would send),
+    # ThroughputRowOut's shape; tests/integration/api/test_reports.py holds them to what the
+    # model would send),
     # and they are set into the envelope, which is the model's, as the last field.
     envelope = ThroughputOut(**_report(query, query.bucket, as_of), reviewer=own, rows=[])
     body = envelope.model_dump_json(by_alias=True)

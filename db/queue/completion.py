@@ -197,7 +197,7 @@ _COMPLETE_ITEMS = (
         )
     )
     # Every row it touches is found by primary key, whatever the values: planned once per
-    # connection, not on every call (db.engine.OneRoundTrip; tests/db/test_query_plans.py).
+    # connection, not on every call (db.engine.OneRoundTrip; tests/integration/db/test_query_plans.py).
     .execution_options(generic_plan=True)
 )
 

@@ -87,7 +87,7 @@ async def list_items(
 def list_query(
     *, where: ItemFilter, after: tuple[datetime, UUID] | None, limit: int, order: ListOrder
 ) -> Any:
-    """The statement of list_items (tests/db/test_query_plans.py reads its plans).
+    """The statement of list_items (tests/integration/db/test_query_plans.py reads its plans).
 
     By due_at: one open state reads its partial index in that order (PENDING, or the other open
     states'), one ledger entity its index, the rest the (due_at, id) index; a search reads the

@@ -4,11 +4,9 @@ run, twice, and the two files could no longer move apart), and nothing imports a
 names (pytest owns conftest modules; a helper a test needs is a public name in tests/support/)."""
 
 import ast
-import re
 from pathlib import Path
 
-from tests.support import TESTS
-from tests.support.slow import SLOW
+from tests.support import TESTS, TIERS
 
 
 def is_test_module(module: str) -> bool:
@@ -77,16 +75,13 @@ def test_the_check_finds_each_kind_of_bad_import(tmp_path: Path) -> None:
     ]
 
 
-def _names_a_test(entry: str) -> bool:
-    path, *names = entry.split("::")
-    if not (TESTS / path).exists():
-        return False
-    text = (TESTS / path).read_text() if names else ""
-    return all(re.search(rf"^\s*(class|(async )?def) {name}\b", text, re.M) for name in names)
-
-
-def test_every_slow_entry_names_a_test_file_directory_or_test() -> None:
-    """A misspelt or stale entry would leave slow tests in `make test-quick` without a word."""
-    missing = [entry for entry in SLOW if not _names_a_test(entry)]
-    assert missing == []
-    assert len(set(SLOW)) == len(SLOW), "an entry is listed twice"
+def test_every_test_file_is_in_a_tier_folder() -> None:
+    """The tier of a test is its folder (tests/unit, tests/integration, tests/system; the marker
+    comes from it in tests/conftest.py): a file elsewhere would be in no tier, left out of
+    `make test-quick` and `make test-unit` without a word."""
+    outside = sorted(
+        path.relative_to(TESTS).as_posix()
+        for path in TESTS.rglob("test_*.py")
+        if "node_modules" not in path.parts and path.relative_to(TESTS).parts[0] not in TIERS
+    )
+    assert outside == [], f"test files outside tests/unit, tests/integration, tests/system: {outside}"

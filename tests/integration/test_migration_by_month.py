@@ -16,6 +16,8 @@ from tests.support import utc_month
 from tests.support.audit import add_events, seal
 from tests.support.postgres import libpq
 
+pytestmark = pytest.mark.fresh_db("migrates the event trail down and up by hand")
+
 BEFORE = "8b2e6d4a9c31"  # the revision before the switch
 
 

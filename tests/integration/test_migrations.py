@@ -10,6 +10,8 @@ from alembic import command
 from db.migrations import alembic_config
 from tests.support.postgres import libpq
 
+pytestmark = pytest.mark.fresh_db("migrates the schema down and up")
+
 
 def _tables(db_url: str) -> set[str]:
     with psycopg.connect(libpq(db_url)) as conn:

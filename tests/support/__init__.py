@@ -64,4 +64,7 @@ def lock_waiters(sql: psycopg.Connection) -> int:
 
 
 TESTS = Path(__file__).resolve().parents[1]
+# The tiers, each a folder of tests/: no database or process; the database and the app in-process;
+# processes, clusters, browsers, the provider, faults, the model runs, the mutation check.
+TIERS = ("unit", "integration", "system")
 DEPLOY = TESTS.parent / "deploy"

@@ -24,6 +24,8 @@ from tests.support import utc_month
 from tests.support.audit import seal
 from tests.support.postgres import create_token, libpq
 
+pytestmark = pytest.mark.fresh_db("detaches, creates and drops partitions of the event trail")
+
 # The test's months, relative to today's: M(-4) and M(-3) are archived, M(-2) is the cutoff (always
 # older than the 30 days of retention the tests allow), M(-2) and M(-1) stay live.
 M = utc_month

@@ -301,7 +301,7 @@ def test_revoking_nothing_is_an_error_and_revoke_by_id(db_url: str, sql: psycopg
 def test_the_cli_creates_no_prometheus_metric_before_serve_picks_multiprocess_mode() -> None:
     """`serve` sets PROMETHEUS_MULTIPROC_DIR after `cli.main` is imported; a counter created at
     import would keep its value in process memory, and with one worker (the default) /metrics
-    would show no counters at all (tests/deploy/test_prometheus.py sees it end to end)."""
+    would show no counters at all (tests/system/deploy/test_prometheus.py sees it end to end)."""
     import sys
 
     from api.settings import Settings

@@ -48,7 +48,7 @@ APPROVAL = "db/queue/approval.py"
 MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "no SKIP LOCKED in the lease",
-        "tests/db/test_queue.py::test_two_workers_never_double_lease",
+        "tests/integration/db/test_queue.py::test_two_workers_never_double_lease",
         (
             Edit(
                 LEASE,
@@ -59,7 +59,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "check-then-act completion (read the holder, then update by id)",
-        "tests/db/test_queue.py::test_a_completion_queued_behind_a_reclaim_in_flight_loses",
+        "tests/integration/db/test_queue.py::test_a_completion_queued_behind_a_reclaim_in_flight_loses",
         (
             Edit(
                 COMPLETION,
@@ -88,14 +88,14 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "no holder guard",
-        "tests/db/test_queue.py::test_late_completion_after_reclaim_matches_nothing",
+        "tests/integration/db/test_queue.py::test_late_completion_after_reclaim_matches_nothing",
         (Edit(ROWS, '        item.c.leased_by == bindparam("actor", type_=Text),\n', ""),),
     ),
     Mutant(
         # The fence: a lease_token names one lease (its nonce; the epoch before that). Without the
         # check, a stale tab's token passes whenever the same reviewer holds a newer lease.
         "no epoch guard (the lease-token fence)",
-        "tests/api/test_lifecycle.py::TestFencing::test_same_reviewer_stale_token_is_refused",
+        "tests/integration/api/test_lifecycle.py::TestFencing::test_same_reviewer_stale_token_is_refused",
         (
             Edit(
                 ROWS,
@@ -108,7 +108,7 @@ MUTANTS: tuple[Mutant, ...] = (
         # A source revision moves the lease on; without this guard a tokenless completion would
         # decide on figures the reviewer never saw.
         "completion ignores a source revision",
-        "tests/api/test_revisions.py::test_tokenless_completion_must_carry_the_current_source_hash_after_a_revision",
+        "tests/system/api/test_revisions.py::test_tokenless_completion_must_carry_the_current_source_hash_after_a_revision",
         (
             Edit(
                 COMPLETION,
@@ -119,7 +119,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "append-only trigger dropped",
-        "tests/api/test_events.py::test_the_database_refuses_to_edit_events",
+        "tests/integration/api/test_events.py::test_the_database_refuses_to_edit_events",
         (
             Edit(
                 "alembic/versions/2026_12_02_1900_lease_lifecycle_and_audit.py",
@@ -137,7 +137,7 @@ MUTANTS: tuple[Mutant, ...] = (
 MUTANTS += (
     Mutant(
         "reject without its prepared_by <> caller guard",
-        "tests/api/test_approval.py::test_approve_and_reject_refuse_the_preparer_by_their_own_guard",
+        "tests/integration/api/test_approval.py::test_approve_and_reject_refuse_the_preparer_by_their_own_guard",
         (
             Edit(
                 APPROVAL,
@@ -149,7 +149,7 @@ MUTANTS += (
     ),
     Mutant(
         "approve without its prepared_by <> caller guard",
-        "tests/api/test_approval.py::test_approve_and_reject_refuse_the_preparer_by_their_own_guard",
+        "tests/integration/api/test_approval.py::test_approve_and_reject_refuse_the_preparer_by_their_own_guard",
         (
             Edit(
                 APPROVAL,
@@ -161,7 +161,7 @@ MUTANTS += (
     ),
     Mutant(
         "the approval lease without its preparer guard",
-        "tests/api/test_approval.py::test_the_approval_lease_skips_the_preparers_proposal_by_its_own_guard",
+        "tests/integration/api/test_approval.py::test_the_approval_lease_skips_the_preparers_proposal_by_its_own_guard",
         (
             Edit(
                 LEASE,
@@ -172,7 +172,7 @@ MUTANTS += (
     ),
     Mutant(
         "the four_eyes CHECK without approved_by <> resolved_by",
-        "tests/api/test_approval.py::test_the_database_refuses_an_approval_by_the_resolver",
+        "tests/integration/api/test_approval.py::test_the_database_refuses_an_approval_by_the_resolver",
         (
             Edit(
                 "alembic/versions/2026_12_04_0600_case_folded_identities.py",
@@ -184,7 +184,7 @@ MUTANTS += (
     ),
     Mutant(
         "the per-person cap not counting approval leases",
-        "tests/api/test_approval.py::test_approval_leases_count_against_the_per_person_cap",
+        "tests/integration/api/test_approval.py::test_approval_leases_count_against_the_per_person_cap",
         (
             Edit(LEASE, "    case,\n    func,\n", "    case,\n    false,\n    func,\n"),  # for false() below
             Edit(
@@ -197,7 +197,7 @@ MUTANTS += (
     ),
     Mutant(
         "the sealer ordering by id instead of (xid, id)",
-        "tests/db/test_audit.py::test_a_transaction_whose_xid_order_differs_from_its_id_order_is_sealed_in_xid_order",
+        "tests/integration/db/test_audit.py::test_a_transaction_whose_xid_order_differs_from_its_id_order_is_sealed_in_xid_order",
         (
             Edit(
                 # The sealer as the archive's revision replaced it (the one at head).
@@ -209,17 +209,17 @@ MUTANTS += (
     ),
     Mutant(
         "script-src * in the desk's CSP",
-        "tests/api/test_session.py::test_the_desk_is_served_with_a_strict_csp",
+        "tests/integration/api/test_session.py::test_the_desk_is_served_with_a_strict_csp",
         (Edit("api/desk.py", "script-src 'self';", "script-src *;"),),
     ),
     Mutant(
         "no nosniff on the desk",
-        "tests/api/test_session.py::test_the_desk_is_served_with_a_strict_csp",
+        "tests/integration/api/test_session.py::test_the_desk_is_served_with_a_strict_csp",
         (Edit("api/desk.py", '    (b"x-content-type-options", b"nosniff"),\n', ""),),
     ),
     Mutant(
         "sign-in not checking revocation",
-        "tests/api/test_session.py::test_a_revoked_token_gets_no_session",
+        "tests/integration/api/test_session.py::test_a_revoked_token_gets_no_session",
         (
             Edit(
                 "db/sessions.py",
@@ -230,12 +230,12 @@ MUTANTS += (
     ),
     Mutant(
         "the verifier accepting a first line with a non-zero prev_hash",
-        "tests/db/test_audit.py::test_an_export_whose_first_line_links_to_anything_but_genesis_is_broken",
+        "tests/integration/db/test_audit.py::test_an_export_whose_first_line_links_to_anything_but_genesis_is_broken",
         (Edit("db/chain.py", "if seq == 1 and prev_hash != GENESIS:", "if False:"),),
     ),
     Mutant(
         "the desk's idle check in waitForWork",
-        "tests/web/test_desk.py::test_waiting_for_work_stops_when_the_reviewer_is_away",
+        "tests/system/web/test_desk.py::test_waiting_for_work_stops_when_the_reviewer_is_away",
         (
             Edit(
                 "web/review.js",  # the desk as ES modules: waitForWork lives in the review view
@@ -283,8 +283,11 @@ class Run:
         return lines[-1] if lines else "(no output)"
 
 
-def run_pytest(root: Path, server_url: str, *node_ids: str) -> Run:
+def run_pytest(root: Path, server_url: str, template_db: str | None, *node_ids: str) -> Run:
     env = {**os.environ, "TEST_DATABASE_URL": server_url, "PYTHONDONTWRITEBYTECODE": "1"}
+    if template_db is not None:
+        # The outer run's migrated template: the copy's tests clone it instead of migrating.
+        env["REVIEW_QUEUE_TEST_TEMPLATE_DB"] = template_db
     env.pop("PYTEST_ADDOPTS", None)
     env.pop("PYTEST_XDIST_WORKER", None)
     result = subprocess.run(
@@ -301,19 +304,23 @@ def run_pytest(root: Path, server_url: str, *node_ids: str) -> Run:
 class Runs:
     """Starts the control run and every mutant's run at once (PARALLEL at a time), on first use."""
 
-    def __init__(self, root: Path, server_url: str) -> None:
-        self.root, self.server_url = root, server_url
+    def __init__(self, root: Path, server_url: str, template_db: str) -> None:
+        self.root, self.server_url, self.template_db = root, server_url, template_db
         self.pool = ThreadPoolExecutor(PARALLEL, thread_name_prefix="mutant")
         self.lock = threading.Lock()
         self.futures: dict[str, Future[Run]] = {}
 
     def _control(self) -> Run:
-        return run_pytest(copy_tree(self.root / "control"), self.server_url, *(m.test for m in MUTANTS))
+        return run_pytest(
+            copy_tree(self.root / "control"), self.server_url, self.template_db, *(m.test for m in MUTANTS)
+        )
 
     def _mutant(self, mutant: Mutant, index: int) -> Run:
         copy = copy_tree(self.root / f"mutant-{index}")
         apply(copy, mutant)
-        return run_pytest(copy, self.server_url, mutant.test)
+        # A mutant of a migration needs the schema it builds: that copy migrates its own.
+        migrates = any(edit.path.startswith("alembic/") for edit in mutant.edits)
+        return run_pytest(copy, self.server_url, None if migrates else self.template_db, mutant.test)
 
     def start(self) -> None:
         with self.lock:
@@ -329,8 +336,8 @@ class Runs:
 
 
 @pytest.fixture(scope="module")
-def runs(server_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runs]:
-    runs = Runs(tmp_path_factory.mktemp("mutants"), server_url)
+def runs(server_url: str, template_db: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runs]:
+    runs = Runs(tmp_path_factory.mktemp("mutants"), server_url, template_db)
     yield runs
     runs.pool.shutdown(cancel_futures=True)
 

@@ -22,7 +22,7 @@ pytestmark = pytest.mark.anyio
 KINDS = ["one_round_trip", "transaction"]
 _TOUCH = update(item).values(ledger_entity="CHANGED").returning(item.c.id)
 _FAIL = select(1 / bindparam("zero", type_=Integer))  # division by zero, on the server
-_QUEUE = Path(__file__).resolve().parents[2] / "db" / "queue"
+_QUEUE = Path(__file__).resolve().parents[3] / "db" / "queue"
 
 
 @pytest.fixture

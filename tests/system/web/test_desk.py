@@ -21,7 +21,7 @@ import psycopg
 import pytest
 
 from db.migrations import upgrade_head
-from tests.support import backdate_lease, wait_for
+from tests.support import TESTS, backdate_lease, wait_for
 from tests.support.servers import OwnPostgres, start_server, stop_server
 
 pytest.importorskip("playwright")
@@ -746,8 +746,8 @@ def test_admin_releases_a_reviewers_items_and_reassigns_one(
 
 # --- issue 24: the reviewer's workplace ----------------------------------------------------------
 
-AXE = Path(__file__).resolve().parents[1] / "node_modules" / "axe-core" / "axe.min.js"
-DOCS_SHOT = Path(__file__).resolve().parents[2] / "docs" / "desk.png"
+AXE = TESTS / "node_modules" / "axe-core" / "axe.min.js"
+DOCS_SHOT = Path(__file__).resolve().parents[3] / "docs" / "desk.png"
 
 
 def _axe_or_skip() -> Path:
