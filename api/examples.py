@@ -1,5 +1,5 @@
 """Example bodies for the OpenAPI document: one per request and response model, shown in /docs and
-by generated clients. tests/system/api/test_openapi.py validates each against its own schema.
+by generated clients. tests/unit/api/test_openapi.py validates each against its own schema.
 
 They are added to the generated document (`with_examples`) rather than to the models'
 `json_schema_extra`, because FastAPI drops every null from the document it renders, and an item

@@ -8,7 +8,7 @@ from datetime import datetime, timedelta
 
 from sqlalchemy import Interval, and_, bindparam, exists, func, or_, select
 from sqlalchemy.ext.asyncio import AsyncConnection
-from sqlalchemy.sql.dml import Insert
+from sqlalchemy.sql.dml import Insert, Update
 
 from db.tables import api_token
 
@@ -94,15 +94,18 @@ async def revoke_tokens(
     conn: AsyncConnection, *, subject: str | None = None, token_id: int | None = None
 ) -> int:
     """Revoke the subject's active tokens, or the one token with this id; how many were revoked."""
+    result = await conn.execute(revocation(subject=subject, token_id=token_id))
+    return result.rowcount
+
+
+def revocation(*, subject: str | None = None, token_id: int | None = None) -> Update:
+    """The UPDATE revoke_tokens runs (the tests run it on a connection they already hold)."""
     if (subject is None) == (token_id is None):
         raise ValueError("revoke by subject or by id")
     which = (
         api_token.c.subject == fold_subject(subject) if subject is not None else api_token.c.id == token_id
     )
-    result = await conn.execute(
-        api_token.update().where(which, api_token.c.revoked_at.is_(None)).values(revoked_at=func.now())
-    )
-    return result.rowcount
+    return api_token.update().where(which, api_token.c.revoked_at.is_(None)).values(revoked_at=func.now())
 
 
 async def list_tokens(conn: AsyncConnection) -> list[TokenInfo]:

@@ -319,3 +319,34 @@ def admin(auth: Auth) -> dict[str, str]:
 @pytest.fixture
 def ingest(auth: Auth) -> dict[str, str]:
     return auth("matcher", "ingest")
+
+
+# The deadline tests' open items (integration/api/test_deadlines.py and its command's system tests).
+@pytest.fixture
+def aged(client: TestClient, auth: Auth, sql: psycopg.Connection) -> dict[str, str]:
+    """Open items of several ages and deadlines, and resolved ones that must not count."""
+    sql.execute(
+        """INSERT INTO review_queue_item (idempotency_key, ledger_entity, variance_amount, match_decision,
+               source_hash, state, leased_by, leased_at, lease_expires_at, resolution, resolved_by,
+               resolved_at, created_at, due_at)
+           SELECT 'k' || i, 'E' || g.j, 1, 'PARTIAL', 'h',
+                  s.state,
+                  CASE WHEN s.state IN ('ASSIGNED', 'RESOLVED') THEN 'r' END,
+                  CASE WHEN s.state IN ('ASSIGNED', 'RESOLVED') THEN now() END,
+                  CASE WHEN s.state IN ('ASSIGNED', 'RESOLVED') THEN now() + interval '1 hour' END,
+                  CASE WHEN s.state = 'RESOLVED' THEN 'OK' END,
+                  CASE WHEN s.state = 'RESOLVED' THEN 'r' END,
+                  CASE WHEN s.state = 'RESOLVED' THEN now() END,
+                  now() - s.age, now() + s.due
+           FROM (VALUES
+                   ('PENDING', interval '1 hour', interval '5 hours', 3),
+                   ('PENDING', interval '2 days', interval '-1 hour', 4),
+                   ('ASSIGNED', interval '4 days', interval '-2 days', 5),
+                   ('QUARANTINED', interval '10 days', interval '-3 days', 6),
+                   ('PENDING', interval '40 days', interval '-30 days', 2),
+                   ('RESOLVED', interval '50 days', interval '-45 days', 7)
+                ) AS s(state, age, due, n),
+                generate_series(1, s.n) AS g(j),
+                LATERAL (SELECT s.state || s.n || '-' || g.j AS i) AS k"""
+    )
+    return auth("ada", "admin")

@@ -68,3 +68,12 @@ TESTS = Path(__file__).resolve().parents[1]
 # processes, clusters, browsers, the provider, faults, the model runs, the mutation check.
 TIERS = ("unit", "integration", "system")
 DEPLOY = TESTS.parent / "deploy"
+
+# A valid OIDC configuration as environment variables (tests/unit/test_oidc_settings.py changes
+# one at a time).
+OIDC_ENV = {
+    "REVIEW_QUEUE_OIDC_ISSUER": "https://sso.example.com/realms/finance",
+    "REVIEW_QUEUE_OIDC_CLIENT_ID": "review-queue",
+    "REVIEW_QUEUE_OIDC_ROLE_MAP": "recon-reviewers=reviewer,recon-admins=admin",
+    "REVIEW_QUEUE_PUBLIC_URL": "https://review.example.com",
+}

@@ -1,6 +1,7 @@
 """Small helpers shared by the API tests."""
 
 import itertools
+import json
 import threading
 from collections import Counter
 from collections.abc import Callable
@@ -109,3 +110,17 @@ def enqueue(client: TestClient, headers: dict[str, str], **fields: Any) -> dict[
     assert response.status_code == 201, response.text
     body: dict[str, Any] = response.json()
     return body
+
+
+# Crafted requests (tests/integration/api/test_crafted_input.py, and over a socket in tests/system/).
+JSON = {"content-type": "application/json"}
+# due_at offsets PostgreSQL's timestamptz input does not read the way ISO 8601 means them.
+OFFSETS = ["2382-04-29T12:07:24-17:27", "2030-04-29T12:07:24+23:59", "2030-01-01T00:00:00-16:00"]
+
+
+def raw_body(body: dict[str, Any], *, replace: dict[str, str]) -> bytes:
+    """`body` as JSON text, with each placeholder string value replaced by raw JSON text."""
+    text = json.dumps(body)
+    for placeholder, raw in replace.items():
+        text = text.replace(json.dumps(placeholder), raw)
+    return text.encode()

@@ -67,6 +67,12 @@ def insert_token(conn: psycopg.Connection, subject: str, role: str) -> str:
     return token
 
 
+def revoke_tokens(conn: psycopg.Connection, subject: str) -> int:
+    """db.tokens' own revocation of the subject's tokens, through a connection the caller holds."""
+    compiled = tokens.revocation(subject=subject).compile(dialect=_DIALECT)
+    return conn.execute(str(compiled), compiled.params).rowcount
+
+
 def create_token(url: str, subject: str, role: str) -> str:
     """A real token stored in the database at `url`, through a connection of its own."""
     with psycopg.connect(libpq(url), autocommit=True) as conn:

@@ -12,13 +12,9 @@ X-Forwarded-For) change nothing: the identity is the token's subject.
 """
 
 import json
-import os
-import subprocess
-import sys
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -30,7 +26,7 @@ from fastapi.testclient import TestClient
 from api.app import create_app
 from tests.support import seed_items
 from tests.support.api import assert_problem, item_body
-from tests.support.postgres import admin_sql, create_token, libpq, make_settings, with_database
+from tests.support.postgres import admin_sql, create_token, libpq, make_settings, revoke_tokens, with_database
 
 # ---------------------------------------------------------------------------------------------
 # The matrix
@@ -293,18 +289,6 @@ class World:
         return response
 
 
-def revoke(url: str, subject: str) -> None:
-    """`review-queue token revoke`, the console script of the environment running the tests."""
-    result = subprocess.run(
-        [str(Path(sys.executable).parent / "review-queue"), "token", "revoke", "--subject", subject],
-        env={**os.environ, "DATABASE_URL": url},
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    assert f"revoked 1 token(s) of {subject}" in result.stdout
-
-
 def build_world(
     client: TestClient, sql: psycopg.Connection, url: str, make_token: Callable[[str, str], str]
 ) -> World:
@@ -340,7 +324,8 @@ def build_world(
             " lease_expires_at = now() + interval '1 hour', lease_epoch = lease_epoch + 1 WHERE id = %s",
             (SUBJECT[caller], own[caller]),
         )
-    revoke(url, SUBJECT["revoked"])
+    # What `review-queue token revoke` runs (tests/system/test_cli.py runs the command itself).
+    assert revoke_tokens(sql, SUBJECT["revoked"]) == 1
     subscribed = client.put(f"/webhooks/{WEBHOOK}", json={"url": WEBHOOK_URL}, headers=bearer["admin"])
     assert subscribed.status_code == 201, subscribed.text
     return World(client, sql, {"none": {}, **bearer}, own, other=own.pop("bob"))

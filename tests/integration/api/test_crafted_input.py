@@ -2,9 +2,7 @@
 or that grow when stored, numbers with huge exponents, keys given twice. Each is a 422 problem that
 stores nothing, and over a real socket the keep-alive connection survives it."""
 
-import http.client
 import json
-from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -12,17 +10,7 @@ import psycopg
 import pytest
 from fastapi.testclient import TestClient
 
-from tests.support.api import Auth, assert_problem, item_body
-
-JSON = {"content-type": "application/json"}
-
-
-def _raw(body: dict[str, Any], *, replace: dict[str, str]) -> bytes:
-    """`body` as JSON text, with each placeholder string value replaced by raw JSON text."""
-    text = json.dumps(body)
-    for placeholder, raw in replace.items():
-        text = text.replace(json.dumps(placeholder), raw)
-    return text.encode()
+from tests.support.api import JSON, OFFSETS, Auth, assert_problem, item_body, raw_body
 
 
 def _stored(sql: psycopg.Connection) -> int:
@@ -31,10 +19,8 @@ def _stored(sql: psycopg.Connection) -> int:
 
 # ---- due_at: any offset RFC 3339 allows, kept as its instant -------------------------------------
 
+
 # PostgreSQL takes offsets up to 15:59 only; the documented pattern (and RFC 3339) allow up to 23:59.
-OFFSETS = ["2382-04-29T12:07:24-17:27", "2030-04-29T12:07:24+23:59", "2030-01-01T00:00:00-16:00"]
-
-
 def _instant(value: str) -> datetime:
     return datetime.fromisoformat(value).astimezone(UTC)
 
@@ -76,7 +62,7 @@ def test_a_context_nested_too_deep_is_a_422(
     client: TestClient, auth: Auth, sql: psycopg.Connection, depth: int
 ) -> None:
     nested = "[" * (depth - 1) + "]" * (depth - 1)  # the context object itself is the first level
-    body = _raw(item_body(context={"a": "NESTED"}), replace={"NESTED": nested})
+    body = raw_body(item_body(context={"a": "NESTED"}), replace={"NESTED": nested})
     for path, sent in (("/items", body), ("/items/batch", b'{"items": [' + body + b"]}")):
         problem = assert_problem(
             client.post(path, content=sent, headers={**auth("feeder", "ingest"), **JSON}),
@@ -102,7 +88,7 @@ def test_a_context_is_measured_as_it_is_stored_not_as_it_was_sent(
 ) -> None:
     # Under 1 KB as sent; jsonb keeps each number's digits in full: 110 * 301 bytes once stored.
     numbers = ",".join(["1e300"] * 110)
-    body = _raw(item_body(context={"a": "NUMBERS"}), replace={"NUMBERS": f"[{numbers}]"})
+    body = raw_body(item_body(context={"a": "NUMBERS"}), replace={"NUMBERS": f"[{numbers}]"})
     assert len(body) < 1024
     problem = assert_problem(
         client.post("/items", content=body, headers={**auth("feeder", "ingest"), **JSON}),
@@ -111,7 +97,7 @@ def test_a_context_is_measured_as_it_is_stored_not_as_it_was_sent(
     )
     assert "16384 bytes" in problem["detail"] and "as stored" in problem["detail"], problem
     small = ",".join(["1.5e-7"] * 10)  # stored as 0.00000015: counted so, and accepted
-    body = _raw(item_body(context={"a": "NUMBERS"}), replace={"NUMBERS": f"[{small}]"})
+    body = raw_body(item_body(context={"a": "NUMBERS"}), replace={"NUMBERS": f"[{small}]"})
     created = client.post("/items", content=body, headers={**auth("feeder", "ingest"), **JSON})
     assert created.status_code == 201, created.text
     assert _stored(sql) == 1
@@ -143,19 +129,19 @@ def test_money_with_a_huge_exponent_is_a_422_everywhere(
     admin = {**auth("ada", "admin"), **JSON}
     if number.startswith("0E"):
         # Zero, whatever its exponent: accepted, and stored as 0.00 (PostgreSQL takes no such exponent).
-        created = client.post("/items", content=_raw(item_body(variance_amount="N"), replace={"N": number}),
-                              headers=admin)  # fmt: skip
+        body = raw_body(item_body(variance_amount="N"), replace={"N": number})
+        created = client.post("/items", content=body, headers=admin)
         assert created.status_code == 201 and created.json()["variance_amount"] == "0.00", created.text
         return
     item = client.post("/items", json=item_body(), headers=admin).json()
-    one = _raw(item_body(variance_amount="N"), replace={"N": number})
+    one = raw_body(item_body(variance_amount="N"), replace={"N": number})
     sends = [
         ("POST", "/items", one),
         ("POST", "/items/batch", b'{"items": [' + one + b"]}"),
         ("POST", f"/items/{item['id']}/revisions",
-         _raw({"variance_amount": "N", "source_hash": "h2"}, replace={"N": number})),
+         raw_body({"variance_amount": "N", "source_hash": "h2"}, replace={"N": number})),
         ("PUT", "/resolutions/BIG_ONES",
-         _raw({"label": "Big", "approval_threshold": "N"}, replace={"N": number})),
+         raw_body({"label": "Big", "approval_threshold": "N"}, replace={"N": number})),
     ]  # fmt: skip
     for method, path, body in sends:
         assert_problem(client.request(method, path, content=body, headers=admin), 422, "VALIDATION_ERROR")
@@ -169,10 +155,10 @@ def test_an_integer_with_a_huge_exponent_is_a_quick_422(
     client: TestClient, auth: Auth, field: str, number: str
 ) -> None:
     # int(Decimal("1E+1000000")) alone takes minutes of CPU: the event loop would stop for it.
-    body = _raw({field: "N"}, replace={"N": number})
+    body = raw_body({field: "N"}, replace={"N": number})
     response = client.post("/leases", content=body, headers={**auth("alice", "reviewer"), **JSON})
     assert assert_problem(response, 422, "VALIDATION_ERROR")["errors"][0]["loc"] == ["body", field]
-    reclaim = _raw({"reclaim_batch": "N"}, replace={"N": number})
+    reclaim = raw_body({"reclaim_batch": "N"}, replace={"N": number})
     assert_problem(
         client.post("/admin/reclaim", content=reclaim, headers={**auth("ada", "admin"), **JSON}),
         422,
@@ -224,48 +210,3 @@ def test_every_route_with_a_body_refuses_a_key_given_twice(client: TestClient, a
         response = client.request(method, concrete, content=b'{"reason": "a", "reason": "b"}', headers=admin)
         problem = assert_problem(response, 422, "VALIDATION_ERROR")
         assert "'reason' appears twice" in problem["detail"], (method, path, problem)
-
-
-# ---- over a real socket: each refused, the connection kept -------------------------------------
-
-
-def test_crafted_bodies_keep_the_connection_alive(
-    live_server: str, make_token: Callable[[str, str], str]
-) -> None:
-    host, port = live_server.removeprefix("http://").split(":")
-    headers = {"Authorization": f"Bearer {make_token('ada', 'admin')}", **JSON}
-    deep = "[" * 700 + "]" * 700
-    crafted = [
-        ("/items", _raw(item_body(context={"a": "N"}), replace={"N": deep})),
-        ("/items", _raw(item_body(context={"a": "N"}), replace={"N": "[" + ",".join(["1e300"] * 110) + "]"})),
-        ("/items", _raw(item_body(variance_amount="N"), replace={"N": "1E+1000000"})),
-        (
-            "/items/batch",
-            b'{"items": [' + _raw(item_body(variance_amount="N"), replace={"N": "-1E+1000000"}) + b"]}",
-        ),
-        ("/leases", b'{"batch_size": 1E+1000000}'),
-        ("/items", json.dumps(item_body()).removesuffix("}").encode() + b', "source_hash": "again"}'),
-    ]
-    connection = http.client.HTTPConnection(host, int(port), timeout=30)
-    try:
-        connection.connect()
-        sock = connection.sock
-        for path, body in crafted:
-            connection.request("POST", path, body=body, headers=headers)
-            response = connection.getresponse()
-            answer = response.read()
-            assert response.status == 422, (path, body[:200], answer)
-            assert json.loads(answer)["code"] == "VALIDATION_ERROR"
-            assert response.getheader("connection") != "close" and connection.sock is sock, path
-        # An offset PostgreSQL does not read, then a plain read: both answered on the same socket.
-        connection.request("POST", "/items", body=json.dumps(item_body(due_at=OFFSETS[0])), headers=headers)
-        response = connection.getresponse()
-        assert response.status == 201, response.read()
-        response.read()
-        connection.request("GET", "/stats", headers=headers)
-        response = connection.getresponse()
-        assert response.status == 200, response.read()
-        response.read()
-        assert connection.sock is sock
-    finally:
-        connection.close()
