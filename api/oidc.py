@@ -36,6 +36,7 @@ from authlib.oauth2.claims import JWTClaims
 from authlib.oauth2.rfc6749.parameters import prepare_grant_uri, prepare_token_request
 from authlib.oauth2.rfc7636 import create_s256_code_challenge
 from authlib.oidc.core import CodeIDToken
+from cachetools import LRUCache
 from joserfc import jws, jwt
 from joserfc.errors import (
     BadSignatureError,
@@ -89,6 +90,7 @@ SIGN_IN_ERRORS = (
     "OIDC_ID_TOKEN_INVALID",
     "OIDC_EXCHANGE_FAILED",
     "OIDC_BUSY",
+    "OIDC_SUBJECT_TAKEN",
     "IDENTITY_PROVIDER_UNAVAILABLE",
 )
 
@@ -112,6 +114,7 @@ class Identity:
     role: str
     expires_at: datetime
     id_token: str
+    account: str  # the provider's `sub`: whose the subject is (db.oidc.bind_identity)
 
 
 def _includes(role: str, other: str) -> bool:
@@ -205,6 +208,9 @@ class OidcProvider:
         self._keys_at = self._keys_tried = 0.0
         # One fetch at a time of each document; two locks, as fetching the keys reads the metadata.
         self._locks: dict[str, asyncio.Lock] = {}
+        # Subjects known to belong to an account (subject -> its `sub`), so an API call checks the
+        # binding in the database once per name and process, not on every request.
+        self.bound: LRUCache[str, str] = LRUCache(maxsize=10_000)
 
     @property
     def redirect_uri(self) -> str:
@@ -363,7 +369,8 @@ class OidcProvider:
         subject = subject_of(claims, [self.settings.oidc_subject_claim])
         role = role_of(claims.get(self.settings.oidc_roles_claim), self.settings.oidc_role_map)
         # The session ends no later than the provider's word on it, the ID token's expiry.
-        return Identity(subject, role, datetime.fromtimestamp(int(claims["exp"]), UTC), id_token)
+        expires_at = datetime.fromtimestamp(int(claims["exp"]), UTC)
+        return Identity(subject, role, expires_at, id_token, str(claims["sub"]))
 
     async def _exchange(self, metadata: Metadata, *, code: str, code_verifier: str) -> dict[str, Any]:
         """The token endpoint's answer to the code (RFC 6749 4.1.3, RFC 7636 4.5), the client
@@ -463,8 +470,9 @@ class OidcProvider:
 
     # --- API calls with the provider's JWTs --------------------------------------------------------
 
-    async def api_principal(self, token: str) -> Principal:
-        """Who an API call with the provider's access token is; Refused saying why not."""
+    async def api_principal(self, token: str) -> tuple[Principal, str]:
+        """Who an API call with the provider's access token is, and the provider's `sub` for it
+        (whose the subject is: db.oidc.bind_identity); Refused saying why not."""
         audience = self.settings.oidc_api_audience
         assert audience is not None
         try:
@@ -477,6 +485,7 @@ class OidcProvider:
                     "aud": {"essential": True, "value": audience},
                     "exp": {"essential": True},
                     "iat": {"essential": True},
+                    "sub": {"essential": True},
                 },
             )
             claims.validate(leeway=self.settings.oidc_clock_skew_s)
@@ -490,10 +499,11 @@ class OidcProvider:
             raise Refused("UNAUTHENTICATED", f"the provider's token was refused: {error}") from None
         except Refused as refused:
             raise Refused(refused.code, f"the provider's token was refused: {refused.detail}") from None
-        return Principal(
+        principal = Principal(
             self._api_subject(claims),
             role_of(claims.get(self.settings.oidc_roles_claim), self.settings.oidc_role_map),
         )
+        return principal, str(claims["sub"])
 
     def _access_token_only(self, header: Mapping[str, Any], claims: Mapping[str, Any]) -> None:
         """Refused when the token is, or may be, an ID token: an ID token proves a sign-in to the

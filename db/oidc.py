@@ -11,10 +11,11 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from sqlalchemy import DateTime, Interval, bindparam, func, literal, select
+from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from db.sessions import DeskSession
-from db.tables import oidc_login, oidc_session
+from db.tables import oidc_identity, oidc_login, oidc_session
 
 SESSION_PREFIX = "oidc."  # secrets.token_urlsafe never makes a "."
 # Sign-ins in progress are written before anyone is authenticated: past this many, a new one is
@@ -73,6 +74,24 @@ async def take_login(conn: AsyncConnection, *, state: str, browser: str | None) 
     if browser is None or not secrets.compare_digest(row.browser_hash, _hash(browser)):
         return None
     return PendingLogin(row.nonce, row.code_verifier)
+
+
+async def bind_identity(conn: AsyncConnection, *, subject: str, issuer: str, provider_subject: str) -> bool:
+    """True when subject belongs to this account of the provider: bound to it now (the first use of
+    the name) or before; False when another account holds the name."""
+    await conn.execute(
+        insert(oidc_identity)
+        .values(subject=subject, issuer=issuer, provider_subject=provider_subject)
+        .on_conflict_do_nothing(index_elements=[oidc_identity.c.subject])
+    )
+    owner = (
+        await conn.execute(
+            select(oidc_identity.c.issuer, oidc_identity.c.provider_subject).where(
+                oidc_identity.c.subject == subject
+            )
+        )
+    ).one()
+    return (owner.issuer, owner.provider_subject) == (issuer, provider_subject)
 
 
 async def create_session(

@@ -516,6 +516,18 @@ oidc_login = Table(
     Index("ix_oidc_login_expires_at", "expires_at"),
 )
 
+# Which account of the provider (issuer, its `sub`) a subject it signed in belongs to: the first one
+# to use the name keeps it, so two accounts whose username claims fold to one name never act as one.
+oidc_identity = Table(
+    "oidc_identity",
+    metadata,
+    Column("subject", Text, primary_key=True),
+    Column("issuer", Text, nullable=False),
+    Column("provider_subject", Text, nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    CheckConstraint(SUBJECT_CHECK, name="valid_subject"),
+)
+
 # Desk sessions of people signed in by the provider: like desk_session, but the identity is the
 # provider's (subject and role as mapped at sign-in), not a token's. It ends no later than the ID
 # token it was made from; the ID token is kept for the provider's sign-out (id_token_hint). Apart

@@ -196,13 +196,24 @@ async def callback(
     except ProviderUnavailable as unavailable:
         return _to_desk(oidc, "IDENTITY_PROVIDER_UNAVAILABLE", str(unavailable))
     async with request_transaction(request) as conn:
-        session_id, _, seconds = await oidc_db.create_session(
-            conn,
-            subject=identity.subject,
-            role=identity.role,
-            id_token=identity.id_token,
-            ends_by=identity.expires_at,
-            ttl=session.TTL,
+        bound = await oidc_db.bind_identity(
+            conn, subject=identity.subject, issuer=oidc.issuer, provider_subject=identity.account
+        )
+        if bound:
+            session_id, _, seconds = await oidc_db.create_session(
+                conn,
+                subject=identity.subject,
+                role=identity.role,
+                id_token=identity.id_token,
+                ends_by=identity.expires_at,
+                ttl=session.TTL,
+            )
+    if not bound:
+        return _to_desk(
+            oidc,
+            "OIDC_SUBJECT_TAKEN",
+            f"the name {identity.subject!r} belongs to another account of the provider"
+            f" (this one's sub is {identity.account[:100]!r})",
         )
     OIDC_SIGN_INS.labels("signed_in").inc()
     log.info("oidc_signed_in", extra={"subject": identity.subject, "role": identity.role})

@@ -193,6 +193,45 @@ def test_someone_without_one_clear_role_is_refused_and_told_why(
     assert_problem(service.get("/session"), 401, "UNAUTHENTICATED")
 
 
+def test_a_username_is_checked_as_sent_before_it_is_folded(
+    service: TestClient, oidc_provider: RealProvider, browser: httpx.Client, sql: psycopg.Connection
+) -> None:
+    """`\u212aasey` (KELVIN SIGN) lower-cases to `kasey`: checked after folding it became kasey."""
+    sign_in(service, oidc_provider, browser, "kasey")
+    service.cookies.clear()
+    with httpx.Client() as other_browser:
+        refused = sign_in(service, oidc_provider, other_browser, "kelvin")
+    assert refusal(refused) == {"sign_in_error": ["OIDC_BAD_SUBJECT"]}
+    assert sessions(sql) == [("kasey", "reviewer")]
+
+
+def test_a_name_stays_with_the_provider_account_that_first_signed_in_with_it(
+    service: TestClient, oidc_provider: RealProvider, browser: httpx.Client, sql: psycopg.Connection
+) -> None:
+    """Keyed by issuer and `sub`: another account whose username folds to the same name is refused,
+    at the desk and as an API bearer, and the name's own account keeps working."""
+    sign_in(service, oidc_provider, browser, "rita")
+    service.cookies.clear()
+    with httpx.Client() as other_browser:
+        refused = sign_in(service, oidc_provider, other_browser, "impostor")  # RITA.reviewer
+    assert refusal(refused) == {"sign_in_error": ["OIDC_SUBJECT_TAKEN"]}
+    assert sessions(sql) == [("rita.reviewer", "reviewer")]
+    assert sql.execute("SELECT subject, issuer, provider_subject FROM oidc_identity").fetchall() == [
+        ("rita.reviewer", oidc_provider.issuer, "rita")
+    ]
+    impostor = _api_token(oidc_provider, sub="impostor", preferred_username="RITA.reviewer")
+    problem = assert_problem(service.get("/session", headers=bearer(impostor)), 401, "UNAUTHENTICATED")
+    assert "OIDC_SUBJECT_TAKEN" in problem["detail"], problem
+    assert service.get("/session", headers=bearer(_api_token(oidc_provider))).json()["subject"] == (
+        "rita.reviewer"
+    )
+    # The API binds a name on its first call too, and checks it again in a process that has it cached.
+    newcomer = _api_token(oidc_provider, sub="newcomer", preferred_username="New.Comer")
+    assert service.get("/session", headers=bearer(newcomer)).json()["subject"] == "new.comer"
+    usurper = _api_token(oidc_provider, sub="usurper", preferred_username="new.comer")
+    assert_problem(service.get("/session", headers=bearer(usurper)), 401, "UNAUTHENTICATED")
+
+
 def test_a_replayed_state_is_refused(
     service: TestClient, oidc_provider: RealProvider, browser: httpx.Client, sql: psycopg.Connection
 ) -> None:
@@ -608,6 +647,16 @@ def test_a_token_naming_no_person_needs_its_client_listed(
     for claims in ({"client_id": "recon-script"}, {"client_id": None, "azp": "recon-script"}):
         script = _api_token(oidc_provider, preferred_username=None, **claims)
         assert service.get("/session", headers=bearer(script)).json()["subject"] == "recon-script"
+
+
+def test_an_api_username_is_checked_as_sent_before_it_is_folded(
+    service: TestClient, oidc_provider: RealProvider
+) -> None:
+    kasey = _api_token(oidc_provider, sub="kasey", preferred_username="Kasey")
+    assert service.get("/session", headers=bearer(kasey)).json()["subject"] == "kasey"
+    kelvin = _api_token(oidc_provider, sub="kelvin", preferred_username="\u212aasey")
+    problem = assert_problem(service.get("/session", headers=bearer(kelvin)), 401, "UNAUTHENTICATED")
+    assert "must be 1-128 characters" in problem["detail"], problem
 
 
 def test_groups_sent_as_a_string_give_no_role(service: TestClient, oidc_provider: RealProvider) -> None:

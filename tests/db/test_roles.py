@@ -137,6 +137,8 @@ def test_the_service_role_has_exactly_the_table_rights_it_needs(as_service: psyc
         # session ends with the desk session.
         "oidc_login": "DELETE,INSERT,SELECT",
         "oidc_session": "DELETE,INSERT,SELECT",
+        # A name, once the provider signed it in, stays with that account (issuer, sub).
+        "oidc_identity": "INSERT,SELECT",
         # Subscriptions are deactivated, never deleted; attempts are appended and pruned.
         "webhook_delivery": "DELETE,INSERT,SELECT",
         "webhook_subscription": "INSERT,SELECT,UPDATE",
