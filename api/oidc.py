@@ -20,6 +20,8 @@ would undo the segregation the roles exist for.
 """
 
 import asyncio
+import base64
+import json
 import logging
 import secrets
 import time
@@ -37,6 +39,9 @@ from authlib.oauth2.rfc6749.parameters import prepare_grant_uri, prepare_token_r
 from authlib.oauth2.rfc7636 import create_s256_code_challenge
 from authlib.oidc.core import CodeIDToken
 from cachetools import LRUCache
+from cryptography.fernet import Fernet, InvalidToken
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from joserfc import jws, jwt
 from joserfc.errors import (
     BadSignatureError,
@@ -89,7 +94,6 @@ SIGN_IN_ERRORS = (
     "OIDC_BAD_SUBJECT",
     "OIDC_ID_TOKEN_INVALID",
     "OIDC_EXCHANGE_FAILED",
-    "OIDC_BUSY",
     "OIDC_SUBJECT_TAKEN",
     "IDENTITY_PROVIDER_UNAVAILABLE",
 )
@@ -211,6 +215,7 @@ class OidcProvider:
         # Subjects known to belong to an account (subject -> its `sub`), so an API call checks the
         # binding in the database once per name and process, not on every request.
         self.bound: LRUCache[str, str] = LRUCache(maxsize=10_000)
+        self.login_sealer = login_sealer(settings)
 
     @property
     def redirect_uri(self) -> str:
@@ -538,6 +543,48 @@ class OidcProvider:
         return mapped
 
 
-def new_login() -> tuple[str, str, str, str]:
-    """(state, nonce, PKCE code verifier, the browser's binding cookie): fresh random values."""
-    return generate_token(43), generate_token(43), generate_token(64), secrets.token_urlsafe(32)
+@dataclass(frozen=True, slots=True)
+class PendingLogin:
+    """A sign-in between GET /auth/oidc/login and its callback, kept in the browser's cookie only."""
+
+    state: str
+    nonce: str
+    code_verifier: str
+
+
+def new_login() -> PendingLogin:
+    return PendingLogin(generate_token(43), generate_token(43), generate_token(64))
+
+
+def login_sealer(settings: Settings) -> Fernet:
+    """The key of the sign-in cookies: REVIEW_QUEUE_OIDC_LOGIN_KEY, else one derived (HKDF) from the
+    client secret, which every worker and replica shares; a public client without a key gets one
+    of its own per process (the settings refuse several workers then)."""
+    if settings.oidc_login_key is not None:
+        return Fernet(settings.oidc_login_key.get_secret_value().strip())
+    if settings.oidc_client_secret is not None:
+        derived = HKDF(
+            algorithm=hashes.SHA256(), length=32, salt=None, info=b"review-queue oidc login cookie"
+        ).derive(settings.oidc_client_secret.get_secret_value().encode())
+        return Fernet(base64.urlsafe_b64encode(derived))
+    return Fernet(Fernet.generate_key())
+
+
+def seal_login(sealer: Fernet, login: PendingLogin) -> str:
+    """The cookie: state, nonce and verifier, encrypted and authenticated (Fernet), with its time."""
+    return sealer.encrypt(json.dumps([login.state, login.nonce, login.code_verifier]).encode()).decode()
+
+
+def open_login(sealer: Fernet, cookie: str | None, state: str, ttl_s: int) -> PendingLogin | None:
+    """The sign-in the cookie holds, when this service sealed it less than ttl_s ago and it is the
+    one the answer's state names; None otherwise (no cookie, forged, stale, or another sign-in's)."""
+    if not cookie or len(cookie) > 1_000:
+        return None
+    try:
+        values = json.loads(sealer.decrypt(cookie.encode(), ttl=ttl_s))
+    except (InvalidToken, ValueError):
+        return None
+    login = PendingLogin(*values)
+    # The state in the address must be the one sealed in this browser: a sign-in started in one
+    # browser (an attacker's) cannot be finished in another (login CSRF).
+    return login if secrets.compare_digest(login.state.encode(), state.encode()) else None
