@@ -17,6 +17,7 @@ from api.metrics import AUTH_FAILURES
 from api.oidc import OidcProvider, ProviderUnavailable, Refused
 from api.settings import Settings
 from db.engine import OneRoundTrip, transaction, unit_of_work
+from db.oidc import bind_identity
 from db.tokens import Principal, find_principal, hash_token
 from db.unit import Transaction
 
@@ -106,7 +107,7 @@ async def _identify(request: Request, credentials: HTTPAuthorizationCredentials 
     if not _TOKEN_SHAPE.fullmatch(token):
         oidc: OidcProvider | None = request.app.state.oidc
         if oidc is not None and settings.oidc_api_audience and _looks_like_jwt(token):
-            return await _from_provider(oidc, token)
+            return await _from_provider(request, oidc, token)
         raise _unauthenticated("malformed", "the token is not a review-queue token")
     cache: TTLCache[str, Principal | None] | None = request.app.state.token_cache
     key = hash_token(token)
@@ -129,10 +130,11 @@ def _looks_like_jwt(token: str) -> bool:
     return len(token) <= MAX_JWT_LENGTH and _JWT_SHAPE.fullmatch(token) is not None
 
 
-async def _from_provider(oidc: OidcProvider, token: str) -> Principal:
-    """The caller of a JWT from the identity provider, checked against its cached keys (api/oidc.py)."""
+async def _from_provider(request: Request, oidc: OidcProvider, token: str) -> Principal:
+    """The caller of a JWT from the identity provider, checked against its cached keys (api/oidc.py),
+    whose name belongs to the account the token is about (once per name and process, in the database)."""
     try:
-        return await oidc.api_principal(token)
+        principal, account = await oidc.api_principal(token)
     except Refused as refused:
         if refused.code in ("OIDC_NO_ROLE", "OIDC_AMBIGUOUS_ROLE"):
             raise ProblemError(
@@ -145,6 +147,19 @@ async def _from_provider(oidc: OidcProvider, token: str) -> Principal:
             f"the identity provider's keys cannot be fetched to check this token; retry shortly ({error})",
             headers={"Retry-After": "5"},
         ) from None
+    if oidc.bound.get(principal.subject) != account:
+        async with request_transaction(request) as conn:
+            bound = await bind_identity(
+                conn, subject=principal.subject, issuer=oidc.issuer, provider_subject=account
+            )
+        if not bound:
+            raise _unauthenticated(
+                "provider_token",
+                f"the name {principal.subject!r} belongs to another account of the identity provider"
+                " (OIDC_SUBJECT_TAKEN)",
+            )
+        oidc.bound[principal.subject] = account
+    return principal
 
 
 Caller = Annotated[Principal, Depends(_authenticate)]

@@ -20,6 +20,8 @@ would undo the segregation the roles exist for.
 """
 
 import asyncio
+import base64
+import json
 import logging
 import secrets
 import time
@@ -36,6 +38,10 @@ from authlib.oauth2.claims import JWTClaims
 from authlib.oauth2.rfc6749.parameters import prepare_grant_uri, prepare_token_request
 from authlib.oauth2.rfc7636 import create_s256_code_challenge
 from authlib.oidc.core import CodeIDToken
+from cachetools import LRUCache
+from cryptography.fernet import Fernet, InvalidToken
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from joserfc import jws, jwt
 from joserfc.errors import (
     BadSignatureError,
@@ -88,7 +94,7 @@ SIGN_IN_ERRORS = (
     "OIDC_BAD_SUBJECT",
     "OIDC_ID_TOKEN_INVALID",
     "OIDC_EXCHANGE_FAILED",
-    "OIDC_BUSY",
+    "OIDC_SUBJECT_TAKEN",
     "IDENTITY_PROVIDER_UNAVAILABLE",
 )
 
@@ -112,6 +118,7 @@ class Identity:
     role: str
     expires_at: datetime
     id_token: str
+    account: str  # the provider's `sub`: whose the subject is (db.oidc.bind_identity)
 
 
 def _includes(role: str, other: str) -> bool:
@@ -205,6 +212,10 @@ class OidcProvider:
         self._keys_at = self._keys_tried = 0.0
         # One fetch at a time of each document; two locks, as fetching the keys reads the metadata.
         self._locks: dict[str, asyncio.Lock] = {}
+        # Subjects known to belong to an account (subject -> its `sub`), so an API call checks the
+        # binding in the database once per name and process, not on every request.
+        self.bound: LRUCache[str, str] = LRUCache(maxsize=10_000)
+        self.login_sealer = login_sealer(settings)
 
     @property
     def redirect_uri(self) -> str:
@@ -363,7 +374,8 @@ class OidcProvider:
         subject = subject_of(claims, [self.settings.oidc_subject_claim])
         role = role_of(claims.get(self.settings.oidc_roles_claim), self.settings.oidc_role_map)
         # The session ends no later than the provider's word on it, the ID token's expiry.
-        return Identity(subject, role, datetime.fromtimestamp(int(claims["exp"]), UTC), id_token)
+        expires_at = datetime.fromtimestamp(int(claims["exp"]), UTC)
+        return Identity(subject, role, expires_at, id_token, str(claims["sub"]))
 
     async def _exchange(self, metadata: Metadata, *, code: str, code_verifier: str) -> dict[str, Any]:
         """The token endpoint's answer to the code (RFC 6749 4.1.3, RFC 7636 4.5), the client
@@ -463,8 +475,9 @@ class OidcProvider:
 
     # --- API calls with the provider's JWTs --------------------------------------------------------
 
-    async def api_principal(self, token: str) -> Principal:
-        """Who an API call with the provider's access token is; Refused saying why not."""
+    async def api_principal(self, token: str) -> tuple[Principal, str]:
+        """Who an API call with the provider's access token is, and the provider's `sub` for it
+        (whose the subject is: db.oidc.bind_identity); Refused saying why not."""
         audience = self.settings.oidc_api_audience
         assert audience is not None
         try:
@@ -477,6 +490,7 @@ class OidcProvider:
                     "aud": {"essential": True, "value": audience},
                     "exp": {"essential": True},
                     "iat": {"essential": True},
+                    "sub": {"essential": True},
                 },
             )
             claims.validate(leeway=self.settings.oidc_clock_skew_s)
@@ -490,10 +504,11 @@ class OidcProvider:
             raise Refused("UNAUTHENTICATED", f"the provider's token was refused: {error}") from None
         except Refused as refused:
             raise Refused(refused.code, f"the provider's token was refused: {refused.detail}") from None
-        return Principal(
+        principal = Principal(
             self._api_subject(claims),
             role_of(claims.get(self.settings.oidc_roles_claim), self.settings.oidc_role_map),
         )
+        return principal, str(claims["sub"])
 
     def _access_token_only(self, header: Mapping[str, Any], claims: Mapping[str, Any]) -> None:
         """Refused when the token is, or may be, an ID token: an ID token proves a sign-in to the
@@ -528,6 +543,48 @@ class OidcProvider:
         return mapped
 
 
-def new_login() -> tuple[str, str, str, str]:
-    """(state, nonce, PKCE code verifier, the browser's binding cookie): fresh random values."""
-    return generate_token(43), generate_token(43), generate_token(64), secrets.token_urlsafe(32)
+@dataclass(frozen=True, slots=True)
+class PendingLogin:
+    """A sign-in between GET /auth/oidc/login and its callback, kept in the browser's cookie only."""
+
+    state: str
+    nonce: str
+    code_verifier: str
+
+
+def new_login() -> PendingLogin:
+    return PendingLogin(generate_token(43), generate_token(43), generate_token(64))
+
+
+def login_sealer(settings: Settings) -> Fernet:
+    """The key of the sign-in cookies: REVIEW_QUEUE_OIDC_LOGIN_KEY, else one derived (HKDF) from the
+    client secret, which every worker and replica shares; a public client without a key gets one
+    of its own per process (the settings refuse several workers then)."""
+    if settings.oidc_login_key is not None:
+        return Fernet(settings.oidc_login_key.get_secret_value().strip())
+    if settings.oidc_client_secret is not None:
+        derived = HKDF(
+            algorithm=hashes.SHA256(), length=32, salt=None, info=b"review-queue oidc login cookie"
+        ).derive(settings.oidc_client_secret.get_secret_value().encode())
+        return Fernet(base64.urlsafe_b64encode(derived))
+    return Fernet(Fernet.generate_key())
+
+
+def seal_login(sealer: Fernet, login: PendingLogin) -> str:
+    """The cookie: state, nonce and verifier, encrypted and authenticated (Fernet), with its time."""
+    return sealer.encrypt(json.dumps([login.state, login.nonce, login.code_verifier]).encode()).decode()
+
+
+def open_login(sealer: Fernet, cookie: str | None, state: str, ttl_s: int) -> PendingLogin | None:
+    """The sign-in the cookie holds, when this service sealed it less than ttl_s ago and it is the
+    one the answer's state names; None otherwise (no cookie, forged, stale, or another sign-in's)."""
+    if not cookie or len(cookie) > 1_000:
+        return None
+    try:
+        values = json.loads(sealer.decrypt(cookie.encode(), ttl=ttl_s))
+    except (InvalidToken, ValueError):
+        return None
+    login = PendingLogin(*values)
+    # The state in the address must be the one sealed in this browser: a sign-in started in one
+    # browser (an attacker's) cannot be finished in another (login CSRF).
+    return login if secrets.compare_digest(login.state.encode(), state.encode()) else None

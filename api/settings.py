@@ -232,6 +232,9 @@ class Settings(BaseSettings):
     oidc_client_secret: SecretStr | None = Field(
         default=None, validation_alias="REVIEW_QUEUE_OIDC_CLIENT_SECRET"
     )
+    # The Fernet key that seals a sign-in in progress into its browser's cookie (api/oidc.py).
+    # Unset: derived from the client secret; a public client's is random per process.
+    oidc_login_key: SecretStr | None = Field(default=None, validation_alias="REVIEW_QUEUE_OIDC_LOGIN_KEY")
     oidc_scopes: str = Field(default="openid profile email", validation_alias="REVIEW_QUEUE_OIDC_SCOPES")
     # The claim whose value (lower-cased) is the reviewer identity, as a token's subject is.
     oidc_subject_claim: str = Field(
@@ -295,6 +298,7 @@ class Settings(BaseSettings):
             for name, value in (
                 ("REVIEW_QUEUE_OIDC_CLIENT_ID", self.oidc_client_id),
                 ("REVIEW_QUEUE_OIDC_CLIENT_SECRET", self.oidc_client_secret),
+                ("REVIEW_QUEUE_OIDC_LOGIN_KEY", self.oidc_login_key),
                 ("REVIEW_QUEUE_OIDC_ROLE_MAP", self.oidc_role_map),
                 ("REVIEW_QUEUE_OIDC_API_AUDIENCE", self.oidc_api_audience),
                 ("REVIEW_QUEUE_OIDC_API_CLIENTS", self.oidc_api_clients),
@@ -322,6 +326,17 @@ class Settings(BaseSettings):
                 "REVIEW_QUEUE_PUBLIC_URL is required with REVIEW_QUEUE_OIDC_CLIENT_ID: the address"
                 " people open the service at (e.g. https://review.example.com), from which the"
                 " redirect URI <it>/auth/oidc/callback is built"
+            )
+        if (
+            self.oidc_client_id
+            and not self.oidc_client_secret
+            and not self.oidc_login_key
+            and self.workers > 1
+        ):
+            raise ValueError(
+                "REVIEW_QUEUE_OIDC_LOGIN_KEY is required for a public client (no"
+                " REVIEW_QUEUE_OIDC_CLIENT_SECRET) with REVIEW_QUEUE_WORKERS above 1: every worker must"
+                " open the sign-in cookie another sealed (make one with `review-queue webhooks key`)"
             )
         if self.oidc_api_audience is not None and self.oidc_api_audience == self.oidc_client_id:
             raise ValueError(
@@ -365,6 +380,21 @@ class Settings(BaseSettings):
     @property
     def webhook_give_up_s(self) -> int:
         return self.webhook_give_up_test_s or self.webhook_give_up_h * 3600
+
+    @field_validator("oidc_login_key")
+    @classmethod
+    def _fernet_key(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None:
+            from cryptography.fernet import Fernet
+
+            try:
+                Fernet(value.get_secret_value().strip())
+            except ValueError:
+                raise ValueError(
+                    "must be a Fernet key (32 url-safe base64-encoded bytes); make one with"
+                    " `review-queue webhooks key`"
+                ) from None
+        return value
 
     @field_validator("webhook_key")
     @classmethod

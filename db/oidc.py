@@ -1,4 +1,4 @@
-"""Sign-in with an OpenID Connect provider: sign-ins in progress, and the desk sessions they open.
+"""Sign-in with an OpenID Connect provider: the states used, the names bound, and the desk sessions.
 
 Apart from db/sessions.py (the token sessions): an OIDC session belongs to the provider's identity
 (subject and role as mapped at sign-in), not to a token row. Its cookie value starts with
@@ -7,72 +7,52 @@ SESSION_PREFIX, which a token session's never does, so a cookie names its table 
 
 import hashlib
 import secrets
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import DateTime, Interval, bindparam, func, literal, select
+from sqlalchemy import DateTime, Interval, bindparam, func, select
+from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from db.sessions import DeskSession
-from db.tables import oidc_login, oidc_session
+from db.tables import oidc_identity, oidc_session, oidc_used_state
 
 SESSION_PREFIX = "oidc."  # secrets.token_urlsafe never makes a "."
-# Sign-ins in progress are written before anyone is authenticated: past this many, a new one is
-# refused (None) rather than letting a flood of GET /auth/oidc/login grow the table without bound.
-MAX_PENDING_LOGINS = 10_000
 
 
 def _hash(value: str) -> str:
     return hashlib.sha256(value.encode()).hexdigest()
 
 
-@dataclass(frozen=True, slots=True)
-class PendingLogin:
-    nonce: str
-    code_verifier: str
-
-
-async def start_login(
-    conn: AsyncConnection, *, state: str, browser: str, nonce: str, code_verifier: str, ttl: timedelta
-) -> bool:
-    """Keep a sign-in until its callback; False when too many are in progress."""
-    await conn.execute(oidc_login.delete().where(oidc_login.c.expires_at < func.now()))
-    pending = select(func.count()).select_from(oidc_login).scalar_subquery()
-    values = select(
-        literal(_hash(state)),
-        literal(_hash(browser)),
-        literal(nonce),
-        literal(code_verifier),
-        func.now() + bindparam("ttl", ttl, type_=Interval),
-    ).where(pending < MAX_PENDING_LOGINS)
-    inserted = await conn.scalar(
-        oidc_login.insert()
-        .from_select(["state_hash", "browser_hash", "nonce", "code_verifier", "expires_at"], values)
-        .returning(oidc_login.c.state_hash)
+async def use_state(conn: AsyncConnection, *, state: str, keep: timedelta) -> bool:
+    """Record a sign-in's state as used, for `keep`; False when it was already (a replay). Only a
+    callback with a cookie the service sealed gets here, and nothing caps this table, so no number
+    of strangers' sign-ins can refuse anyone else's (as the capped oidc_login once did)."""
+    await conn.execute(oidc_used_state.delete().where(oidc_used_state.c.expires_at < func.now()))
+    recorded = await conn.scalar(
+        insert(oidc_used_state)
+        .values(state_hash=_hash(state), expires_at=func.now() + bindparam("keep", keep, type_=Interval))
+        .on_conflict_do_nothing(index_elements=[oidc_used_state.c.state_hash])
+        .returning(oidc_used_state.c.state_hash)
     )
-    return inserted is not None
+    return recorded is not None
 
 
-async def take_login(conn: AsyncConnection, *, state: str, browser: str | None) -> PendingLogin | None:
-    """The sign-in this state belongs to, deleted as it is read (a state is presented once); None
-    when there is none, it expired, or another browser (or none) started it: deleted all the same."""
-    row = (
+async def bind_identity(conn: AsyncConnection, *, subject: str, issuer: str, provider_subject: str) -> bool:
+    """True when subject belongs to this account of the provider: bound to it now (the first use of
+    the name) or before; False when another account holds the name."""
+    await conn.execute(
+        insert(oidc_identity)
+        .values(subject=subject, issuer=issuer, provider_subject=provider_subject)
+        .on_conflict_do_nothing(index_elements=[oidc_identity.c.subject])
+    )
+    owner = (
         await conn.execute(
-            oidc_login.delete()
-            .where(oidc_login.c.state_hash == _hash(state))
-            .returning(
-                oidc_login.c.nonce,
-                oidc_login.c.code_verifier,
-                oidc_login.c.browser_hash,
-                oidc_login.c.expires_at > func.now(),
+            select(oidc_identity.c.issuer, oidc_identity.c.provider_subject).where(
+                oidc_identity.c.subject == subject
             )
         )
-    ).first()
-    if row is None or not row[3]:
-        return None
-    if browser is None or not secrets.compare_digest(row.browser_hash, _hash(browser)):
-        return None
-    return PendingLogin(row.nonce, row.code_verifier)
+    ).one()
+    return (owner.issuer, owner.provider_subject) == (issuer, provider_subject)
 
 
 async def create_session(

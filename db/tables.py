@@ -500,20 +500,27 @@ webhook_delivery = Table(
     Index("ix_webhook_delivery_subscription_id", "subscription", "id"),
 )
 
-# Sign-in with the company's OpenID Connect provider (api/oidc.py). A sign-in in progress: the
-# `state` sent to the provider (its sha256), the browser that started it (the sha256 of an HttpOnly
-# cookie), and the nonce and PKCE verifier the callback needs. Taken (deleted) by the callback, so a
-# state is good once, and only in the browser that started the sign-in.
-oidc_login = Table(
-    "oidc_login",
+# Sign-in with the company's OpenID Connect provider (api/oidc.py). A sign-in in progress lives in
+# its browser's sealed cookie only; its `state` (the sha256) is recorded here when the callback uses
+# it, so it is good once. Kept a while longer than the cookie lives, then swept.
+oidc_used_state = Table(
+    "oidc_used_state",
     metadata,
     Column("state_hash", Text, primary_key=True),
-    Column("browser_hash", Text, nullable=False),
-    Column("nonce", Text, nullable=False),
-    Column("code_verifier", Text, nullable=False),
-    Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     Column("expires_at", DateTime(timezone=True), nullable=False),
-    Index("ix_oidc_login_expires_at", "expires_at"),
+    Index("ix_oidc_used_state_expires_at", "expires_at"),
+)
+
+# Which account of the provider (issuer, its `sub`) a subject it signed in belongs to: the first one
+# to use the name keeps it, so two accounts whose username claims fold to one name never act as one.
+oidc_identity = Table(
+    "oidc_identity",
+    metadata,
+    Column("subject", Text, primary_key=True),
+    Column("issuer", Text, nullable=False),
+    Column("provider_subject", Text, nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    CheckConstraint(SUBJECT_CHECK, name="valid_subject"),
 )
 
 # Desk sessions of people signed in by the provider: like desk_session, but the identity is the

@@ -29,7 +29,8 @@ const SIGN_IN_ERRORS = {
   OIDC_ID_TOKEN_INVALID: () =>
     "The identity provider's answer could not be verified, so you were not signed in. Please try again; if it keeps happening, tell an administrator.",
   OIDC_EXCHANGE_FAILED: () => "The identity provider did not confirm the sign-in. Please try again.",
-  OIDC_BUSY: () => "Too many sign-ins are in progress. Please try again in a few minutes.",
+  OIDC_SUBJECT_TAKEN: () =>
+    "The user name your identity provider gave belongs to another account here, so you were not signed in. Ask an administrator.",
   IDENTITY_PROVIDER_UNAVAILABLE: () => "The identity provider cannot be reached right now. Please try again in a minute.",
 };
 

@@ -1,10 +1,12 @@
 """Sign-in with the company's identity provider (OpenID Connect, authorization code with PKCE).
 
-GET /auth/oidc/login keeps a new sign-in (state, nonce, PKCE verifier) in oidc_login, binds it to
-this browser with an HttpOnly cookie, and sends the browser to the provider. The callback takes the
-sign-in back (once: the row is deleted as it is read, and only with the cookie of the browser that
-started it), exchanges the code, checks the ID token (api/oidc.py), and opens the same HttpOnly desk
-session a token sign-in opens, ending when the ID token does. Every outcome sends the browser back
+GET /auth/oidc/login keeps a new sign-in (state, nonce, PKCE verifier) in an HttpOnly cookie of this
+browser, encrypted and authenticated with the service's key (Fernet), and sends the browser to the
+provider: it stores nothing, so no number of strangers' starts can crowd out a real one. The callback
+takes the sign-in back from the cookie (only one this service sealed in the last 10 minutes, whose
+state is the answer's), records the state as used (once: a replay is refused), exchanges the code,
+checks the ID token (api/oidc.py), and opens the same HttpOnly desk session a token sign-in opens,
+ending when the ID token does. Every outcome sends the browser back
 to the desk: refusals as `/desk/?sign_in_error=CODE`, which the desk words as a sentence (no text
 from the URL is ever shown, so a crafted link cannot put words in the page).
 
@@ -24,7 +26,7 @@ from api import session
 from api.deps import request_transaction
 from api.errors import ProblemError, problem_responses
 from api.metrics import OIDC_SIGN_INS
-from api.oidc import OidcProvider, ProviderUnavailable, Refused, new_login
+from api.oidc import OidcProvider, ProviderUnavailable, Refused, new_login, open_login, seal_login
 from api.schemas import OidcProviderOut
 from db import oidc as oidc_db
 
@@ -112,7 +114,7 @@ async def provider(request: Request) -> OidcProviderOut:
     responses={
         302: {"description": "To the provider's authorization endpoint.", **REDIRECT},
         303: {
-            "description": "Back to the desk with `sign_in_error` (provider unreachable, busy).",
+            "description": "Back to the desk with `sign_in_error` (provider unreachable).",
             **REDIRECT,
         },
         **problem_responses("OIDC_NOT_CONFIGURED"),
@@ -121,22 +123,18 @@ async def provider(request: Request) -> OidcProviderOut:
 async def login(request: Request) -> Response:
     """A browser navigation, not an API call: 302 to the provider's authorization endpoint with
     `response_type=code`, the client id, `redirect_uri`, `scope`, `state`, `nonce` and an S256
-    `code_challenge`, and an HttpOnly cookie that binds the sign-in to this browser (10 minutes)."""
+    `code_challenge`, and an HttpOnly cookie that keeps the sign-in in this browser (10 minutes)."""
     oidc = _provider(request)
     try:
         metadata = await oidc.metadata()
     except ProviderUnavailable as error:
         return _to_desk(oidc, "IDENTITY_PROVIDER_UNAVAILABLE", str(error))
-    state, nonce, verifier, browser = new_login()
-    async with request_transaction(request) as conn:
-        started = await oidc_db.start_login(
-            conn, state=state, browser=browser, nonce=nonce, code_verifier=verifier, ttl=LOGIN_TTL
-        )
-    if not started:
-        return _to_desk(oidc, "OIDC_BUSY", f"{oidc_db.MAX_PENDING_LOGINS} sign-ins are in progress")
-    url = oidc.authorization_url(metadata, state=state, nonce=nonce, code_verifier=verifier)
+    pending = new_login()
+    url = oidc.authorization_url(
+        metadata, state=pending.state, nonce=pending.nonce, code_verifier=pending.code_verifier
+    )
     response = RedirectResponse(url, status_code=302)
-    _login_cookie(response, oidc, browser)
+    _login_cookie(response, oidc, seal_login(oidc.login_sealer, pending))
     return _uncached(response)
 
 
@@ -171,11 +169,10 @@ async def callback(
     issuer, audience, nonce, expiry); the account must map to one role. Parameters the provider may
     add (`session_state`, ...) are ignored."""
     oidc = _provider(request)
-    browser = request.cookies.get(LOGIN_COOKIE)
-    pending = None
-    if state:
-        async with request_transaction(request) as conn:
-            pending = await oidc_db.take_login(conn, state=state, browser=browser)
+    ttl_s = int(LOGIN_TTL.total_seconds())
+    pending = (
+        open_login(oidc.login_sealer, request.cookies.get(LOGIN_COOKIE), state, ttl_s) if state else None
+    )
     if error is not None:
         plain = error if _PROVIDER_ERROR.fullmatch(error) else None
         return _to_desk(
@@ -183,8 +180,13 @@ async def callback(
         )
     if pending is None or not code:
         return _to_desk(
-            oidc, "OIDC_STATE_INVALID", "no sign-in of this browser has that state (used, expired or foreign)"
+            oidc, "OIDC_STATE_INVALID", "no sign-in of this browser has that state (expired or foreign)"
         )
+    async with request_transaction(request) as conn:
+        # Outlives the cookie (whose age is on this host's clock): a replay meets the record.
+        first = await oidc_db.use_state(conn, state=pending.state, keep=2 * LOGIN_TTL)
+    if not first:
+        return _to_desk(oidc, "OIDC_STATE_INVALID", "that sign-in's state was used already (a replay)")
     try:
         metadata = await oidc.metadata()
         if iss != metadata.issuer and (iss is not None or metadata.iss_parameter_supported):
@@ -196,13 +198,24 @@ async def callback(
     except ProviderUnavailable as unavailable:
         return _to_desk(oidc, "IDENTITY_PROVIDER_UNAVAILABLE", str(unavailable))
     async with request_transaction(request) as conn:
-        session_id, _, seconds = await oidc_db.create_session(
-            conn,
-            subject=identity.subject,
-            role=identity.role,
-            id_token=identity.id_token,
-            ends_by=identity.expires_at,
-            ttl=session.TTL,
+        bound = await oidc_db.bind_identity(
+            conn, subject=identity.subject, issuer=oidc.issuer, provider_subject=identity.account
+        )
+        if bound:
+            session_id, _, seconds = await oidc_db.create_session(
+                conn,
+                subject=identity.subject,
+                role=identity.role,
+                id_token=identity.id_token,
+                ends_by=identity.expires_at,
+                ttl=session.TTL,
+            )
+    if not bound:
+        return _to_desk(
+            oidc,
+            "OIDC_SUBJECT_TAKEN",
+            f"the name {identity.subject!r} belongs to another account of the provider"
+            f" (this one's sub is {identity.account[:100]!r})",
         )
     OIDC_SIGN_INS.labels("signed_in").inc()
     log.info("oidc_signed_in", extra={"subject": identity.subject, "role": identity.role})

@@ -51,6 +51,11 @@ USERS: dict[str, dict[str, Any]] = {
     "nora": {"groups": ["staff"]},  # in no mapped group
     "max": {"groups": ["recon-reviewers", "recon-audit"]},  # roles that do not include one another
     "me": {"preferred_username": "me", "groups": ["recon-reviewers"]},  # a reserved subject
+    "kasey": {"preferred_username": "Kasey", "groups": ["recon-reviewers"]},
+    # Kasey with U+212A KELVIN SIGN, which str.lower() folds to "k": another person, not kasey.
+    "kelvin": {"preferred_username": "\u212aasey", "groups": ["recon-approvers"]},
+    # Another account whose username folds to rita's: the name stays with the account that had it.
+    "impostor": {"preferred_username": "RITA.reviewer", "groups": ["recon-approvers"]},
 }
 SCRIPT_SECRET = "script-secret-" + "s" * 32
 # Scripts (client credentials): their client id is the API subject.

@@ -247,6 +247,77 @@ MUTANTS += (
     ),
 )
 
+# Sign-in with the identity provider and the desk's sessions (issue 38): each against a real
+# provider (oidc-provider under Node), as tests/api/test_oidc.py runs.
+OIDC_TESTS = "tests/api/test_oidc.py"
+MUTANTS += (
+    Mutant(
+        "the callback takes any sealed sign-in cookie, not the one its state names",
+        f"{OIDC_TESTS}::test_a_state_works_only_in_the_browser_that_started_it",
+        (
+            Edit(
+                "api/oidc.py",
+                "    return login if secrets.compare_digest(login.state.encode(), state.encode()) else None",
+                "    return login",
+            ),
+        ),
+    ),
+    Mutant(
+        "an answer without iss accepted though the provider promises RFC 9207",
+        f"{OIDC_TESTS}::test_an_answer_without_iss_is_refused_when_the_provider_promises_it",
+        (
+            Edit(
+                "api/routes/oidc.py",
+                "(iss is not None or metadata.iss_parameter_supported)",
+                "(iss is not None)",
+            ),
+        ),
+    ),
+    Mutant(
+        "a desk session's expires_at not checked on lookup",
+        "tests/api/test_session.py::test_a_session_past_its_expiry_is_refused_though_its_token_lives",
+        (Edit("db/sessions.py", "        desk_session.c.expires_at > func.now(),\n", ""),),
+    ),
+    Mutant(
+        "an OIDC session's expires_at not checked on lookup",
+        f"{OIDC_TESTS}::test_an_oidc_session_past_its_expiry_is_refused",
+        (
+            Edit(
+                "db/oidc.py",
+                'oidc_session.c.id_hash == bindparam("id_hash"), oidc_session.c.expires_at > func.now()',
+                'oidc_session.c.id_hash == bindparam("id_hash")',
+            ),
+        ),
+    ),
+    Mutant(
+        "an ID token accepted as an API bearer",
+        f"{OIDC_TESTS}::test_an_id_token_is_never_an_api_bearer",
+        (Edit("api/oidc.py", "            self._access_token_only(verified.header, claims)\n", ""),),
+    ),
+    Mutant(
+        "the username claim folded before it is checked",
+        f"{OIDC_TESTS}::test_an_api_username_is_checked_as_sent_before_it_is_folded",
+        (
+            Edit(
+                "api/oidc.py",
+                "        return check_subject(value)\n",
+                "        return check_subject(value.lower())\n",
+            ),
+        ),
+    ),
+    Mutant(
+        "a name not kept by the provider account that first used it",
+        f"{OIDC_TESTS}::test_a_name_stays_with_the_provider_account_that_first_signed_in_with_it",
+        (
+            Edit(
+                "db/oidc.py",
+                "    return (owner.issuer, owner.provider_subject) == (issuer, provider_subject)",
+                "    return True",
+            ),
+        ),
+    ),
+)
+
 # What a copy needs to run the suite; caches, the virtualenv and local data stay behind.
 IGNORED = shutil.ignore_patterns(
     ".git", ".venv", ".data", "__pycache__", ".mypy_cache", ".ruff_cache", ".pytest_cache", "*.pyc"

@@ -39,6 +39,8 @@ from tests.support import OIDC_ENV
         ({"REVIEW_QUEUE_OIDC_API_AUDIENCE": "review-queue"}, "must differ from REVIEW_QUEUE_OIDC_CLIENT_ID"),
         ({"REVIEW_QUEUE_OIDC_CLOCK_SKEW_S": "900"}, "(allowed range 0-300)"),
         ({"REVIEW_QUEUE_OIDC_MAX_TOKEN_LIFETIME_S": "0"}, "(allowed range 60-604800)"),
+        ({"REVIEW_QUEUE_OIDC_LOGIN_KEY": "not-a-key"}, "must be a Fernet key"),
+        ({"REVIEW_QUEUE_WORKERS": "2"}, "REVIEW_QUEUE_OIDC_LOGIN_KEY is required for a public client"),
         ({"REVIEW_QUEUE_OIDC_API_CLIENTS": "recon-loader"}, "is not CLIENT_ID=SUBJECT"),
         ({"REVIEW_QUEUE_OIDC_API_CLIENTS": "recon-loader=me"}, "is reserved"),
         ({"REVIEW_QUEUE_OIDC_API_CLIENTS": "a=x,a=y"}, "client 'a' appears twice"),

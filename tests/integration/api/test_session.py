@@ -62,6 +62,21 @@ def test_sign_out_ends_the_session_on_the_server(client: TestClient, make_token:
     assert_problem(response, 401, "UNAUTHENTICATED")
 
 
+def test_a_session_past_its_expiry_is_refused_though_its_token_lives(
+    client: TestClient, make_token: Tokens, sql: psycopg.Connection
+) -> None:
+    """The row's own expires_at ends the session on lookup: the cookie is sent again as a browser
+    that kept it would (the test client's jar would drop it by itself, hiding a missing check)."""
+    sign_in(client, make_token("alice", "reviewer"))
+    cookie = dict(client.cookies)
+    assert client.get("/session").status_code == 200
+    sql.execute("UPDATE desk_session SET expires_at = now() - interval '1 second'")
+    assert sql.execute("SELECT count(*) FROM api_token WHERE expires_at IS NULL").fetchone() == (1,)
+    client.cookies.clear()
+    client.cookies.update(cookie)
+    assert_problem(client.get("/session"), 401, "UNAUTHENTICATED")
+
+
 def test_revoking_the_token_ends_its_sessions(
     client: TestClient, make_token: Tokens, sql: psycopg.Connection
 ) -> None:

@@ -135,8 +135,11 @@ def test_the_service_role_has_exactly_the_table_rights_it_needs(as_service: psyc
         "review_queue_reopened_item": "SELECT",
         # Sign-in with the identity provider: a login attempt is taken once (deleted), a provider
         # session ends with the desk session.
-        "oidc_login": "DELETE,INSERT,SELECT",
+        # A used state is recorded once and swept when old.
+        "oidc_used_state": "DELETE,INSERT,SELECT",
         "oidc_session": "DELETE,INSERT,SELECT",
+        # A name, once the provider signed it in, stays with that account (issuer, sub).
+        "oidc_identity": "INSERT,SELECT",
         # Subscriptions are deactivated, never deleted; attempts are appended and pruned.
         "webhook_delivery": "DELETE,INSERT,SELECT",
         "webhook_subscription": "INSERT,SELECT,UPDATE",

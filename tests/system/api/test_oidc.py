@@ -9,18 +9,21 @@ import secrets
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, parse_qsl, urlencode, urlsplit
 
 import anyio
 import httpx
 import psycopg
 import pytest
+from cryptography.fernet import Fernet
+from fastapi import Request
 from fastapi.testclient import TestClient
 from joserfc import jwt
 from joserfc.jwk import OctKey, RSAKey
 
 from api.app import create_app
-from api.oidc import OidcProvider, Refused
+from api.oidc import OidcProvider, Refused, login_sealer
+from api.routes import oidc as oidc_routes
 from api.settings import Settings
 from tests.support import seed_items, wait_for
 from tests.support.api import assert_problem
@@ -94,8 +97,18 @@ def sessions(sql: psycopg.Connection) -> list[tuple[str, str]]:
 # --- the desk's sign-in --------------------------------------------------------------------------
 
 
+def stored_sign_in_rows(sql: psycopg.Connection) -> int:
+    """Rows of every table sign-in writes to."""
+    tables = ("oidc_used_state", "oidc_identity", "oidc_session")
+    return sum(sql.execute(f"SELECT count(*) FROM {table}").fetchone()[0] for table in tables)  # type: ignore[index]
+
+
 def test_the_login_redirect_carries_pkce_state_and_nonce_bound_to_this_browser(
-    service: TestClient, oidc_provider: RealProvider, desk_client: Client, sql: psycopg.Connection
+    service: TestClient,
+    oidc_settings: Settings,
+    oidc_provider: RealProvider,
+    desk_client: Client,
+    sql: psycopg.Connection,
 ) -> None:
     response = start(service)
     url = urlsplit(response.headers["location"])
@@ -109,11 +122,15 @@ def test_the_login_redirect_carries_pkce_state_and_nonce_bound_to_this_browser(
     cookie = response.headers["set-cookie"]
     for part in ("rq_oidc_login=", "HttpOnly", "Path=/auth/oidc/", "SameSite=lax", "Secure", "Max-Age=600"):
         assert part in cookie, cookie
-    # Kept server-side: the state and the browser binding as hashes, the verifier whose S256 is sent.
-    ((state_hash, verifier, nonce),) = sql.execute("SELECT state_hash, code_verifier, nonce FROM oidc_login")
-    assert state_hash == hashlib.sha256(query["state"].encode()).hexdigest() and nonce == query["nonce"]
+    # Kept in the browser only, sealed with the service's key: the state, the nonce, the verifier
+    # whose S256 is sent. Nothing is written anywhere.
+    sealed = service.cookies["rq_oidc_login"]
+    assert query["state"] not in sealed and query["nonce"] not in sealed
+    state, nonce, verifier = json.loads(login_sealer(oidc_settings).decrypt(sealed.encode()))
+    assert (state, nonce) == (query["state"], query["nonce"])
     challenge = base64.urlsafe_b64encode(hashlib.sha256(verifier.encode()).digest()).rstrip(b"=").decode()
     assert challenge == query["code_challenge"]
+    assert stored_sign_in_rows(sql) == 0
 
 
 def test_a_host_header_cannot_choose_the_redirect_uri(service: TestClient) -> None:
@@ -138,7 +155,7 @@ def test_signing_in_opens_a_desk_session_with_the_mapped_role_and_a_lowercased_s
     me = service.get("/session").json()
     assert (me["subject"], me["role"]) == ("rita.reviewer", "reviewer")  # preferred_username Rita.Reviewer
     assert sessions(sql) == [("rita.reviewer", "reviewer")]
-    assert sql.execute("SELECT count(*) FROM oidc_login").fetchone() == (0,)  # the state is used up
+    assert sql.execute("SELECT count(*) FROM oidc_used_state").fetchone() == (1,)  # the state is used up
     # The same session rules as a token's: writes need the CSRF token.
     assert_problem(service.post("/leases", json={}), 403, "CSRF_REJECTED")
     csrf = {"X-CSRF-Token": me["csrf_token"]}
@@ -193,6 +210,45 @@ def test_someone_without_one_clear_role_is_refused_and_told_why(
     assert_problem(service.get("/session"), 401, "UNAUTHENTICATED")
 
 
+def test_a_username_is_checked_as_sent_before_it_is_folded(
+    service: TestClient, oidc_provider: RealProvider, browser: httpx.Client, sql: psycopg.Connection
+) -> None:
+    """`\u212aasey` (KELVIN SIGN) lower-cases to `kasey`: checked after folding it became kasey."""
+    sign_in(service, oidc_provider, browser, "kasey")
+    service.cookies.clear()
+    with httpx.Client() as other_browser:
+        refused = sign_in(service, oidc_provider, other_browser, "kelvin")
+    assert refusal(refused) == {"sign_in_error": ["OIDC_BAD_SUBJECT"]}
+    assert sessions(sql) == [("kasey", "reviewer")]
+
+
+def test_a_name_stays_with_the_provider_account_that_first_signed_in_with_it(
+    service: TestClient, oidc_provider: RealProvider, browser: httpx.Client, sql: psycopg.Connection
+) -> None:
+    """Keyed by issuer and `sub`: another account whose username folds to the same name is refused,
+    at the desk and as an API bearer, and the name's own account keeps working."""
+    sign_in(service, oidc_provider, browser, "rita")
+    service.cookies.clear()
+    with httpx.Client() as other_browser:
+        refused = sign_in(service, oidc_provider, other_browser, "impostor")  # RITA.reviewer
+    assert refusal(refused) == {"sign_in_error": ["OIDC_SUBJECT_TAKEN"]}
+    assert sessions(sql) == [("rita.reviewer", "reviewer")]
+    assert sql.execute("SELECT subject, issuer, provider_subject FROM oidc_identity").fetchall() == [
+        ("rita.reviewer", oidc_provider.issuer, "rita")
+    ]
+    impostor = _api_token(oidc_provider, sub="impostor", preferred_username="RITA.reviewer")
+    problem = assert_problem(service.get("/session", headers=bearer(impostor)), 401, "UNAUTHENTICATED")
+    assert "OIDC_SUBJECT_TAKEN" in problem["detail"], problem
+    assert service.get("/session", headers=bearer(_api_token(oidc_provider))).json()["subject"] == (
+        "rita.reviewer"
+    )
+    # The API binds a name on its first call too, and checks it again in a process that has it cached.
+    newcomer = _api_token(oidc_provider, sub="newcomer", preferred_username="New.Comer")
+    assert service.get("/session", headers=bearer(newcomer)).json()["subject"] == "new.comer"
+    usurper = _api_token(oidc_provider, sub="usurper", preferred_username="new.comer")
+    assert_problem(service.get("/session", headers=bearer(usurper)), 401, "UNAUTHENTICATED")
+
+
 def test_a_replayed_state_is_refused(
     service: TestClient, oidc_provider: RealProvider, browser: httpx.Client, sql: psycopg.Connection
 ) -> None:
@@ -208,23 +264,81 @@ def test_a_replayed_state_is_refused(
 
 
 def test_a_state_works_only_in_the_browser_that_started_it(
-    service: TestClient, oidc_settings: Settings, oidc_provider: RealProvider, browser: httpx.Client
+    service: TestClient,
+    oidc_settings: Settings,
+    oidc_provider: RealProvider,
+    browser: httpx.Client,
+    sql: psycopg.Connection,
 ) -> None:
-    """Login CSRF: an attacker's own callback URL, opened in the victim's browser, signs nobody in;
-    and the attempt burns the state, so the attacker cannot use it afterwards either."""
+    """Login CSRF: an attacker's own callback URL, opened in the victim's browser, signs nobody in,
+    whether the victim has no sign-in cookie or one of its own sign-in (the cookie must be the one
+    the answer's state was sealed in, not just any of this service's)."""
     callback = back_from_provider(service, oidc_provider, browser, "ada")
     with TestClient(create_app(oidc_settings), base_url=PUBLIC) as victim:
         assert refusal(finish(victim, callback)) == {"sign_in_error": ["OIDC_STATE_INVALID"]}
+        start(victim)  # the victim's own sign-in, begun and not finished: its cookie is real
+        assert "rq_oidc_login" in victim.cookies
+        assert refusal(finish(victim, callback)) == {"sign_in_error": ["OIDC_STATE_INVALID"]}
         assert_problem(victim.get("/session"), 401, "UNAUTHENTICATED")
-    assert refusal(finish(service, callback)) == {"sign_in_error": ["OIDC_STATE_INVALID"]}
+    assert sessions(sql) == []
 
 
-def test_an_expired_sign_in_is_refused(
-    service: TestClient, oidc_provider: RealProvider, browser: httpx.Client, sql: psycopg.Connection
+def test_an_expired_or_forged_sign_in_cookie_is_refused(
+    service: TestClient,
+    oidc_settings: Settings,
+    oidc_provider: RealProvider,
+    browser: httpx.Client,
+    sql: psycopg.Connection,
 ) -> None:
+    """The cookie is good for 10 minutes from its sealing, and only sealed with the service's key."""
     callback = back_from_provider(service, oidc_provider, browser, "rita")
-    sql.execute("UPDATE oidc_login SET expires_at = now() - interval '1 second'")
-    assert refusal(finish(service, callback)) == {"sign_in_error": ["OIDC_STATE_INVALID"]}
+    sealer, sealed = login_sealer(oidc_settings), service.cookies["rq_oidc_login"]
+    content = sealer.decrypt(sealed.encode())
+    mine = Fernet(Fernet.generate_key())
+    tampered = sealed[:-8] + ("A" if sealed[-8] != "A" else "B") + sealed[-7:]
+    for cookie in (
+        sealer.encrypt_at_time(content, int(time.time()) - 601),  # sealed 10 minutes and a second ago
+        mine.encrypt(content),  # the same sign-in, sealed with another key
+        tampered.encode(),
+    ):
+        service.cookies.set("rq_oidc_login", cookie.decode(), domain="review.test", path="/auth/oidc/")
+        assert refusal(finish(service, callback)) == {"sign_in_error": ["OIDC_STATE_INVALID"]}
+    assert sessions(sql) == []
+    # Nine minutes old, the real cookie's content still signs in.
+    young = sealer.encrypt_at_time(content, int(time.time()) - 540).decode()
+    service.cookies.set("rq_oidc_login", young, domain="review.test", path="/auth/oidc/")
+    assert finish(service, callback).headers["location"] == "/desk/"
+
+
+def test_a_flood_of_sign_in_starts_stores_nothing_and_locks_nobody_out(
+    oidc_settings: Settings, oidc_provider: RealProvider, browser: httpx.Client, sql: psycopg.Connection
+) -> None:
+    """20,000 anonymous GET /auth/oidc/login (twice the old table's cap, which then refused everyone
+    with OIDC_BUSY); then a real sign-in works. The flood calls the route's handler in the app's
+    own event loop, as fast as it answers (through the HTTP stack it took a minute here), so that
+    this costs a few seconds; the middleware in between stores nothing."""
+    app = create_app(oidc_settings)
+    with TestClient(app, base_url=PUBLIC) as service:
+        start(service)  # discovery fetched once, as in a running service
+        scope = {
+            "type": "http", "method": "GET", "scheme": "https", "server": ("review.test", 443),
+            "path": "/auth/oidc/login", "query_string": b"", "headers": [], "app": app,
+        }  # fmt: skip
+
+        async def flood() -> int:
+            redirected = 0
+            for _ in range(20_000):
+                response = await oidc_routes.login(Request(scope))
+                redirected += (
+                    response.status_code == 302 and "rq_oidc_login=" in response.headers["set-cookie"]
+                )
+            return redirected
+
+        assert service.portal is not None
+        assert service.portal.call(flood) == 20_000
+        assert stored_sign_in_rows(sql) == 0
+        assert sign_in(service, oidc_provider, browser, "rita").headers["location"] == "/desk/"
+        assert sessions(sql) == [("rita.reviewer", "reviewer")]
 
 
 def test_an_answer_naming_another_issuer_is_refused(
@@ -236,6 +350,33 @@ def test_an_answer_naming_another_issuer_is_refused(
     forged = callback.replace("iss=http%3A%2F%2Flocalhost", "iss=https%3A%2F%2Fevil.example")
     assert refusal(finish(service, forged)) == {"sign_in_error": ["OIDC_ID_TOKEN_INVALID"]}
     assert sessions(sql) == []
+
+
+def test_an_answer_without_iss_is_refused_when_the_provider_promises_it(
+    service: TestClient, oidc_provider: RealProvider, browser: httpx.Client, sql: psycopg.Connection
+) -> None:
+    """RFC 9207: a provider that advertises authorization_response_iss_parameter_supported always
+    names itself; an answer without `iss` may come from another provider (a mix-up)."""
+    discovery = httpx.get(f"{oidc_provider.issuer}/.well-known/openid-configuration").json()
+    assert discovery["authorization_response_iss_parameter_supported"] is True
+    path, _, query = back_from_provider(service, oidc_provider, browser, "rita").partition("?")
+    without_iss = urlencode([(k, v) for k, v in parse_qsl(query) if k != "iss"])
+    assert refusal(finish(service, f"{path}?{without_iss}")) == {"sign_in_error": ["OIDC_ID_TOKEN_INVALID"]}
+    assert sessions(sql) == []
+
+
+def test_an_oidc_session_past_its_expiry_is_refused(
+    service: TestClient, oidc_provider: RealProvider, browser: httpx.Client, sql: psycopg.Connection
+) -> None:
+    """The row's own expires_at ends the session on lookup, the cookie sent again as a browser that
+    kept it would (the ID token itself still lives)."""
+    sign_in(service, oidc_provider, browser, "rita")
+    cookie = service.cookies["rq_session"]
+    assert service.get("/session").status_code == 200
+    sql.execute("UPDATE oidc_session SET expires_at = now() - interval '1 second'")
+    service.cookies.clear()
+    service.cookies.set("rq_session", cookie, domain="review.test", path="/")
+    assert_problem(service.get("/session"), 401, "UNAUTHENTICATED")
 
 
 def test_the_providers_error_is_passed_on_as_a_code(
@@ -608,6 +749,16 @@ def test_a_token_naming_no_person_needs_its_client_listed(
     for claims in ({"client_id": "recon-script"}, {"client_id": None, "azp": "recon-script"}):
         script = _api_token(oidc_provider, preferred_username=None, **claims)
         assert service.get("/session", headers=bearer(script)).json()["subject"] == "recon-script"
+
+
+def test_an_api_username_is_checked_as_sent_before_it_is_folded(
+    service: TestClient, oidc_provider: RealProvider
+) -> None:
+    kasey = _api_token(oidc_provider, sub="kasey", preferred_username="Kasey")
+    assert service.get("/session", headers=bearer(kasey)).json()["subject"] == "kasey"
+    kelvin = _api_token(oidc_provider, sub="kelvin", preferred_username="\u212aasey")
+    problem = assert_problem(service.get("/session", headers=bearer(kelvin)), 401, "UNAUTHENTICATED")
+    assert "must be 1-128 characters" in problem["detail"], problem
 
 
 def test_groups_sent_as_a_string_give_no_role(service: TestClient, oidc_provider: RealProvider) -> None:
