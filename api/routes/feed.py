@@ -34,8 +34,10 @@ async def read_feed(
     gone: asyncio.Future[None] | None = None
     try:
         while True:
-            # Each look is its own short transaction: a waiting request holds no pooled connection.
-            async with request_transaction(request) as conn:
+            # Each look is its own short transaction: a waiting request holds no pooled connection;
+            # and the looks of all the feed's readers share part of the pool (app.py), so many
+            # long-pollers queue here, not for the connections every other route needs.
+            async with request.app.state.feed_looks, request_transaction(request) as conn:
                 page = await feed.read(conn, after=after, limit=query.limit, events=types)
             remaining = deadline - loop.time()
             if page.events or remaining <= 0:

@@ -128,6 +128,7 @@ SLOW = (
     "api/test_errors.py::test_wrong_method_is_405_problem",
     "api/test_feed.py::test_a_malformed_feed_request_is_a_422",
     "api/test_feed.py::test_a_waiting_feed_read_holds_no_connection_and_answers_when_an_event_commits",
+    "api/test_feed.py::test_feed_long_pollers_leave_the_pool_to_other_routes",
     "api/test_hardening.py::test_a_handler_that_always_fails_on_one_item_costs_bounded_leases",
     "api/test_hardening.py::test_a_json_number_goes_through_decimal_with_the_same_limits",
     "api/test_hardening.py::test_a_reclaim_at_max_attempts_quarantines",
