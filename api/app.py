@@ -1,5 +1,6 @@
 """The FastAPI application: create_app() wires settings, the engine, errors and routes."""
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -173,6 +174,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     app.openapi = openapi  # type: ignore[method-assign]
     app.state.settings = settings
+    # GET /events' looks at the feed, at most half of the pool at once: however many long-pollers
+    # wait, the other routes keep the rest (waiting for this holds no connection).
+    app.state.feed_looks = asyncio.Semaphore(max(1, settings.pool_size // 2))
+    app.state.feed_waiters = 0  # GET /events calls with wait_s in progress (routes/feed.py)
     # The Fernet keys of webhook secrets; None: PUT /webhooks answers NOT_CONFIGURED.
     app.state.webhook_keys = webhook_secret.keys(settings)
     # Sign-in with the company's identity provider, and API calls with its JWTs (docs/security.md).

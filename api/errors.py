@@ -44,6 +44,7 @@ PROBLEMS: dict[str, tuple[int, str]] = {
     "PAYLOAD_TOO_LARGE": (413, "Request body too large"),
     "UNSUPPORTED_MEDIA_TYPE": (415, "Unsupported media type"),
     "VALIDATION_ERROR": (422, "Request validation failed"),
+    "FEED_BUSY": (429, "Too many feed readers waiting"),
     "INTERNAL_ERROR": (500, "Internal error"),
     "IDENTITY_PROVIDER_UNAVAILABLE": (503, "Identity provider unavailable"),
     "DATABASE_UNAVAILABLE": (503, "Database unavailable"),

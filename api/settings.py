@@ -130,6 +130,8 @@ class Settings(BaseSettings):
     reclaim_after_s: int = _range(45, 10, 600, "REVIEW_QUEUE_RECLAIM_AFTER_S")
     max_inflight: int = _range(1_000, 100, 10_000, "REVIEW_QUEUE_MAX_INFLIGHT")
     poll_interval_ms: int = _range(500, 50, 5_000, "REVIEW_QUEUE_POLL_INTERVAL_MS")
+    # GET /events calls with wait_s waiting at once per API process; one more is a 429.
+    feed_max_waiters: int = _range(500, 1, 100_000, "REVIEW_QUEUE_FEED_MAX_WAITERS")
 
     # PostgreSQL's own lock_timeout for every API transaction: a table lock elsewhere
     # turns into a fast 503 instead of a hung request (seed: LOCK_CONTENTION).

@@ -29,6 +29,7 @@ from client.calls import Completion, Token
 from client.errors import (
     AlreadyHeld,
     DatabaseUnavailable,
+    FeedBusy,
     Forbidden,
     IdempotencyConflict,
     LeaseNotHeld,
@@ -54,6 +55,7 @@ __all__ = [
     "AsyncReviewQueueClient",
     "Completion",
     "DatabaseUnavailable",
+    "FeedBusy",
     "Forbidden",
     "HandlerResult",
     "IdempotencyConflict",

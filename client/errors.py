@@ -54,6 +54,10 @@ class ValidationFailed(ReviewQueueError): ...
 class DatabaseUnavailable(ReviewQueueError): ...
 
 
+class FeedBusy(ReviewQueueError):
+    """Too many feed readers wait on that server: ask again after its Retry-After."""
+
+
 class NotQuarantined(ReviewQueueError): ...
 
 
@@ -101,6 +105,7 @@ _BY_CODE: dict[str, type[ReviewQueueError]] = {
     "REVIEWER_AT_CAP": ReviewerAtCap,
     "VALIDATION_ERROR": ValidationFailed,
     "DATABASE_UNAVAILABLE": DatabaseUnavailable,
+    "FEED_BUSY": FeedBusy,
 }
 
 
@@ -125,4 +130,4 @@ def raise_for_problem(response: httpx.Response) -> None:
 def retryable(error: Exception) -> bool:
     # Every call is safe to repeat: completion is idempotent, renew/release are fenced, and a
     # lease whose answer was lost simply expires and is reclaimed.
-    return isinstance(error, (DatabaseUnavailable, httpx.TransportError))
+    return isinstance(error, (DatabaseUnavailable, FeedBusy, httpx.TransportError))

@@ -19,6 +19,7 @@ from api.deps import Auditor, Conn, StatsReader, request_transaction
 from api.errors import problem_responses
 from api.routing import QueueRoute
 from api.schemas import (
+    MAX_BUCKETS,
     BacklogOut,
     BacklogPointOut,
     BacklogQuery,
@@ -31,14 +32,13 @@ from api.schemas import (
     SlaOut,
     SlaQuery,
     ThroughputOut,
+    period_rules,
 )
 from db import reports
 
 log = logging.getLogger("review_queue.api")
 router = APIRouter(route_class=QueueRoute, tags=["reports"])
 
-# The longest period per bucket size: a year (and a leap day) of days, a year (and a week) of weeks.
-MAX_BUCKETS = {"day": 366, "week": 53}
 CSV = "text/csv"
 NDJSON = "application/x-ndjson"
 # Everyone may see their own throughput; the other reports are the controller's and the auditor's.
@@ -81,6 +81,7 @@ def _report(query: PeriodQuery, bucket: str, as_of: Any) -> dict[str, Any]:
 @router.get(
     "/reports/sla",
     operation_id="getSlaReport",
+    openapi_extra=period_rules("day", "week"),
     summary="SLA attainment per day or week",
     responses=problem_responses("VALIDATION_ERROR"),
 )
@@ -101,6 +102,7 @@ async def sla_report(query: Annotated[SlaQuery, Query()], conn: Conn, _: Auditor
 @router.get(
     "/reports/throughput",
     operation_id="getThroughputReport",
+    openapi_extra=period_rules("day", "week"),
     summary="Decisions per reviewer per day or week",
     responses=problem_responses("VALIDATION_ERROR"),
     response_model=ThroughputOut,
@@ -126,6 +128,7 @@ async def throughput_report(
 @router.get(
     "/reports/backlog",
     operation_id="getBacklogReport",
+    openapi_extra=period_rules("day"),
     summary="Open items by age at the end of each day",
     responses=problem_responses("VALIDATION_ERROR"),
 )
@@ -276,6 +279,7 @@ _EXPORT_RESPONSES = problem_responses("VALIDATION_ERROR", "DATABASE_UNAVAILABLE"
 @router.get(
     "/reports/decisions.csv",
     operation_id="exportDecisionsCsv",
+    openapi_extra=period_rules(),
     summary="Every decision of a period, as CSV",
     response_class=StreamingResponse,
     responses={
@@ -299,6 +303,7 @@ async def decisions_csv(
 @router.get(
     "/reports/decisions.ndjson",
     operation_id="exportDecisionsNdjson",
+    openapi_extra=period_rules(),
     summary="Every decision of a period, as NDJSON",
     response_class=StreamingResponse,
     responses={

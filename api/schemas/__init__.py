@@ -99,6 +99,7 @@ from api.schemas.items import (
     RevisionOut,
 )
 from api.schemas.reports import (
+    MAX_BUCKETS,
     Attainment,
     BacklogOut,
     BacklogPointOut,
@@ -115,6 +116,7 @@ from api.schemas.reports import (
     SlaQuery,
     ThroughputOut,
     ThroughputRowOut,
+    period_rules,
 )
 from api.schemas.service import Health, OidcProviderOut, Problem, SessionIn, SessionOut, SignOutOut
 from api.schemas.work import (
@@ -151,6 +153,7 @@ __all__ = [
     "FEED_CURSOR_PATTERN",
     "ISO_DATE_PATTERN",
     "MAX_BATCH_ITEMS",
+    "MAX_BUCKETS",
     "MAX_COMPLETE_ITEMS",
     "MAX_CONTEXT_BYTES",
     "MAX_CONTEXT_DEPTH",
@@ -269,6 +272,7 @@ __all__ = [
     "encode_event_cursor",
     "encode_lease_token",
     "lease_nonce_for",
+    "period_rules",
     "stored_size",
     "time_zones",
 ]

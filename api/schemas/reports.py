@@ -2,19 +2,38 @@
 
 from datetime import date
 from decimal import Decimal
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 from uuid import UUID
 
 from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, WithJsonSchema
 
 from api.schemas.fields import IsoDate, Money, Strict, Text200, Timestamp, TimeZone
 
+# The longest period per bucket size: a year (and a leap day) of days, a year (and a week) of weeks.
+MAX_BUCKETS = {"day": 366, "week": 53}
+_FROM = "The first day of the period, a local date in `tz` (inclusive)."
+_TO = "The day after the period's last day, a local date in `tz` (exclusive); after `from`."
+_MONDAYS = " A Monday when `bucket` is `week`."
+_AT_MOST = (
+    f" At most {MAX_BUCKETS['day']} days after `from` ({MAX_BUCKETS['week']} weeks when `bucket` is `week`)."
+)
+
+
+def period_rules(*buckets: str) -> dict[str, Any]:
+    """The period's rules across parameters, which a JSON Schema cannot state, as an OpenAPI
+    extension of the operation (`x-period`), so that generated clients and fuzzers can read them:
+    `to` after `from`; per bucket size of the report, at most so many buckets; weeks from a Monday."""
+    rules: dict[str, Any] = {"to_after_from": True}
+    if buckets:
+        rules["max_buckets"] = {b: MAX_BUCKETS[b] for b in buckets}
+    if "week" in buckets:
+        rules["week_starts_on"] = "Monday"
+    return {"x-period": rules}
+
 
 class PeriodQuery(Strict):
-    from_: IsoDate = Field(
-        alias="from", description="The first day of the period, a local date in `tz` (inclusive)."
-    )
-    to: IsoDate = Field(description="The day after the period's last day, a local date in `tz` (exclusive).")
+    from_: IsoDate = Field(alias="from", description=_FROM)
+    to: IsoDate = Field(description=_TO)
     tz: TimeZone = Field(
         default="UTC",
         description="IANA time zone of the dates and the buckets: each day runs from local midnight to"
@@ -23,6 +42,8 @@ class PeriodQuery(Strict):
 
 
 class BucketQuery(PeriodQuery):
+    from_: IsoDate = Field(alias="from", description=_FROM + _MONDAYS)
+    to: IsoDate = Field(description=_TO + _AT_MOST + _MONDAYS)
     bucket: Literal["day", "week"] = Field(
         default="day",
         description="`week`: ISO weeks, Monday to Monday; `from` and `to` must then be Mondays.",
@@ -34,6 +55,7 @@ class SlaQuery(BucketQuery):
 
 
 class BacklogQuery(PeriodQuery):
+    to: IsoDate = Field(description=_TO + f" At most {MAX_BUCKETS['day']} days after `from`.")
     bucket: Literal["day"] = Field(default="day", description="The backlog is measured at each day's end.")
 
 

@@ -4,6 +4,7 @@ files end, nothing open is archived, and a refused archive changes nothing and l
 
 import asyncio
 import dataclasses
+import json
 import os
 import subprocess
 import threading
@@ -18,7 +19,7 @@ from fastapi.testclient import TestClient
 import cli.archive as cli_archive
 from cli.archive import archive_to, default_cutoff
 from db import archive as archives
-from db import audit
+from db import audit, chain
 from db.engine import create_engine, transaction
 from tests.support import utc_month
 from tests.support.audit import seal
@@ -622,3 +623,47 @@ def test_an_export_goes_on_past_an_event_that_is_gone_for_verification_to_name(
     exported.write_bytes(answer.content)
     check = run(db_url, db_url, "audit", "verify", "--file", str(exported))
     assert check.returncode == 1 and "BROKEN at seq 2" in check.stderr, check.stdout + check.stderr
+
+
+def test_verify_hashes_the_items_file_too(
+    history: dict[str, str], db_url: str, owner_url: str, tmp_path: Path
+) -> None:
+    """One byte of the items file changed (the events file intact, so its chain still verifies):
+    only the sha256 recorded at the archive sees it."""
+    seal(db_url)
+    assert archive(db_url, owner_url, tmp_path, -2).returncode == 0
+    (items,) = [p for p in tmp_path.iterdir() if p.name.startswith("items-")]
+    original = items.read_bytes()
+    assert b"ACME-CORP" in original
+    items.write_bytes(original.replace(b"ACME-CORP", b"ACME-CORQ", 1))
+    broken = run(db_url, owner_url, "audit", "verify", "--archive", str(tmp_path))
+    assert broken.returncode == 1 and "modified" in broken.stderr and items.name in broken.stderr, (
+        broken.stdout + broken.stderr
+    )
+
+
+def test_verify_checks_that_each_archive_continues_the_one_before(
+    history: dict[str, str], db_url: str, owner_url: str, sql: psycopg.Connection, tmp_path: Path
+) -> None:
+    """The second archive's events rechained from another starting hash: a file that verifies on
+    its own, at the right seqs, listed with its own sha256 and last hash (as an owner rewriting the
+    list could make it), is still refused because it does not link to the first archive's end."""
+    seal(db_url)
+    assert archive(db_url, owner_url, tmp_path, -3).returncode == 0
+    assert archive(db_url, owner_url, tmp_path, -2).returncode == 0
+    with psycopg.connect(libpq(owner_url)) as owner:
+        first, second = archives.archived(owner)
+    assert archives.verify_files([first, second], tmp_path) == (6, None)
+    path = tmp_path / archives.events_file(second.name)
+    previous, lines = b"\x01" * 32, []
+    for raw in path.read_bytes().splitlines(keepends=True):
+        line = json.loads(raw)
+        fields = chain._event_of(line)
+        digest = chain.link(previous, fields)
+        lines.append(chain.export_line(line["seq"], previous, digest, fields))
+        previous = digest
+    path.write_bytes(b"".join(lines))
+    forged = dataclasses.replace(second, events_sha256=archives.file_sha256(path), through_hash=previous)
+    total, broken = archives.verify_files([first, forged], tmp_path)
+    assert broken is not None and (broken.seq, broken.kind) == (4, "missing"), broken
+    assert "does not continue" in broken.detail and total == 3, (total, broken)

@@ -245,6 +245,39 @@ MUTANTS += (
             ),
         ),
     ),
+    Mutant(
+        "feed pages stopping at limit - 1",
+        "tests/db/test_feed.py::test_a_page_holds_limit_events_while_there_are_more",
+        (
+            Edit(
+                "db/feed.py",
+                "if taken and len(taken) + len(served) > limit:",
+                "if taken and len(taken) + len(served) >= limit:",
+            ),
+        ),
+    ),
+    Mutant(
+        "archive verify not hashing the items file",
+        "tests/test_archive.py::test_verify_hashes_the_items_file_too",
+        (
+            Edit(
+                "db/archive.py",
+                "            if file_sha256(each) != sha:",
+                "            if each == path and file_sha256(each) != sha:",
+            ),
+        ),
+    ),
+    Mutant(
+        "archive verify not checking that each file continues the one before",
+        "tests/test_archive.py::test_verify_checks_that_each_archive_continues_the_one_before",
+        (
+            Edit(
+                "db/archive.py",
+                "if (result.first_seq, result.first_prev) != (expected, previous):",
+                "if result.first_seq != expected:",
+            ),
+        ),
+    ),
 )
 
 # Sign-in with the identity provider and the desk's sessions (issue 38): each against a real

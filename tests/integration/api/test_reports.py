@@ -20,6 +20,7 @@ from db import reports
 from tests.support import backdate_lease
 from tests.support import reports as ref
 from tests.support.api import assert_problem, item_body
+from tests.support.openapi import OPENAPI
 from tests.support.reports import run
 
 Headers = dict[str, str]
@@ -582,3 +583,31 @@ def test_the_exports_rows_are_what_decision_out_writes(
     assert len(page) == 10
     assert _plain(page) == [DecisionRowOut.model_validate(d).model_dump(mode="json") for d in page]
     assert list(_plain(page)[0]) == COLUMNS
+
+
+@pytest.mark.parametrize("path", [p for p in OPENAPI["paths"] if p.startswith("/reports/")])
+def test_the_period_rules_the_document_states_are_the_ones_enforced(
+    client: TestClient, tokens: dict[str, Headers], path: str
+) -> None:
+    """Generated clients and fuzzers read a report's period rules from its `x-period`: each holds at
+    its boundary (the most buckets pass, one more is a 422), and a report stating no limit has none."""
+    rules = OPENAPI["paths"][path]["get"]["x-period"]
+    monday = date(2024, 12, 30)
+
+    def status(start: date, end: date, **extra: str) -> int:
+        params = {"from": start.isoformat(), "to": end.isoformat(), **extra}
+        return client.get(path, params=params, headers=tokens["ada"]).status_code
+
+    assert rules["to_after_from"] is True
+    assert (status(monday, monday), status(monday, monday - timedelta(days=1))) == (422, 422)
+    sizes = rules.get("max_buckets", {})
+    for size, most in sizes.items():
+        step = timedelta(weeks=1) if size == "week" else timedelta(days=1)
+        assert status(monday, monday + most * step, bucket=size) == 200, (size, most)
+        assert status(monday, monday + (most + 1) * step, bucket=size) == 422, (size, most)
+    if rules.get("week_starts_on") == "Monday":
+        tuesday = monday + timedelta(days=1)
+        assert status(tuesday, tuesday + timedelta(weeks=1), bucket="week") == 422
+        assert status(monday, monday + timedelta(weeks=1), bucket="week") == 200
+    if not sizes:
+        assert status(monday, monday + timedelta(days=3 * 366)) == 200

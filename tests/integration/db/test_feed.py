@@ -20,8 +20,16 @@ from tests.support.postgres import libpq
 Headers = Callable[[str, str], dict[str, str]]
 
 
-def read_all(db_url: str, after: feed.Position = feed.START, *, limit: int = 3, **kw: Any) -> feed.FeedPage:
-    """Every page from `after` to the end, as one page (small pages: the boundaries get exercised)."""
+def read_all(
+    db_url: str,
+    after: feed.Position = feed.START,
+    *,
+    limit: int = 3,
+    sizes: list[int] | None = None,
+    **kw: Any,
+) -> feed.FeedPage:
+    """Every page from `after` to the end, as one page (small pages: the boundaries get exercised);
+    the length of each page that served something goes to `sizes`."""
 
     async def run() -> feed.FeedPage:
         engine = create_engine(db_url, pool_size=1, max_overflow=0)
@@ -32,6 +40,8 @@ def read_all(db_url: str, after: feed.Position = feed.START, *, limit: int = 3, 
                 async with transaction(engine, lock_timeout_ms=1000, statement_timeout_ms=10_000) as conn:
                     page = await feed.read(conn, after=position, limit=limit, **kw)
                 events += page.events
+                if sizes is not None and page.events:
+                    sizes.append(len(page.events))
                 if page.next == position:
                     return feed.FeedPage(events, position)
                 position = page.next
@@ -92,6 +102,21 @@ def test_a_walk_serves_every_event_once_in_position_order(
     assert sorted(enqueued.values()) == sorted(["RESOLVED", "PENDING", "ASSIGNED", "RESOLVED", "PENDING"])
     assert page.events[-1].cursor == page.next
     assert_resumable(db_url, page.events, limit=3)
+
+
+@pytest.mark.parametrize("limit", [2, 3, 5])
+def test_a_page_holds_limit_events_while_there_are_more(
+    lifecycle: dict[str, dict[str, str]], db_url: str, sql: psycopg.Connection, limit: int
+) -> None:
+    """Each position here serves one event, so every page but the last is full: a page that stops
+    at `limit - 1` (or scans one position short) makes a consumer read more often for nothing."""
+    total = len(by_position(sql))
+    for kw in ({}, {"events": list(feed.EVENTS_OF_TYPE.values())}):  # unfiltered, and filtered
+        sizes: list[int] = []
+        page = read_all(db_url, limit=limit, sizes=sizes, **kw)
+        full, rest = divmod(total, limit)
+        assert sizes == [limit] * full + ([rest] if rest else []), (kw, sizes)
+        assert len(page.events) == total
 
 
 def test_a_filter_serves_only_its_events_and_still_moves_on(

@@ -95,3 +95,64 @@ def test_a_filtered_read_moves_its_cursor_over_what_it_does_not_serve(
         page["events"] == []
         and page["next_cursor"] == everything["next_cursor"] == everything["events"][-1]["cursor"]
     )
+
+
+POLLERS = 60
+
+
+def test_feed_long_pollers_leave_the_pool_to_other_routes(
+    db_url: str, make_token: Callable[[str, str], str]
+) -> None:
+    """Many long-pollers of GET /events on one process with a pool of two: their looks at the feed
+    share at most half of the pool, so the other routes meanwhile never get a 503 for a connection
+    (before, every poller looked every poll interval on a pooled connection of its own). With as
+    many waiting as REVIEW_QUEUE_FEED_MAX_WAITERS, one more long-poll is a 429 with Retry-After;
+    a read that does not wait is still served, and once they are done a long-poll is again."""
+    from tests.support.servers import start_server, stop_server
+
+    process, base = start_server(
+        {
+            "DATABASE_URL": db_url,
+            "REVIEW_QUEUE_POOL_SIZE": "2",
+            "REVIEW_QUEUE_POOL_MAX_OVERFLOW": "0",
+            "REVIEW_QUEUE_POOL_TIMEOUT_MS": "200",
+            "REVIEW_QUEUE_POLL_INTERVAL_MS": "50",
+            "REVIEW_QUEUE_FEED_MAX_WAITERS": str(POLLERS),
+        }
+    )
+    reader = {"Authorization": f"Bearer {make_token('ledger', 'integration')}"}
+    admin = {"Authorization": f"Bearer {make_token('ada', 'admin')}"}
+    try:
+        head = httpx.get(f"{base}/events", headers=reader).json()["next_cursor"]
+        polled: list[int] = []
+
+        def poll() -> None:
+            params = {"after": head, "wait_s": 6, "types": "RESOLVED"}
+            polled.append(httpx.get(f"{base}/events", params=params, headers=reader, timeout=30).status_code)
+
+        pollers = [threading.Thread(target=poll) for _ in range(POLLERS)]
+        for t in pollers:
+            t.start()
+        time.sleep(1)  # not a synchronisation: the pollers poll for 6 s, the checks below run within them
+        others: list[int] = []
+        with httpx.Client(base_url=base, headers=admin, timeout=30) as http:
+            # Until every poller is counted (they wait 6 s): a long-poll more is refused.
+            deadline, busy = time.monotonic() + 4, None
+            while busy is None and time.monotonic() < deadline:
+                extra = http.get("/events", params={"after": head, "wait_s": 1}, headers=reader)
+                busy = extra if extra.status_code == 429 else None
+            plain = http.get("/events", params={"after": head}, headers=reader)
+            for _ in range(40):
+                others.append(http.get("/items").status_code)
+                others.append(http.post("/items", json=item_body()).status_code)
+        for t in pollers:
+            t.join(timeout=60)
+        after = httpx.get(f"{base}/events", params={"after": head, "wait_s": 1}, headers=reader, timeout=30)
+    finally:
+        stop_server(process)
+    assert others.count(503) == 0 and set(others) <= {200, 201}, {s: others.count(s) for s in set(others)}
+    assert sorted(set(polled)) == [200] and len(polled) == POLLERS, {s: polled.count(s) for s in set(polled)}
+    assert busy is not None, "no long-poll was refused while the most allowed waited"
+    assert_problem(busy, 429, "FEED_BUSY")
+    assert busy.headers["retry-after"] == "5"
+    assert plain.status_code == 200 and after.status_code == 200, (plain.text, after.text)

@@ -72,7 +72,8 @@ schema = schemathesis.openapi.from_dict(
             },
             # A report's period has rules across parameters that JSON Schema cannot state (`to` after
             # `from`, at most 366 days, Mondays for weeks, a date that exists: 2026-02-30 passes the
-            # pattern): schema-valid parameters may be a 422 there, still a problem, never a 5xx.
+            # pattern; the operation's `x-period` states them): schema-valid parameters may be a 422
+            # there, still a problem, never a 5xx.
             "operations": [
                 {
                     "include-path-regex": "^/reports/",

@@ -114,3 +114,29 @@ def test_every_request_and_json_response_body_has_examples_that_match_its_schema
     assert examples, f"{where}: no example"
     for example in examples:
         _validate(example, schema)
+
+
+def test_every_period_states_its_rules_across_parameters() -> None:
+    """A report's `from` and `to` obey rules a JSON Schema cannot state; the operation states them
+    (`x-period`, read by tests/api/test_reports.py against what the API does) and so does `to`."""
+    periods = {
+        key: op
+        for key, op in _operations().items()
+        if any(
+            p["name"] == "from" and _resolve(p["schema"]).get("format") == "date"
+            for p in op.get("parameters", [])
+        )
+    }
+    assert {path for _, path in periods} == {p for p in OPENAPI["paths"] if p.startswith("/reports/")}
+    for key, op in periods.items():
+        rules = op.get("x-period")
+        assert rules and rules["to_after_from"] is True, f"{key}: no x-period"
+        (to,) = [p for p in op["parameters"] if p["name"] == "to"]
+        assert "after `from`" in to["description"], key
+        bucket = {p["name"]: _resolve(p["schema"]) for p in op["parameters"]}.get("bucket")
+        sizes = set(bucket.get("enum") or [bucket["const"]]) if bucket else set()
+        assert set(rules.get("max_buckets", {})) == sizes, (key, rules, sizes)
+        assert ("week_starts_on" in rules) == ("week" in sizes), (key, rules)
+        for size, most in rules.get("max_buckets", {}).items():
+            unit = "weeks" if size == "week" else "days"
+            assert f"{most} {unit}" in to["description"], (key, to["description"])
