@@ -200,6 +200,45 @@ def test_a_slow_receiver_times_out(
         stop_process(process)
 
 
+def _peak_rss_bytes(pid: int) -> int:
+    """The process's resident set at its highest so far (VmHWM): a brief balloon is not missed."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError(f"no VmHWM for process {pid}")
+
+
+def test_a_receiver_answering_an_endless_body_cannot_balloon_the_deliverer(
+    fast_client: TestClient, auth: Headers, receiver: Receiver, db_url: str, tmp_path: Path
+) -> None:
+    admin, reviewer = auth("ada", "admin"), auth("alice", "reviewer")
+    subscribe(fast_client, admin, receiver, "/endless")
+    # Time enough to read the whole (capped) body, as the buffered deliverer did.
+    process = start_deliverer(db_url, tmp_path / "d.log", REVIEW_QUEUE_WEBHOOK_TIMEOUT_S="20")
+
+    def attempts() -> list[dict[str, Any]]:
+        return list(fast_client.get("/webhooks/endless/deliveries", headers=admin).json()["deliveries"])
+
+    try:
+        # An ordinary delivery first: what any delivery costs is in the baseline.
+        resolve_one(fast_client, admin, reviewer)
+        wait_for(lambda: len(attempts()) == 1, DEADLINE_S)
+        before = _peak_rss_bytes(process.pid)
+        receiver.endless = True
+        resolve_one(fast_client, admin, reviewer)
+        wait_for(lambda: len(attempts()) == 2, DEADLINE_S)
+        latest = attempts()[0]
+        wait_for(lambda: latest["webhook_id"] in receiver.body_sent, DEADLINE_S)
+        grown = _peak_rss_bytes(process.pid) - before
+    finally:
+        stop_process(process)
+    assert (latest["outcome"], latest["status_code"]) == ("delivered", 200), latest
+    sent = receiver.body_sent[latest["webhook_id"]]
+    assert grown < 16 * 2**20, f"the deliverer grew by {grown / 2**20:.0f} MiB ({sent / 2**20:.0f} MiB sent)"
+    # The rest stayed in the socket buffers when the deliverer hung up, far short of the whole.
+    assert sent < 64 * 2**20, f"the receiver got {sent / 2**20:.0f} MiB of its body out"
+
+
 def test_a_loopback_receiver_is_refused_unless_allowed(
     fast_client: TestClient, auth: Headers, receiver: Receiver, db_url: str, tmp_path: Path
 ) -> None:
@@ -214,7 +253,7 @@ def test_a_loopback_receiver_is_refused_unless_allowed(
         )
         attempt = fast_client.get("/webhooks/internal/deliveries", headers=admin).json()["deliveries"][-1]
         assert attempt["outcome"] == "failed" and attempt["status_code"] is None
-        assert "127.0.0.1, a loopback address" in attempt["error"], attempt
+        assert "resolves to 127.0.0.1 (loopback;" in attempt["error"], attempt
         assert receiver.of("/internal") == []
     finally:
         stop_process(process)

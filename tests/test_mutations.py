@@ -247,6 +247,26 @@ MUTANTS += (
     ),
 )
 
+# Issue 38: the webhook survivors of the fourth round's mutation audit.
+MUTANTS += (
+    Mutant(
+        "the SSRF guard allowing shared address space (100.64.0.0/10)",
+        "tests/test_addresses.py::test_every_special_purpose_range_is_refused",
+        (
+            Edit(
+                "cli/addresses.py",
+                '    ("100.64.0.0/10", "shared address space',
+                '    ("100.64.0.0/32", "shared',
+            ),
+        ),
+    ),
+    Mutant(
+        "the SSRF guard checking only the first resolved address",
+        "tests/test_addresses.py::test_every_resolved_address_is_checked_not_only_the_first",
+        (Edit("cli/outbound.py", "    for address in resolved:\n", "    for address in resolved[:1]:\n"),),
+    ),
+)
+
 # What a copy needs to run the suite; caches, the virtualenv and local data stay behind.
 IGNORED = shutil.ignore_patterns(
     ".git", ".venv", ".data", "__pycache__", ".mypy_cache", ".ruff_cache", ".pytest_cache", "*.pyc"
