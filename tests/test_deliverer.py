@@ -58,11 +58,15 @@ def subscribe(client: TestClient, admin: dict[str, str], receiver: Receiver, pat
     return str(secret)
 
 
-def resolve_one(client: TestClient, admin: dict[str, str], reviewer: dict[str, str]) -> dict[str, Any]:
+def resolve_one(
+    client: TestClient, admin: dict[str, str], reviewer: dict[str, str], note: str | None = None
+) -> dict[str, Any]:
     created = client.post("/items", json=item_body(), headers=admin).json()
     (held,) = client.post("/leases", json={"batch_size": 1}, headers=reviewer).json()["items"]
     assert held["id"] == created["id"]
-    done = client.post(f"/items/{held['id']}/complete", json={"resolution": "APPROVED"}, headers=reviewer)
+    done = client.post(
+        f"/items/{held['id']}/complete", json={"resolution": "APPROVED", "note": note}, headers=reviewer
+    )
     assert done.status_code == 200, done.text
     return dict(done.json()["item"])
 
@@ -110,6 +114,64 @@ def test_a_decision_is_delivered_signed_and_the_receiver_verifies_it(
 
 def _delivered(client: TestClient, admin: dict[str, str]) -> bool:
     return bool(client.get("/webhooks/ledger/deliveries", headers=admin).json()["deliveries"])
+
+
+def test_a_body_that_is_not_ascii_is_signed_as_it_is_sent(
+    fast_client: TestClient, auth: Headers, receiver: Receiver, deliverer: Path
+) -> None:
+    """Every other payload is ASCII: a note with "Zürich" shows the signed bytes are the sent ones."""
+    admin, reviewer = auth("ada", "admin"), auth("alice", "reviewer")
+    subscribe(fast_client, admin, receiver, "/zurich")
+    resolve_one(fast_client, admin, reviewer, note="Kontrolle Zürich, 5 % Skonto")
+    wait_for(lambda: receiver.of("/zurich"), DEADLINE_S)
+    (got,) = receiver.of("/zurich")
+    assert got.forged is None, f"the receiver could not verify the body it got: {got.forged}: {got.body!r}"
+    assert got.verified["data"]["item"]["resolution_note"] == "Kontrolle Zürich, 5 % Skonto"
+    assert got.answered == 200
+
+
+def test_a_success_after_a_failure_starts_the_retry_state_over(
+    fast_client: TestClient, auth: Headers, receiver: Receiver, deliverer: Path
+) -> None:
+    admin, reviewer = auth("ada", "admin"), auth("alice", "reviewer")
+    answers = iter([500])
+    receiver.answer = lambda _: (next(answers, 200), {})
+    subscribe(fast_client, admin, receiver, "/ledger")
+    resolve_one(fast_client, admin, reviewer)
+    wait_for(lambda: any(r.answered == 200 for r in receiver.of("/ledger")), DEADLINE_S)
+    wait_for(
+        lambda: len(fast_client.get("/webhooks/ledger/deliveries", headers=admin).json()["deliveries"]) == 2,
+        30,
+    )
+    sub = webhook(fast_client, admin, "ledger")
+    assert (sub["status"], sub["attempts"], sub["failing_since"]) == ("ok", 0, None), sub
+    assert [r.answered for r in receiver.of("/ledger")] == [500, 200]
+
+
+def test_a_secret_stored_under_the_old_key_is_read_after_a_key_rotation(
+    fast_client: TestClient, auth: Headers, receiver: Receiver, db_url: str, tmp_path: Path
+) -> None:
+    """Subscribed under K1 (the API's key); delivered by a deliverer keyed `K2,K1`."""
+    from cryptography.fernet import Fernet
+
+    from tests.support.postgres import WEBHOOK_KEY
+
+    admin, reviewer = auth("ada", "admin"), auth("alice", "reviewer")
+    subscribe(fast_client, admin, receiver, "/rotated")
+    resolve_one(fast_client, admin, reviewer)
+    rotated = f"{Fernet.generate_key().decode()},{WEBHOOK_KEY}"
+    process = start_deliverer(db_url, tmp_path / "d.log", REVIEW_QUEUE_WEBHOOK_KEY=rotated)
+    try:
+        wait_for(
+            lambda: fast_client.get("/webhooks/rotated/deliveries", headers=admin).json()["deliveries"],
+            DEADLINE_S,
+        )
+    finally:
+        stop_process(process)
+    (attempt,) = fast_client.get("/webhooks/rotated/deliveries", headers=admin).json()["deliveries"]
+    assert (attempt["outcome"], attempt["error"]) == ("delivered", None), attempt
+    (got,) = receiver.of("/rotated")
+    assert got.forged is None and got.verified is not None
 
 
 def test_failures_back_off_then_give_up_and_redeliver_resumes(
