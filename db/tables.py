@@ -500,6 +500,24 @@ webhook_delivery = Table(
     Index("ix_webhook_delivery_subscription_id", "subscription", "id"),
 )
 
+# The events a subscription's cursor has passed that are not delivered yet: per held item, the one
+# that failed (with its retry state) and the item's later events behind it, in id order. Only that
+# item waits; the subscription's other items flow on (docs/integrations.md).
+webhook_held = Table(
+    "webhook_held",
+    metadata,
+    Column("subscription", Text, ForeignKey("webhook_subscription.name"), primary_key=True),
+    Column("event_id", BigInteger, primary_key=True),
+    Column("item_id", UUID(as_uuid=True), nullable=False),
+    # On the item's first held event only: its failed attempts, and when to try it again.
+    Column("attempts", Integer, nullable=False, server_default="0"),
+    Column("failing_since", DateTime(timezone=True)),
+    Column("next_attempt_at", DateTime(timezone=True)),
+    Column("last_error", Text),
+    CheckConstraint("attempts >= 0", name="attempts_not_negative"),
+    Index("ix_webhook_held_subscription_item_id_event_id", "subscription", "item_id", "event_id"),
+)
+
 # Sign-in with the company's OpenID Connect provider (api/oidc.py). A sign-in in progress: the
 # `state` sent to the provider (its sha256), the browser that started it (the sha256 of an HttpOnly
 # cookie), and the nonce and PKCE verifier the callback needs. Taken (deleted) by the callback, so a

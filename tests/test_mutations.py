@@ -305,7 +305,13 @@ MUTANTS += (
     Mutant(
         "a webhook delivery not resetting the retry state",
         "tests/test_deliverer.py::test_a_success_after_a_failure_starts_the_retry_state_over",
-        (Edit("db/webhooks.py", "cursor_id = :id, attempts = 0,", "cursor_id = :id,"),),
+        (
+            Edit(
+                "db/webhooks.py",
+                "attempts = coalesce(held.attempts, 0),",
+                "attempts = greatest(s.attempts, coalesce(held.attempts, 0)),",
+            ),
+        ),
     ),
     Mutant(
         "a new webhook subscription starting at the newest committed event (no snapshot rule)",
