@@ -459,10 +459,11 @@ webhook_subscription = Table(
     Column("secret", LargeBinary, nullable=False),
     Column("active", Boolean, nullable=False, server_default=text("true")),
     Column("disabled_reason", Text),
-    # Every feed position up to (cursor_xid, cursor_id) has been delivered (or matched no type).
+    # Every feed position up to (cursor_xid, cursor_id) has been delivered, matched no type, or
+    # waits in webhook_held behind a failed event of its item.
     Column("cursor_xid", Xid8(), nullable=False),
     Column("cursor_id", BigInteger, nullable=False),
-    # Failed attempts at the event after the cursor; it blocks the subscription until delivered.
+    # The retry state of its held events (webhook_held): the most attempts, the oldest failure.
     Column("attempts", Integer, nullable=False, server_default="0"),
     Column("failing_since", DateTime(timezone=True)),
     # Retrying stopped after REVIEW_QUEUE_WEBHOOK_GIVE_UP_H: failing until redeliver resumes it.

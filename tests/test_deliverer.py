@@ -174,6 +174,48 @@ def test_a_secret_stored_under_the_old_key_is_read_after_a_key_rotation(
     assert got.forged is None and got.verified is not None
 
 
+def test_a_failing_event_holds_back_only_its_own_item(
+    fast_client: TestClient, auth: Headers, receiver: Receiver, deliverer: Path
+) -> None:
+    """Item A's events fail; B's and C's are delivered meanwhile; A's later event waits behind its
+    first, and both arrive in their order once the receiver takes them."""
+    admin, reviewer = auth("ada", "admin"), auth("alice", "reviewer")
+    healed = False
+    a = fast_client.post("/items", json=item_body(), headers=admin).json()
+    receiver.answer = lambda r: (
+        (500, {}) if not healed and r.payload["data"]["item_id"] == a["id"] else (200, {})
+    )
+    subscribe(
+        fast_client, admin, receiver, "/lines", events=["item.enqueued", "item.leased", "item.released"]
+    )
+    # A's ENQUEUED committed before the subscription: a LEASED of A is its first event after it.
+    (leased,) = fast_client.post("/leases", json={"batch_size": 1}, headers=reviewer).json()["items"]
+    assert leased["id"] == a["id"]
+    wait_for(lambda: any(r.answered == 500 for r in receiver.of("/lines")), DEADLINE_S)
+    others = [fast_client.post("/items", json=item_body(), headers=admin).json()["id"] for _ in range(2)]
+    released = fast_client.post(f"/items/{a['id']}/release", json={}, headers=reviewer)  # A's next event
+    assert released.status_code == 200, released.text
+
+    def delivered(item: str) -> list[str]:
+        return [r.payload["data"]["event"] for r in receiver.of("/lines")
+                if r.answered == 200 and r.payload["data"]["item_id"] == item]  # fmt: skip
+
+    wait_for(lambda: all(delivered(i) == ["ENQUEUED"] for i in others), DEADLINE_S)
+    sub = webhook(fast_client, admin, "lines")
+    assert (sub["status"], sub["held_items"]) == ("retrying", 1), sub
+    assert delivered(a["id"]) == [] and sub["attempts"] >= 1 and sub["last_error"] == "HTTP 500"
+    healed = True
+    wait_for(lambda: len(delivered(a["id"])) == 2, DEADLINE_S)
+    assert delivered(a["id"]) == ["LEASED", "RELEASED"]
+    # RELEASED waited: never sent before LEASED went through.
+    tried = [(r.payload["data"]["event"], r.answered) for r in receiver.of("/lines")
+             if r.payload["data"]["item_id"] == a["id"]]  # fmt: skip
+    assert tried[-2:] == [("LEASED", 200), ("RELEASED", 200)], tried
+    assert {event for event, _ in tried[:-2]} == {"LEASED"}, tried
+    wait_for(lambda: webhook(fast_client, admin, "lines")["held_items"] == 0, 30)
+    assert webhook(fast_client, admin, "lines")["attempts"] == 0
+
+
 def test_failures_back_off_then_give_up_and_redeliver_resumes(
     fast_client: TestClient, auth: Headers, receiver: Receiver, db_url: str, tmp_path: Path
 ) -> None:
