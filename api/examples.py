@@ -301,6 +301,7 @@ WEBHOOK_OUT = {
     "cursor": FEED_CURSOR,
     "attempts": 0,
     "failing_since": None,
+    "held_items": 0,
     "next_attempt_at": "2026-12-03T09:05:13+00:00",
     "last_error": None,
     "created_at": "2026-12-01T08:00:00+00:00",

@@ -2,10 +2,12 @@
 
 Supervised like the reclaimer (`review-queue deliverer`; `serve` runs one as a child; any number
 may run): each pass claims one due subscription (db/webhooks.py, FOR UPDATE SKIP LOCKED), sends
-the events after its cursor in feed order, and records each outcome before the next. A failure
-blocks the subscription (head-of-line: each item's events stay in order) and is retried with
-exponential backoff and jitter until REVIEW_QUEUE_WEBHOOK_GIVE_UP_H; a 410 disables it. A crash
-between a delivery and its record only means that event goes again, with the same webhook-id.
+the events after its cursor in feed order, and writes the outcomes in batches (FLUSH_EVERY, and at
+least once per timeout, which also extends the claim). A failure holds back only its own item: the
+item's later events wait behind it (db/webhooks.py's webhook_held) and it is retried with
+exponential backoff and jitter until REVIEW_QUEUE_WEBHOOK_GIVE_UP_H, while every other item flows
+on; a 410 disables the subscription. A crash before a batch is written only means those events go
+again, with the same webhook-ids.
 """
 
 import asyncio
@@ -19,6 +21,7 @@ import socket
 import time
 from contextlib import AbstractAsyncContextManager
 from datetime import datetime, timedelta
+from uuid import UUID
 
 import httpx
 from prometheus_client import Counter
@@ -42,6 +45,7 @@ ATTEMPTS = Counter(
 )
 PAGE = 50  # events read from the feed at a time
 PER_CLAIM = 200  # events sent before the subscription is let go, so others get their turn
+FLUSH_EVERY = 50  # outcomes written in one transaction (and at least once per timeout)
 MAX_BACKOFF_S = 30.0
 
 
@@ -118,79 +122,125 @@ class Delivery:
             allow=self.settings.webhook_allow_hosts,
         )
 
-    async def run(self) -> None:
-        sub = self.held.subscription
-        events = [feed.EVENTS_OF_TYPE[t] for t in sub.event_types if t in feed.EVENTS_OF_TYPE]
-        cursor, sent = sub.cursor, 0
-        while sent < PER_CLAIM:
-            async with self._transaction() as conn:
-                page = await feed.read(conn, after=cursor, limit=PAGE, events=events)
-            for event in page.events:
-                result = await self._send(event)
-                ATTEMPTS.labels(result.outcome).inc()
-                outcome = webhooks.Outcome(
-                    event.id,
-                    event.webhook_id,
-                    event.type,
-                    result.status_code,
-                    result.latency_ms,
-                    result.error,
-                )
-                if not result.ok:
-                    await self._failed(event, outcome, result)
-                    return
-                async with self._transaction() as conn:
-                    ours = await webhooks.delivered(
-                        conn, self.held, outcome=outcome, cursor=event.cursor, hold=self.hold
-                    )
-                if not ours:
-                    log.warning("webhook_claim_lost", extra={"subscription": sub.name, "event_id": event.id})
-                    return
-                log.info(
-                    "webhook_delivered",
-                    extra={"subscription": sub.name, "webhook_id": event.webhook_id, "type": event.type,
-                           "status": result.status_code, "latency_ms": result.latency_ms},
-                )  # fmt: skip
-                cursor, sent = event.cursor, sent + 1
-            if page.next != cursor:
-                async with self._transaction() as conn:
-                    if not await webhooks.advance(conn, self.held, cursor=page.next, hold=self.hold):
-                        return
-                cursor = page.next
-            elif not page.events:
-                break  # caught up
+    async def _flush(self, done: webhooks.Settlement) -> bool:
+        """Write what was sent since the last flush; False when the claim is lost or retrying gave up."""
         async with self._transaction() as conn:
-            await webhooks.prune(conn, name=sub.name)
-            # Had its turn: due again at once; caught up: looked at again after an interval.
-            later = 0.0 if sent >= PER_CLAIM else self.settings.deliverer_interval_ms / 1000
-            await webhooks.release(conn, self.held, later=timedelta(seconds=later))
-
-    async def _failed(self, event: feed.FeedEvent, outcome: webhooks.Outcome, result: outbound.Sent) -> None:
-        sub = self.held.subscription
-        wait = retry_in(self.settings, sub.attempts + 1)
-        async with self._transaction() as conn:
-            state = await webhooks.failed(
+            state = await webhooks.settle(
                 conn,
                 self.held,
-                outcome=outcome,
-                retry_in=wait,
+                done,
+                hold=self.hold,
                 give_up=timedelta(seconds=self.settings.webhook_give_up_s),
-                gone=result.outcome == "gone",
             )
+        self._flushed = time.monotonic()
+        name = self.held.subscription.name
+        if state == "lost":
+            log.warning("webhook_claim_lost", extra={"subscription": name})
+        elif state == "gave_up":
+            log.error("webhook_gave_up", extra={"subscription": name, "error": done.last_error})
+        done.clear()
+        return state == "ok"
+
+    def _flush_due(self, done: webhooks.Settlement) -> bool:
+        # Often enough that the claim (3 x the timeout + 10 s) is extended before it can lapse.
+        return len(done) >= FLUSH_EVERY or time.monotonic() - self._flushed >= self.settings.webhook_timeout_s
+
+    async def _attempt(self, done: webhooks.Settlement, event: feed.FeedEvent, attempt: int) -> outbound.Sent:
+        """Send one event and note the outcome; a failure holds the event's item back."""
+        result = await self._send(event)
+        ATTEMPTS.labels(result.outcome).inc()
+        outcome = webhooks.Outcome(
+            event.id, event.webhook_id, event.type, result.status_code, result.latency_ms, result.error
+        )
+        done.attempts.append((outcome, result.ok, attempt))
         extra = {
-            "subscription": sub.name,
+            "subscription": self.held.subscription.name,
             "webhook_id": event.webhook_id,
             "type": event.type,
-            "attempt": sub.attempts + 1,
-            "error": result.error,
-            "retry_in_s": round(wait.total_seconds(), 1),
+            "status": result.status_code,
+            "latency_ms": result.latency_ms,
         }
-        if state == "gave_up":
-            log.error("webhook_gave_up", extra=extra)
-        elif state == "disabled":
-            log.warning("webhook_disabled_gone", extra=extra)
+        if result.ok:
+            log.info("webhook_delivered", extra=extra)
         else:
-            log.warning("webhook_delivery_failed", extra=extra)
+            wait = retry_in(self.settings, attempt)
+            done.failed.append((event.id, event.item_id, attempt, wait, result.error))
+            done.last_error = result.error
+            log.warning(
+                "webhook_delivery_failed",
+                extra={**extra, "attempt": attempt, "error": result.error,
+                       "retry_in_s": round(wait.total_seconds(), 1)},
+            )  # fmt: skip
+        return result
+
+    async def _gone(self, done: webhooks.Settlement, result: outbound.Sent) -> None:
+        if await self._flush(done):
+            async with self._transaction() as conn:
+                await webhooks.gone(conn, self.held, error=result.error)
+        log.warning("webhook_disabled_gone", extra={"subscription": self.held.subscription.name})
+
+    async def run(self) -> None:
+        """The held items whose retry is due first (each item's waiting events in order, until one
+        fails), then the feed after the cursor: an event of a held item joins its item's line, any
+        other is sent, and one that fails starts a line of its own. Only that item waits."""
+        sub = self.held.subscription
+        types = [feed.EVENTS_OF_TYPE[t] for t in sub.event_types if t in feed.EVENTS_OF_TYPE]
+        done, sent = webhooks.Settlement(), 0
+        self._flushed = time.monotonic()
+        async with self._transaction() as conn:
+            held = await webhooks.held_items(conn, name=sub.name)
+            due = await webhooks.due(conn, name=sub.name, limit=PAGE)
+            events = await feed.events_by_id(conn, [h.event_id for h in due])
+        still_failing: set[UUID] = set()
+        for waiting in due:
+            if waiting.item_id in still_failing:
+                continue
+            event = events.get(waiting.event_id)
+            if event is None:  # no longer in the trail (archived): nothing left to send
+                done.released.append(waiting.event_id)
+                continue
+            result = await self._attempt(done, event, waiting.attempts + 1)
+            sent += 1
+            if result.outcome == "gone":
+                await self._gone(done, result)
+                return
+            if result.ok:
+                done.released.append(waiting.event_id)
+            else:
+                still_failing.add(waiting.item_id)
+            if self._flush_due(done) and not await self._flush(done):
+                return
+        held -= {w.item_id for w in due} - still_failing  # their whole lines went out
+        cursor = sub.cursor
+        while sent < PER_CLAIM:
+            async with self._transaction() as conn:
+                page = await feed.read(conn, after=cursor, limit=PAGE, events=types)
+            for event in page.events:
+                if event.item_id in held:
+                    done.waiting.append((event.id, event.item_id))  # behind its item's failed event
+                else:
+                    result = await self._attempt(done, event, 1)
+                    sent += 1
+                    if result.outcome == "gone":
+                        await self._gone(done, result)
+                        return
+                    if not result.ok:
+                        held.add(event.item_id)
+                done.cursor = event.cursor
+                if self._flush_due(done) and not await self._flush(done):
+                    return
+            if page.next != cursor:
+                done.cursor = cursor = page.next
+            elif not page.events:
+                break  # caught up
+        if len(done) and not await self._flush(done):
+            return
+        async with self._transaction() as conn:
+            await webhooks.prune(conn, name=sub.name)
+            # Had its turn: due again at once; caught up: looked at again after an interval (which
+            # is also when a held item's retry that has come due is seen).
+            later = 0.0 if sent >= PER_CLAIM else self.settings.deliverer_interval_ms / 1000
+            await webhooks.release(conn, self.held, later=timedelta(seconds=later))
 
 
 async def deliver_one(

@@ -1,13 +1,16 @@
 """One webhook request: where it may go (the SSRF guard), how it is signed, and what came back.
 
-The receiver's host is resolved at each delivery and every address it resolves to is checked:
-private, loopback, link-local and every other non-global range are refused unless
-REVIEW_QUEUE_WEBHOOK_ALLOW_HOSTS names the host or covers the address. The request then goes to
+The receiver's host is resolved at each delivery and every address it resolves to is checked
+(cli/addresses.py): each special-purpose range (private, loopback, link-local, shared, reserved,
+documentation, ...) is refused unless REVIEW_QUEUE_WEBHOOK_ALLOW_HOSTS names the host or covers
+the address. The request then goes to
 the checked address itself (the URL carries the address; `Host` and TLS SNI and certificate
 verification the name), so a second resolution cannot swap in another address (DNS rebinding).
 Redirects are never followed (a 3xx is a failed delivery), connections are never reused (one
 established for one name must not carry a request for another), and the whole request, connect
-to last byte, gets REVIEW_QUEUE_WEBHOOK_TIMEOUT_S.
+to last byte, gets REVIEW_QUEUE_WEBHOOK_TIMEOUT_S. The answer is streamed and at most
+ANSWER_READ_BYTES of its body read, undecoded: only the status matters, and a receiver must not be
+able to make the deliverer (and `serve`, which runs it beside the API) hold a body of any size.
 """
 
 import asyncio
@@ -22,9 +25,12 @@ from typing import Any
 import httpx
 from standardwebhooks import Webhook
 
-Address = ipaddress.IPv4Address | ipaddress.IPv6Address
+from cli import addresses
+
+Address = addresses.Address
 Resolver = Callable[[str, int], Awaitable[list[str]]]
 USER_AGENT = "review-queue-webhooks/1"
+ANSWER_READ_BYTES = 4096  # of the receiver's body; the connection is closed after (no keep-alive)
 
 
 class Refused(Exception):
@@ -39,23 +45,6 @@ async def resolve(host: str, port: int) -> list[str]:
     except socket.gaierror as error:
         raise Refused(f"cannot resolve {host}: {error.strerror}") from None
     return list(dict.fromkeys(str(info[4][0]) for info in infos))
-
-
-def _why_not(address: Address) -> str | None:
-    """Why an address is no receiver's, or None for a public one."""
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        address = address.ipv4_mapped
-    for kind, matches in (
-        ("loopback", address.is_loopback),
-        ("link-local", address.is_link_local),
-        ("private", address.is_private),
-        ("multicast", address.is_multicast),
-        ("unspecified", address.is_unspecified),
-        ("reserved", address.is_reserved),
-    ):
-        if matches:
-            return kind
-    return None if address.is_global else "not global"
 
 
 def allowed(allow: Sequence[str], host: str, address: Address) -> bool:
@@ -83,20 +72,29 @@ async def pinned(url: str, allow: Sequence[str], *, resolver: Resolver = resolve
     resolves to is not allowed."""
     parsed = httpx.URL(url)
     host, port = parsed.host, parsed.port or (443 if parsed.scheme == "https" else 80)
-    addresses = [ipaddress.ip_address(a.split("%", 1)[0]) for a in await resolver(host, port)]
-    if not addresses:
+    resolved = [ipaddress.ip_address(a.split("%", 1)[0]) for a in await resolver(host, port)]
+    if not resolved:
         raise Refused(f"{host} resolves to no address")
-    for address in addresses:
-        why = _why_not(address)
+    for address in resolved:
+        why = addresses.why_not(address)
         if why is not None and not allowed(allow, host, address):
             raise Refused(
-                f"{host} resolves to {address}, a {why} address"
-                " (allow it with REVIEW_QUEUE_WEBHOOK_ALLOW_HOSTS)"
+                f"{host} resolves to {address} ({why}; allow it with REVIEW_QUEUE_WEBHOOK_ALLOW_HOSTS)"
             )
-    chosen = str(addresses[0])
+    chosen = str(resolved[0])
     host_header = host if parsed.port is None else f"{host}:{parsed.port}"
     extensions = {"sni_hostname": host} if parsed.scheme == "https" else {}
     return Target(parsed.copy_with(host=chosen), host_header, extensions)
+
+
+async def _glance(response: httpx.Response) -> int:
+    """Read at most ANSWER_READ_BYTES of the body, raw (a gzip bomb stays compressed): how many."""
+    read = 0
+    async for chunk in response.aiter_raw():
+        read += len(chunk)
+        if read >= ANSWER_READ_BYTES:
+            break
+    return read
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,9 +147,10 @@ async def send(
                 "webhook-timestamp": str(int(timestamp.timestamp())),
                 "webhook-signature": signer.sign(webhook_id, timestamp, body),
             }
-            response = await http.post(
-                target.url, content=body, headers=headers, extensions=target.extensions
-            )
+            async with http.stream(
+                "POST", target.url, content=body, headers=headers, extensions=target.extensions
+            ) as response:
+                await _glance(response)
     except Refused as error:
         return sent("refused", None, f"refused: {error}")
     except TimeoutError:

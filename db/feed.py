@@ -37,7 +37,7 @@ from sqlalchemy import bindparam, text
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.types import UUID as SA_UUID
-from sqlalchemy.types import Text
+from sqlalchemy.types import BigInteger, Text
 
 from db.queue import Item
 from db.vocabulary import EVENTS
@@ -198,6 +198,21 @@ async def read(
         ],
         next=reached,
     )
+
+
+_BY_ID = text(f"SELECT {_EVENT_FIELDS} FROM review_queue_event f WHERE f.id = ANY(:ids)").bindparams(
+    bindparam("ids", type_=ARRAY(BigInteger))
+)
+
+
+async def events_by_id(conn: AsyncConnection, ids: Sequence[int]) -> dict[int, FeedEvent]:
+    """These events, each with its item as it is now, for a webhook retry of an event the cursor
+    has passed (their `cursor` is START: a retry never moves a cursor)."""
+    if not ids:
+        return {}
+    rows = (await conn.execute(_BY_ID, {"ids": list(ids)})).all()
+    items = await _items(conn, {row[1] for row in rows})
+    return {row[0]: FeedEvent(*row, item=items[row[1]], cursor=START) for row in rows}  # type: ignore[misc]
 
 
 async def _items(conn: AsyncConnection, ids: set[UUID]) -> dict[UUID, Item]:

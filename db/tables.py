@@ -459,10 +459,11 @@ webhook_subscription = Table(
     Column("secret", LargeBinary, nullable=False),
     Column("active", Boolean, nullable=False, server_default=text("true")),
     Column("disabled_reason", Text),
-    # Every feed position up to (cursor_xid, cursor_id) has been delivered (or matched no type).
+    # Every feed position up to (cursor_xid, cursor_id) has been delivered, matched no type, or
+    # waits in webhook_held behind a failed event of its item.
     Column("cursor_xid", Xid8(), nullable=False),
     Column("cursor_id", BigInteger, nullable=False),
-    # Failed attempts at the event after the cursor; it blocks the subscription until delivered.
+    # The retry state of its held events (webhook_held): the most attempts, the oldest failure.
     Column("attempts", Integer, nullable=False, server_default="0"),
     Column("failing_since", DateTime(timezone=True)),
     # Retrying stopped after REVIEW_QUEUE_WEBHOOK_GIVE_UP_H: failing until redeliver resumes it.
@@ -505,6 +506,30 @@ webhook_delivery = Table(
 # it, so it is good once. Kept a while longer than the cookie lives, then swept.
 oidc_used_state = Table(
     "oidc_used_state",
+# The events a subscription's cursor has passed that are not delivered yet: per held item, the one
+# that failed (with its retry state) and the item's later events behind it, in id order. Only that
+# item waits; the subscription's other items flow on (docs/integrations.md).
+webhook_held = Table(
+    "webhook_held",
+    metadata,
+    Column("subscription", Text, ForeignKey("webhook_subscription.name"), primary_key=True),
+    Column("event_id", BigInteger, primary_key=True),
+    Column("item_id", UUID(as_uuid=True), nullable=False),
+    # On the item's first held event only: its failed attempts, and when to try it again.
+    Column("attempts", Integer, nullable=False, server_default="0"),
+    Column("failing_since", DateTime(timezone=True)),
+    Column("next_attempt_at", DateTime(timezone=True)),
+    Column("last_error", Text),
+    CheckConstraint("attempts >= 0", name="attempts_not_negative"),
+    Index("ix_webhook_held_subscription_item_id_event_id", "subscription", "item_id", "event_id"),
+)
+
+# Sign-in with the company's OpenID Connect provider (api/oidc.py). A sign-in in progress: the
+# `state` sent to the provider (its sha256), the browser that started it (the sha256 of an HttpOnly
+# cookie), and the nonce and PKCE verifier the callback needs. Taken (deleted) by the callback, so a
+# state is good once, and only in the browser that started the sign-in.
+oidc_login = Table(
+    "oidc_login",
     metadata,
     Column("state_hash", Text, primary_key=True),
     Column("expires_at", DateTime(timezone=True), nullable=False),

@@ -1,7 +1,8 @@
 """Webhook subscriptions and their delivery attempts: the statements of the API and of the deliverer.
 
-A subscription delivers strictly in feed order: the event after its cursor blocks it until that
-event is delivered or retrying gives up (head-of-line blocking, docs/integrations.md). A deliverer
+A subscription delivers in feed order, and each item's events in their own order: an event that
+fails holds back its own item's later events only (webhook_held), while the cursor, and every
+other item, move on (docs/integrations.md). A deliverer
 claims a subscription in one short transaction (FOR UPDATE SKIP LOCKED, so several deliverers
 never pick the same row and never wait on each other), sends without any transaction open, and
 writes each outcome in another short transaction guarded by the claim's nonce: a deliverer whose
@@ -10,7 +11,7 @@ transaction holds no transaction id, so it never holds the feed (or the audit se
 """
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Literal
 from uuid import UUID
@@ -18,7 +19,7 @@ from uuid import UUID
 from sqlalchemy import Interval, bindparam, text
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.ext.asyncio import AsyncConnection
-from sqlalchemy.types import Text
+from sqlalchemy.types import BigInteger, Text
 
 from db.feed import Position
 
@@ -42,6 +43,7 @@ class Subscription:
     last_error: str | None
     created_at: datetime
     updated_at: datetime
+    held_items: int = 0  # items whose first undelivered event waits for a retry
 
     @property
     def status(self) -> Status:
@@ -78,7 +80,8 @@ class Attempt:
 
 _FIELDS = (
     "s.name, s.url, s.event_types, s.active, s.disabled_reason, s.cursor_xid::text, s.cursor_id,"
-    " s.attempts, s.failing_since, s.gave_up_at, s.next_attempt_at, s.last_error, s.created_at, s.updated_at"
+    " s.attempts, s.failing_since, s.gave_up_at, s.next_attempt_at, s.last_error, s.created_at, s.updated_at,"
+    " (SELECT count(DISTINCT h.item_id) FROM webhook_held h WHERE h.subscription = s.name)"
 )
 
 
@@ -98,6 +101,7 @@ def _subscription(row: Sequence[object]) -> Subscription:
         error,
         created,
         updated,
+        held,
     ) = row
     return Subscription(
         name=str(name),
@@ -113,6 +117,7 @@ def _subscription(row: Sequence[object]) -> Subscription:
         last_error=error,  # type: ignore[arg-type]
         created_at=created,  # type: ignore[arg-type]
         updated_at=updated,  # type: ignore[arg-type]
+        held_items=int(held),  # type: ignore[call-overload]
     )
 
 
@@ -168,8 +173,17 @@ async def put_subscription(
             },
         )
     ).one()
+    await conn.execute(_HELD_DUE_NOW, {"name": name})
     return bool(row[-1]), _subscription(row[:-1])
 
+
+# An admin's hand on a subscription: each held item's first event is tried at once, from scratch.
+_HELD_DUE_NOW = text(
+    "UPDATE webhook_held SET attempts = 0, failing_since = NULL, next_attempt_at = now()"
+    " WHERE subscription = :name AND next_attempt_at IS NOT NULL"
+)
+# A redelivery from a position replays (or skips) everything after it, held events included.
+_HELD_DROPPED = text("DELETE FROM webhook_held WHERE subscription = :name")
 
 _LIST = text(f"SELECT {_FIELDS} FROM webhook_subscription s ORDER BY s.name")
 _GET = text(f"SELECT {_FIELDS} FROM webhook_subscription s WHERE s.name = :name")
@@ -204,6 +218,7 @@ async def redeliver(conn: AsyncConnection, *, name: str, after: Position | None)
         "xid": None if after is None else str(after.xid),
         "id": None if after is None else after.id,
     }
+    await conn.execute(_HELD_DUE_NOW if after is None else _HELD_DROPPED, {"name": name})
     row = (await conn.execute(_REDELIVER, params)).first()
     return None if row is None else _subscription(row)
 
@@ -254,21 +269,6 @@ async def claim(conn: AsyncConnection, *, deliverer: str, hold: timedelta) -> Cl
     return Claim(_subscription(row[:-3]), row[-3], bytes(row[-2]), row[-1])
 
 
-_RECORD = text(
-    "INSERT INTO webhook_delivery"
-    " (subscription, event_id, webhook_id, type, attempt, outcome, status_code, latency_ms, error)"
-    " SELECT :name, :event_id, :webhook_id, :type, attempts + 1, :outcome, :status_code, :latency_ms, :error"
-    " FROM webhook_subscription WHERE name = :name AND claim_nonce = :nonce"
-)
-
-# Delivered: the cursor moves past the event, the retry state starts over, the claim is extended.
-_DELIVERED = text(
-    "UPDATE webhook_subscription SET cursor_xid = CAST(:xid AS xid8), cursor_id = :id, attempts = 0,"
-    " failing_since = NULL, last_error = NULL, claim_expires_at = now() + :hold"
-    " WHERE name = :name AND claim_nonce = :nonce"
-).bindparams(bindparam("hold", type_=Interval))
-
-
 @dataclass(frozen=True, slots=True)
 class Outcome:
     event_id: int
@@ -279,110 +279,169 @@ class Outcome:
     error: str | None
 
 
-async def delivered(
-    conn: AsyncConnection, held: Claim, *, outcome: Outcome, cursor: Position, hold: timedelta
-) -> bool:
-    """Record a delivery and move the cursor to `cursor`; False when the claim is no longer ours."""
-    await _record(conn, held, outcome, "delivered")
-    result = await conn.execute(
-        _DELIVERED,
-        {
-            "name": held.subscription.name,
-            "nonce": held.nonce,
-            "xid": str(cursor.xid),
-            "id": cursor.id,
-            "hold": hold,
-        },
-    )
-    return result.rowcount == 1
+@dataclass(frozen=True, slots=True)
+class HeldEvent:
+    """An event the cursor has passed, waiting in its item's line; the first of each item carries
+    the retry state."""
+
+    event_id: int
+    item_id: UUID
+    attempts: int
+    due: bool  # the item's first event, and its retry is due
 
 
-async def _record(conn: AsyncConnection, held: Claim, outcome: Outcome, kind: str) -> None:
-    await conn.execute(
-        _RECORD,
-        {
-            "name": held.subscription.name,
-            "nonce": held.nonce,
-            "event_id": outcome.event_id,
-            "webhook_id": outcome.webhook_id,
-            "type": outcome.type,
-            "outcome": kind,
-            "status_code": outcome.status_code,
-            "latency_ms": outcome.latency_ms,
-            "error": outcome.error,
-        },
-    )
+_HELD_ITEMS = text("SELECT DISTINCT item_id FROM webhook_held WHERE subscription = :name")
 
 
-_ADVANCE = text(
-    "UPDATE webhook_subscription SET cursor_xid = CAST(:xid AS xid8), cursor_id = :id,"
-    " claim_expires_at = now() + :hold WHERE name = :name AND claim_nonce = :nonce"
-).bindparams(bindparam("hold", type_=Interval))
+async def held_items(conn: AsyncConnection, *, name: str) -> set[UUID]:
+    return {row[0] for row in await conn.execute(_HELD_ITEMS, {"name": name})}
 
 
-async def advance(conn: AsyncConnection, held: Claim, *, cursor: Position, hold: timedelta) -> bool:
-    """Move the cursor over positions that serve none of the subscription's types."""
-    result = await conn.execute(
-        _ADVANCE,
-        {
-            "name": held.subscription.name,
-            "nonce": held.nonce,
-            "xid": str(cursor.xid),
-            "id": cursor.id,
-            "hold": hold,
-        },
-    )
-    return result.rowcount == 1
+# The held items whose first event is due (the longest waiting first), each with its whole line.
+_DUE = text(
+    """
+    SELECT h.event_id, h.item_id, h.attempts, h.next_attempt_at IS NOT NULL
+    FROM webhook_held h
+    WHERE h.subscription = :name AND h.item_id IN (
+        SELECT item_id FROM webhook_held
+        WHERE subscription = :name AND next_attempt_at <= now()
+        ORDER BY next_attempt_at LIMIT :limit)
+    ORDER BY h.item_id, h.event_id
+    """
+)
 
 
-# Failed: try again after `retry_in`, or give up once the event has failed for `give_up`; the claim
-# is let go either way. A 410 Gone disables the subscription instead.
+async def due(conn: AsyncConnection, *, name: str, limit: int) -> list[HeldEvent]:
+    """Up to `limit` held items due for a retry: their events in order, item by item."""
+    rows = await conn.execute(_DUE, {"name": name, "limit": limit})
+    return [HeldEvent(int(r[0]), r[1], int(r[2]), bool(r[3])) for r in rows]
+
+
+@dataclass
+class Settlement:
+    """What one stretch of sending changed, written in one transaction (`settle`): the attempts,
+    the events that failed or now wait behind one, the held events delivered, the cursor."""
+
+    attempts: list[tuple[Outcome, bool, int]] = field(default_factory=list)  # (what, delivered, attempt)
+    failed: list[tuple[int, UUID, int, timedelta, str | None]] = field(default_factory=list)
+    waiting: list[tuple[int, UUID]] = field(default_factory=list)  # behind a failed event of its item
+    released: list[int] = field(default_factory=list)  # held events now delivered
+    cursor: Position | None = None
+    last_error: str | None = None
+
+    def __len__(self) -> int:
+        return len(self.attempts) + len(self.waiting) + (self.cursor is not None)
+
+    def clear(self) -> None:
+        self.attempts, self.failed, self.waiting, self.released = [], [], [], []
+        self.cursor, self.last_error = None, None
+
+
+_MINE = text("SELECT 1 FROM webhook_subscription WHERE name = :name AND claim_nonce = :nonce FOR UPDATE")
+_RECORD = text(
+    "INSERT INTO webhook_delivery"
+    " (subscription, event_id, webhook_id, type, attempt, outcome, status_code, latency_ms, error)"
+    " VALUES (:name, :event_id, :webhook_id, :type, :attempt, :outcome, :status_code, :latency_ms, :error)"
+)
+# A failed event: the first of its item's line, retried after `retry_in`; failing since its first failure.
 _FAILED = text(
     """
-    UPDATE webhook_subscription SET
-        attempts = attempts + 1,
-        failing_since = coalesce(failing_since, now()),
-        gave_up_at = CASE WHEN NOT :gone AND coalesce(failing_since, now()) <= now() - :give_up
-                          THEN now() END,
-        active = active AND NOT :gone,
-        disabled_reason = CASE WHEN :gone THEN :error ELSE disabled_reason END,
-        next_attempt_at = now() + :retry_in, last_error = :error,
-        claimed_by = NULL, claim_nonce = NULL, claim_expires_at = NULL
-    WHERE name = :name AND claim_nonce = :nonce
-    RETURNING gave_up_at IS NOT NULL
+    INSERT INTO webhook_held AS h
+        (subscription, event_id, item_id, attempts, failing_since, next_attempt_at, last_error)
+    VALUES (:name, :event_id, :item_id, :attempts, now(), now() + :retry_in, :error)
+    ON CONFLICT (subscription, event_id) DO UPDATE SET
+        attempts = EXCLUDED.attempts, failing_since = coalesce(h.failing_since, now()),
+        next_attempt_at = EXCLUDED.next_attempt_at, last_error = EXCLUDED.last_error
     """
-).bindparams(bindparam("give_up", type_=Interval), bindparam("retry_in", type_=Interval))
+).bindparams(bindparam("retry_in", type_=Interval))
+_WAITING = text(
+    "INSERT INTO webhook_held (subscription, event_id, item_id) VALUES (:name, :event_id, :item_id)"
+    " ON CONFLICT (subscription, event_id) DO NOTHING"
+)
+_RELEASED = text("DELETE FROM webhook_held WHERE subscription = :name AND event_id = ANY(:ids)").bindparams(
+    bindparam("ids", type_=ARRAY(BigInteger))
+)
+# The subscription's retry state is its held events': the most attempts, the oldest failure (none
+# held: it starts over). Retrying gives up once an event has failed for `give_up`.
+_SETTLED = text(
+    """
+    WITH held AS (
+        SELECT max(attempts) AS attempts, min(failing_since) AS since
+        FROM webhook_held WHERE subscription = :name
+    )
+    UPDATE webhook_subscription s SET
+        cursor_xid = coalesce(CAST(:xid AS xid8), s.cursor_xid), cursor_id = coalesce(:id, s.cursor_id),
+        attempts = coalesce(held.attempts, 0), failing_since = held.since,
+        last_error = CASE WHEN held.since IS NULL THEN NULL ELSE coalesce(:error, s.last_error) END,
+        gave_up_at = CASE WHEN held.since <= now() - :give_up THEN now() END,
+        claim_expires_at = now() + :hold
+    FROM held
+    WHERE s.name = :name AND s.claim_nonce = :nonce
+    RETURNING s.gave_up_at IS NOT NULL
+    """
+).bindparams(bindparam("give_up", type_=Interval), bindparam("hold", type_=Interval))
 
 
-async def failed(
-    conn: AsyncConnection,
-    held: Claim,
-    *,
-    outcome: Outcome,
-    retry_in: timedelta,
-    give_up: timedelta,
-    gone: bool = False,
-) -> Literal["retrying", "gave_up", "disabled", "lost"]:
-    """Record a failed attempt. `gone` (the receiver answered 410) disables the subscription."""
-    await _record(conn, held, outcome, "failed")
-    row = (
+async def settle(
+    conn: AsyncConnection, held: Claim, done: Settlement, *, hold: timedelta, give_up: timedelta
+) -> Literal["ok", "gave_up", "lost"]:
+    """Write a stretch of outcomes, and extend the claim; "lost" (nothing written) when the claim is
+    no longer ours, "gave_up" when an event has now failed for `give_up`."""
+    name = held.subscription.name
+    if (await conn.execute(_MINE, {"name": name, "nonce": held.nonce})).first() is None:
+        return "lost"
+    if done.attempts:
+        await conn.execute(
+            _RECORD,
+            [
+                {"name": name, "event_id": o.event_id, "webhook_id": o.webhook_id, "type": o.type,
+                 "attempt": attempt, "outcome": "delivered" if ok else "failed",
+                 "status_code": o.status_code, "latency_ms": o.latency_ms, "error": o.error}
+                for o, ok, attempt in done.attempts
+            ],
+        )  # fmt: skip
+    if done.released:
+        await conn.execute(_RELEASED, {"name": name, "ids": done.released})
+    if done.waiting:
+        await conn.execute(_WAITING, [{"name": name, "event_id": e, "item_id": i} for e, i in done.waiting])
+    if done.failed:
         await conn.execute(
             _FAILED,
+            [
+                {"name": name, "event_id": e, "item_id": i, "attempts": n, "retry_in": wait, "error": error}
+                for e, i, n, wait, error in done.failed
+            ],
+        )
+    cursor = done.cursor
+    row = (
+        await conn.execute(
+            _SETTLED,
             {
-                "name": held.subscription.name,
+                "name": name,
                 "nonce": held.nonce,
-                "gone": gone,
+                "xid": None if cursor is None else str(cursor.xid),
+                "id": None if cursor is None else cursor.id,
+                "error": done.last_error,
                 "give_up": give_up,
-                "retry_in": retry_in,
-                "error": outcome.error,
+                "hold": hold,
             },
         )
-    ).first()
-    if row is None:
-        return "lost"
-    if gone:
-        return "disabled"
-    return "gave_up" if row[0] else "retrying"
+    ).one()
+    return "gave_up" if row[0] else "ok"
+
+
+# A 410 Gone disables the subscription (and lets the claim go).
+_GONE = text(
+    """
+    UPDATE webhook_subscription SET active = false, disabled_reason = :error, last_error = :error,
+        claimed_by = NULL, claim_nonce = NULL, claim_expires_at = NULL
+    WHERE name = :name AND claim_nonce = :nonce
+    """
+)
+
+
+async def gone(conn: AsyncConnection, held: Claim, *, error: str | None) -> None:
+    await conn.execute(_GONE, {"name": held.subscription.name, "nonce": held.nonce, "error": error})
 
 
 _RELEASE = text(

@@ -44,6 +44,7 @@ def webhook_out(sub: webhooks.Subscription) -> WebhookOut:
         cursor=sub.cursor.encode(),
         attempts=sub.attempts,
         failing_since=sub.failing_since,
+        held_items=sub.held_items,
         next_attempt_at=sub.next_attempt_at,
         last_error=sub.last_error,
         created_at=sub.created_at,

@@ -121,14 +121,21 @@ class WebhookOut(BaseModel):
     events: list[str]
     active: bool
     status: Literal["ok", "retrying", "failing", "disabled"] = Field(
-        description="`retrying`: the event after `cursor` failed and is retried with backoff; `failing`:"
+        description="`retrying`: an event failed and is retried with backoff (its item's later events"
+        " wait behind it, other items flow: `held_items`); `failing`:"
         " retrying gave up (REVIEW_QUEUE_WEBHOOK_GIVE_UP_H), POST .../redeliver resumes; `disabled`:"
         " `active` is false (or the receiver answered 410 Gone: `disabled_reason`)."
     )
     disabled_reason: str | None
-    cursor: FeedCursor = Field(description="Every event up to this feed position has been delivered.")
-    attempts: int = Field(description="Failed attempts at the event after `cursor`.")
-    failing_since: Timestamp | None
+    cursor: FeedCursor = Field(
+        description="Every event up to this feed position has been delivered, or waits in `held_items`."
+    )
+    attempts: int = Field(description="Failed attempts at the held event that has failed most often.")
+    failing_since: Timestamp | None = Field(description="The first failure of the oldest held event.")
+    held_items: int = Field(
+        description="Items whose first undelivered event failed and waits for a retry: only their"
+        " later events wait behind it (each item's events arrive in their own order)."
+    )
     next_attempt_at: Timestamp
     last_error: str | None
     created_at: Timestamp

@@ -1,6 +1,7 @@
 """A real webhook receiver for the tests: an HTTP server on 127.0.0.1 in a thread, that keeps every
 request it gets, verifies each with the standardwebhooks package as a receiver would, and answers
-what the test tells it to (a status, a delay, a redirect), or is taken down and brought back."""
+what the test tells it to (a status, a delay, a redirect, a body without end), or is taken down and
+brought back."""
 
 import http.server
 import json
@@ -12,6 +13,10 @@ from typing import Any
 
 from standardwebhooks import Webhook
 from standardwebhooks.webhooks import WebhookVerificationError
+
+# What an "endless" answer sends at most: far more than a deliverer may read, and yet a bound, so
+# that a deliverer which reads it all (the bug) costs this machine a few hundred MB, not all of it.
+ENDLESS_CAP = 256 * 1024 * 1024
 
 
 @dataclass
@@ -31,7 +36,9 @@ class Received:
 @dataclass
 class Receiver:
     """`answer(request) -> (status, headers)` decides each answer (200 by default); `secrets` maps a
-    path to the secret its signatures must verify with."""
+    path to the secret its signatures must verify with. With `endless` set, an answer's body has no
+    length and no end: it is written until the client closes the connection (or ENDLESS_CAP), and
+    `body_sent` keeps how many bytes of it went out, by webhook-id."""
 
     answer: Callable[[Received], tuple[int, dict[str, str]]] = lambda _: (200, {})
     delay_s: float = 0.0
@@ -40,6 +47,8 @@ class Receiver:
     in_flight: dict[str, int] = field(default_factory=dict)
     most_in_flight: dict[str, int] = field(default_factory=dict)
     in_flight_ids: set[str] = field(default_factory=set)  # webhook-ids being answered right now
+    endless: bool = False
+    body_sent: dict[str, int] = field(default_factory=dict)
     port: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
     _server: http.server.ThreadingHTTPServer | None = None
@@ -75,12 +84,29 @@ class Receiver:
                     self.send_response(status)
                     for name, value in headers.items():
                         self.send_header(name, value)
-                    self.send_header("content-length", "0")
-                    self.end_headers()
+                    if receiver.endless:
+                        self.end_headers()  # HTTP/1.0 and no length: the body ends when the connection does
+                        self._endless(got.headers.get("webhook-id", ""))
+                    else:
+                        self.send_header("content-length", "0")
+                        self.end_headers()
                 finally:
                     with receiver.lock:
                         receiver.in_flight[self.path] -= 1
                         receiver.in_flight_ids.discard(got.headers.get("webhook-id", ""))
+
+            def _endless(self, webhook_id: str) -> None:
+                chunk, sent = b"x" * 65536, 0
+                try:
+                    while sent < ENDLESS_CAP:
+                        self.wfile.write(chunk)
+                        sent += len(chunk)
+                except OSError:
+                    pass  # the client hung up: what it wanted
+                finally:
+                    with receiver.lock:
+                        receiver.body_sent[webhook_id] = sent
+                self.close_connection = True
 
             def log_message(self, *_: object) -> None:
                 pass

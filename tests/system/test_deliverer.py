@@ -58,11 +58,15 @@ def subscribe(client: TestClient, admin: dict[str, str], receiver: Receiver, pat
     return str(secret)
 
 
-def resolve_one(client: TestClient, admin: dict[str, str], reviewer: dict[str, str]) -> dict[str, Any]:
+def resolve_one(
+    client: TestClient, admin: dict[str, str], reviewer: dict[str, str], note: str | None = None
+) -> dict[str, Any]:
     created = client.post("/items", json=item_body(), headers=admin).json()
     (held,) = client.post("/leases", json={"batch_size": 1}, headers=reviewer).json()["items"]
     assert held["id"] == created["id"]
-    done = client.post(f"/items/{held['id']}/complete", json={"resolution": "APPROVED"}, headers=reviewer)
+    done = client.post(
+        f"/items/{held['id']}/complete", json={"resolution": "APPROVED", "note": note}, headers=reviewer
+    )
     assert done.status_code == 200, done.text
     return dict(done.json()["item"])
 
@@ -110,6 +114,106 @@ def test_a_decision_is_delivered_signed_and_the_receiver_verifies_it(
 
 def _delivered(client: TestClient, admin: dict[str, str]) -> bool:
     return bool(client.get("/webhooks/ledger/deliveries", headers=admin).json()["deliveries"])
+
+
+def test_a_body_that_is_not_ascii_is_signed_as_it_is_sent(
+    fast_client: TestClient, auth: Headers, receiver: Receiver, deliverer: Path
+) -> None:
+    """Every other payload is ASCII: a note with "Zürich" shows the signed bytes are the sent ones."""
+    admin, reviewer = auth("ada", "admin"), auth("alice", "reviewer")
+    subscribe(fast_client, admin, receiver, "/zurich")
+    resolve_one(fast_client, admin, reviewer, note="Kontrolle Zürich, 5 % Skonto")
+    wait_for(lambda: receiver.of("/zurich"), DEADLINE_S)
+    (got,) = receiver.of("/zurich")
+    assert got.forged is None, f"the receiver could not verify the body it got: {got.forged}: {got.body!r}"
+    assert got.verified["data"]["item"]["resolution_note"] == "Kontrolle Zürich, 5 % Skonto"
+    assert got.answered == 200
+
+
+def test_a_success_after_a_failure_starts_the_retry_state_over(
+    fast_client: TestClient, auth: Headers, receiver: Receiver, deliverer: Path
+) -> None:
+    admin, reviewer = auth("ada", "admin"), auth("alice", "reviewer")
+    answers = iter([500])
+    receiver.answer = lambda _: (next(answers, 200), {})
+    subscribe(fast_client, admin, receiver, "/ledger")
+    resolve_one(fast_client, admin, reviewer)
+    wait_for(lambda: any(r.answered == 200 for r in receiver.of("/ledger")), DEADLINE_S)
+    wait_for(
+        lambda: len(fast_client.get("/webhooks/ledger/deliveries", headers=admin).json()["deliveries"]) == 2,
+        30,
+    )
+    sub = webhook(fast_client, admin, "ledger")
+    assert (sub["status"], sub["attempts"], sub["failing_since"]) == ("ok", 0, None), sub
+    assert [r.answered for r in receiver.of("/ledger")] == [500, 200]
+
+
+def test_a_secret_stored_under_the_old_key_is_read_after_a_key_rotation(
+    fast_client: TestClient, auth: Headers, receiver: Receiver, db_url: str, tmp_path: Path
+) -> None:
+    """Subscribed under K1 (the API's key); delivered by a deliverer keyed `K2,K1`."""
+    from cryptography.fernet import Fernet
+
+    from tests.support.postgres import WEBHOOK_KEY
+
+    admin, reviewer = auth("ada", "admin"), auth("alice", "reviewer")
+    subscribe(fast_client, admin, receiver, "/rotated")
+    resolve_one(fast_client, admin, reviewer)
+    rotated = f"{Fernet.generate_key().decode()},{WEBHOOK_KEY}"
+    process = start_deliverer(db_url, tmp_path / "d.log", REVIEW_QUEUE_WEBHOOK_KEY=rotated)
+    try:
+        wait_for(
+            lambda: fast_client.get("/webhooks/rotated/deliveries", headers=admin).json()["deliveries"],
+            DEADLINE_S,
+        )
+    finally:
+        stop_process(process)
+    (attempt,) = fast_client.get("/webhooks/rotated/deliveries", headers=admin).json()["deliveries"]
+    assert (attempt["outcome"], attempt["error"]) == ("delivered", None), attempt
+    (got,) = receiver.of("/rotated")
+    assert got.forged is None and got.verified is not None
+
+
+def test_a_failing_event_holds_back_only_its_own_item(
+    fast_client: TestClient, auth: Headers, receiver: Receiver, deliverer: Path
+) -> None:
+    """Item A's events fail; B's and C's are delivered meanwhile; A's later event waits behind its
+    first, and both arrive in their order once the receiver takes them."""
+    admin, reviewer = auth("ada", "admin"), auth("alice", "reviewer")
+    healed = False
+    a = fast_client.post("/items", json=item_body(), headers=admin).json()
+    receiver.answer = lambda r: (
+        (500, {}) if not healed and r.payload["data"]["item_id"] == a["id"] else (200, {})
+    )
+    subscribe(
+        fast_client, admin, receiver, "/lines", events=["item.enqueued", "item.leased", "item.released"]
+    )
+    # A's ENQUEUED committed before the subscription: a LEASED of A is its first event after it.
+    (leased,) = fast_client.post("/leases", json={"batch_size": 1}, headers=reviewer).json()["items"]
+    assert leased["id"] == a["id"]
+    wait_for(lambda: any(r.answered == 500 for r in receiver.of("/lines")), DEADLINE_S)
+    others = [fast_client.post("/items", json=item_body(), headers=admin).json()["id"] for _ in range(2)]
+    released = fast_client.post(f"/items/{a['id']}/release", json={}, headers=reviewer)  # A's next event
+    assert released.status_code == 200, released.text
+
+    def delivered(item: str) -> list[str]:
+        return [r.payload["data"]["event"] for r in receiver.of("/lines")
+                if r.answered == 200 and r.payload["data"]["item_id"] == item]  # fmt: skip
+
+    wait_for(lambda: all(delivered(i) == ["ENQUEUED"] for i in others), DEADLINE_S)
+    sub = webhook(fast_client, admin, "lines")
+    assert (sub["status"], sub["held_items"]) == ("retrying", 1), sub
+    assert delivered(a["id"]) == [] and sub["attempts"] >= 1 and sub["last_error"] == "HTTP 500"
+    healed = True
+    wait_for(lambda: len(delivered(a["id"])) == 2, DEADLINE_S)
+    assert delivered(a["id"]) == ["LEASED", "RELEASED"]
+    # RELEASED waited: never sent before LEASED went through.
+    tried = [(r.payload["data"]["event"], r.answered) for r in receiver.of("/lines")
+             if r.payload["data"]["item_id"] == a["id"]]  # fmt: skip
+    assert tried[-2:] == [("LEASED", 200), ("RELEASED", 200)], tried
+    assert {event for event, _ in tried[:-2]} == {"LEASED"}, tried
+    wait_for(lambda: webhook(fast_client, admin, "lines")["held_items"] == 0, 30)
+    assert webhook(fast_client, admin, "lines")["attempts"] == 0
 
 
 def test_failures_back_off_then_give_up_and_redeliver_resumes(
@@ -200,6 +304,45 @@ def test_a_slow_receiver_times_out(
         stop_process(process)
 
 
+def _peak_rss_bytes(pid: int) -> int:
+    """The process's resident set at its highest so far (VmHWM): a brief balloon is not missed."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError(f"no VmHWM for process {pid}")
+
+
+def test_a_receiver_answering_an_endless_body_cannot_balloon_the_deliverer(
+    fast_client: TestClient, auth: Headers, receiver: Receiver, db_url: str, tmp_path: Path
+) -> None:
+    admin, reviewer = auth("ada", "admin"), auth("alice", "reviewer")
+    subscribe(fast_client, admin, receiver, "/endless")
+    # Time enough to read the whole (capped) body, as the buffered deliverer did.
+    process = start_deliverer(db_url, tmp_path / "d.log", REVIEW_QUEUE_WEBHOOK_TIMEOUT_S="20")
+
+    def attempts() -> list[dict[str, Any]]:
+        return list(fast_client.get("/webhooks/endless/deliveries", headers=admin).json()["deliveries"])
+
+    try:
+        # An ordinary delivery first: what any delivery costs is in the baseline.
+        resolve_one(fast_client, admin, reviewer)
+        wait_for(lambda: len(attempts()) == 1, DEADLINE_S)
+        before = _peak_rss_bytes(process.pid)
+        receiver.endless = True
+        resolve_one(fast_client, admin, reviewer)
+        wait_for(lambda: len(attempts()) == 2, DEADLINE_S)
+        latest = attempts()[0]
+        wait_for(lambda: latest["webhook_id"] in receiver.body_sent, DEADLINE_S)
+        grown = _peak_rss_bytes(process.pid) - before
+    finally:
+        stop_process(process)
+    assert (latest["outcome"], latest["status_code"]) == ("delivered", 200), latest
+    sent = receiver.body_sent[latest["webhook_id"]]
+    assert grown < 16 * 2**20, f"the deliverer grew by {grown / 2**20:.0f} MiB ({sent / 2**20:.0f} MiB sent)"
+    # The rest stayed in the socket buffers when the deliverer hung up, far short of the whole.
+    assert sent < 64 * 2**20, f"the receiver got {sent / 2**20:.0f} MiB of its body out"
+
+
 def test_a_loopback_receiver_is_refused_unless_allowed(
     fast_client: TestClient, auth: Headers, receiver: Receiver, db_url: str, tmp_path: Path
 ) -> None:
@@ -214,7 +357,7 @@ def test_a_loopback_receiver_is_refused_unless_allowed(
         )
         attempt = fast_client.get("/webhooks/internal/deliveries", headers=admin).json()["deliveries"][-1]
         assert attempt["outcome"] == "failed" and attempt["status_code"] is None
-        assert "127.0.0.1, a loopback address" in attempt["error"], attempt
+        assert "resolves to 127.0.0.1 (loopback;" in attempt["error"], attempt
         assert receiver.of("/internal") == []
     finally:
         stop_process(process)

@@ -212,3 +212,67 @@ def test_every_decision_is_delivered_at_least_once_in_item_order_through_crashes
     assert again, f"the event in flight when its deliverer died was not sent again: {killed_mid_request}"
     # The faults happened: 500s answered, and something retried after the receiver came back.
     assert sum(r.answered == 500 for r in receiver.received) >= 3
+
+
+def test_a_receiver_failing_a_fifth_at_random_holds_back_only_the_failed_items(
+    db_url: str, tmp_path: Path, sql: psycopg.Connection, make_token: Callable[[str, str], str]
+) -> None:
+    """300 events over 20 items, a receiver answering 500 to a fifth of the requests at random:
+    every event is delivered, each item's events first arrive in their own order, and the other
+    items' events went on while one was held (deliveries overtook a held event)."""
+    rng, lock = random.Random(38), threading.Lock()
+
+    def answer(_: object) -> tuple[int, dict[str, str]]:
+        with lock:
+            return (500, {}) if rng.random() < 0.2 else (200, {})
+
+    receiver = Receiver(answer=answer).start()
+    api = Api({"DATABASE_URL": db_url, **ENV})
+    deliverer = None
+    try:
+        admin = make_token("ada", "admin")
+        made = api.call(
+            "PUT", "/webhooks/flaky", admin, {"url": receiver.url("/flaky"), "events": ["item.renewed"]}
+        )
+        assert made.status_code == 201, made.text
+        receiver.secrets["/flaky"] = made.json()["secret"]
+        items = [api.call("POST", "/items", admin, item_body()).json() for _ in range(20)]
+        for n in range(0, 300, 30):  # ten transactions of 30 events each, round robin over the items
+            with sql.transaction():
+                for k in range(n, n + 30):
+                    item = items[k % len(items)]
+                    sql.execute(
+                        "INSERT INTO review_queue_event (item_id, event, actor, lease_epoch, trace_id)"
+                        " VALUES (%s, 'RENEWED', 'load', 0, %s)",
+                        (item["id"], item["trace_id"]),
+                    )
+        wanted = {
+            f"evt_{r[0]}" for r in sql.execute("SELECT id FROM review_queue_event WHERE event = 'RENEWED'")
+        }
+        assert len(wanted) == 300
+        started = time.monotonic()
+        deliverer = start_deliverer(db_url, tmp_path / "d.log", **ENV)
+
+        def delivered() -> set[str]:
+            return {r.headers["webhook-id"] for r in receiver.of("/flaky") if r.answered == 200}
+
+        wait_for(lambda: wanted <= delivered(), 300, step=0.2)
+        print(f"300 events, 20 % failing: drained in {time.monotonic() - started:.1f} s")
+    finally:
+        if deliverer is not None:
+            stop_process(deliverer)
+        stop_server(api.process)
+        receiver.stop()
+    got = receiver.of("/flaky")
+    assert not [r for r in got if r.forged], "a request that does not verify"
+    assert sum(r.answered == 500 for r in got) >= 20, "the receiver failed too little to show anything"
+    first: dict[str, list[int]] = defaultdict(list)
+    for r in got:
+        data = r.verified["data"]
+        if data["id"] not in first[data["item_id"]]:
+            first[data["item_id"]].append(data["id"])
+    out_of_order = {item: ids for item, ids in first.items() if ids != sorted(ids)}
+    assert not out_of_order, f"items whose events arrived out of order: {out_of_order}"
+    # Flow: some event was delivered while an earlier event (of another item) still waited.
+    ok_order = [r.verified["data"]["id"] for r in got if r.answered == 200]
+    assert ok_order != sorted(ok_order), "every delivery waited for every earlier one: head-of-line"
