@@ -124,7 +124,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        url = database_url(settings.database_url, settings.data_dir)
+        url = database_url(settings.database_url, settings.data_dir, settings.db_liveness)
         engine = create_engine(
             url,
             pool_size=settings.pool_size,
