@@ -17,19 +17,20 @@ run: install
 	$(RUN) review-queue serve
 
 # Two workers (pytest-xdist), each with its own embedded PostgreSQL: the suite is mostly waiting on
-# the database and on the processes it starts, so two workers halve it even on two cores.
+# the database and on the processes it starts, so two workers halve it even on two cores. loadgroup:
+# the tests of one xdist_group (the failover tests' one Patroni cluster) run on one worker.
 TEST_WORKERS ?= 2
 
 test: install
-	$(RUN) pytest -n $(TEST_WORKERS)
+	$(RUN) pytest -n $(TEST_WORKERS) --dist loadgroup
 
 # The fast tests only (pytest -m "not slow"; the slow ones: SLOW in tests/support/slow.py),
 # for the edit-test loop. `make test` stays the whole suite.
 test-quick: install
-	$(RUN) pytest -n $(TEST_WORKERS) -m "not slow"
+	$(RUN) pytest -n $(TEST_WORKERS) --dist loadgroup -m "not slow"
 
 test-long: install
-	REVIEW_QUEUE_TEST_LONG=1 $(RUN) pytest -n $(TEST_WORKERS)
+	REVIEW_QUEUE_TEST_LONG=1 $(RUN) pytest -n $(TEST_WORKERS) --dist loadgroup
 
 lint: install
 	$(RUN) ruff check api db cli bench client tests alembic
