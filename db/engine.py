@@ -2,6 +2,8 @@
 
 import asyncio
 import contextlib
+import os
+import socket
 from collections.abc import AsyncIterator, Coroutine, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import replace
@@ -91,6 +93,26 @@ def drop_pool(engine: AsyncEngine, pooled: PoolProxiedConnection) -> None:
     request should wait on one of them for the TCP timeout. SQLAlchemy does the same on a
     disconnect it sees itself; this is for the failures it does not count as one."""
     engine.pool._invalidate(pooled, _checkin=False)
+
+
+# Past the server's own statement_timeout, by this much: a live server has answered by then.
+DEADLINE_MARGIN_S = 2.0
+
+
+def _watchdog(raw: psycopg.AsyncConnection[Any], after_s: float) -> asyncio.TimerHandle:
+    """Sever the connection if the server has not answered within `after_s`.
+
+    A hung primary (a frozen machine, a SIGSTOPped postmaster) never sends its statement_timeout
+    error, and its kernel may still acknowledge every packet, so neither keepalives nor
+    tcp_user_timeout fire: the request, and its pooled connection, would wait forever. shutdown(2),
+    not close: psycopg's wait on the socket wakes to an end of file, the connection is broken,
+    and the caller sees the OperationalError of a lost connection (a 503; the pool is dropped)."""
+
+    def sever() -> None:
+        with contextlib.suppress(OSError), socket.socket(fileno=os.dup(raw.pgconn.socket)) as sock:
+            sock.shutdown(socket.SHUT_RDWR)
+
+    return asyncio.get_running_loop().call_later(after_s, sever)
 
 
 def is_read_only(error: BaseException) -> bool:
@@ -227,6 +249,7 @@ class OneRoundTrip(Reports):
         super().__init__()
         self.engine = engine
         self.limits = [str(int(lock_timeout_ms)), str(int(statement_timeout_ms))]
+        self.statement_timeout_ms = statement_timeout_ms
         self.used = False
         self.failed_step: int | None = None  # which of the steps raised, when one did
 
@@ -256,6 +279,8 @@ class OneRoundTrip(Reports):
             pooled = await self.engine.raw_connection()
             raw: psycopg.AsyncConnection[Any] = pooled.driver_connection  # type: ignore[assignment]
             stale = False
+            # Each statement may take statement_timeout on a live server; a hung one never answers.
+            watchdog = _watchdog(raw, len(queries) * self.statement_timeout_ms / 1000 + DEADLINE_MARGIN_S)
             try:
                 rows = await self._run(raw, limits, queries)
                 self.commit()  # the pipeline's Sync committed it
@@ -273,6 +298,7 @@ class OneRoundTrip(Reports):
                 if attempt:
                     raise
             finally:
+                watchdog.cancel()
                 if stale:
                     drop_pool(self.engine, pooled)
                 await _give_back(pooled, raw)

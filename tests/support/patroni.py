@@ -160,7 +160,9 @@ class Node:
     def signal_all(self, sig: signal.Signals) -> None:
         """`sig` to this node's Patroni, its postmaster and every backend: SIGSTOP is a hung machine."""
         assert self.process is not None
-        for pid in [self.patroni_pid(), *self.backend_pids()]:
+        # runuser too: it stops itself when its child stops, and would stay stopped after a SIGCONT
+        # to the child alone.
+        for pid in [self.process.pid, self.patroni_pid(), *self.backend_pids()]:
             if pid is not None:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, sig)

@@ -9,6 +9,7 @@ from a healthy pair). Skipped where etcd or Patroni cannot be had, unless
 REVIEW_QUEUE_REQUIRE_PATRONI=1 (.ci/run), where that fails instead."""
 
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -69,7 +70,7 @@ def service() -> Iterator[Service]:
         migrated = _cli(env, "migrate")
         assert migrated.returncode == 0, migrated.stderr
         with psycopg.connect(cluster.url(user="postgres"), autocommit=True) as sql:
-            seed_items(sql, 20_000)
+            seed_items(sql, 6_000)  # about 800 complete per scenario
         tokens = {}
         for subject, role in (("rita", "reviewer"), ("audra", "auditor")):
             made = _cli(env, "token", "create", "--subject", subject, "--role", role)
@@ -204,7 +205,12 @@ def _check_after(service: Service, load: Load, cursor: str | None, what: str, se
 
 
 def _fail_over(
-    service: Service, what: str, fault: Callable[[Node], None], recover: Callable[[Node], None]
+    service: Service,
+    what: str,
+    fault: Callable[[Node], None],
+    recover: Callable[[Node], None],
+    *,
+    timed_from_done: bool = True,
 ) -> None:
     cluster = service.cluster
     cluster.wait_healthy(120)
@@ -216,6 +222,10 @@ def _fail_over(
         assert load.acknowledged, f"nothing completed before the fault: {load.statuses}"
         moment = time.monotonic()
         fault(old)
+        if timed_from_done:
+            # From when the machine is gone: an attempt sent while the signals went out may still
+            # have been answered by it.
+            moment = time.monotonic()
         seconds = load.first_ok_after(moment, 90)
         assert cluster.leader() is cluster.other(old)
         time.sleep(3)  # the load carries on against the new leader
@@ -231,4 +241,18 @@ def test_the_leader_killed_under_load_loses_no_acknowledged_decision(service: Se
 
 
 def test_a_switchover_under_load_loses_nothing_and_answers_no_5xx_but_503(service: Service) -> None:
-    _fail_over(service, "switchover", lambda _: service.cluster.switchover(), lambda _: None)
+    _fail_over(
+        service, "switchover", lambda _: service.cluster.switchover(), lambda _: None, timed_from_done=False
+    )
+
+
+def test_a_frozen_leader_is_replaced_and_rejoins_when_it_resumes(service: Service) -> None:
+    """A hung machine, not a dead one: its Patroni, postmaster and every backend stopped (SIGSTOP),
+    so nothing answers and nothing resets a connection, until Patroni promotes the other node; then
+    it resumes, is demoted and rejoins."""
+    _fail_over(
+        service,
+        "leader frozen",
+        lambda old: old.signal_all(signal.SIGSTOP),
+        lambda old: old.signal_all(signal.SIGCONT),
+    )
