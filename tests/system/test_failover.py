@@ -9,6 +9,7 @@ from a healthy pair). Skipped where etcd or Patroni cannot be had, unless
 REVIEW_QUEUE_REQUIRE_PATRONI=1 (.ci/run), where that fails instead."""
 
 import contextlib
+import itertools
 import os
 import signal
 import subprocess
@@ -241,6 +242,10 @@ def _fail_over(
         seconds = load.first_ok_after(moment, 90)
         assert cluster.leader() is cluster.other(old)
         time.sleep(3)  # the load carries on against the new leader
+    answered = sorted(answered for _, answered in load.oks)
+    # The outage as the clients saw it: the longest time without any completion answered 200.
+    outage = max((b - a for a, b in itertools.pairwise(answered) if b > moment), default=0.0)
+    print(f"\n{what}: longest time without a 200 {outage:.1f} s")
     _check_after(service, load, cursor, what, seconds)
     recover(old)
     # The old leader comes back as the new one's synchronous standby (pg_rewind if it diverged).
