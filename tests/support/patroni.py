@@ -295,9 +295,15 @@ class PatroniCluster:
         )
 
     def stop(self) -> None:
-        for node in self.nodes:
-            node.signal_all(signal.SIGCONT) if node.process is not None else None
-            node.stop()
-        self.etcd.terminate()
-        self.etcd.wait(timeout=30)
-        shutil.rmtree(self.root, ignore_errors=True)
+        """Every node, then etcd, each even when stopping another failed (a frozen node's Patroni
+        that would not die left the other node and etcd running)."""
+        try:
+            for node in self.nodes:
+                with contextlib.suppress(Exception):
+                    if node.process is not None:
+                        node.signal_all(signal.SIGCONT)
+                    node.stop()
+        finally:
+            self.etcd.terminate()
+            self.etcd.wait(timeout=30)
+            shutil.rmtree(self.root, ignore_errors=True)
