@@ -17,11 +17,12 @@ run: install
 	$(RUN) review-queue serve
 
 # Two workers (pytest-xdist), each with its own embedded PostgreSQL: the suite is mostly waiting on
-# the database and on the processes it starts, so two workers halve it even on two cores.
+# the database and on the processes it starts, so two workers halve it even on two cores. loadgroup:
+# the tests of one xdist_group (the failover tests' one Patroni cluster) run on one worker.
 TEST_WORKERS ?= 2
 
 test: install
-	$(RUN) pytest -n $(TEST_WORKERS)
+	$(RUN) pytest -n $(TEST_WORKERS) --dist loadgroup
 
 # The edit-test loop: the unit and integration tiers (tests/unit, tests/integration), everything
 # but the processes, clusters and browsers of tests/system. `make test` stays the whole suite.
@@ -31,9 +32,10 @@ test-quick: install
 # No database, no process: seconds.
 test-unit: install
 	$(RUN) pytest -n 0 tests/unit
+	$(RUN) pytest -n $(TEST_WORKERS) --dist loadgroup -m "not slow"
 
 test-long: install
-	REVIEW_QUEUE_TEST_LONG=1 $(RUN) pytest -n $(TEST_WORKERS)
+	REVIEW_QUEUE_TEST_LONG=1 $(RUN) pytest -n $(TEST_WORKERS) --dist loadgroup
 
 lint: install
 	$(RUN) ruff check api db cli bench client tests alembic

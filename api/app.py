@@ -125,7 +125,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        url = database_url(settings.database_url, settings.data_dir)
+        url = database_url(settings.database_url, settings.data_dir, settings.db_liveness)
         engine = create_engine(
             url,
             pool_size=settings.pool_size,
@@ -135,6 +135,18 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             prepare_threshold=settings.prepare_threshold or None,
         )
         app.state.engine = engine
+        # Reports, /stats and the decisions export: a standby when REVIEW_QUEUE_READ_DATABASE_URL is set.
+        read_engine = engine
+        if settings.read_database_url is not None:
+            read_engine = create_engine(
+                database_url(settings.read_database_url, settings.data_dir, settings.db_liveness),
+                pool_size=settings.pool_size,
+                max_overflow=settings.pool_max_overflow,
+                pool_timeout_s=settings.pool_timeout_ms / 1000,
+                connect_timeout_s=settings.connect_timeout_s,
+                prepare_threshold=settings.prepare_threshold or None,
+            )
+        app.state.read_engine = read_engine
         # One LISTEN connection per process, outside the pool, for POST /leases with wait_s.
         work_signal = WorkSignal(
             libpq_url(url),
@@ -148,6 +160,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         finally:
             await work_signal.stop()
             await engine.dispose()
+            if read_engine is not engine:
+                await read_engine.dispose()
             if app.state.oidc is not None:
                 await app.state.oidc.aclose()
 

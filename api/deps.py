@@ -44,6 +44,12 @@ def request_transaction(request: Request) -> AbstractAsyncContextManager[AsyncCo
     return transaction(request.app.state.engine, **_limits(request))
 
 
+def request_read_transaction(request: Request) -> AbstractAsyncContextManager[AsyncConnection]:
+    """`request_transaction` on the read engine: REVIEW_QUEUE_READ_DATABASE_URL (a standby, up to its
+    replication lag behind) when set, else the app's engine. For lag-tolerant reads only."""
+    return transaction(request.app.state.read_engine, **_limits(request))
+
+
 def request_unit(request: Request) -> AbstractAsyncContextManager[Transaction]:
     """`request_transaction` as a unit of work (db/unit.py), for the queue's functions: what `Work`
     holds for a request. The reports of its changes are emitted after its COMMIT, never without it."""
@@ -179,11 +185,18 @@ async def _unit(request: Request, _: Caller) -> AsyncIterator[Transaction]:
         yield unit
 
 
+async def _read_transaction(request: Request, _: Caller) -> AsyncIterator[AsyncConnection]:
+    async with request_read_transaction(request) as conn:
+        yield conn
+
+
 # scope="function": the transaction commits before the response is sent, so a client never
 # sees a 200 for a change that then fails to commit. Routes and db/ never commit themselves.
 Conn = Annotated[AsyncConnection, Depends(_transaction, scope="function")]
 # The same for the queue's functions (db/queue/), which take a unit of work.
 Work = Annotated[Transaction, Depends(_unit, scope="function")]
+# Reads that may lag (reports, /stats, the decisions export): a standby when one is configured.
+ReadConn = Annotated[AsyncConnection, Depends(_read_transaction, scope="function")]
 
 
 def one_round_trip(request: Request) -> OneRoundTrip:

@@ -11,6 +11,7 @@ from pydantic import AliasChoices, Field, SecretStr, ValidationError, field_vali
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from api.schemas.fields import TimeZone
+from db import urls
 from db.roles import APP_ROLE
 from db.tokens import check_subject
 from db.vocabulary import DEFAULT_MAX_ATTEMPTS, DEFAULT_SLA_TIERS, ROLES
@@ -118,6 +119,9 @@ class Settings(BaseSettings):
     migration_database_url: str | None = Field(
         default=None, validation_alias="REVIEW_QUEUE_MIGRATION_DATABASE_URL"
     )
+    # Lag-tolerant reads (the reports, /stats, the decisions export) go here when set: a standby,
+    # up to its replication lag behind. The queue's writes and reads, and the feed, stay on DATABASE_URL.
+    read_database_url: str | None = Field(default=None, validation_alias="REVIEW_QUEUE_READ_DATABASE_URL")
     # The role the migrations grant the service's rights to (DATABASE_URL's user in production).
     app_role: str = Field(
         default=APP_ROLE, pattern=r"^[a-z_][a-z0-9_]{0,62}$", validation_alias="REVIEW_QUEUE_APP_ROLE"
@@ -165,6 +169,14 @@ class Settings(BaseSettings):
     pool_max_overflow: int = _range(5, 0, 200, "REVIEW_QUEUE_POOL_MAX_OVERFLOW")
     pool_timeout_ms: int = _range(1_000, 10, 60_000, "REVIEW_QUEUE_POOL_TIMEOUT_MS")
     connect_timeout_s: int = _range(2, 1, 60, "REVIEW_QUEUE_CONNECT_TIMEOUT_S")
+    # How soon a connection to a server that went silent (a hung or unplugged primary: no RST) is
+    # found dead, instead of TCP's 15 minutes: keepalive probes on an idle connection, and
+    # tcp_user_timeout on one with unacknowledged data. Added to DATABASE_URL's options unless it
+    # sets them itself (docs/production.md, "High availability").
+    db_keepalives_idle_s: int = _range(10, 1, 600, "REVIEW_QUEUE_DB_KEEPALIVES_IDLE_S")
+    db_keepalives_interval_s: int = _range(3, 1, 60, "REVIEW_QUEUE_DB_KEEPALIVES_INTERVAL_S")
+    db_keepalives_count: int = _range(3, 1, 20, "REVIEW_QUEUE_DB_KEEPALIVES_COUNT")
+    db_tcp_user_timeout_ms: int = _range(10_000, 1_000, 600_000, "REVIEW_QUEUE_DB_TCP_USER_TIMEOUT_MS")
     # How long a token lookup is cached in each API process; a revoked token stops working
     # within this many seconds.
     token_cache_s: int = _range(5, 0, 300, "REVIEW_QUEUE_TOKEN_CACHE_S")
@@ -357,7 +369,7 @@ class Settings(BaseSettings):
             self.oidc_provider_name or urlsplit(self.oidc_issuer or "").hostname or "your identity provider"
         )
 
-    @field_validator("database_url", "migration_database_url")
+    @field_validator("database_url", "migration_database_url", "read_database_url")
     @classmethod
     def _postgresql_only(cls, value: str | None) -> str | None:
         # Anything else would fail later, and misleadingly: as a connection error on port 5432.
@@ -368,12 +380,27 @@ class Settings(BaseSettings):
                     f"must be a PostgreSQL URL (postgresql://user:password@host:port/database), not "
                     f"{scheme + '://' if scheme else 'this'}"
                 )
+            # Every multi-host spelling libpq reads is taken; one naming no single list of servers is
+            # refused here, with its reason, rather than as a traceback from the first connection.
+            urls.parse(value)
         return value
 
     @field_validator("sla_tiers", mode="before")
     @classmethod
     def _parse_tiers(cls, value: object) -> object:
         return parse_sla_tiers(value) if isinstance(value, str) else value
+
+    @property
+    def db_liveness(self) -> dict[str, str]:
+        """libpq's connection options that bound how long a dead or hung server can hold a caller."""
+        return {
+            "connect_timeout": str(self.connect_timeout_s),
+            "keepalives": "1",
+            "keepalives_idle": str(self.db_keepalives_idle_s),
+            "keepalives_interval": str(self.db_keepalives_interval_s),
+            "keepalives_count": str(self.db_keepalives_count),
+            "tcp_user_timeout": str(self.db_tcp_user_timeout_ms),
+        }
 
     @property
     def idle_release_s(self) -> int:

@@ -38,11 +38,13 @@ T = TypeVar("T")
 
 
 def resolved_url(settings: Settings) -> str:
-    return database_url(settings.database_url, settings.data_dir)
+    return database_url(settings.database_url, settings.data_dir, settings.db_liveness)
 
 
 def owner_url(settings: Settings) -> str:
-    return migration_url(settings.migration_database_url, settings.database_url, settings.data_dir)
+    return migration_url(
+        settings.migration_database_url, settings.database_url, settings.data_dir, settings.db_liveness
+    )
 
 
 def migrate_to_head(settings: Settings) -> None:

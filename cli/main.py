@@ -4,8 +4,7 @@ import sys
 
 import psycopg
 import typer
-from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError, DBAPIError
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.exc import TimeoutError as SATimeoutError
 
 from api.settings import Settings, get_settings, hide_password
@@ -19,6 +18,7 @@ from cli.stats import stats
 from cli.tokens import token_app
 from cli.webhooks import webhooks_app
 from cli.workers import deliverer_loop, reclaim, reclaimer_loop
+from db import urls
 from db.errors import DatabaseUnavailable
 from db.migrations import MigrationRefused
 
@@ -42,12 +42,10 @@ def _database_target(settings: Settings) -> str:
     if settings.database_url is None:
         return f"the embedded PostgreSQL in {settings.data_dir / 'pg'}"
     try:
-        url = make_url(settings.database_url)
-    except ArgumentError:
+        target = urls.parse(settings.database_url)
+    except ValueError:
         return hide_password(settings.database_url)
-    socket_dir = url.query.get("host")
-    host = socket_dir if isinstance(socket_dir, str) else url.host or "localhost"
-    return f"PostgreSQL at {host}:{url.port or 5432} (database {url.database or url.username or '?'})"
+    return f"PostgreSQL at {', '.join(target.servers)} (database {target.database or target.user or '?'})"
 
 
 def database_failure(error: BaseException, settings: Settings) -> str | None:

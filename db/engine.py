@@ -2,15 +2,19 @@
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Coroutine
+import os
+import socket
+from collections.abc import AsyncIterator, Coroutine, Mapping
 from contextlib import asynccontextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import psycopg
+from psycopg.errors import ReadOnlySqlTransaction
 from psycopg.pq import ExecStatus, PipelineStatus, TransactionStatus
+from sqlalchemy import text
 from sqlalchemy.dialects.postgresql.psycopg import PGDialect_psycopg
-from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 from sqlalchemy.pool import PoolProxiedConnection
@@ -19,33 +23,43 @@ from sqlalchemy.sql.base import Executable
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.util import greenlet_spawn
 
+from db import urls
 from db.embedded import embedded_owner_url, embedded_url
 from db.unit import Record, Reports, Step, Transaction
 
 
-def _sqlalchemy(raw: str) -> str:
-    url = make_url(raw.replace("postgres://", "postgresql://", 1))
-    return url.set(drivername="postgresql+psycopg").render_as_string(hide_password=False)
+def _sqlalchemy(raw: str, liveness: Mapping[str, str] | None) -> str:
+    # Read by db/urls.py, not by SQLAlchemy: its parser cannot read libpq's h1:p1,h2:p2 authority.
+    target = urls.parse(raw)
+    if liveness:
+        # In the URL, so the engine, the LISTEN connection, Alembic and every psycopg.connect of the
+        # commands get them alike; an option the URL sets itself wins.
+        given = {key for key, _ in target.options}
+        target = replace(
+            target, options=(*target.options, *((k, v) for k, v in liveness.items() if k not in given))
+        )
+    return urls.sqlalchemy_url(target)
 
 
-def database_url(configured: str | None, data_dir: Path) -> str:
+def database_url(configured: str | None, data_dir: Path, liveness: Mapping[str, str] | None = None) -> str:
     """What the service connects as: the configured URL when set, else the embedded server's
-    application role."""
-    return _sqlalchemy(configured or embedded_url(data_dir))
+    application role; with `liveness` (Settings.db_liveness) among its options."""
+    return _sqlalchemy(configured or embedded_url(data_dir), liveness)
 
 
-def migration_url(migration: str | None, configured: str | None, data_dir: Path) -> str:
+def migration_url(
+    migration: str | None, configured: str | None, data_dir: Path, liveness: Mapping[str, str] | None = None
+) -> str:
     """What migrations run as: REVIEW_QUEUE_MIGRATION_DATABASE_URL, else DATABASE_URL (one role
     for both), else the embedded server's owner role."""
-    return _sqlalchemy(migration or configured or embedded_owner_url(data_dir))
+    return _sqlalchemy(migration or configured or embedded_owner_url(data_dir), liveness)
 
 
 def libpq_url(url: str, database: str | None = None) -> str:
-    """A SQLAlchemy URL as psycopg/libpq takes it directly (optionally for another database)."""
-    parsed = make_url(url).set(drivername="postgresql")
-    if database:
-        parsed = parsed.set(database=database)
-    return parsed.render_as_string(hide_password=False)
+    """A SQLAlchemy URL as psycopg/libpq takes it directly (optionally for another database), every
+    server of a multi-host URL kept."""
+    target = urls.parse(url)
+    return urls.libpq_url(target.with_database(database) if database else target)
 
 
 def create_engine(
@@ -70,6 +84,49 @@ def create_engine(
             "prepare_threshold": prepare_threshold,
             "application_name": "review-queue",
         },
+    )
+
+
+def drop_pool(engine: AsyncEngine, pooled: PoolProxiedConnection) -> None:
+    """Every pooled connection opened up to now is replaced at its next checkout: one found dead or
+    on a read-only server (a failover) means its siblings went to the same old primary, and no
+    request should wait on one of them for the TCP timeout. SQLAlchemy does the same on a
+    disconnect it sees itself; this is for the failures it does not count as one."""
+    engine.pool._invalidate(pooled, _checkin=False)
+
+
+# Past the server's own statement_timeout, by this much: a live server has answered by then.
+DEADLINE_MARGIN_S = 2.0
+
+
+def _watchdog(raw: psycopg.AsyncConnection[Any], after_s: float) -> asyncio.TimerHandle:
+    """Sever the connection if the server has not answered within `after_s`.
+
+    A hung primary (a frozen machine, a SIGSTOPped postmaster) never sends its statement_timeout
+    error, and its kernel may still acknowledge every packet, so neither keepalives nor
+    tcp_user_timeout fire: the request, and its pooled connection, would wait forever. shutdown(2),
+    not close: psycopg's wait on the socket wakes to an end of file, the connection is broken,
+    and the caller sees the OperationalError of a lost connection (a 503; the pool is dropped)."""
+
+    def sever() -> None:
+        with contextlib.suppress(OSError), socket.socket(fileno=os.dup(raw.pgconn.socket)) as sock:
+            sock.shutdown(socket.SHUT_RDWR)
+
+    return asyncio.get_running_loop().call_later(after_s, sever)
+
+
+def is_read_only(error: BaseException) -> bool:
+    """The server refused a write because it is a standby or read-only (SQLSTATE 25006)."""
+    driver = error.orig if isinstance(error, DBAPIError) else error
+    return isinstance(driver, ReadOnlySqlTransaction)
+
+
+async def writable(conn: AsyncConnection) -> bool:
+    """Whether this connection's server takes writes: a primary, not a standby or a read-only one."""
+    return bool(
+        await conn.scalar(
+            text("SELECT NOT (pg_is_in_recovery() OR current_setting('transaction_read_only')::bool)")
+        )
     )
 
 
@@ -112,6 +169,10 @@ async def transaction(
     try:
         yield conn
         await conn.exec_driver_sql("COMMIT")
+    except DBAPIError as error:
+        if is_read_only(error):
+            drop_pool(engine, await conn.get_raw_connection())
+        raise
     finally:
         # Without a COMMIT the transaction is still open on the server; returning the connection
         # to the pool rolls it back (psycopg's rollback() asks the server, not the autocommit flag).
@@ -188,6 +249,7 @@ class OneRoundTrip(Reports):
         super().__init__()
         self.engine = engine
         self.limits = [str(int(lock_timeout_ms)), str(int(statement_timeout_ms))]
+        self.statement_timeout_ms = statement_timeout_ms
         self.used = False
         self.failed_step: int | None = None  # which of the steps raised, when one did
 
@@ -216,15 +278,29 @@ class OneRoundTrip(Reports):
             # which awaits the driver, so it goes through greenlet_spawn as SQLAlchemy's own does.
             pooled = await self.engine.raw_connection()
             raw: psycopg.AsyncConnection[Any] = pooled.driver_connection  # type: ignore[assignment]
+            stale = False
+            # Each statement may take statement_timeout on a live server; a hung one never answers.
+            watchdog = _watchdog(raw, len(queries) * self.statement_timeout_ms / 1000 + DEADLINE_MARGIN_S)
             try:
                 rows = await self._run(raw, limits, queries)
                 self.commit()  # the pipeline's Sync committed it
                 return rows
             except psycopg.OperationalError:
-                if attempt or not raw.broken:
+                stale = raw.broken
+                if attempt or not stale:
                     raise
                 # Dead before anything was done: one more try, on another connection.
+            except ReadOnlySqlTransaction:
+                # A standby, or a primary being demoted: the whole transaction was refused, so one
+                # more try on a new connection, which target_session_attrs=read-write sends to the
+                # new leader (when there is one yet).
+                stale = True
+                if attempt:
+                    raise
             finally:
+                watchdog.cancel()
+                if stale:
+                    drop_pool(self.engine, pooled)
                 await _give_back(pooled, raw)
         raise AssertionError("unreachable")
 

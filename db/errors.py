@@ -40,6 +40,9 @@ def classify(error: BaseException) -> str | None:
         return "statement timeout"
     if isinstance(driver, (pg.DeadlockDetected, pg.SerializationFailure)):
         return "transaction conflict persisted after retries"
+    if isinstance(driver, pg.ReadOnlySqlTransaction):
+        # A standby, or the old primary being demoted: a failover is under way (docs/production.md).
+        return "database is read-only (a failover in progress?)"
     if isinstance(driver, (pg.AdminShutdown, pg.CannotConnectNow, pg.CrashShutdown, pg.TooManyConnections)):
         return "database is restarting or out of connections"
     if isinstance(driver, psycopg.OperationalError):

@@ -6,7 +6,7 @@ from fastapi import APIRouter
 from fastapi.responses import Response
 from pydantic import BaseModel, Field
 
-from api.deps import Conn, MetricsScraper, SettingsDep, StatsReader
+from api.deps import Conn, MetricsScraper, ReadConn, SettingsDep, StatsReader
 from api.errors import problem_responses
 from api.metrics import SLA_WINDOW_DAYS, exposition
 from api.routing import QueueRoute
@@ -44,7 +44,7 @@ class StatsOut(BaseModel):
 
 
 @router.get("/stats", operation_id="getStats", summary="Queue statistics")
-async def get_stats(conn: Conn, _: StatsReader, settings: SettingsDep) -> StatsOut:
+async def get_stats(conn: ReadConn, _: StatsReader, settings: SettingsDep) -> StatsOut:
     """Queue depth, age, leases in flight and per reviewer, overdue and aging figures (roles reviewer,
     auditor, admin)."""
     gauges = await stats.queue_gauges(conn, grace=timedelta(seconds=settings.reclaim_after_s))

@@ -15,7 +15,7 @@ from fastapi import APIRouter, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response, StreamingResponse
 
-from api.deps import Auditor, Conn, StatsReader, request_transaction
+from api.deps import Auditor, ReadConn, StatsReader, request_read_transaction
 from api.errors import problem_responses
 from api.routing import QueueRoute
 from api.schemas import (
@@ -85,7 +85,7 @@ def _report(query: PeriodQuery, bucket: str, as_of: Any) -> dict[str, Any]:
     summary="SLA attainment per day or week",
     responses=problem_responses("VALIDATION_ERROR"),
 )
-async def sla_report(query: Annotated[SlaQuery, Query()], conn: Conn, _: Auditor) -> SlaOut:
+async def sla_report(query: Annotated[SlaQuery, Query()], conn: ReadConn, _: Auditor) -> SlaOut:
     """Per bucket: the items that fell due in it, resolved on time, resolved late, still open past
     due, and the attainment (on time / fell due). Roles auditor and admin."""
     period = _period(query, query.bucket)
@@ -108,7 +108,7 @@ async def sla_report(query: Annotated[SlaQuery, Query()], conn: Conn, _: Auditor
     response_model=ThroughputOut,
 )
 async def throughput_report(
-    query: Annotated[BucketQuery, Query()], conn: Conn, principal: StatsReader
+    query: Annotated[BucketQuery, Query()], conn: ReadConn, principal: StatsReader
 ) -> Response:
     """Per bucket and reviewer: decisions by outcome, and the median and 90th percentile of the time
     from lease to decision. Roles auditor and admin see every reviewer; reviewers and approvers see
@@ -132,7 +132,7 @@ async def throughput_report(
     summary="Open items by age at the end of each day",
     responses=problem_responses("VALIDATION_ERROR"),
 )
-async def backlog_report(query: Annotated[BacklogQuery, Query()], conn: Conn, _: Auditor) -> BacklogOut:
+async def backlog_report(query: Annotated[BacklogQuery, Query()], conn: ReadConn, _: Auditor) -> BacklogOut:
     """Per day that has begun: the items open at its end (or now, for today), by age since enqueue.
     Rebuilt from the event trail, so it is true for the past. Roles auditor and admin."""
     period = _period(query, "day")
@@ -233,14 +233,14 @@ async def _pages(
         # Give way first: a request waiting for a pooled connection gets it before the next page
         # (a fast reader would otherwise take it back each time, and a small pool never free up).
         await asyncio.sleep(0)
-        async with request_transaction(request) as conn:
+        async with request_read_transaction(request) as conn:
             page = await reports.decisions_page(conn, lo=lo, hi=hi, after=after)
 
 
 async def _export(
     request: Request,
     query: DecisionsQuery,
-    conn: Conn,
+    conn: ReadConn,
     media_type: str,
     encode: Callable[..., bytes],
 ) -> StreamingResponse:
@@ -293,7 +293,7 @@ _EXPORT_RESPONSES = problem_responses("VALIDATION_ERROR", "DATABASE_UNAVAILABLE"
     },
 )
 async def decisions_csv(
-    request: Request, query: Annotated[DecisionsQuery, Query()], conn: Conn, _: Auditor
+    request: Request, query: Annotated[DecisionsQuery, Query()], conn: ReadConn, _: Auditor
 ) -> StreamingResponse:
     """Every decision (RESOLVED or APPROVED event) made in the period, streamed. Roles auditor and
     admin; the desk's session cookie works too, so a link can download it."""
@@ -315,7 +315,7 @@ async def decisions_csv(
     },
 )
 async def decisions_ndjson(
-    request: Request, query: Annotated[DecisionsQuery, Query()], conn: Conn, _: Auditor
+    request: Request, query: Annotated[DecisionsQuery, Query()], conn: ReadConn, _: Auditor
 ) -> StreamingResponse:
     """The same decisions as the CSV export, one JSON object per line. Roles auditor and admin."""
     return await _export(request, query, conn, NDJSON, _ndjson_lines)

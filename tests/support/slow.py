@@ -42,6 +42,8 @@ SLOW = (
     "db/test_query_plans.py",
     "db/test_races.py",
     "test_audit_verify_file.py",
+    "integration/test_multi_host.py",
+    "system/",
     # Single tests (every case of a parametrized one).
     "api/test_admin.py::test_inside_the_grace_nothing_is_reclaimed",
     "api/test_admin.py::test_reclaim_batch_bounds_the_sweep",
