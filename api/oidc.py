@@ -9,9 +9,10 @@ KEYS_MIN_REFRESH_S (a flood of made-up key ids cannot make the service hammer th
 keys are refetched KEYS_MAX_AGE_S after they were fetched, when next needed. An API call with a JWT
 does no network I/O beyond that.
 
-Who someone is: the subject claim (REVIEW_QUEUE_OIDC_SUBJECT_CLAIM), lower-cased, obeying the rule
-of a token's subject; API tokens without it (client credentials) fall back to `client_id`
-(RFC 9068), then `azp`. Their role: the groups in REVIEW_QUEUE_OIDC_ROLES_CLAIM through
+Who someone is: the subject claim (REVIEW_QUEUE_OIDC_SUBJECT_CLAIM), obeying the rule of a token's
+subject as sent, then lower-cased; an API token without it (client credentials) is refused unless
+its client (`client_id`, RFC 9068, else `azp`) is listed in REVIEW_QUEUE_OIDC_API_CLIENTS with the
+subject it acts as. Their role: the groups (a JSON list) in REVIEW_QUEUE_OIDC_ROLES_CLAIM through
 REVIEW_QUEUE_OIDC_ROLE_MAP. Several mapped roles give the one that includes all the others (admin
 includes every role, approver includes reviewer); when none does (reviewer and auditor, say), the
 sign-in is refused rather than guessed: either choice would silently drop a duty, and both at once
@@ -58,8 +59,11 @@ KEYS_MIN_REFRESH_S = 15.0
 KEYS_MAX_AGE_S = 3600.0
 METADATA_MAX_AGE_S = 86400.0
 TIMEOUT = httpx.Timeout(10.0, connect=5.0)
-# Subject claims of an API token, after the configured one: a client's own name (client credentials).
-API_SUBJECT_FALLBACKS = ("client_id", "azp")
+# Where an API token names the client it was issued to: RFC 9068's claim, then OIDC's (Entra's).
+CLIENT_CLAIMS = ("client_id", "azp")
+# JWT types (the header's `typ`, RFC 8725 3.11) an API bearer may declare: RFC 9068's access token,
+# or the generic one many providers (Entra, Keycloak) put on access and ID tokens alike.
+ACCESS_TOKEN_TYPES = ("at+jwt", "application/at+jwt", "jwt")
 
 
 class ProviderUnavailable(Exception):
@@ -117,7 +121,10 @@ def _includes(role: str, other: str) -> bool:
 
 def role_of(groups: object, role_map: RoleMap) -> str:
     """The one role the groups map to (see the module's docstring), or Refused saying why."""
-    names = [groups] if isinstance(groups, str) else groups if isinstance(groups, list) else []
+    if isinstance(groups, str):
+        # One group, or several joined by some separator? Guessing could grant a role nobody gave.
+        raise Refused("OIDC_NO_ROLE", "the groups claim is a string, not a list of group names")
+    names = groups if isinstance(groups, list) else []
     roles = {role for group, role in role_map if group in names}
     if not roles:
         raise Refused("OIDC_NO_ROLE", "none of the account's groups is in REVIEW_QUEUE_OIDC_ROLE_MAP")
@@ -131,12 +138,13 @@ def role_of(groups: object, role_map: RoleMap) -> str:
 
 
 def subject_of(claims: Mapping[str, Any], names: Sequence[str]) -> str:
-    """The first of these claims present, lower-cased, if it may name a reviewer; else Refused."""
+    """The first of these claims present, if it may name a reviewer as sent, then folded; else
+    Refused. (Folding first would let `K` U+212A KELVIN SIGN pass as `k`, someone else's name.)"""
     value = next((claims[name] for name in names if claims.get(name) is not None), None)
     if not isinstance(value, str) or not value:
         raise Refused("OIDC_BAD_SUBJECT", f"the token has no {' or '.join(names)} claim to name the caller")
     try:
-        return check_subject(value.lower())
+        return check_subject(value)
     except ValueError as error:
         raise Refused("OIDC_BAD_SUBJECT", str(error)) from None
 
@@ -161,6 +169,20 @@ def _jose_reason(error: JoseError) -> str:
             "iat": "it was issued in the future",
         }.get(error.claim, f"its {error.claim} claim is wrong")
     return "it is not a valid JWT"
+
+
+def check_lifetime(claims: Mapping[str, Any], longest_s: int, code: str) -> None:
+    """Refused when the token claims to live longer than longest_s (exp - iat). joserfc has checked
+    that both are finite numbers and iat is not in the future, so exp is at most that far ahead."""
+    exp, iat = claims.get("exp"), claims.get("iat")
+    if exp is None or iat is None:
+        raise Refused(code, f"it has no {'exp' if exp is None else 'iat'} claim")
+    if exp - iat > longest_s:
+        raise Refused(
+            code,
+            f"it claims to live {exp - iat:.3g} s, longer than REVIEW_QUEUE_OIDC_MAX_TOKEN_LIFETIME_S"
+            f" ({longest_s} s)",
+        )
 
 
 def _url(value: object, name: str) -> str:
@@ -385,12 +407,15 @@ class OidcProvider:
                 {"nonce": nonce, "client_id": self.settings.oidc_client_id, "access_token": access_token},
             )
             claims.validate(leeway=self.settings.oidc_clock_skew_s)
+            check_lifetime(claims, self.settings.oidc_max_token_lifetime_s, "OIDC_ID_TOKEN_INVALID")
         except JoseError as error:
             raise Refused(
                 "OIDC_ID_TOKEN_INVALID", f"the ID token was refused: {_jose_reason(error)}"
             ) from None
         except ValueError as error:
             raise Refused("OIDC_ID_TOKEN_INVALID", f"the ID token was refused: {error}") from None
+        except Refused as refused:
+            raise Refused(refused.code, f"the ID token was refused: {refused.detail}") from None
         return dict(claims)
 
     async def _with_userinfo(
@@ -451,19 +476,56 @@ class OidcProvider:
                     "iss": {"essential": True, "value": self.issuer},
                     "aud": {"essential": True, "value": audience},
                     "exp": {"essential": True},
+                    "iat": {"essential": True},
                 },
             )
             claims.validate(leeway=self.settings.oidc_clock_skew_s)
+            check_lifetime(claims, self.settings.oidc_max_token_lifetime_s, "UNAUTHENTICATED")
+            self._access_token_only(verified.header, claims)
         except JoseError as error:
             raise Refused(
                 "UNAUTHENTICATED", f"the provider's token was refused: {_jose_reason(error)}"
             ) from None
         except ValueError as error:
             raise Refused("UNAUTHENTICATED", f"the provider's token was refused: {error}") from None
-        subject = subject_of(claims, [self.settings.oidc_subject_claim, *API_SUBJECT_FALLBACKS])
+        except Refused as refused:
+            raise Refused(refused.code, f"the provider's token was refused: {refused.detail}") from None
         return Principal(
-            subject, role_of(claims.get(self.settings.oidc_roles_claim), self.settings.oidc_role_map)
+            self._api_subject(claims),
+            role_of(claims.get(self.settings.oidc_roles_claim), self.settings.oidc_role_map),
         )
+
+    def _access_token_only(self, header: Mapping[str, Any], claims: Mapping[str, Any]) -> None:
+        """Refused when the token is, or may be, an ID token: an ID token proves a sign-in to the
+        client it names, and is never the key to an API (its audience may list the API too)."""
+        typ = header.get("typ")
+        if typ is not None and (not isinstance(typ, str) or typ.lower() not in ACCESS_TOKEN_TYPES):
+            raise Refused("UNAUTHENTICATED", f"it is not an access token (typ {str(typ)[:40]!r})")
+        audience = claims.get("aud")
+        audiences = [audience] if isinstance(audience, str) else audience or []
+        clients = {claims.get(name) for name in CLIENT_CLAIMS} - {None}
+        # An ID token is addressed to the client that asked for it (the desk's, or its own azp) and
+        # answers a sign-in (nonce); an access token is addressed to the API, whoever asked for it.
+        if (
+            "nonce" in claims
+            or self.settings.oidc_client_id in audiences
+            or any(client in audiences for client in clients)
+        ):
+            raise Refused("UNAUTHENTICATED", "it is an ID token (addressed to a client), not an access token")
+
+    def _api_subject(self, claims: Mapping[str, Any]) -> str:
+        """The person the token names, or the subject REVIEW_QUEUE_OIDC_API_CLIENTS gives its client."""
+        if claims.get(self.settings.oidc_subject_claim) is not None:
+            return subject_of(claims, [self.settings.oidc_subject_claim])
+        client = next((claims[name] for name in CLIENT_CLAIMS if isinstance(claims.get(name), str)), None)
+        mapped = dict(self.settings.oidc_api_clients).get(client) if client is not None else None
+        if mapped is None:
+            raise Refused(
+                "OIDC_BAD_SUBJECT",
+                f"the provider's token was refused: it has no {self.settings.oidc_subject_claim} claim,"
+                f" and its client {str(client)[:100]!r} is not in REVIEW_QUEUE_OIDC_API_CLIENTS",
+            )
+        return mapped
 
 
 def new_login() -> tuple[str, str, str, str]:

@@ -12,11 +12,13 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from api.schemas.fields import CurrencyCode, TimeZone
 from db.roles import APP_ROLE
+from db.tokens import check_subject
 from db.vocabulary import DEFAULT_MAX_ATTEMPTS, DEFAULT_SLA_TIERS, ROLES
 
 # One tier: "AMOUNT:DURATION", DURATION in hours (24h) or days (3d).
 _TIER = re.compile(r"^\s*([0-9]{1,16}(?:\.[0-9]{1,2})?)\s*:\s*([1-9][0-9]{0,5})\s*([hd])\s*$")
 SlaTiers = tuple[tuple[Decimal, int], ...]  # (at least this abs(amount), hours), largest amount first
+ApiClients = tuple[tuple[str, str], ...]  # (the provider's client id, the subject it acts as)
 
 
 def parse_sla_tiers(value: str) -> SlaTiers:
@@ -63,6 +65,20 @@ def parse_role_map(value: str) -> RoleMap:
         if group in pairs:
             raise ValueError(f"group {group!r} appears twice")
         pairs[group] = role
+    return tuple(pairs.items())
+
+
+def parse_api_clients(value: str) -> ApiClients:
+    """REVIEW_QUEUE_OIDC_API_CLIENTS: comma-separated CLIENT_ID=SUBJECT pairs, SUBJECT obeying the
+    rule of a token's subject (stored folded, as a token's is)."""
+    pairs: dict[str, str] = {}
+    for part in filter(None, (piece.strip() for piece in value.split(","))):
+        client, sign, subject = (piece.strip() for piece in part.partition("="))
+        if not sign or not client:
+            raise ValueError(f"{part!r} is not CLIENT_ID=SUBJECT (e.g. recon-loader=recon-loader)")
+        if client in pairs:
+            raise ValueError(f"client {client!r} appears twice")
+        pairs[client] = check_subject(subject)
     return tuple(pairs.items())
 
 
@@ -238,6 +254,14 @@ class Settings(BaseSettings):
     )
     # Tolerance for the provider's clock in exp, nbf and iat.
     oidc_clock_skew_s: int = _range(60, 0, 300, "REVIEW_QUEUE_OIDC_CLOCK_SKEW_S")
+    # The longest a provider's token (ID or access) may claim to live, exp - iat: a token that
+    # claims longer is refused, so a provider's mistake (or an exp of 1e300) cannot make one eternal.
+    oidc_max_token_lifetime_s: int = _range(86_400, 60, 604_800, "REVIEW_QUEUE_OIDC_MAX_TOKEN_LIFETIME_S")
+    # Scripts whose tokens name no person (client credentials): which client acts as which subject.
+    # Unlisted, a token without the subject claim is refused rather than named after its client.
+    oidc_api_clients: Annotated[ApiClients, NoDecode] = Field(
+        default=(), validation_alias="REVIEW_QUEUE_OIDC_API_CLIENTS"
+    )
     # The address people open the service at (https://review.example.com): the OIDC redirect URI is
     # built from it, never from a request's Host header. Required for the desk's OIDC sign-in.
     public_url: str | None = Field(default=None, validation_alias="REVIEW_QUEUE_PUBLIC_URL")
@@ -246,6 +270,11 @@ class Settings(BaseSettings):
     @classmethod
     def _parse_role_map(cls, value: object) -> object:
         return parse_role_map(value) if isinstance(value, str) else value
+
+    @field_validator("oidc_api_clients", mode="before")
+    @classmethod
+    def _parse_api_clients(cls, value: object) -> object:
+        return parse_api_clients(value) if isinstance(value, str) else value
 
     @field_validator("oidc_issuer")
     @classmethod
@@ -271,6 +300,7 @@ class Settings(BaseSettings):
                 ("REVIEW_QUEUE_OIDC_CLIENT_SECRET", self.oidc_client_secret),
                 ("REVIEW_QUEUE_OIDC_ROLE_MAP", self.oidc_role_map),
                 ("REVIEW_QUEUE_OIDC_API_AUDIENCE", self.oidc_api_audience),
+                ("REVIEW_QUEUE_OIDC_API_CLIENTS", self.oidc_api_clients),
             )
             if value
         ]

@@ -49,6 +49,10 @@ GOOD = {
         ({"REVIEW_QUEUE_OIDC_CLIENT_ID": None}, "needs REVIEW_QUEUE_OIDC_CLIENT_ID (the desk's sign-in)"),
         ({"REVIEW_QUEUE_OIDC_API_AUDIENCE": "review-queue"}, "must differ from REVIEW_QUEUE_OIDC_CLIENT_ID"),
         ({"REVIEW_QUEUE_OIDC_CLOCK_SKEW_S": "900"}, "(allowed range 0-300)"),
+        ({"REVIEW_QUEUE_OIDC_MAX_TOKEN_LIFETIME_S": "0"}, "(allowed range 60-604800)"),
+        ({"REVIEW_QUEUE_OIDC_API_CLIENTS": "recon-loader"}, "is not CLIENT_ID=SUBJECT"),
+        ({"REVIEW_QUEUE_OIDC_API_CLIENTS": "recon-loader=me"}, "is reserved"),
+        ({"REVIEW_QUEUE_OIDC_API_CLIENTS": "a=x,a=y"}, "client 'a' appears twice"),
     ],
 )
 def test_a_configuration_that_cannot_work_stops_with_a_message(
@@ -73,6 +77,8 @@ def test_a_good_configuration_loads(monkeypatch: pytest.MonkeyPatch) -> None:
     assert settings.public_url == "https://review.example.com"
     assert settings.oidc_display_name == "sso.example.com"  # REVIEW_QUEUE_OIDC_PROVIDER_NAME unset
     assert settings.oidc_login_enabled
+    monkeypatch.setenv("REVIEW_QUEUE_OIDC_API_CLIENTS", "recon-loader=Recon.Loader, 0a1b-guid=nightly")
+    assert load_settings().oidc_api_clients == (("recon-loader", "recon.loader"), ("0a1b-guid", "nightly"))
 
 
 def test_the_role_map_accepts_every_role_the_service_defines() -> None:

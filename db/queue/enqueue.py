@@ -3,7 +3,7 @@
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from decimal import Decimal
 from functools import partial
 from typing import Any, Literal
@@ -85,7 +85,10 @@ _batch = (
     .render_derived()
 )
 # One transaction shares one now(); a microsecond per position keeps a batch in request order in
-# the queue.
+# the queue. The items' ENQUEUED events are stamped now(), so an item of a batch is created up to
+# SPREAD after its ENQUEUED: db/queue/reads.py reads an item's trail from created_at minus SPREAD.
+SPREAD = timedelta(seconds=1)
+_MAX_POSITIONS = SPREAD // timedelta(microseconds=1)
 _created_at = func.now() + _batch.c.p * literal_column("interval '1 microsecond'")
 _inserted = (
     insert(item)
@@ -130,6 +133,8 @@ async def enqueue_items(
     unit: Unit, *, new: Sequence[NewItem], actor: str
 ) -> list[tuple[EnqueueOutcome, Item]]:
     """Insert the new keys in one statement; answer per input, in input order."""
+    if len(new) > _MAX_POSITIONS:
+        raise ValueError(f"at most {_MAX_POSITIONS} items in one statement, not {len(new)}")
     first: dict[str, int] = {}
     for position, candidate in enumerate(new):
         first.setdefault(candidate.idempotency_key, position)

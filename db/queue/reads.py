@@ -26,6 +26,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.dialects.postgresql import UUID as PG_UUID
 
+from db.queue.enqueue import SPREAD
 from db.queue.rows import (
     _BY_ID,
     _ITEM_COLUMNS,
@@ -168,9 +169,10 @@ class Event:
 _EVENT_COLUMNS = [c for c in event.c if c.name not in ("xid", "leased_at")]
 
 # Keyset by the event id (an identity: it only grows), on ix_review_queue_event_item_id_id. No event
-# of an item precedes its enqueue (both are written by one statement at now()), so `at >= since`, the
-# item's created_at, lets PostgreSQL skip the trail's months before it: it plans and probes only
-# the partitions from the item's month on, not every month kept (docs/capacity.md).
+# of an item precedes its ENQUEUED, which is stamped now() while the item is created up to a batch's
+# spread later (a microsecond per position, db/queue/enqueue.py), so `at >= since`, the item's
+# created_at less that spread, lets PostgreSQL skip the trail's months before it: it plans and
+# probes only the partitions from the item's month on, not every month kept (docs/capacity.md).
 _EVENTS = (
     select(*_EVENT_COLUMNS)
     .where(
@@ -188,7 +190,7 @@ async def item_events(
 ) -> list[Event]:
     """The item's events oldest first, strictly after the event id `after`; `since` is the item's
     created_at."""
-    params = {"item_id": item_id, "since": since, "after": after or 0, "limit": limit}
+    params = {"item_id": item_id, "since": since - SPREAD, "after": after or 0, "limit": limit}
     return [Event(*r.values()) for r in await unit.execute(_EVENTS, params)]
 
 

@@ -54,6 +54,22 @@ def test_full_lifecycle_writes_exactly_its_events(client: TestClient, auth: Auth
     assert ids == sorted(ids)
 
 
+@pytest.mark.parametrize("count", [1, 7])
+def test_every_items_trail_starts_with_its_enqueue(client: TestClient, auth: Auth, count: int) -> None:
+    """One item or a batch: each item of a batch is created a microsecond after the one before it
+    (its place in the queue), its ENQUEUED event at the statement's now(); the trail shows it."""
+    ingest = auth("matcher", "ingest")
+    if count == 1:
+        answers = [client.post("/items", json=item_body(), headers=ingest).json()]
+    else:
+        batch = {"items": [item_body() for _ in range(count)]}
+        answers = client.post("/items/batch", json=batch, headers=ingest).json()["results"]
+    ids = [a["item"]["id"] if "item" in a else a["id"] for a in answers]
+    trails = {item_id: events(client, ingest, item_id) for item_id in ids}
+    missing = {i: t for i, t in trails.items() if t[:1] != [("ENQUEUED", "matcher", 0)]}
+    assert len(ids) == count and not missing, f"trails without their ENQUEUED first: {missing}"
+
+
 def test_no_ops_and_refusals_write_nothing(client: TestClient, auth: Auth) -> None:
     admin, alice, bob = auth("ops", "admin"), auth("alice", "reviewer"), auth("bob", "reviewer")
     item_id = client.post("/items", json=item_body(), headers=admin).json()["id"]

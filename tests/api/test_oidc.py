@@ -24,7 +24,7 @@ from api.oidc import OidcProvider, Refused
 from api.settings import Settings
 from tests.support import seed_items, wait_for
 from tests.support.api import assert_problem
-from tests.support.oidc_provider import OTHER_AUDIENCE, Client, RealProvider, real_provider
+from tests.support.oidc_provider import API_AUDIENCE, OTHER_AUDIENCE, Client, RealProvider, real_provider
 from tests.support.postgres import make_settings
 
 PUBLIC = "https://review.test"  # the service as people open it (REVIEW_QUEUE_PUBLIC_URL)
@@ -342,6 +342,51 @@ def test_segregation_of_duties_holds_across_both_kinds_of_sign_in(
     assert_problem(refused, 403, "SEGREGATION_OF_DUTIES")
 
 
+def _answered_with(
+    service: TestClient, provider: RealProvider, browser: httpx.Client, claims: dict[str, Any]
+) -> httpx.Response:
+    """A whole sign-in as rita, the provider's token endpoint answering with an ID token of these
+    claims (signed with its own key, for this sign-in's nonce and the desk's client)."""
+    login = start(service)
+    nonce = parse_qs(urlsplit(login.headers["location"]).query)["nonce"][0]
+    callback = provider.sign_in(browser, login.headers["location"], "rita").removeprefix(PUBLIC)
+    rita = {
+        "sub": "rita",
+        "nonce": nonce,
+        "preferred_username": "Rita.Reviewer",
+        "groups": ["recon-reviewers"],
+    }
+    provider.answer_next_code_with(provider.sign({**rita, **claims}))
+    return finish(service, callback)
+
+
+@pytest.mark.parametrize(
+    ("lifetime", "signed_in"),
+    [(600, True), (86_400, True), (86_401, False), (10**30, False), (1e300, False)],
+    ids=["10 minutes", "the cap", "past the cap", "10**30", "1e300"],
+)
+def test_an_id_token_claiming_too_long_a_life_is_a_sign_in_error_not_a_500(
+    service: TestClient,
+    oidc_provider: RealProvider,
+    desk_client: Client,
+    browser: httpx.Client,
+    sql: psycopg.Connection,
+    lifetime: float,
+    signed_in: bool,
+) -> None:
+    """exp - iat at most REVIEW_QUEUE_OIDC_MAX_TOKEN_LIFETIME_S (a day by default): an exp of 1e300
+    made the callback a 500 (OverflowError turning it into the session's end)."""
+    now = int(time.time())
+    claims = {"aud": desk_client.client_id, "iat": now, "exp": now + lifetime}
+    done = _answered_with(service, oidc_provider, browser, claims)
+    if signed_in:
+        assert done.headers["location"] == "/desk/"
+        assert sessions(sql) == [("rita.reviewer", "reviewer")]
+    else:
+        assert refusal(done) == {"sign_in_error": ["OIDC_ID_TOKEN_INVALID"]}
+        assert sessions(sql) == []
+
+
 # --- the ID token's checks, with real ID tokens -------------------------------------------------------
 
 
@@ -489,6 +534,86 @@ def test_provider_tokens_that_are_not_for_this_api_are_refused(
         assert reason.strip() in problem["detail"], problem
     nobody = oidc_provider.script_token("recon-nobody")  # real, for this API, in no mapped group
     assert_problem(service.get("/session", headers=bearer(nobody)), 403, "FORBIDDEN")
+
+
+def _api_token(provider: RealProvider, **claims: Any) -> str:
+    """A token of the provider (its own key) for this API, as rita through the desk's client, with
+    these claims changed (None: left out); header options as `typ`."""
+    typ = claims.pop("typ", "at+jwt")
+    base = {
+        "aud": API_AUDIENCE,
+        "client_id": "desk-client",
+        "sub": "rita",
+        "preferred_username": "Rita.Reviewer",
+        "groups": ["recon-reviewers"],
+    }
+    return provider.sign({**base, **claims}, typ=typ)
+
+
+def test_an_id_token_is_never_an_api_bearer(
+    service: TestClient, oidc_provider: RealProvider, desk_client: Client
+) -> None:
+    """Even one whose audience lists the API too: typ, a nonce, or an audience that names the client
+    it was issued to (the desk's, or its own azp) tells it from an access token."""
+    admin = {"groups": ["recon-admins"]}
+    assert (
+        service.get("/session", headers=bearer(_api_token(oidc_provider, **admin))).json()["role"] == "admin"
+    )
+    desk = desk_client.client_id
+    id_tokens = {
+        "aud lists the desk": {"typ": "JWT", "aud": [desk, API_AUDIENCE], "client_id": None, "azp": desk},
+        "aud lists the desk, no azp": {"typ": None, "aud": [desk, API_AUDIENCE], "client_id": None},
+        "aud lists its own client": {"typ": "JWT", "aud": ["other-app", API_AUDIENCE], "azp": "other-app"},
+        "a nonce": {"typ": "JWT", "nonce": "n-1", "client_id": None, "azp": "other-app"},
+        "another type": {"typ": "logout+jwt"},
+    }
+    for case, claims in id_tokens.items():
+        problem = assert_problem(
+            service.get("/session", headers=bearer(_api_token(oidc_provider, **admin, **claims))),
+            401,
+            "UNAUTHENTICATED",
+        )
+        assert "ID token" in problem["detail"] or "not an access token" in problem["detail"], (case, problem)
+
+
+@pytest.mark.parametrize(
+    ("lifetime", "accepted"),
+    [(86_400, True), (86_401, False), (10**30, False), (1e300, False), (None, False)],
+    ids=["the cap", "past the cap", "10**30", "1e300", "no iat"],
+)
+def test_an_api_token_claiming_too_long_a_life_is_refused(
+    service: TestClient, oidc_provider: RealProvider, lifetime: float | None, accepted: bool
+) -> None:
+    now = int(time.time())
+    claims = {"iat": now, "exp": now + lifetime} if lifetime is not None else {"iat": None}
+    response = service.get("/session", headers=bearer(_api_token(oidc_provider, **claims)))
+    if accepted:
+        assert response.json()["subject"] == "rita.reviewer", response.text
+    else:
+        problem = assert_problem(response, 401, "UNAUTHENTICATED")
+        assert "REVIEW_QUEUE_OIDC_MAX_TOKEN_LIFETIME_S" in problem["detail"] or "iat" in problem["detail"]
+
+
+def test_a_token_naming_no_person_needs_its_client_listed(
+    service: TestClient, oidc_provider: RealProvider
+) -> None:
+    """client_id "boss" in an admin group is not admin "boss": a client acts as a subject only when
+    REVIEW_QUEUE_OIDC_API_CLIENTS says so (the provider's scripts are listed there)."""
+    boss = _api_token(
+        oidc_provider, client_id="boss", sub="boss", preferred_username=None, groups=["recon-admins"]
+    )
+    problem = assert_problem(service.get("/session", headers=bearer(boss)), 401, "UNAUTHENTICATED")
+    assert "REVIEW_QUEUE_OIDC_API_CLIENTS" in problem["detail"], problem
+    # Listed: by client_id (RFC 9068), or by azp alone (Entra's app-only tokens).
+    for claims in ({"client_id": "recon-script"}, {"client_id": None, "azp": "recon-script"}):
+        script = _api_token(oidc_provider, preferred_username=None, **claims)
+        assert service.get("/session", headers=bearer(script)).json()["subject"] == "recon-script"
+
+
+def test_groups_sent_as_a_string_give_no_role(service: TestClient, oidc_provider: RealProvider) -> None:
+    token = _api_token(oidc_provider, groups="recon-admins")
+    problem = assert_problem(service.get("/session", headers=bearer(token)), 403, "FORBIDDEN")
+    assert "not a list" in problem["detail"], problem
 
 
 def test_a_tampered_or_foreign_signed_api_token_is_refused(

@@ -6,13 +6,16 @@
 // Desk clients are registered by the tests through the provider's own registration endpoint
 // (RFC 7591), with the redirect URI of the server each test starts. The development interactions give a plain
 // login form (any login, any password) and a consent page, which a browser test fills like a person.
-// One addition for the tests only: GET /_test/requests counts the requests per path, so a test
-// can prove what the service fetched (discovery, keys) and how often.
+// Additions for the tests only: GET /_test/requests counts the requests per path, so a test
+// can prove what the service fetched (discovery, keys) and how often; POST /_test/next_id_token
+// {id_token} makes the token endpoint's next answer carry that ID token instead of its own (signed
+// by the test with the provider's own key, config.jwks), for claims no real configuration gives.
 import Provider, { errors } from "oidc-provider";
 
 const config = JSON.parse(process.env.OIDC_TEST_CONFIG);
 const users = config.users;
 const requests = {};
+let nextIdToken = null;
 
 function account(id) {
   const user = users[id] ?? {};
@@ -41,6 +44,7 @@ const provider = new Provider(config.issuer, {
   },
   conformIdTokenClaims: config.conform_id_token_claims ?? true,
   cookies: { keys: ["review-queue-test-cookie-key"] },
+  ...(config.jwks ? { jwks: config.jwks } : {}),
   pkce: { required: () => true },
   extraClientMetadata: { properties: ["test_groups", "test_ttl_s"] },
   ttl: {
@@ -92,8 +96,19 @@ provider.use(async (ctx, next) => {
     ctx.body = requests;
     return;
   }
+  if (ctx.path === "/_test/next_id_token" && ctx.method === "POST") {
+    let raw = "";
+    for await (const chunk of ctx.req) raw += chunk;
+    nextIdToken = JSON.parse(raw).id_token;
+    ctx.status = 204;
+    return;
+  }
   requests[ctx.path] = (requests[ctx.path] ?? 0) + 1;
   await next();
+  if (ctx.path === "/token" && nextIdToken !== null && ctx.body?.id_token) {
+    ctx.body = { ...ctx.body, id_token: nextIdToken };
+    nextIdToken = null;
+  }
 });
 
 const server = provider.listen(config.port, () => {

@@ -31,6 +31,8 @@ from urllib.parse import parse_qs, urlencode, urljoin, urlsplit
 
 import httpx
 import pytest
+from joserfc import jwt
+from joserfc.jwk import RSAKey
 
 OIDC_DIR = Path(__file__).resolve().parents[1] / "oidc"  # tests/oidc
 API_AUDIENCE = "https://review-queue.test/api"
@@ -101,7 +103,13 @@ class RealProvider:
         self.port = free_port()
         self.issuer = f"http://localhost:{self.port}"
         self._registration_token = secrets.token_urlsafe(24)
+        # The provider's signing key, known to the tests too: sign() makes tokens "it" issued with
+        # claims no real configuration would give (an exp of 1e300, an ID token for two audiences).
+        self.signing_key = RSAKey.generate_key(
+            2048, parameters={"kid": "test-signing-key", "use": "sig", "alg": "RS256"}, private=True
+        )
         config = {
+            "jwks": {"keys": [self.signing_key.as_dict(private=True)]},
             "port": self.port,
             "issuer": self.issuer,
             "initial_access_token": self._registration_token,
@@ -182,6 +190,8 @@ class RealProvider:
             "oidc_api_audience": API_AUDIENCE,
             "oidc_provider_name": PROVIDER_NAME,
             "public_url": public_url,
+            # The scripts act as themselves (their tokens name no person).
+            "oidc_api_clients": ",".join(f"{name}={name}" for name in SCRIPTS),
         }
         if client is not None:
             values["oidc_client_id"] = client.client_id
@@ -205,6 +215,26 @@ class RealProvider:
         assert response.status_code == 200, response.text
         token: str = response.json()["access_token"]
         return token
+
+    def sign(self, claims: dict[str, Any], **header: Any) -> str:
+        """A JWT signed with the provider's own key (so the service's checks of the signature pass)."""
+        now = int(time.time())
+        claims = {"iss": self.issuer, "iat": now, "exp": now + 300, **claims}
+        token: str = jwt.encode(
+            {
+                k: v
+                for k, v in {"alg": "RS256", "kid": self.signing_key.kid, **header}.items()
+                if v is not None
+            },
+            {k: v for k, v in claims.items() if v is not None},
+            self.signing_key,
+        )
+        return token
+
+    def answer_next_code_with(self, id_token: str) -> None:
+        """The token endpoint's next answer carries this ID token instead of the one it made."""
+        response = httpx.post(f"{self.issuer}/_test/next_id_token", json={"id_token": id_token})
+        assert response.status_code == 204, response.text
 
     def requests(self) -> dict[str, int]:
         """Requests the provider has answered, by path, since it started."""
