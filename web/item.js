@@ -40,7 +40,7 @@ export function amountFigure(item) {
     "p",
     { class: "figure" },
     h("span", { class: "figure-label" }, "Variance amount"),
-    h("span", { class: "amount", "data-testid": "amount" }, money(item.variance_amount)),
+    h("span", { class: "amount", "data-testid": "amount" }, money(item.variance_amount, item.currency)),
     code ? h("span", { class: "currency", "data-testid": "currency" }, code) : null,
   );
 }
