@@ -1,6 +1,7 @@
 """The FastAPI application: create_app() wires settings, the engine, errors and routes."""
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -26,6 +27,7 @@ from api.routes import (
     admin,
     audit,
     feed,
+    fx,
     health,
     holder,
     items,
@@ -40,6 +42,8 @@ from api.routes import (
 from api.settings import Settings, get_settings
 from db.engine import create_engine, database_url, libpq_url
 from db.notify import WorkSignal
+
+log = logging.getLogger("review_queue.api")
 
 MAX_BODY_BYTES = 1024 * 1024
 DOCS_ASSETS = Path(fastapi_offline.__file__).parent / "static"
@@ -64,6 +68,7 @@ TAGS = [
     },
     {"name": "leases", "description": "Lease the oldest pending items, or proposals awaiting approval."},
     {"name": "resolutions", "description": "The resolution catalogue: codes, notes, approval thresholds."},
+    {"name": "fx-rates", "description": "Exchange rates into the base currency, kept with who set them."},
     {"name": "admin", "description": "Operators' actions (admin role)."},
     {"name": "operations", "description": "Queue statistics and Prometheus metrics."},
     {"name": "health", "description": "Liveness and readiness; no token needed."},
@@ -155,6 +160,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         )
         work_signal.start()
         app.state.work_signal = work_signal
+        # What an amount without a currency means here, and what every threshold is counted in.
+        log.info("review_queue_base_currency", extra={"base_currency": settings.base_currency})
         try:
             yield
         finally:
@@ -219,6 +226,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         items.router,
         leases.router,
         resolutions.router,
+        fx.router,
         admin.router,
         ops.router,
         session.router,

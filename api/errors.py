@@ -41,6 +41,7 @@ PROBLEMS: dict[str, tuple[int, str]] = {
     "NOT_A_REVIEWER": (409, "No reviewer by that name"),
     "REVIEWER_AT_CAP": (409, "That reviewer holds as many items as anyone may"),
     "SOURCE_CHANGED": (409, "The figures changed under your lease"),
+    "BASE_CURRENCY": (409, "The base currency's rate is 1 by definition"),
     "PAYLOAD_TOO_LARGE": (413, "Request body too large"),
     "UNSUPPORTED_MEDIA_TYPE": (415, "Unsupported media type"),
     "VALIDATION_ERROR": (422, "Request validation failed"),

@@ -15,6 +15,7 @@ ITEM_IN: dict[str, Any] = {
     "idempotency_key": "ACME-2026-11-30-0042",
     "ledger_entity": "ACME-CORP",
     "variance_amount": "12.50",
+    "currency": "USD",
     "match_decision": "PARTIAL",
     "source_hash": "sha256:9f2c",
 }
@@ -103,6 +104,14 @@ RESOLUTION_POLICY_OUT = {
     "materiality_threshold": "10000.00",
     "updated_at": "2026-12-04T06:10:00+00:00",
     "updated_by": "ada",
+    "base_currency": "USD",
+}
+
+FX_RATE = {
+    "currency": "EUR",
+    "rate": "1.0850",
+    "set_by": "treasury-feed",
+    "set_at": "2026-12-05T16:00:00+00:00",
 }
 
 LEASE_IN = {"batch_size": 5, "ledger_entity": "ACME-CORP"}
@@ -410,6 +419,17 @@ BY_SCHEMA: dict[str, list[dict[str, Any]]] = {
     "ResolutionsOut": [{"resolutions": [RESOLUTION_CODE_OUT]}],
     "ResolutionPolicyIn": [{"materiality_threshold": "10000.00"}],
     "ResolutionPolicyOut": [RESOLUTION_POLICY_OUT, {**RESOLUTION_POLICY_OUT, "updated_by": None}],
+    "RateIn": [{"rate": "1.0850"}],
+    "RateOut": [FX_RATE],
+    "RatesOut": [
+        {"base_currency": "USD", "rates": [FX_RATE, {**FX_RATE, "currency": "JPY", "rate": "0.0067"}]}
+    ],
+    "RateHistoryOut": [
+        {
+            "currency": "EUR",
+            "rates": [FX_RATE, {**FX_RATE, "rate": "1.0790", "set_at": "2026-12-04T16:00:00+00:00"}],
+        }
+    ],
     "CompleteBatchIn": [COMPLETE_BATCH_IN],
     "CompleteBatchOut": [COMPLETE_BATCH_OUT],
     "RenewIn": [RENEW_IN],

@@ -12,6 +12,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from api.schemas.fields import TimeZone
 from db import urls
+from api.schemas.fields import CurrencyCode, TimeZone
 from db.roles import APP_ROLE
 from db.tokens import check_subject
 from db.vocabulary import DEFAULT_MAX_ATTEMPTS, DEFAULT_SLA_TIERS, ROLES
@@ -149,6 +150,9 @@ class Settings(BaseSettings):
     # The zone whose closed days and weeks the reclaimer keeps for the throughput and backlog reports
     # (the controllers' zone); a report asked in another zone reads the trail, as fast as before.
     report_time_zone: TimeZone = Field(default="UTC", validation_alias="REVIEW_QUEUE_REPORT_TIME_ZONE")
+    # The currency of an item enqueued without one, of the thresholds and of the rates (issue 40).
+    # The migration that brought currencies gave it to every item enqueued before: keep it.
+    base_currency: CurrencyCode = Field(default="USD", validation_alias="REVIEW_QUEUE_BASE_CURRENCY")
     # Months of event-trail partitions the reclaimer keeps created ahead of now: an event whose month
     # has no partition cannot be written, so this is how long the service can write with no reclaimer.
     event_months_ahead: int = _range(3, 1, 24, "REVIEW_QUEUE_EVENT_MONTHS_AHEAD")

@@ -54,6 +54,7 @@ async def _cycle(url: str, items: int, prefix: str) -> dict[str, int]:
                     idempotency_key=f"{prefix}-recon-2026-12-04-{n:012d}",
                     ledger_entity="ACME-CORP-EU-01",
                     variance_amount=Decimal("1234.56"),
+                    currency="EUR",
                     match_decision="PARTIAL",
                     source_hash="sha256:" + f"{n:064x}",
                 )

@@ -103,7 +103,7 @@ def _notify_worker(url: str, role: str, n: int, notify: bool, seconds: float, ba
                 async with unit_of_work(engine, lock_timeout_ms=5000, statement_timeout_ms=5000) as unit:
                     if role == "producer":
                         new = queue.NewItem(
-                            f"n-{notify}-{n}-{done}", "BENCH", Decimal("1.00"), "PARTIAL", "h"
+                            f"n-{notify}-{n}-{done}", "BENCH", Decimal("1.00"), "USD", "PARTIAL", "h"
                         )
                         await queue.enqueue_item(unit, new=new, actor="bench")
                         done += 1

@@ -26,6 +26,9 @@ from client.models import (
     EventOut,
     FeedEventOut,
     ItemOut,
+    RateHistoryOut,
+    RateOut,
+    RatesOut,
     ReleasedOut,
     ResolutionCodeOut,
     ResolutionPolicyOut,
@@ -166,6 +169,15 @@ class AsyncReviewQueueClient:
     async def put_resolution_policy(self, materiality_threshold: Decimal | str) -> ResolutionPolicyOut:
         return await self._send(calls.put_resolution_policy(materiality_threshold))
 
+    async def set_fx_rate(self, currency: str, rate: Decimal | str) -> RateOut:
+        return await self._send(calls.set_fx_rate(currency, rate))
+
+    async def fx_rates(self) -> RatesOut:
+        return await self._send(calls.fx_rates())
+
+    async def fx_rate_history(self, currency: str) -> RateHistoryOut:
+        return await self._send(calls.fx_rate_history(currency))
+
     async def revise(
         self,
         item_id: UUID,
@@ -173,8 +185,9 @@ class AsyncReviewQueueClient:
         variance_amount: Decimal | str,
         source_hash: str,
         match_decision: str | None = None,
+        currency: str | None = None,
     ) -> RevisionOut:
-        return await self._send(calls.revise(item_id, variance_amount, source_hash, match_decision))
+        return await self._send(calls.revise(item_id, variance_amount, source_hash, match_decision, currency))
 
     async def admin_release(self, item_id: UUID, *, reason: str) -> ItemOut:
         return await self._send(calls.admin_release(item_id, reason))

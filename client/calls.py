@@ -22,6 +22,9 @@ from client.models import (
     EventOut,
     FeedOut,
     ItemOut,
+    RateHistoryOut,
+    RateOut,
+    RatesOut,
     ReleasedOut,
     ResolutionCodeOut,
     ResolutionPolicyOut,
@@ -192,6 +195,18 @@ def put_resolution(code: str, fields: dict[str, Any]) -> Call[ResolutionCodeOut]
     return Call("PUT", f"/resolutions/{code}", ResolutionCodeOut.model_validate, fields)
 
 
+def set_fx_rate(currency: str, rate: Decimal | str) -> Call[RateOut]:
+    return Call("PUT", f"/fx-rates/{currency}", RateOut.model_validate, {"rate": str(rate)})
+
+
+def fx_rates() -> Call[RatesOut]:
+    return Call("GET", "/fx-rates", RatesOut.model_validate)
+
+
+def fx_rate_history(currency: str) -> Call[RateHistoryOut]:
+    return Call("GET", f"/fx-rates/{currency}/history", RateHistoryOut.model_validate)
+
+
 def resolution_policy() -> Call[ResolutionPolicyOut]:
     return Call("GET", "/resolutions/policy", ResolutionPolicyOut.model_validate)
 
@@ -202,9 +217,18 @@ def put_resolution_policy(materiality_threshold: Decimal | str) -> Call[Resoluti
 
 
 def revise(
-    item_id: UUID, variance_amount: Decimal | str, source_hash: str, match_decision: str | None
+    item_id: UUID,
+    variance_amount: Decimal | str,
+    source_hash: str,
+    match_decision: str | None,
+    currency: str | None = None,
 ) -> Call[RevisionOut]:
-    body = _set(variance_amount=str(variance_amount), source_hash=source_hash, match_decision=match_decision)
+    body = _set(
+        variance_amount=str(variance_amount),
+        source_hash=source_hash,
+        match_decision=match_decision,
+        currency=currency,
+    )
     return Call("POST", f"/items/{item_id}/revisions", RevisionOut.model_validate, body)
 
 

@@ -17,7 +17,8 @@ class ItemOut(BaseModel):
     id: UUID
     idempotency_key: str
     ledger_entity: str
-    variance_amount: Decimal
+    variance_amount: Decimal  # exactly its currency's decimals: Decimal("1500") JPY, Decimal("1.234") KWD
+    currency: str  # ISO 4217
     match_decision: str
     state: str
     leased_by: str | None
@@ -124,10 +125,28 @@ class ResolutionCodeOut(BaseModel):
     effective_approval_threshold: Decimal | None
 
 
+class RateOut(BaseModel):
+    currency: str
+    rate: Decimal  # one unit of `currency` in the base currency
+    set_by: str
+    set_at: datetime
+
+
+class RatesOut(BaseModel):
+    base_currency: str
+    rates: list[RateOut]
+
+
+class RateHistoryOut(BaseModel):
+    currency: str
+    rates: list[RateOut]
+
+
 class ResolutionPolicyOut(BaseModel):
     materiality_threshold: Decimal
     updated_at: datetime
     updated_by: str | None
+    base_currency: str
 
 
 class ReportOut(BaseModel):
@@ -196,6 +215,7 @@ class DecisionRowOut(BaseModel):
     idempotency_key: str
     ledger_entity: str
     variance_amount: Decimal
+    currency: str
     match_decision: str
     resolution: str
     note: str | None

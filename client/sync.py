@@ -26,6 +26,9 @@ from client.models import (
     EventOut,
     FeedEventOut,
     ItemOut,
+    RateHistoryOut,
+    RateOut,
+    RatesOut,
     ReleasedOut,
     ResolutionCodeOut,
     ResolutionPolicyOut,
@@ -172,6 +175,18 @@ class ReviewQueueClient:
         approval_threshold (Decimal or None), active."""
         return self._send(calls.put_resolution(code, fields))
 
+    def set_fx_rate(self, currency: str, rate: Decimal | str) -> RateOut:
+        """A currency's rate into the base currency from now on (ingest, admin); never overwritten."""
+        return self._send(calls.set_fx_rate(currency, rate))
+
+    def fx_rates(self) -> RatesOut:
+        """The latest rate of each currency, into the base currency."""
+        return self._send(calls.fx_rates())
+
+    def fx_rate_history(self, currency: str) -> RateHistoryOut:
+        """Every rate the currency had, newest first, with who set it and when."""
+        return self._send(calls.fx_rate_history(currency))
+
     def resolution_policy(self) -> ResolutionPolicyOut:
         """The catalogue-wide approval policy: the materiality threshold."""
         return self._send(calls.resolution_policy())
@@ -187,9 +202,11 @@ class ReviewQueueClient:
         variance_amount: Decimal | str,
         source_hash: str,
         match_decision: str | None = None,
+        currency: str | None = None,
     ) -> RevisionOut:
-        """New figures for an item (ingest, admin); idempotent on source_hash."""
-        return self._send(calls.revise(item_id, variance_amount, source_hash, match_decision))
+        """New figures for an item (ingest, admin); idempotent on source_hash. With currency (ISO
+        4217), the amount is in that currency from now on; without, in the item's own."""
+        return self._send(calls.revise(item_id, variance_amount, source_hash, match_decision, currency))
 
     def admin_release(self, item_id: UUID, *, reason: str) -> ItemOut:
         """Hand an item back to the queue, whoever holds it (admin)."""

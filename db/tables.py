@@ -68,7 +68,12 @@ review_queue_item = Table(
     Column("id", UUID(as_uuid=True), primary_key=True, server_default=func.gen_random_uuid()),
     Column("idempotency_key", Text, nullable=False, unique=True),
     Column("ledger_entity", Text, nullable=False),
-    Column("variance_amount", Numeric(18, 2, asdecimal=True), nullable=False),
+    # Unconstrained NUMERIC, bounded by ck_review_queue_item_amount_bounds: up to three decimals (KWD,
+    # BHD ...), as many as the item's currency has (checked by the API against the ISO 4217 list).
+    Column("variance_amount", Numeric(asdecimal=True), nullable=False),
+    # ISO 4217 code; the items from before currencies took the base currency (2026_12_06_1840, whose
+    # catalogue default, that base currency, stays for the writers of an older release).
+    Column("currency", Text, nullable=False),
     Column("match_decision", Text, nullable=False),
     Column("state", Text, nullable=False, server_default="PENDING"),
     Column("leased_by", Text),
@@ -116,6 +121,10 @@ review_queue_item = Table(
         "state IN ('PENDING', 'ASSIGNED', 'RESOLVED', 'QUARANTINED', 'AWAITING_APPROVAL')", name="valid_state"
     ),
     CheckConstraint("match_decision IN ('MATCHED', 'PARTIAL', 'UNMATCHED')", name="valid_match_decision"),
+    CheckConstraint(
+        "variance_amount = round(variance_amount, 3) AND abs(variance_amount) < 1e16", name="amount_bounds"
+    ),
+    CheckConstraint("currency ~ '^[A-Z]{3}$'", name="currency_code"),
     # At most 16 KiB of compact JSON (api.schemas); this is the database's looser backstop.
     CheckConstraint(
         "context IS NULL OR (jsonb_typeof(context) = 'object' AND octet_length(context::text) <= 32768)",
@@ -565,4 +574,21 @@ oidc_session = Table(
     Column("expires_at", DateTime(timezone=True), nullable=False),
     CheckConstraint(SUBJECT_CHECK, name="valid_subject"),
     Index("ix_oidc_session_expires_at", "expires_at"),
+)
+
+
+# Exchange rates into the base currency (2026_12_06_1900): one row per rate set, never changed (the
+# application role may only insert and read). The rate of a currency at an instant is the last one
+# set before it; the base currency's is 1 by definition and never stored.
+fx_rate = Table(
+    "fx_rate",
+    metadata,
+    Column("id", BigInteger, Identity(always=True), primary_key=True),
+    Column("currency", Text, nullable=False),
+    Column("rate", Numeric(asdecimal=True), nullable=False),  # one unit of `currency` in the base currency
+    Column("set_by", Text, nullable=False),
+    Column("set_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    CheckConstraint("currency ~ '^[A-Z]{3}$'", name="currency_code"),
+    CheckConstraint("rate > 0 AND rate = round(rate, 10) AND rate < 1e12", name="rate_bounds"),
+    Index("ix_fx_rate_currency_set_at", "currency", "set_at", "id"),
 )

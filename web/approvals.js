@@ -134,10 +134,10 @@ async function decide(approve) {
   try {
     if (approve) {
       const done = await withRetry(() => api.approve(item));
-      state.approval.message = `Approved ${item.ledger_entity} ${money(item.variance_amount)}: resolved as ${done.item.resolution} by ${done.item.resolved_by}.`;
+      state.approval.message = `Approved ${item.ledger_entity} ${money(item.variance_amount, item.currency)}: resolved as ${done.item.resolution} by ${done.item.resolved_by}.`;
     } else {
       await withRetry(() => api.reject(item, reason));
-      state.approval.message = `Rejected ${item.ledger_entity} ${money(item.variance_amount)}: back in the queue (${reason}).`;
+      state.approval.message = `Rejected ${item.ledger_entity} ${money(item.variance_amount, item.currency)}: back in the queue (${reason}).`;
     }
     await hold(null);
   } catch (error) {

@@ -35,7 +35,7 @@ function line({ event, item }) {
     {},
     h("td", { "data-label": "When" }, when(event.at)),
     h("td", { "data-label": "Decision" }, outcome),
-    h("td", { "data-label": "Item" }, `${item.ledger_entity} ${money(item.variance_amount)}`),
+    h("td", { "data-label": "Item" }, `${item.ledger_entity} ${money(item.variance_amount, item.currency)}`),
     h("td", { "data-label": "Now" }, now(item)),
   );
 }

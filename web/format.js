@@ -14,9 +14,21 @@ export function since(iso) {
   return duration((Date.now() - Date.parse(iso)) / 1000);
 }
 
-// A decimal string as finance reads it: digits grouped by thousands, the sign kept, two decimals
-// as the API sends them. String work only: the amount never becomes a float.
-export function money(amount) {
+// A decimal string as finance reads it: digits grouped by thousands, the sign kept, with its
+// currency's own decimals (ISO 4217, which the API already writes: "1500" JPY, "1.234" KWD).
+// Intl.NumberFormat formats a decimal string exactly, never through a float; without a currency or
+// where the browser does not know it, string work alone groups the digits as sent.
+export function money(amount, code) {
+  if (code) {
+    try {
+      const digits = new Intl.NumberFormat("en-US", { style: "currency", currency: code }).resolvedOptions()
+        .maximumFractionDigits;
+      const format = new Intl.NumberFormat("en-US", { minimumFractionDigits: digits, maximumFractionDigits: digits });
+      if (/^-?\d+(\.\d+)?$/.test(String(amount))) return format.format(String(amount));
+    } catch {
+      // an unknown code: as sent
+    }
+  }
   const parts = /^(-?)(\d+)(\.\d+)?$/.exec(String(amount));
   if (!parts) return String(amount);
   const [, sign, whole, fraction = ""] = parts;

@@ -32,14 +32,15 @@ export function history(events, label = "Event history") {
   return [h("h3", {}, label), h("ol", { class: "events", "aria-label": label }, events.map(eventLine))];
 }
 
-// The figure the eye finds first: grouped digits, the sign, the currency when the context names one.
+// The figure the eye finds first: grouped digits, the sign, and the item's currency (an older
+// server's item has none: then the one the matcher's context names, if any).
 export function amountFigure(item) {
-  const code = currency(item.context);
+  const code = item.currency || currency(item.context);
   return h(
     "p",
     { class: "figure" },
     h("span", { class: "figure-label" }, "Variance amount"),
-    h("span", { class: "amount", "data-testid": "amount" }, money(item.variance_amount)),
+    h("span", { class: "amount", "data-testid": "amount" }, money(item.variance_amount, item.currency)),
     code ? h("span", { class: "currency", "data-testid": "currency" }, code) : null,
   );
 }

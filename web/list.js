@@ -128,7 +128,7 @@ function row(item) {
   const select = mine
     ? h("input", {
         type: "checkbox",
-        "aria-label": `Select ${item.ledger_entity} ${money(item.variance_amount)}`,
+        "aria-label": `Select ${item.ledger_entity} ${money(item.variance_amount, item.currency)}`,
         checked: state.list.selected.has(item.id),
         on: { change: (ev) => toggle(item.id, ev.target.checked) },
       })
@@ -143,7 +143,7 @@ function row(item) {
       { "data-label": "Ledger entity" },
       h("button", { type: "button", class: "link", on: { click: () => openItem(item.id) } }, item.ledger_entity),
     ),
-    h("td", { "data-label": "Amount", class: "num" }, money(item.variance_amount)),
+    h("td", { "data-label": "Amount", class: "num" }, money(item.variance_amount, item.currency)),
     h("td", { "data-label": "State" }, item.state),
     h("td", { "data-label": "Held by" }, item.leased_by && item.state !== "RESOLVED" ? item.leased_by : ""),
   );
@@ -218,7 +218,7 @@ function bulkResults() {
       "tbody",
       {},
       state.list.bulk.map(({ item, outcome }) =>
-        h("tr", {}, h("td", { "data-label": "Ledger entity" }, item.ledger_entity), h("td", { "data-label": "Amount", class: "num" }, money(item.variance_amount)), h("td", { "data-label": "Outcome" }, outcome)),
+        h("tr", {}, h("td", { "data-label": "Ledger entity" }, item.ledger_entity), h("td", { "data-label": "Amount", class: "num" }, money(item.variance_amount, item.currency)), h("td", { "data-label": "Outcome" }, outcome)),
       ),
     ),
   );

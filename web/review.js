@@ -331,9 +331,9 @@ export async function resolveAndNext() {
   try {
     const done = await withRetry(() => api.complete(item, resolution, note || null));
     if (done.outcome === "submitted_for_approval" || done.outcome === "already_submitted") {
-      say(`Submitted ${done.item.ledger_entity} ${money(done.item.variance_amount)} as ${resolution} for approval (at or above its threshold).`);
+      say(`Submitted ${done.item.ledger_entity} ${money(done.item.variance_amount, done.item.currency)} as ${resolution} for approval (at or above its threshold).`);
     } else {
-      say(`Resolved ${done.item.ledger_entity} ${money(done.item.variance_amount)} as ${resolution}.`);
+      say(`Resolved ${done.item.ledger_entity} ${money(done.item.variance_amount, done.item.currency)} as ${resolution}.`);
     }
     clearDecision();
     state.changed = null;

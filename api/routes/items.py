@@ -2,6 +2,7 @@
 approve, reject, revise). The holder's calls (complete, renew, release) are in api/routes/holder.py,
 whose router the app adds first."""
 
+from decimal import Decimal
 from typing import Annotated
 from uuid import UUID
 
@@ -45,6 +46,7 @@ from api.schemas import (
     encode_cursor,
     encode_event_cursor,
 )
+from api.schemas.fields import decimals_problem, in_minor_units
 from api.settings import Settings, sla_hours
 from db import queue
 from db.tokens import Principal, fold_subject
@@ -53,8 +55,27 @@ from db.unit import Unit
 router = APIRouter(route_class=QueueRoute, tags=["items"])
 
 
-def _new_item(body: ItemIn, settings: Settings) -> queue.NewItem:
-    return queue.NewItem(**body.model_dump(), sla_hours=sla_hours(settings.sla_tiers, body.variance_amount))
+def _in_its_currency(amount: Decimal, currency: str, loc: list[str | int]) -> Decimal:
+    """The amount with exactly its currency's decimals, or a 422 naming them: a rule across two
+    fields, so checked here and not by the field's own type (never rounded)."""
+    problem = decimals_problem(amount, currency)
+    if problem is not None:
+        where = ".".join(map(str, loc))
+        raise ProblemError(
+            "VALIDATION_ERROR",
+            f"{where}: {problem}",
+            extra={"errors": [{"loc": loc, "msg": problem, "type": "currency_minor_units"}]},
+        )
+    return in_minor_units(amount, currency)
+
+
+def _new_item(body: ItemIn, settings: Settings, loc: list[str | int]) -> queue.NewItem:
+    currency = body.currency or settings.base_currency
+    amount = _in_its_currency(body.variance_amount, currency, [*loc, "variance_amount"])
+    return queue.NewItem(
+        **{**body.model_dump(), "variance_amount": amount, "currency": currency},
+        sla_hours=sla_hours(settings.sla_tiers, amount),
+    )
 
 
 def _conflict_detail(key: str) -> str:
@@ -76,7 +97,9 @@ async def enqueue(
 ) -> ItemOut:
     """Enqueue an item for review; idempotent on `idempotency_key`. Without `due_at`, the item is
     due its SLA tier's hours after enqueue (REVIEW_QUEUE_SLA_TIERS, by abs(variance_amount))."""
-    outcome, item = await queue.enqueue_item(unit, new=_new_item(body, settings), actor=principal.subject)
+    outcome, item = await queue.enqueue_item(
+        unit, new=_new_item(body, settings, ["body"]), actor=principal.subject
+    )
     if outcome == "conflict":
         raise ProblemError(
             "IDEMPOTENCY_CONFLICT", _conflict_detail(body.idempotency_key), extra={"item_id": str(item.id)}
@@ -90,7 +113,9 @@ async def enqueue(
 async def enqueue_batch(body: BatchIn, unit: Work, principal: Ingest, settings: SettingsDep) -> BatchOut:
     """Enqueue up to 1000 items in one transaction; one result per item, in request order."""
     results = await queue.enqueue_items(
-        unit, new=[_new_item(i, settings) for i in body.items], actor=principal.subject
+        unit,
+        new=[_new_item(sent, settings, ["body", "items", n]) for n, sent in enumerate(body.items)],
+        actor=principal.subject,
     )
     out = []
     for (outcome, item), sent in zip(results, body.items, strict=True):
@@ -313,14 +338,21 @@ async def revise(item_id: ItemId, body: RevisionIn, unit: Work, principal: Inges
     """New figures from a re-run of the matcher; idempotent on `source_hash`. PENDING and QUARANTINED
     items are updated; an ASSIGNED one stays with its holder under a new lease (their old token is
     refused with SOURCE_CHANGED); a RESOLVED one is reopened (PENDING in its old place), its decision
-    kept in the trail as decertified."""
+    kept in the trail as decertified. With `currency`, the amount is in that currency from now on."""
+    currency = body.currency
+    if currency is None:  # the amount is in the item's currency, which it keeps
+        current = await queue.get_item(unit, item_id=item_id)
+        if current is None:
+            raise ProblemError("NOT_FOUND", f"no item {item_id}")
+        currency = current.currency
     revision = await queue.revise_item(
         unit,
         item_id=item_id,
         actor=principal.subject,
-        variance_amount=body.variance_amount,
+        variance_amount=_in_its_currency(body.variance_amount, currency, ["body", "variance_amount"]),
         source_hash=body.source_hash,
         match_decision=body.match_decision,
+        currency=body.currency,
     )
     item = revision.item
     if revision.outcome == "not_found" or item is None:

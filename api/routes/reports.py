@@ -34,6 +34,7 @@ from api.schemas import (
     ThroughputOut,
     period_rules,
 )
+from api.schemas.fields import amount_text
 from db import reports
 
 log = logging.getLogger("review_queue.api")
@@ -194,15 +195,16 @@ def _instant(value: datetime | None) -> str | None:
 
 
 def _plain(page: list[reports.Decision]) -> list[dict[str, Any]]:
-    """Each decision as DecisionRowOut writes it (amounts with two decimals, instants RFC 3339 in UTC),
-    without building a model per row: the export's rows are many."""
+    """Each decision as DecisionRowOut writes it (amounts with their currency's decimals, instants
+    RFC 3339 in UTC), without building a model per row: the export's rows are many."""
     return [
         {
             "event_id": d.event_id,
             "item_id": str(d.item_id),
             "idempotency_key": d.idempotency_key,
             "ledger_entity": d.ledger_entity,
-            "variance_amount": f"{d.variance_amount:.2f}",
+            "variance_amount": amount_text(d.variance_amount, d.currency),
+            "currency": d.currency,
             "match_decision": d.match_decision,
             "resolution": d.resolution,
             "note": d.note,

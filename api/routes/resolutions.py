@@ -4,7 +4,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Response, status
 
-from api.deps import Admin, AnyRole, Conn, Work
+from api.deps import Admin, AnyRole, Conn, SettingsDep, Work
 from api.routing import QueueRoute
 from api.schemas import (
     ResolutionCodeIn,
@@ -13,6 +13,7 @@ from api.schemas import (
     ResolutionPolicyOut,
     ResolutionsOut,
 )
+from api.settings import Settings
 from db import catalogue, queue
 
 router = APIRouter(route_class=QueueRoute, tags=["resolutions"])
@@ -33,16 +34,25 @@ async def list_resolutions(unit: Work, _: AnyRole) -> ResolutionsOut:
     return ResolutionsOut(resolutions=[ResolutionCodeOut.model_validate(c) for c in codes])
 
 
+def _policy_out(policy: catalogue.ApprovalPolicy, settings: Settings) -> ResolutionPolicyOut:
+    return ResolutionPolicyOut(
+        materiality_threshold=policy.materiality_threshold,
+        updated_at=policy.updated_at,
+        updated_by=policy.updated_by,
+        base_currency=settings.base_currency,
+    )
+
+
 # Before /resolutions/{code}: FastAPI tries routes in order, and `policy` is a path segment too.
 @router.get(
     "/resolutions/policy",
     operation_id="getResolutionPolicy",
     summary="Read the catalogue-wide approval policy",
 )
-async def get_policy(conn: Conn, _: AnyRole) -> ResolutionPolicyOut:
+async def get_policy(conn: Conn, _: AnyRole, settings: SettingsDep) -> ResolutionPolicyOut:
     """Materiality: the amount from which every completion needs an approver, whatever its code
-    (unless the code's own approval_threshold is lower). Any role."""
-    return ResolutionPolicyOut.model_validate(await catalogue.get_policy(conn))
+    (unless the code's own approval_threshold is lower), and the base currency. Any role."""
+    return _policy_out(await catalogue.get_policy(conn), settings)
 
 
 @router.put(
@@ -50,13 +60,15 @@ async def get_policy(conn: Conn, _: AnyRole) -> ResolutionPolicyOut:
     operation_id="putResolutionPolicy",
     summary="Set the catalogue-wide approval policy (admin)",
 )
-async def put_policy(body: ResolutionPolicyIn, conn: Conn, principal: Admin) -> ResolutionPolicyOut:
+async def put_policy(
+    body: ResolutionPolicyIn, conn: Conn, principal: Admin, settings: SettingsDep
+) -> ResolutionPolicyOut:
     """Set the materiality threshold. The completion statement reads it, so a completion committed
     meanwhile is wholly before or after the change; the row keeps who changed it and when."""
     saved = await catalogue.put_policy(
         conn, materiality_threshold=body.materiality_threshold, actor=principal.subject
     )
-    return ResolutionPolicyOut.model_validate(saved)
+    return _policy_out(saved, settings)
 
 
 @router.put(

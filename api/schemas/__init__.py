@@ -80,6 +80,7 @@ from api.schemas.fields import (
     stored_size,
     time_zones,
 )
+from api.schemas.fx import RateHistoryOut, RateHistoryQuery, RateIn, RateOut, RatesOut
 from api.schemas.items import (
     MAX_BATCH_ITEMS,
     BatchIn,
@@ -220,6 +221,11 @@ __all__ = [
     "OidcProviderOut",
     "PeriodQuery",
     "Problem",
+    "RateHistoryOut",
+    "RateHistoryQuery",
+    "RateIn",
+    "RateOut",
+    "RatesOut",
     "Reason",
     "ReassignIn",
     "ReclaimBatch",

@@ -50,6 +50,11 @@ class ResolutionPolicyIn(Strict):
 
 class ResolutionPolicyOut(BaseModel):
     materiality_threshold: Threshold
+    base_currency: str = Field(
+        description="The deployment's base currency (REVIEW_QUEUE_BASE_CURRENCY): of an item enqueued"
+        " without a currency, and of the thresholds.",
+        examples=["USD"],
+    )
     updated_at: Timestamp
     updated_by: str | None = Field(description="The admin who set it; null: the default of the migration.")
 

@@ -1,23 +1,28 @@
 """Items: what is enqueued, what an item looks like, the list, the batch, revisions, events and
 decisions."""
 
+from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Literal
 from uuid import UUID
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_serializer, model_validator
 
 from api.schemas.codecs import CURSOR_PATTERN, EVENT_CURSOR_PATTERN, encode_lease_token
 from api.schemas.fields import (
+    Amount,
+    AmountOut,
     Context,
+    CurrencyCode,
     DueAt,
     MatchDecision,
-    Money,
     Rfc3339,
     State,
     Strict,
     Text200,
     Threshold,
     Timestamp,
+    amount_fits_currency,
+    amount_text,
 )
 from api.schemas.service import Problem
 from db.vocabulary import EventName
@@ -26,10 +31,24 @@ if TYPE_CHECKING:  # for the annotations of `of` only: the schemas need no queue
     from db.queue import Item
 
 
+CURRENCY_IN = (
+    "ISO 4217 code of variance_amount. Absent or null: the deployment's base currency"
+    " (REVIEW_QUEUE_BASE_CURRENCY, `base_currency` of GET /resolutions/policy). The amount has at most"
+    " its minor units as decimals (JPY none, USD two, KWD three): more is a 422, never rounded."
+)
+
+
 class ItemIn(Strict):
     idempotency_key: Text200
     ledger_entity: Text200
-    variance_amount: Money
+    variance_amount: Amount
+    currency: CurrencyCode | None = Field(default=None, description=CURRENCY_IN)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _fits_currency(cls, data: Any) -> Any:
+        return amount_fits_currency(data)
+
     match_decision: MatchDecision
     source_hash: Text200
     trace_id: UUID | None = None
@@ -45,7 +64,8 @@ class ItemOut(BaseModel):
     id: UUID
     idempotency_key: str
     ledger_entity: str
-    variance_amount: Money
+    variance_amount: AmountOut = Field(description="Written with exactly its currency's decimals.")
+    currency: str = Field(description="ISO 4217 code of variance_amount.", examples=["EUR"])
     match_decision: MatchDecision
     state: State
     leased_by: str | None
@@ -84,6 +104,10 @@ class ItemOut(BaseModel):
         description="The deadline: as given at enqueue, or created_at plus the SLA tier of the amount."
     )
 
+    @field_serializer("variance_amount", when_used="json")
+    def _amount(self, amount: Decimal) -> str:
+        return amount_text(amount, self.currency)
+
     @classmethod
     def of(cls, item: "Item", viewer: str | None = None) -> "ItemOut":
         fields = {name: getattr(item, name) for name in cls.model_fields if hasattr(item, name)}
@@ -100,7 +124,18 @@ class ItemOut(BaseModel):
 
 
 class RevisionIn(Strict):
-    variance_amount: Money
+    variance_amount: Amount
+    currency: CurrencyCode | None = Field(
+        default=None,
+        description="Unchanged when omitted. The amount has at most this currency's decimals (or the"
+        " item's, when omitted).",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _fits_currency(cls, data: Any) -> Any:
+        return amount_fits_currency(data)
+
     source_hash: Text200 = Field(description="Of the new figures; a revision is idempotent on it.")
     match_decision: MatchDecision | None = Field(default=None, description="Unchanged when omitted.")
 

@@ -5,9 +5,9 @@ from decimal import Decimal
 from typing import Annotated, Any, Literal
 from uuid import UUID
 
-from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, WithJsonSchema
+from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, WithJsonSchema, field_serializer
 
-from api.schemas.fields import IsoDate, Money, Strict, Text200, Timestamp, TimeZone
+from api.schemas.fields import AmountOut, IsoDate, Strict, Text200, Timestamp, TimeZone, amount_text
 
 # The longest period per bucket size: a year (and a leap day) of days, a year (and a week) of weeks.
 MAX_BUCKETS = {"day": 366, "week": 53}
@@ -147,7 +147,15 @@ class DecisionRowOut(BaseModel):
     item_id: UUID
     idempotency_key: str
     ledger_entity: str
-    variance_amount: Money = Field(description="The figures the decision was made on.")
+    variance_amount: AmountOut = Field(
+        description="The figures the decision was made on, with exactly its currency's decimals."
+    )
+    currency: str = Field(description="ISO 4217 code of variance_amount.")
+
+    @field_serializer("variance_amount", when_used="json")
+    def _amount(self, amount: Decimal) -> str:
+        return amount_text(amount, self.currency)
+
     match_decision: str
     resolution: str
     note: str | None

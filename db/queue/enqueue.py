@@ -36,6 +36,7 @@ class NewItem:
     idempotency_key: str
     ledger_entity: str
     variance_amount: Decimal
+    currency: str
     match_decision: str
     source_hash: str
     trace_id: UUID | None = None
@@ -51,6 +52,7 @@ class NewItem:
         return (
             self.ledger_entity == existing.ledger_entity
             and self.variance_amount == existing.variance_amount
+            and self.currency == existing.currency
             and self.match_decision == existing.match_decision
             and self.source_hash == existing.source_hash
             and (self.trace_id is None or self.trace_id == existing.trace_id)
@@ -68,7 +70,8 @@ _batch = (
     func.unnest(
         bindparam("idempotency_keys", type_=ARRAY(Text)),
         bindparam("ledger_entities", type_=ARRAY(Text)),
-        bindparam("variance_amounts", type_=ARRAY(Numeric(18, 2))),
+        bindparam("variance_amounts", type_=ARRAY(Numeric())),
+        bindparam("currencies", type_=ARRAY(Text)),
         bindparam("match_decisions", type_=ARRAY(Text)),
         bindparam("source_hashes", type_=ARRAY(Text)),
         bindparam("trace_ids", type_=ARRAY(PG_UUID(as_uuid=True))),
@@ -78,7 +81,7 @@ _batch = (
         bindparam("due_ats", type_=ARRAY(DateTime(timezone=True))),
         bindparam("sla_hours", type_=ARRAY(Integer)),
     )
-    .table_valued("k", "e", "a", "d", "h", "t", "p", "c", "due", "sla")
+    .table_valued("k", "e", "a", "cur", "d", "h", "t", "p", "c", "due", "sla")
     .render_derived()
 )
 # One transaction shares one now(); a microsecond per position keeps a batch in request order in
@@ -94,6 +97,7 @@ _inserted = (
             "idempotency_key",
             "ledger_entity",
             "variance_amount",
+            "currency",
             "match_decision",
             "source_hash",
             "trace_id",
@@ -105,6 +109,7 @@ _inserted = (
             _batch.c.k,
             _batch.c.e,
             _batch.c.a,
+            _batch.c.cur,
             _batch.c.d,
             _batch.c.h,
             func.coalesce(_batch.c.t, func.gen_random_uuid()),
@@ -138,6 +143,7 @@ async def enqueue_items(
         "idempotency_keys": [n.idempotency_key for n in unique],
         "ledger_entities": [n.ledger_entity for n in unique],
         "variance_amounts": [n.variance_amount for n in unique],
+        "currencies": [n.currency for n in unique],
         "match_decisions": [n.match_decision for n in unique],
         "source_hashes": [n.source_hash for n in unique],
         "trace_ids": [n.trace_id for n in unique],

@@ -59,6 +59,7 @@ _revision_target = (
         item.c.id,
         item.c.state.label("previous_state"),
         item.c.variance_amount.label("previous_amount"),
+        item.c.currency.label("previous_currency"),
         item.c.match_decision.label("previous_decision"),
         item.c.source_hash.label("previous_hash"),
         item.c.leased_by.label("previous_holder"),
@@ -95,7 +96,8 @@ _revised = (
     item.update()
     .where(item.c.id == _revision_target.c.id, item.c.source_hash == _revision_target.c.previous_hash)
     .values(
-        variance_amount=bindparam("new_amount", type_=Numeric(18, 2)),
+        variance_amount=bindparam("new_amount", type_=Numeric()),
+        currency=func.coalesce(bindparam("new_currency", type_=Text), item.c.currency),
         match_decision=func.coalesce(bindparam("new_decision", type_=Text), item.c.match_decision),
         source_hash=bindparam("new_hash", type_=Text),
         # Reopened in its old place (due_at and created_at are kept). A proposal awaiting approval
@@ -124,10 +126,17 @@ _revised = (
 )
 
 
-def _figures(amount: Any, decision: Any, source_hash: Any) -> Any:
+def _figures(amount: Any, currency: Any, decision: Any, source_hash: Any) -> Any:
     # The amount as text: a JSON number would be read back as a float.
     return func.jsonb_build_object(
-        "variance_amount", cast(amount, Text), "match_decision", decision, "source_hash", source_hash
+        "variance_amount",
+        cast(amount, Text),
+        "currency",
+        currency,
+        "match_decision",
+        decision,
+        "source_hash",
+        source_hash,
     )
 
 
@@ -136,9 +145,16 @@ _revised_logged = _logged(
     "REVISED",
     details=func.jsonb_build_object(
         "previous",
-        _figures(_revised.c.previous_amount, _revised.c.previous_decision, _revised.c.previous_hash),
+        _figures(
+            _revised.c.previous_amount,
+            _revised.c.previous_currency,
+            _revised.c.previous_decision,
+            _revised.c.previous_hash,
+        ),
         "current",
-        _figures(_revised.c.variance_amount, _revised.c.match_decision, _revised.c.source_hash),
+        _figures(
+            _revised.c.variance_amount, _revised.c.currency, _revised.c.match_decision, _revised.c.source_hash
+        ),
         "previous_state",
         _revised.c.previous_state,
         "holder",
@@ -171,6 +187,7 @@ _REVISE: Any = select(
     *[_revised.c[n] for n in _ITEM_FIELDS],
     _revised.c.previous_state,
     _revised.c.previous_amount,
+    _revised.c.previous_currency,
     _revised.c.previous_decision,
     _revised.c.previous_hash,
     _revised.c.previous_resolution,
@@ -185,6 +202,7 @@ class Revision:
     item: Item | None
     previous_state: str | None = None
     previous_amount: Decimal | None = None
+    previous_currency: str | None = None
     previous_decision: str | None = None
     previous_hash: str | None = None
     previous_resolution: str | None = None
@@ -198,6 +216,7 @@ async def revise_item(
     variance_amount: Decimal,
     source_hash: str,
     match_decision: str | None,
+    currency: str | None = None,
 ) -> Revision:
     """New figures for an item; idempotent on source_hash (its current one: `unchanged`, or a
     `conflict` when the figures differ; an earlier one: `superseded`, nothing changes)."""
@@ -207,6 +226,7 @@ async def revise_item(
         "new_amount": variance_amount,
         "new_hash": source_hash,
         "new_decision": match_decision,
+        "new_currency": currency,
     }
     row = _first(await unit.execute(_REVISE, params))
     if row is not None:
@@ -220,9 +240,11 @@ async def revise_item(
                 actor,
                 previous_state=row.previous_state,
                 previous_source_hash=row.previous_hash,
-                previous_variance_amount=f"{row.previous_amount:.2f}",
+                previous_variance_amount=str(row.previous_amount),
+                previous_currency=row.previous_currency,
                 previous_match_decision=row.previous_decision,
-                variance_amount=f"{revised.variance_amount:.2f}",
+                variance_amount=str(revised.variance_amount),
+                currency=revised.currency,
                 decertified_resolution=row.previous_resolution,
                 state=revised.state,
             )
@@ -232,6 +254,7 @@ async def revise_item(
             revised,
             row.previous_state,
             row.previous_amount,
+            row.previous_currency,
             row.previous_decision,
             row.previous_hash,
             row.previous_resolution,
@@ -241,5 +264,9 @@ async def revise_item(
         return Revision("not_found", None)
     if current.source_hash != source_hash:
         return Revision("superseded", current)
-    same = current.variance_amount == variance_amount and match_decision in (None, current.match_decision)
+    same = (
+        current.variance_amount == variance_amount
+        and currency in (None, current.currency)
+        and match_decision in (None, current.match_decision)
+    )
     return Revision("unchanged" if same else "conflict", current)

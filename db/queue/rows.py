@@ -44,6 +44,7 @@ class Item:
     idempotency_key: str
     ledger_entity: str
     variance_amount: Decimal
+    currency: str  # ISO 4217; variance_amount has at most its minor units
     match_decision: str
     state: str
     leased_by: str | None

@@ -20,6 +20,7 @@ class Decision:
     idempotency_key: str
     ledger_entity: str
     variance_amount: Decimal  # the figures the decision was made on
+    currency: str
     match_decision: str
     resolution: str
     note: str | None
@@ -50,8 +51,11 @@ WITH page AS (
     LIMIT :limit
 )
 SELECT e.id AS event_id, e.item_id, i.idempotency_key, i.ledger_entity,
-       coalesce(CAST(rev.details -> 'previous' ->> 'variance_amount' AS numeric(18, 2)), i.variance_amount)
+       coalesce(CAST(rev.details -> 'previous' ->> 'variance_amount' AS numeric), i.variance_amount)
            AS variance_amount,
+       -- A revision from before currencies (2026_12_06_1840) kept none: the item's, the base then.
+       CASE WHEN rev.details IS NULL THEN i.currency
+            ELSE coalesce(rev.details -> 'previous' ->> 'currency', i.currency) END AS currency,
        coalesce(rev.details -> 'previous' ->> 'match_decision', i.match_decision) AS match_decision,
        e.details ->> 'resolution' AS resolution, e.details ->> 'note' AS note,
        CASE e.event WHEN 'APPROVED' THEN e.details ->> 'prepared_by' ELSE e.actor END AS resolved_by,

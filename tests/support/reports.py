@@ -57,14 +57,15 @@ class Item:
     match_decision: str
     created_at: datetime
     due_at: datetime
+    currency: str
 
 
 def read_back(sql: psycopg.Connection) -> tuple[dict[UUID, Item], list[Event]]:
     items = {
         row[0]: Item(*row)
         for row in sql.execute(
-            "SELECT id, idempotency_key, ledger_entity, variance_amount, match_decision, created_at, due_at"
-            " FROM review_queue_item"
+            "SELECT id, idempotency_key, ledger_entity, variance_amount, match_decision, created_at, due_at,"
+            " currency FROM review_queue_item"
         )
     }
     events = [
@@ -269,6 +270,7 @@ def decisions(
                 "idempotency_key": item.idempotency_key,
                 "ledger_entity": item.ledger_entity,
                 "variance_amount": Decimal(figures["variance_amount"]) if figures else item.variance_amount,
+                "currency": figures.get("currency", item.currency) if figures else item.currency,
                 "match_decision": figures["match_decision"] if figures else item.match_decision,
                 "resolution": e.details["resolution"],
                 "note": e.details.get("note"),

@@ -24,6 +24,7 @@ SLOW = (
     "test_webhook_faults.py",
     "test_pgbouncer.py",
     "test_migrations.py",
+    "test_migration_currency.py",
     "test_mutations.py",
     "test_readme.py",
     "test_cli.py",

@@ -119,6 +119,10 @@ MATRIX: dict[tuple[str, str], Route] = {
     # Materiality: anyone reads it; the admin's PUT writes the seeded value again (not the queue).
     ("GET", "/resolutions/policy"): Route(ANY_ROLE),
     ("PUT", "/resolutions/policy"): Route(ADMIN, body=lambda: {"materiality_threshold": "10000.00"}),
+    # Rates: a treasury feed (ingest) or an admin sets one (not the queue); anyone reads them.
+    ("PUT", "/fx-rates/{currency}"): Route(INGEST, body=lambda: {"rate": "1.0850"}),
+    ("GET", "/fx-rates"): Route(ANY_ROLE),
+    ("GET", "/fx-rates/{currency}/history"): Route(ANY_ROLE),
     # A revision changes any item, leased by anyone (its holder keeps it under a new lease).
     ("POST", "/items/{item_id}/revisions"): Route(
         INGEST,
@@ -278,7 +282,7 @@ class World:
     def call(self, method: str, path: str, caller: str, target: str | None) -> httpx.Response:
         item_id = self.item_id(caller, target)
         url = path.replace("{item_id}", item_id) if item_id else path
-        url = url.replace("{code}", "MATCH_CONFIRMED")
+        url = url.replace("{code}", "MATCH_CONFIRMED").replace("{currency}", "EUR")
         url = url.replace("{reviewer}", OTHER).replace("{name}", WEBHOOK)
         route = MATRIX[(method, path)]
         body = route.body
@@ -642,6 +646,7 @@ QUERY_ROUTES = [
     ("/decisions", None),
     ("/events", None),
     ("/webhooks/{name}/deliveries", None),
+    ("/fx-rates/{currency}/history", None),
     *((path, None) for (_, path), route in MATRIX.items() if route.params),
 ]
 QUERY_CALLERS = {
@@ -691,7 +696,11 @@ def test_unknown_query_parameters_are_refused(
     shared_world: World, path: str, target: str | None, caller: str, params: dict[str, Any]
 ) -> None:
     item_id = shared_world.item_id(caller, target)
-    url = (path.replace("{item_id}", item_id) if item_id else path).replace("{name}", WEBHOOK)
+    url = (
+        (path.replace("{item_id}", item_id) if item_id else path)
+        .replace("{name}", WEBHOOK)
+        .replace("{currency}", "EUR")
+    )
     ok = shared_world.client.get(url, params=params, headers=shared_world.headers[caller])
     assert ok.status_code == 200, ok.text
     before = snapshot(shared_world.sql)

@@ -25,8 +25,8 @@ class TestEnqueue:
         assert response.status_code == 201
         item = response.json()
         assert set(item) == {
-            "id", "idempotency_key", "ledger_entity", "variance_amount", "match_decision", "state",
-            "leased_by", "leased_at", "lease_expires_at", "trace_id", "source_hash", "created_at",
+            "id", "idempotency_key", "ledger_entity", "variance_amount", "currency", "match_decision",
+            "state", "leased_by", "leased_at", "lease_expires_at", "trace_id", "source_hash", "created_at",
             "resolution", "resolution_note", "resolved_by", "resolved_at", "attempts", "lease_token",
             "context", "due_at", "prepared_by", "prepared_at", "proposed_resolution", "proposed_note",
             "approved_by", "approved_at",
@@ -34,7 +34,7 @@ class TestEnqueue:
         assert (item["attempts"], item["lease_token"], item["context"]) == (0, None, None)
         assert item["due_at"].endswith("+00:00")
         assert item["state"] == "PENDING"
-        assert item["variance_amount"] == "12.50"
+        assert (item["variance_amount"], item["currency"]) == ("12.50", "USD")  # the base currency
         assert item["trace_id"] == body["trace_id"]
         assert item["leased_by"] is None and item["resolved_at"] is None
         assert item["created_at"].endswith("+00:00")

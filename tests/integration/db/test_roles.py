@@ -122,6 +122,8 @@ def test_the_service_role_has_exactly_the_table_rights_it_needs(as_service: psyc
         "review_queue_archive": "SELECT",
         # INSERT on the event's content columns only (test_an_event_gets_its_place_from_the_database).
         "review_queue_event": "SELECT",
+        # Exchange rates: appended, never changed or deleted (the evidence of which rate applied).
+        "fx_rate": "INSERT,SELECT",
         # Materiality: one row, updated, never added or deleted.
         "approval_policy": "SELECT,UPDATE",
         "review_queue_item": "INSERT,SELECT,UPDATE",

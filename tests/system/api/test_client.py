@@ -3,6 +3,7 @@
 import asyncio
 import threading
 import time
+import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta
@@ -12,7 +13,10 @@ from uuid import UUID
 import httpx
 import psycopg
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from api.schemas.fields import currencies, minor_units
 from client import (
     AlreadyHeld,
     AsyncReviewQueueClient,
@@ -29,7 +33,7 @@ from client.models import ItemOut
 from db import queue
 from db.engine import create_engine
 from db.unit import Transaction
-from tests.support import seed_items, wait_for
+from tests.support import LONG, seed_items, wait_for
 from tests.support.servers import start_server, stop_server
 
 LEASE_S = 1  # REVIEW_QUEUE_LOCK_TIMEOUT_MS, the minimum: the client renews every LEASE_S / 3
@@ -617,3 +621,37 @@ def test_reports_and_the_streamed_decisions(live_server: str, make_token: Callab
             return [d async for d in ada.report_decisions(today, tomorrow)]
 
     assert asyncio.run(asynchronously()) == streamed
+
+
+@settings(max_examples=60 if not LONG else 600, deadline=None)
+@given(data=st.data())
+def _round_trip(data: st.DataObject, ingest: ReviewQueueClient, read: ReviewQueueClient) -> None:
+    code = data.draw(st.sampled_from(sorted(currencies())))
+    decimals = minor_units(code)
+    whole = data.draw(st.integers(min_value=-(10**16) + 1, max_value=10**16 - 1))
+    fraction = data.draw(st.integers(min_value=0, max_value=10**decimals - 1))
+    text = f"{whole}" + (f".{fraction:0{decimals}d}" if decimals else "")
+    if whole == 0 and text.startswith("-"):
+        text = text[1:]
+    sent = Decimal(text)
+    item = ingest.enqueue(
+        idempotency_key=f"prop-{uuid.uuid4()}", ledger_entity="ACME-GMBH", variance_amount=sent,
+        currency=code, match_decision="PARTIAL", source_hash="sha256:prop",
+    )  # fmt: skip
+    again = read.get(item.id)
+    for got in (item, again):
+        assert got.currency == code
+        # Exactly the decimals sent: Decimal equality would also take 1.5 for 1.50.
+        assert str(got.variance_amount) == text, (code, text, got.variance_amount)
+
+
+def test_every_iso_currencys_minor_units_round_trip_exactly_through_the_api_and_the_client(
+    live_server: str, make_token: Callable[[str, str], str]
+) -> None:
+    """Issue 40: an amount in any currency of the ISO list, with exactly its minor units, comes back
+    through the API and the Python client as the same decimal string (never via a float)."""
+    with (
+        ReviewQueueClient(live_server, make_token("ingest", "ingest")) as ingest,
+        ReviewQueueClient(live_server, make_token("audrey", "auditor")) as read,
+    ):
+        _round_trip(ingest=ingest, read=read)

@@ -75,6 +75,18 @@ schema = schemathesis.openapi.from_dict(
             # pattern; the operation's `x-period` states them): schema-valid parameters may be a 422
             # there, still a problem, never a 5xx.
             "operations": [
+                # An item's amount has at most its currency's decimals, and without a currency those
+                # of the base currency (enqueue) or of the item's own (revision): a rule across two
+                # fields and the deployment or the stored item, which this schema does not state, so
+                # "1.234" without a currency is schema-valid and a 422 (tests/api/test_currency.py).
+                {
+                    "include-operation-id": ["enqueueItem", "enqueueItems", "reviseItem"],
+                    "checks": {
+                        "positive_data_acceptance": {
+                            "expected-statuses": ["2xx", "401", "403", "404", "409", "422"]
+                        }
+                    },
+                },
                 {
                     "include-path-regex": "^/reports/",
                     "checks": {
@@ -82,7 +94,7 @@ schema = schemathesis.openapi.from_dict(
                             "expected-statuses": ["2xx", "401", "403", "404", "409", "422"]
                         }
                     },
-                }
+                },
             ],
         }
     ),

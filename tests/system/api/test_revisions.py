@@ -66,10 +66,11 @@ def test_a_pending_item_is_updated_and_the_trail_has_old_and_new_figures(
     assert trail[-1]["details"] == {
         "previous": {
             "variance_amount": "12.50",
+            "currency": "USD",
             "match_decision": "UNMATCHED",
             "source_hash": "sha256:first",
         },
-        "current": NEW,
+        "current": {**NEW, "currency": "USD"},
         "previous_state": "PENDING",
         "holder": None,
     }

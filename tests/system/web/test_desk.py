@@ -875,7 +875,14 @@ def test_the_approver_sees_the_evidence_and_a_rejection_comes_back_with_a_banner
         "sneaky": "javascript:alert(1)",
     }
     with desk(db_url) as base:
-        item = enqueue(base, admin, ledger_entity="EVIDENCE-CO", variance_amount="-25000.00", context=context)
+        item = enqueue(
+            base,
+            admin,
+            ledger_entity="EVIDENCE-CO",
+            variance_amount="-25000.00",
+            currency="EUR",
+            context=context,
+        )
         preparer = contexts().new_page()
         sign_in(preparer, base, make_token("alice", "reviewer"))
         preparer.keyboard.press("n")
@@ -1096,8 +1103,8 @@ def test_a_phone_axe_core_contrast_and_the_readme_screenshot(
                 admin,
                 ledger_entity="ACME-CORP",
                 variance_amount="-25000.00",
+                currency="EUR",
                 context={
-                    "currency": "EUR",
                     "account": "2100-AP",
                     "statement": "https://bank.example/statements/8841",
                 },

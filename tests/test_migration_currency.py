@@ -1,0 +1,172 @@
+"""Currencies on items (alembic/versions/2026_12_06_1840_item_currency.py), on a table with items:
+no row rewritten and no index rebuilt under the lock but the one on the amount, every existing item
+in the base currency with its amount as it was, the CHECKs validated, writers of the old release and
+the new going on throughout; and back down while nothing would be misstated."""
+
+import threading
+from decimal import Decimal
+
+import psycopg
+import pytest
+
+from alembic import command
+from db.migrations import MigrationRefused, alembic_config
+from tests.support.postgres import libpq
+
+BEFORE = "8a4c2e6f1d37"  # the revision before currencies
+FILES = (
+    "SELECT c.relname, c.relfilenode FROM pg_class c WHERE c.oid = 'review_queue_item'::regclass"
+    " OR c.oid IN (SELECT indexrelid FROM pg_index WHERE indrelid = 'review_queue_item'::regclass)"
+)
+ABS_INDEX = "ix_review_queue_item_resolved_abs_amount"
+# As a writer of the release before currencies inserts: no currency column named.
+OLD_INSERT = (
+    "INSERT INTO review_queue_item (idempotency_key, ledger_entity, variance_amount, match_decision,"
+    " source_hash, state, resolution, resolved_by, resolved_at)"
+    " VALUES (%s, 'ACME', %s, 'PARTIAL', 'h', 'RESOLVED', 'APPROVED', 'bob', now())"
+)
+
+
+def _items(sql: psycopg.Connection) -> list[tuple[object, ...]]:
+    return sql.execute(
+        "SELECT idempotency_key, variance_amount::text, currency FROM review_queue_item ORDER BY 1"
+    ).fetchall()
+
+
+def _seed(sql: psycopg.Connection, n: int) -> None:
+    for k in range(n):
+        sql.execute(OLD_INSERT, (f"old-{k:04d}", Decimal(f"{k * 37 - 500}.{k % 100:02d}")))
+
+
+def test_the_upgrade_touches_the_catalogue_only_and_existing_items_take_the_base_currency(
+    owner_url: str, sql: psycopg.Connection
+) -> None:
+    config = alembic_config(owner_url)
+    command.downgrade(config, BEFORE)
+    _seed(sql, 50)
+    before_amounts = sql.execute(
+        "SELECT idempotency_key, variance_amount::text FROM review_queue_item ORDER BY 1"
+    ).fetchall()
+    files = dict(sql.execute(FILES).fetchall())
+    command.upgrade(config, "head")
+    after = dict(sql.execute(FILES).fetchall())
+    # The table and every index but the amount's (dropped, then built CONCURRENTLY) are the same files.
+    changed = {name for name in after if after[name] != files.get(name)}
+    assert changed == {ABS_INDEX}, changed
+    assert sql.execute(
+        f"SELECT indisvalid FROM pg_index WHERE indexrelid = '{ABS_INDEX}'::regclass"
+    ).fetchone() == (True,)
+    assert _items(sql) == [(k, a, "USD") for k, a in before_amounts]
+    assert sql.execute(
+        "SELECT conname, convalidated FROM pg_constraint WHERE conname IN"
+        " ('ck_review_queue_item_amount_bounds', 'ck_review_queue_item_currency_code') ORDER BY 1"
+    ).fetchall() == [
+        ("ck_review_queue_item_amount_bounds", True),
+        ("ck_review_queue_item_currency_code", True),
+    ]
+    # The path not taken: a typmod with another scale rewrites the table and rebuilds every index.
+    sql.execute("ALTER TABLE review_queue_item ALTER COLUMN variance_amount TYPE numeric(19, 3)")
+    rewritten = dict(sql.execute(FILES).fetchall())
+    assert all(rewritten[name] != after[name] for name in after), "NUMERIC(19,3) should rewrite"
+
+
+def test_existing_items_take_the_configured_base_currency(
+    owner_url: str, sql: psycopg.Connection, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = alembic_config(owner_url)
+    command.downgrade(config, BEFORE)
+    _seed(sql, 3)
+    monkeypatch.setenv("REVIEW_QUEUE_BASE_CURRENCY", "EUR")
+    command.upgrade(config, "head")
+    assert {c for _, _, c in _items(sql)} == {"EUR"}
+    # An old release's insert during the rolling upgrade gets the base currency too.
+    sql.execute(OLD_INSERT, ("after", Decimal("1.50")))
+    assert _items(sql)[0] == ("after", "1.50", "EUR")
+
+
+def test_a_base_currency_not_on_the_iso_list_stops_the_upgrade(
+    owner_url: str, sql: psycopg.Connection, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = alembic_config(owner_url)
+    command.downgrade(config, BEFORE)
+    monkeypatch.setenv("REVIEW_QUEUE_BASE_CURRENCY", "EURO")
+    with pytest.raises(MigrationRefused, match="not an ISO 4217 currency code"):
+        command.upgrade(config, "head")
+    monkeypatch.delenv("REVIEW_QUEUE_BASE_CURRENCY")
+    command.upgrade(config, "head")
+
+
+def test_the_downgrade_refuses_while_an_item_would_be_misstated(
+    owner_url: str, sql: psycopg.Connection
+) -> None:
+    config = alembic_config(owner_url)
+    sql.execute(
+        "INSERT INTO review_queue_item (idempotency_key, ledger_entity, variance_amount, currency,"
+        " match_decision, source_hash) VALUES ('kwd', 'ACME', 1.234, 'KWD', 'PARTIAL', 'h')"
+    )
+    with pytest.raises(MigrationRefused, match="1 item"):
+        command.downgrade(config, BEFORE)
+    assert _items(sql) == [("kwd", "1.234", "KWD")]
+    sql.execute("UPDATE review_queue_item SET variance_amount = 1.23, currency = 'USD'")
+    command.downgrade(config, BEFORE)
+    assert sql.execute("SELECT variance_amount::text FROM review_queue_item").fetchall() == [("1.23",)]
+    command.upgrade(config, "head")
+    assert _items(sql) == [("kwd", "1.23", "USD")]
+
+
+def test_writers_of_both_releases_go_on_through_the_upgrade_and_none_fails(
+    owner_url: str, superuser_url: str, sql: psycopg.Connection
+) -> None:
+    """Four writers insert items without pause while the migration runs, two as the release before
+    (no currency), two as this one once the column is there: each waits out the one short lock, no
+    insert fails or is lost, and the old release's items are in the base currency."""
+    config = alembic_config(owner_url)
+    command.downgrade(config, BEFORE)
+    _seed(sql, 20)
+    stop = threading.Event()
+    upgraded = threading.Event()
+    written: list[list[str]] = [[] for _ in range(4)]
+    errors: list[BaseException] = []
+
+    def write(n: int, keys: list[str]) -> None:
+        try:
+            with psycopg.connect(libpq(superuser_url), autocommit=True) as conn:
+                k = 0
+                while not stop.is_set() or len(keys) < 5:
+                    key = f"w{n}-{k}"
+                    if n >= 2 and upgraded.is_set():  # the new release names its currency
+                        conn.execute(
+                            "INSERT INTO review_queue_item (idempotency_key, ledger_entity, variance_amount,"
+                            " currency, match_decision, source_hash)"
+                            " VALUES (%s, 'E', 1.234, 'KWD', 'PARTIAL', 'h')",
+                            (key,),
+                        )
+                    else:
+                        conn.execute(OLD_INSERT, (key, Decimal("-7.25")))
+                    keys.append(key)
+                    k += 1
+        except BaseException as error:
+            errors.append(error)
+
+    writers = [threading.Thread(target=write, args=(n, keys)) for n, keys in enumerate(written)]
+    for writer in writers:
+        writer.start()
+    while sum(map(len, written)) < 40:
+        stop.wait(0.01)
+    during = [len(keys) for keys in written]
+    command.upgrade(config, "head")
+    upgraded.set()
+    done = [len(keys) for keys in written]
+    while any(len(keys) < n + 5 for keys, n in zip(written, done, strict=True)):
+        stop.wait(0.01)
+        assert not errors, errors
+    stop.set()
+    for writer in writers:
+        writer.join(timeout=30)
+    assert not errors, errors
+    assert all(n > 0 for n in during)
+    stored = {key: (amount, currency) for key, amount, currency in _items(sql)}
+    keys = [k for keys in written for k in keys]
+    assert set(keys) <= set(stored) and len(stored) == len(keys) + 20
+    assert {stored[k] for k in keys} <= {("-7.25", "USD"), ("1.234", "KWD")}
+    assert ("1.234", "KWD") in {stored[k] for k in keys}
