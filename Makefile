@@ -27,12 +27,11 @@ test: install
 # The edit-test loop: the unit and integration tiers (tests/unit, tests/integration), everything
 # but the processes, clusters and browsers of tests/system. `make test` stays the whole suite.
 test-quick: install
-	$(RUN) pytest -n $(TEST_WORKERS) tests/unit tests/integration
+	$(RUN) pytest -n $(TEST_WORKERS) --dist loadgroup tests/unit tests/integration
 
 # No database, no process: seconds.
 test-unit: install
 	$(RUN) pytest -n 0 tests/unit
-	$(RUN) pytest -n $(TEST_WORKERS) --dist loadgroup -m "not slow"
 
 test-long: install
 	REVIEW_QUEUE_TEST_LONG=1 $(RUN) pytest -n $(TEST_WORKERS) --dist loadgroup

@@ -71,7 +71,7 @@ review_queue_item = Table(
     # Unconstrained NUMERIC, bounded by ck_review_queue_item_amount_bounds: up to three decimals (KWD,
     # BHD ...), as many as the item's currency has (checked by the API against the ISO 4217 list).
     Column("variance_amount", Numeric(asdecimal=True), nullable=False),
-    # ISO 4217 code; the items from before currencies took the base currency (2026_12_06_1840, whose
+    # ISO 4217 code; the items from before currencies took the base currency (2026_12_06_1910, whose
     # catalogue default, that base currency, stays for the writers of an older release).
     Column("currency", Text, nullable=False),
     Column("match_decision", Text, nullable=False),
@@ -510,11 +510,6 @@ webhook_delivery = Table(
     Index("ix_webhook_delivery_subscription_id", "subscription", "id"),
 )
 
-# Sign-in with the company's OpenID Connect provider (api/oidc.py). A sign-in in progress lives in
-# its browser's sealed cookie only; its `state` (the sha256) is recorded here when the callback uses
-# it, so it is good once. Kept a while longer than the cookie lives, then swept.
-oidc_used_state = Table(
-    "oidc_used_state",
 # The events a subscription's cursor has passed that are not delivered yet: per held item, the one
 # that failed (with its retry state) and the item's later events behind it, in id order. Only that
 # item waits; the subscription's other items flow on (docs/integrations.md).
@@ -533,12 +528,11 @@ webhook_held = Table(
     Index("ix_webhook_held_subscription_item_id_event_id", "subscription", "item_id", "event_id"),
 )
 
-# Sign-in with the company's OpenID Connect provider (api/oidc.py). A sign-in in progress: the
-# `state` sent to the provider (its sha256), the browser that started it (the sha256 of an HttpOnly
-# cookie), and the nonce and PKCE verifier the callback needs. Taken (deleted) by the callback, so a
-# state is good once, and only in the browser that started the sign-in.
-oidc_login = Table(
-    "oidc_login",
+# Sign-in with the company's OpenID Connect provider (api/oidc.py). A sign-in in progress lives in
+# its browser's sealed cookie only; its `state` (the sha256) is recorded here when the callback uses
+# it, so it is good once. Kept a while longer than the cookie lives, then swept.
+oidc_used_state = Table(
+    "oidc_used_state",
     metadata,
     Column("state_hash", Text, primary_key=True),
     Column("expires_at", DateTime(timezone=True), nullable=False),

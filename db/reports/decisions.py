@@ -53,7 +53,7 @@ WITH page AS (
 SELECT e.id AS event_id, e.item_id, i.idempotency_key, i.ledger_entity,
        coalesce(CAST(rev.details -> 'previous' ->> 'variance_amount' AS numeric), i.variance_amount)
            AS variance_amount,
-       -- A revision from before currencies (2026_12_06_1840) kept none: the item's, the base then.
+       -- A revision from before currencies (2026_12_06_1910) kept none: the item's, the base then.
        CASE WHEN rev.details IS NULL THEN i.currency
             ELSE coalesce(rev.details -> 'previous' ->> 'currency', i.currency) END AS currency,
        coalesce(rev.details -> 'previous' ->> 'match_decision', i.match_decision) AS match_decision,

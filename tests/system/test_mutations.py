@@ -355,7 +355,7 @@ MUTANTS += (
 MUTANTS += (
     Mutant(
         "the SSRF guard allowing shared address space (100.64.0.0/10)",
-        "tests/test_addresses.py::test_every_special_purpose_range_is_refused",
+        "tests/unit/test_addresses.py::test_every_special_purpose_range_is_refused",
         (
             Edit(
                 "cli/addresses.py",
@@ -366,7 +366,7 @@ MUTANTS += (
     ),
     Mutant(
         "the SSRF guard checking only the first resolved address",
-        "tests/test_addresses.py::test_every_resolved_address_is_checked_not_only_the_first",
+        "tests/unit/test_addresses.py::test_every_resolved_address_is_checked_not_only_the_first",
         (Edit("cli/outbound.py", "    for address in resolved:\n", "    for address in resolved[:1]:\n"),),
     ),
     Mutant(
@@ -382,22 +382,22 @@ MUTANTS += (
     ),
     Mutant(
         "the webhook backoff 2**n instead of 2**(n-1)",
-        "tests/test_delivery_rules.py::test_the_nth_retry_waits_base_times_two_to_the_n_minus_one_with_jitter_and_a_ceiling",
+        "tests/unit/test_delivery_rules.py::test_the_nth_retry_waits_base_times_two_to_the_n_minus_one_with_jitter_and_a_ceiling",
         (Edit("cli/deliverer.py", "2 ** min(failures - 1, 40)", "2 ** min(failures, 40)"),),
     ),
     Mutant(
         "the webhook give-up counted in hours x 60",
-        "tests/test_delivery_rules.py::test_retrying_gives_up_after_72_hours_with_some_30_to_40_attempts",
+        "tests/unit/test_delivery_rules.py::test_retrying_gives_up_after_72_hours_with_some_30_to_40_attempts",
         (Edit("api/settings.py", "self.webhook_give_up_h * 3600", "self.webhook_give_up_h * 60"),),
     ),
     Mutant(
         "a webhook PUT without secret replacing the stored one",
-        "tests/api/test_webhooks.py::test_a_put_without_secret_keeps_the_stored_one_and_one_with_a_secret_replaces_it",
+        "tests/integration/api/test_webhooks.py::test_a_put_without_secret_keeps_the_stored_one_and_one_with_a_secret_replaces_it",
         (Edit("api/routes/webhooks.py", "replace_secret=body.secret is not None,", "replace_secret=True,"),),
     ),
     Mutant(
         "webhook secrets decrypted with the first key only",
-        "tests/test_delivery_rules.py::test_a_secret_encrypted_under_the_old_key_is_read_under_the_rotated_list",
+        "tests/unit/test_delivery_rules.py::test_a_secret_encrypted_under_the_old_key_is_read_under_the_rotated_list",
         (
             Edit(
                 "api/webhook_secret.py",
@@ -419,7 +419,7 @@ MUTANTS += (
     ),
     Mutant(
         "a new webhook subscription starting at the newest committed event (no snapshot rule)",
-        "tests/api/test_webhooks.py::test_a_new_subscription_gets_what_an_older_transaction_commits_after_it",
+        "tests/integration/api/test_webhooks.py::test_a_new_subscription_gets_what_an_older_transaction_commits_after_it",
         (
             Edit(
                 "db/webhooks.py",

@@ -78,7 +78,8 @@ schema = schemathesis.openapi.from_dict(
                 # An item's amount has at most its currency's decimals, and without a currency those
                 # of the base currency (enqueue) or of the item's own (revision): a rule across two
                 # fields and the deployment or the stored item, which this schema does not state, so
-                # "1.234" without a currency is schema-valid and a 422 (tests/api/test_currency.py).
+                # "1.234" without a currency is schema-valid and a 422
+                # (tests/integration/api/test_currency.py).
                 {
                     "include-operation-id": ["enqueueItem", "enqueueItems", "reviseItem"],
                     "checks": {

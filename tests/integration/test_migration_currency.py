@@ -1,4 +1,4 @@
-"""Currencies on items (alembic/versions/2026_12_06_1840_item_currency.py), on a table with items:
+"""Currencies on items (alembic/versions/2026_12_06_1910_item_currency.py), on a table with items:
 no row rewritten and no index rebuilt under the lock but the one on the amount, every existing item
 in the base currency with its amount as it was, the CHECKs validated, writers of the old release and
 the new going on throughout; and back down while nothing would be misstated."""
@@ -13,7 +13,9 @@ from alembic import command
 from db.migrations import MigrationRefused, alembic_config
 from tests.support.postgres import libpq
 
-BEFORE = "8a4c2e6f1d37"  # the revision before currencies
+pytestmark = pytest.mark.fresh_db("migrates the items table down and up by hand")
+
+BEFORE = "3c7d52a9e14b"  # the revision before currencies
 FILES = (
     "SELECT c.relname, c.relfilenode FROM pg_class c WHERE c.oid = 'review_queue_item'::regclass"
     " OR c.oid IN (SELECT indexrelid FROM pg_index WHERE indrelid = 'review_queue_item'::regclass)"

@@ -7,7 +7,7 @@ order. Every other item's events flow on. The application role adds, changes and
 rows (the default privileges); subscriptions are still never deleted.
 
 Revision ID: 3c7d52a9e14b
-Revises: 8a4c2e6f1d37
+Revises: 6c2d8e4f0b19
 Create Date: 2026-12-06 18:40:00+00:00
 """
 
@@ -19,7 +19,7 @@ from sqlalchemy.dialects import postgresql
 from alembic import op
 
 revision: str = "3c7d52a9e14b"
-down_revision: str | None = "8a4c2e6f1d37"
+down_revision: str | None = "6c2d8e4f0b19"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

@@ -11,7 +11,7 @@ Online on a large table; each step either touches the catalogue only or lets wri
      a currency, and its items are in the base currency as its clients meant;
    - `variance_amount` from NUMERIC(18,2) to unconstrained NUMERIC: no rewrite (NUMERIC(19,3) would
      rewrite the table and rebuild its 23 indexes under the lock: a change of scale always does;
-     tests/test_migration_currency.py checks both). The bounds move to CHECKs: at most 16 integer
+     tests/integration/test_migration_currency.py checks both). The bounds move to CHECKs: at most 16 integer
      digits and 3 decimals (ck_review_queue_item_amount_bounds), and a three-letter code
      (ck_review_queue_item_currency_code), both added NOT VALID (no scan under the lock);
    - the one index on the column, ix_review_queue_item_resolved_abs_amount (an expression, which the
@@ -26,7 +26,7 @@ earlier migrations of the same `upgrade` did is committed by then. Should step 3
 deadlock), the invalid index is left: drop it and run the migration again, which skips steps done.
 
 Revision ID: 4e7b1c9a2d55
-Revises: 8a4c2e6f1d37
+Revises: 3c7d52a9e14b
 Create Date: 2026-12-06 18:40:00+00:00
 """
 
@@ -39,7 +39,7 @@ from alembic import op
 from db.migrations import MigrationRefused
 
 revision: str = "4e7b1c9a2d55"
-down_revision: str | None = "8a4c2e6f1d37"
+down_revision: str | None = "3c7d52a9e14b"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
