@@ -14,7 +14,7 @@ from api.schemas.fields import CurrencyCode, TimeZone
 from db import urls
 from db.roles import APP_ROLE
 from db.tokens import check_subject
-from db.vocabulary import DEFAULT_MAX_ATTEMPTS, DEFAULT_SLA_TIERS, ROLES
+from db.vocabulary import DEFAULT_BASE_CURRENCY, DEFAULT_MAX_ATTEMPTS, DEFAULT_SLA_TIERS, ROLES
 
 # One tier: "AMOUNT:DURATION", DURATION in hours (24h) or days (3d).
 _TIER = re.compile(r"^\s*([0-9]{1,16}(?:\.[0-9]{1,2})?)\s*:\s*([1-9][0-9]{0,5})\s*([hd])\s*$")
@@ -151,7 +151,9 @@ class Settings(BaseSettings):
     report_time_zone: TimeZone = Field(default="UTC", validation_alias="REVIEW_QUEUE_REPORT_TIME_ZONE")
     # The currency of an item enqueued without one, of the thresholds and of the rates (issue 40).
     # The migration that brought currencies gave it to every item enqueued before: keep it.
-    base_currency: CurrencyCode = Field(default="USD", validation_alias="REVIEW_QUEUE_BASE_CURRENCY")
+    base_currency: CurrencyCode = Field(
+        default=DEFAULT_BASE_CURRENCY, validation_alias="REVIEW_QUEUE_BASE_CURRENCY"
+    )
     # Months of event-trail partitions the reclaimer keeps created ahead of now: an event whose month
     # has no partition cannot be written, so this is how long the service can write with no reclaimer.
     event_months_ahead: int = _range(3, 1, 24, "REVIEW_QUEUE_EVENT_MONTHS_AHEAD")

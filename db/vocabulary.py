@@ -8,6 +8,8 @@ from typing import Literal, get_args
 # without importing the metrics (prometheus_client picks its single- or multi-process mode when
 # first imported, and `serve` sets PROMETHEUS_MULTIPROC_DIR only after the settings are loaded).
 DEFAULT_MAX_ATTEMPTS = 10
+# The currency of the thresholds and of an item enqueued without one (REVIEW_QUEUE_BASE_CURRENCY).
+DEFAULT_BASE_CURRENCY = "USD"
 
 # REVIEW_QUEUE_SLA_TIERS' default (api/settings.py): an item whose abs(variance_amount) is at least
 # the amount is due that many hours after its enqueue, the first matching tier from the top.

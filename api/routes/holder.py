@@ -164,10 +164,13 @@ def _completion_problem(
     summary="Resolve an item you hold",
     responses=problem_responses("NOT_FOUND", "LEASE_NOT_HELD", "RESOLUTION_CONFLICT", "SOURCE_CHANGED"),
 )
-async def complete(item_id: ItemId, body: CompleteIn, principal: Reviewer, request: Request) -> CompleteOut:
+async def complete(
+    item_id: ItemId, body: CompleteIn, principal: Reviewer, request: Request, settings: SettingsDep
+) -> CompleteOut:
     """Resolve an item you hold with an active code of the catalogue (`GET /resolutions`).
 
-    When `abs(variance_amount)` reaches the code's `approval_threshold`, the item is not resolved:
+    When `abs(variance_amount)` reaches the code's `approval_threshold` (a base-currency amount; an
+    item in any other currency always needs an approver until rates are applied), the item is not resolved:
     it becomes AWAITING_APPROVAL (`submitted_for_approval`) until an approver approves or rejects
     it. A retry with the same resolution answers `already_resolved` (`already_submitted`). An
     unknown or inactive code, or a missing note the code requires, is a 422 naming the codes.
@@ -182,6 +185,7 @@ async def complete(item_id: ItemId, body: CompleteIn, principal: Reviewer, reque
         note=body.note,
         lease_nonce=token_nonce(item_id, body.lease_token),
         source_hash=body.source_hash,
+        base_currency=settings.base_currency,
     )
     allowed = await _allowed_codes(request, [outcome])
     lost = await _lost_leases(request, principal, [(outcome, item)])
@@ -200,7 +204,9 @@ async def complete(item_id: ItemId, body: CompleteIn, principal: Reviewer, reque
 
 
 @router.post("/items/complete", operation_id="completeItems", summary="Resolve items you hold, in one call")
-async def complete_batch(body: CompleteBatchIn, principal: Reviewer, request: Request) -> CompleteBatchOut:
+async def complete_batch(
+    body: CompleteBatchIn, principal: Reviewer, request: Request, settings: SettingsDep
+) -> CompleteBatchOut:
     """Resolve up to 200 items you hold in one transaction and one statement. Each entry gets
     exactly the answer POST /items/{id}/complete would give it, in request order; a refused entry
     changes nothing and never undoes the others."""
@@ -209,7 +215,10 @@ async def complete_batch(body: CompleteBatchIn, principal: Reviewer, request: Re
         for e in body.items
     ]
     results = await queue.complete_items(
-        one_round_trip(request), completions=completions, reviewer=principal.subject
+        one_round_trip(request),
+        completions=completions,
+        reviewer=principal.subject,
+        base_currency=settings.base_currency,
     )
     allowed = await _allowed_codes(request, [outcome for outcome, _ in results])
     lost = await _lost_leases(request, principal, list(results))

@@ -39,6 +39,7 @@ from db.tables import resolution_code as catalogue
 from db.tables import review_queue_item as item
 from db.tokens import same_identity
 from db.unit import Unit
+from db.vocabulary import DEFAULT_BASE_CURRENCY
 
 # The entries of a completion, one row each (an unnest of arrays). Both routes run this one
 # statement, the single route with one entry, so POST /items/{id}/complete and POST /items/complete
@@ -73,9 +74,14 @@ def _code_ok(code: ColumnElement[Any], note: ColumnElement[Any]) -> list[ColumnE
 
 
 # At or above the code's threshold or materiality, whichever is lower (by absolute amount), the item
-# needs an approver. Both are read by this statement (db/catalogue.py).
+# needs an approver. Both are read by this statement (db/catalogue.py). The thresholds are amounts of
+# the base currency and this statement does not convert yet, so an item in any other currency always
+# needs an approver: fail safe (issue 40's rule for a currency without a rate, applied to all).
 _threshold = approval_threshold(catalogue.c.approval_threshold)
-_needs_approval = func.abs(item.c.variance_amount) >= _threshold
+_needs_approval = or_(
+    func.abs(item.c.variance_amount) >= _threshold,
+    item.c.currency != bindparam("base_currency", type_=Text),
+)
 
 
 def _unless_approval(resolved: Any, submitted: Any) -> Any:
@@ -280,7 +286,11 @@ def _refusal(
 
 
 async def complete_items(
-    unit: Unit, *, completions: Sequence[Completion], reviewer: str
+    unit: Unit,
+    *,
+    completions: Sequence[Completion],
+    reviewer: str,
+    base_currency: str = DEFAULT_BASE_CURRENCY,
 ) -> list[tuple[CompleteOutcome, Item | None]]:
     """Resolve the items in one statement; answer per input, in input order. An id given more than
     once is applied from its first entry; its later entries answer as a retry of it would."""
@@ -294,6 +304,7 @@ async def complete_items(
         "fence_nonces": [c.lease_nonce for c in first.values()],
         "expected_source_hashes": [c.source_hash for c in first.values()],
         "actor": reviewer,
+        "base_currency": base_currency,
     }
     result = await unit.execute(_COMPLETE_ITEMS, params)
     rows = {row.id: (row.done, _item(row), row.code_active, row.code_requires_note) for row in result}
@@ -338,8 +349,12 @@ async def complete_item(
     note: str | None,
     lease_nonce: UUID | None = None,
     source_hash: str | None = None,
+    base_currency: str = DEFAULT_BASE_CURRENCY,
 ) -> tuple[CompleteOutcome, Item | None]:
     (result,) = await complete_items(
-        unit, completions=[Completion(item_id, resolution, note, lease_nonce, source_hash)], reviewer=reviewer
+        unit,
+        completions=[Completion(item_id, resolution, note, lease_nonce, source_hash)],
+        reviewer=reviewer,
+        base_currency=base_currency,
     )
     return result

@@ -130,3 +130,25 @@ def test_a_policy_change_is_wholly_before_or_after_a_completion(
         assert _complete(client, auth, "150000.00", "APPROVED")["outcome"] == "submitted_for_approval"
         admin_tx.commit()
     assert _complete(client, auth, "150000.00", "APPROVED")["outcome"] == "resolved"
+
+
+@pytest.mark.parametrize(("amount", "currency"), [("9000", "JPY"), ("9000.000", "KWD"), ("0.01", "EUR")])
+def test_an_item_in_another_currency_always_needs_an_approver(
+    client: TestClient, auth: Auth, amount: str, currency: str
+) -> None:
+    # The thresholds are base-currency amounts and the completion does not convert yet: 9,000 JPY
+    # and 9,000 KWD must not both pass under 10,000.00 USD as if they were dollars (fail safe).
+    admin, alice = auth("ada", "admin"), auth("alice", "reviewer")
+    body = item_body(variance_amount=amount, currency=currency)
+    item_id = client.post("/items", json=body, headers=admin).json()["id"]
+    (leased,) = client.post("/leases", json={"batch_size": 1}, headers=alice).json()["items"]
+    done = client.post(
+        f"/items/{item_id}/complete",
+        json={"resolution": "APPROVED", "lease_token": leased["lease_token"]},
+        headers=alice,
+    ).json()
+    assert (done["outcome"], done["item"]["state"]) == ("submitted_for_approval", "AWAITING_APPROVAL"), done
+
+
+def test_an_item_in_the_base_currency_below_the_threshold_resolves(client: TestClient, auth: Auth) -> None:
+    assert _complete(client, auth, "9000.00", "APPROVED")["outcome"] == "resolved"
