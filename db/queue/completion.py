@@ -80,7 +80,7 @@ def _code_ok(code: ColumnElement[Any], note: ColumnElement[Any]) -> list[ColumnE
 _threshold = approval_threshold(catalogue.c.approval_threshold)
 _needs_approval = or_(
     func.abs(item.c.variance_amount) >= _threshold,
-    item.c.currency != bindparam("base_currency", type_=Text),
+    item.c.currency != bindparam("base_currency", DEFAULT_BASE_CURRENCY, type_=Text),
 )
 
 

@@ -205,7 +205,11 @@ def test_every_route_with_a_body_refuses_a_key_given_twice(client: TestClient, a
     admin = {**auth("ada", "admin"), **JSON}
     for method, path in operations:
         concrete = path.format(
-            item_id="00000000-0000-4000-8000-000000000000", code="X", reviewer="bob", name="ledger"
+            item_id="00000000-0000-4000-8000-000000000000",
+            code="X",
+            reviewer="bob",
+            name="ledger",
+            currency="EUR",
         )
         response = client.request(method, concrete, content=b'{"reason": "a", "reason": "b"}', headers=admin)
         problem = assert_problem(response, 422, "VALIDATION_ERROR")
