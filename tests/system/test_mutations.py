@@ -247,7 +247,7 @@ MUTANTS += (
     ),
     Mutant(
         "feed pages stopping at limit - 1",
-        "tests/db/test_feed.py::test_a_page_holds_limit_events_while_there_are_more",
+        "tests/integration/db/test_feed.py::test_a_page_holds_limit_events_while_there_are_more",
         (
             Edit(
                 "db/feed.py",
@@ -258,7 +258,7 @@ MUTANTS += (
     ),
     Mutant(
         "archive verify not hashing the items file",
-        "tests/test_archive.py::test_verify_hashes_the_items_file_too",
+        "tests/system/test_archive.py::test_verify_hashes_the_items_file_too",
         (
             Edit(
                 "db/archive.py",
@@ -269,7 +269,7 @@ MUTANTS += (
     ),
     Mutant(
         "archive verify not checking that each file continues the one before",
-        "tests/test_archive.py::test_verify_checks_that_each_archive_continues_the_one_before",
+        "tests/system/test_archive.py::test_verify_checks_that_each_archive_continues_the_one_before",
         (
             Edit(
                 "db/archive.py",
@@ -281,8 +281,8 @@ MUTANTS += (
 )
 
 # Sign-in with the identity provider and the desk's sessions (issue 38): each against a real
-# provider (oidc-provider under Node), as tests/api/test_oidc.py runs.
-OIDC_TESTS = "tests/api/test_oidc.py"
+# provider (oidc-provider under Node), as tests/system/api/test_oidc.py runs.
+OIDC_TESTS = "tests/system/api/test_oidc.py"
 MUTANTS += (
     Mutant(
         "the callback takes any sealed sign-in cookie, not the one its state names",
@@ -308,7 +308,7 @@ MUTANTS += (
     ),
     Mutant(
         "a desk session's expires_at not checked on lookup",
-        "tests/api/test_session.py::test_a_session_past_its_expiry_is_refused_though_its_token_lives",
+        "tests/integration/api/test_session.py::test_a_session_past_its_expiry_is_refused_though_its_token_lives",
         (Edit("db/sessions.py", "        desk_session.c.expires_at > func.now(),\n", ""),),
     ),
     Mutant(
@@ -371,7 +371,7 @@ MUTANTS += (
     ),
     Mutant(
         "the webhook body signed as \\u-escaped bytes but sent as UTF-8",
-        "tests/test_deliverer.py::test_a_body_that_is_not_ascii_is_signed_as_it_is_sent",
+        "tests/system/test_deliverer.py::test_a_body_that_is_not_ascii_is_signed_as_it_is_sent",
         (
             Edit(
                 "cli/outbound.py",
@@ -408,7 +408,7 @@ MUTANTS += (
     ),
     Mutant(
         "a webhook delivery not resetting the retry state",
-        "tests/test_deliverer.py::test_a_success_after_a_failure_starts_the_retry_state_over",
+        "tests/system/test_deliverer.py::test_a_success_after_a_failure_starts_the_retry_state_over",
         (
             Edit(
                 "db/webhooks.py",

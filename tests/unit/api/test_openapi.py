@@ -121,7 +121,7 @@ def test_every_request_and_json_response_body_has_examples_that_match_its_schema
 
 def test_every_period_states_its_rules_across_parameters() -> None:
     """A report's `from` and `to` obey rules a JSON Schema cannot state; the operation states them
-    (`x-period`, read by tests/api/test_reports.py against what the API does) and so does `to`."""
+    (`x-period`, read by tests/integration/api/test_reports.py against what the API does) and so does `to`."""
     periods = {
         key: op
         for key, op in _operations().items()
