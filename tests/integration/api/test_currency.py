@@ -127,7 +127,8 @@ def test_the_base_currency_setting_is_an_iso_code() -> None:
     assert Settings.model_validate({"REVIEW_QUEUE_BASE_CURRENCY": "EUR"}).base_currency == "EUR"
 
 
-# {} and [] were a 500 (unhashable in the check of the amount's decimals); tests/system/api/test_fuzz.py found it.
+# {} and [] were a 500 (unhashable in the check of the amount's decimals);
+# tests/system/api/test_fuzz.py found it.
 @pytest.mark.parametrize("currency", ["usd", "EURO", "ABC", "XAU", "CLF", "", 978, {}, [], None])
 def test_a_currency_not_on_the_iso_list_is_refused(
     client: TestClient, ingest: dict[str, str], currency: object

@@ -1,5 +1,6 @@
 """PUT /webhooks/{name} as stored: what happens to the secret, and where a new subscription starts.
-No deliverer here (tests/system/test_deliverer.py runs one): the stored rows and the feed are read directly."""
+No deliverer here (tests/system/test_deliverer.py runs one): the stored rows and the feed are read
+directly."""
 
 from collections.abc import Callable
 
