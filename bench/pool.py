@@ -128,7 +128,7 @@ async def _feed_sides(
     busy = await _drive(base, tokens, rounds)
     stop.set()
     await asyncio.gather(*tasks, return_exceptions=True)
-    return {"idle": _summary(idle), "pollers": _summary(busy), "poller_statuses": polls.statuses}
+    return {"idle": _summary(idle), "with_pollers": _summary(busy), "poller_statuses": polls.statuses}
 
 
 def feed_pollers(
@@ -146,7 +146,7 @@ def feed_pollers(
         sides = asyncio.run(_feed_sides(server.base, tokens, feed_token, pollers, rounds, wait_s))
     finally:
         stop_server(server)
-    idle, busy = sides["idle"]["p95_ms"], sides["pollers"]["p95_ms"]
+    idle, busy = sides["idle"]["p95_ms"], sides["with_pollers"]["p95_ms"]
     sides["ratio"] = {route: round(busy[route] / idle[route], 2) for route in idle if route in busy}
     return {"pollers": pollers, "clients": clients, "items": items, **sides}
 
@@ -172,10 +172,10 @@ def report_lines(results: dict[str, Any]) -> list[str]:
         for route, ratio in feed["ratio"].items():
             lines.append(
                 f"     {route:28} p95 {feed['idle']['p95_ms'][route]} ms idle,"
-                f" {feed['pollers']['p95_ms'][route]} ms with pollers: x{ratio}  (target <= 1.5)"
+                f" {feed['with_pollers']['p95_ms'][route]} ms with pollers: x{ratio}  (target <= 1.5)"
             )
         lines.append(
-            f"     503s: {feed['idle']['503']} idle, {feed['pollers']['503']} with pollers;"
+            f"     503s: {feed['idle']['503']} idle, {feed['with_pollers']['503']} with pollers;"
             f" pollers' statuses {feed['poller_statuses']}"
         )
     return lines

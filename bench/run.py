@@ -368,6 +368,10 @@ def main(
     feed_pollers: Annotated[
         int, typer.Option(help="Feed long-pollers of part 11b (0: skip part 11b).")
     ] = 500,
+    feed_clients: Annotated[
+        int,
+        typer.Option(help="Clients whose lease and complete part 11b times, idle and beside the pollers."),
+    ] = 8,
     only_reports: Annotated[bool, typer.Option(help="Run part 8 (reports over a year) alone.")] = False,
     report_items: Annotated[
         int, typer.Option(help="Items in part 8's year of history (0: skip part 8).")
@@ -530,7 +534,7 @@ def main(
             results["pool"] = pool_bench.pool_under_clients(server_url, port, pool_clients, pool_items)
         if only_feed and feed_pollers:
             results["feed"] = pool_bench.feed_pollers(
-                server_url, port, feed_pollers, pool_clients, pool_items
+                server_url, port, feed_pollers, feed_clients, pool_items
             )
         drop_databases(server_url, "rq_bench_pool", "rq_bench_feed")
         typer.echo("\n".join(pool_bench.report_lines(results)))
@@ -597,7 +601,7 @@ def main(
         if feed_pollers:
             typer.echo(f"one API process beside {feed_pollers} feed long-pollers ...", err=True)
             results["feed"] = pool_bench.feed_pollers(
-                server_url, port, feed_pollers, pool_clients, pool_items
+                server_url, port, feed_pollers, feed_clients, pool_items
             )
     typer.echo("done", err=True)
     drop_databases(
