@@ -21,6 +21,7 @@ from sqlalchemy.dialects import postgresql
 
 from api.settings import get_settings
 from bench import capacity as capacity_bench
+from bench import pool as pool_bench
 from bench import reports as report_bench
 from bench import stats as stats_bench
 from bench import wakeup
@@ -353,6 +354,24 @@ def main(
     notify_seconds: Annotated[float, typer.Option(help="Length of each NOTIFY on/off run.")] = 5.0,
     only_wakeup: Annotated[bool, typer.Option(help="Run part 6 (wake-up, NOTIFY cost) alone.")] = False,
     only_dequeue: Annotated[bool, typer.Option(help="Run part 4 (dequeue scaling) alone.")] = False,
+    only_pool: Annotated[
+        bool,
+        typer.Option(help="Run part 11a (one API process, 30 clients: 503s, old pool vs defaults) alone."),
+    ] = False,
+    pool_clients: Annotated[
+        int, typer.Option(help="Concurrent clients of part 11a (and 11b's measured ones).")
+    ] = 30,
+    pool_items: Annotated[int, typer.Option(help="Items part 11a completes on each side.")] = 1_800,
+    only_feed: Annotated[
+        bool, typer.Option(help="Run part 11b (other routes' p95 beside feed long-pollers) alone.")
+    ] = False,
+    feed_pollers: Annotated[
+        int, typer.Option(help="Feed long-pollers of part 11b (0: skip part 11b).")
+    ] = 500,
+    feed_clients: Annotated[
+        int,
+        typer.Option(help="Clients whose lease and complete part 11b times, idle and beside the pollers."),
+    ] = 8,
     only_reports: Annotated[bool, typer.Option(help="Run part 8 (reports over a year) alone.")] = False,
     report_items: Annotated[
         int, typer.Option(help="Items in part 8's year of history (0: skip part 8).")
@@ -510,6 +529,18 @@ def main(
         if json_path:
             json_path.write_text(json.dumps(results, indent=2))
         return
+    if only_pool or only_feed:
+        if only_pool:
+            results["pool"] = pool_bench.pool_under_clients(server_url, port, pool_clients, pool_items)
+        if only_feed and feed_pollers:
+            results["feed"] = pool_bench.feed_pollers(
+                server_url, port, feed_pollers, feed_clients, pool_items
+            )
+        drop_databases(server_url, "rq_bench_pool", "rq_bench_feed")
+        typer.echo("\n".join(pool_bench.report_lines(results)))
+        if json_path:
+            json_path.write_text(json.dumps(results, indent=2))
+        return
     if only_dequeue:
         results["dequeue"] = dequeue_scaling(server_url, workers, port, lease_samples)
         drop_databases(server_url, "rq_bench_dequeue")
@@ -565,12 +596,19 @@ def main(
         if capacity_items:
             typer.echo(f"capacity: WAL per item, a year of history ({capacity_items:,} items) ...", err=True)
             results["capacity"] = capacity(server_url, capacity_items, capacity_wal_items)
+        typer.echo(f"one API process: {pool_clients} clients, old pool vs defaults ...", err=True)
+        results["pool"] = pool_bench.pool_under_clients(server_url, port, pool_clients, pool_items)
+        if feed_pollers:
+            typer.echo(f"one API process beside {feed_pollers} feed long-pollers ...", err=True)
+            results["feed"] = pool_bench.feed_pollers(
+                server_url, port, feed_pollers, feed_clients, pool_items
+            )
     typer.echo("done", err=True)
     drop_databases(
         server_url,
         *("rq_bench_raw", "rq_bench_api", "rq_bench_batched", "rq_bench_one", "rq_bench_floor"),
         *("rq_bench_dequeue", "rq_bench_audit", "rq_bench_reports", "rq_bench_write_with"),
-        "rq_bench_write_without",
+        *("rq_bench_write_without", "rq_bench_pool", "rq_bench_feed"),
         *(() if stats_keep else ("rq_bench_stats_empty", "rq_bench_stats_history")),
     )
     typer.echo(report(results))
@@ -582,6 +620,8 @@ def main(
         typer.echo("\n".join(stats_bench.report_lines(results["stats"])))
     if "capacity" in results:
         typer.echo("\n".join(capacity_bench.report_lines(results["capacity"])))
+    if "pool" in results:
+        typer.echo("\n".join(pool_bench.report_lines(results)))
     if json_path:
         json_path.write_text(json.dumps(results, indent=2))
         typer.echo(f"wrote {json_path}", err=True)

@@ -1,0 +1,181 @@
+"""Part 11 of make bench: the connection pool of one API process under many clients.
+
+11a (issue 38 item 5): 30 clients leasing and completing against one `review-queue serve` process,
+once with the old pool (10 + 5, 1 s wait) and once with the defaults, counting 503s.
+11b (issue 38 item 2): the p95 of the other routes, idle and beside N feed long-pollers, and the 503s.
+"""
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+
+from bench.harness import (
+    SEED_PENDING,
+    fresh_database,
+    percentile,
+    reviewer_tokens,
+    run_sql,
+    start_server,
+    stop_server,
+)
+from tests.support.postgres import create_token
+
+# The pool as it was before issue 38 item 5, for the "before" side of 11a.
+OLD_POOL = {
+    "REVIEW_QUEUE_POOL_SIZE": "10",
+    "REVIEW_QUEUE_POOL_MAX_OVERFLOW": "5",
+    "REVIEW_QUEUE_POOL_TIMEOUT_MS": "1000",
+}
+
+
+@dataclass
+class Tally:
+    """Latencies per route and the count of each status."""
+
+    seconds: dict[str, list[float]] = field(default_factory=dict)
+    statuses: dict[int, int] = field(default_factory=dict)
+
+    def add(self, route: str, status: int, elapsed: float) -> None:
+        self.seconds.setdefault(route, []).append(elapsed)
+        self.statuses[status] = self.statuses.get(status, 0) + 1
+
+    def p95_ms(self) -> dict[str, float]:
+        return {route: round(percentile(s, 95) * 1000, 1) for route, s in self.seconds.items()}
+
+
+async def _timed(
+    http: aiohttp.ClientSession, tally: Tally, route: str, path: str, body: dict[str, Any]
+) -> Any:
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    async with http.post(path, json=body) as response:
+        payload = await response.json(content_type=None)
+        tally.add(route, response.status, loop.time() - started)
+        return payload if response.status in (200, 201) else None
+
+
+async def _worker(base: str, token: str, rounds: int, tally: Tally, start: asyncio.Event) -> None:
+    """Lease one item and complete it, `rounds` times (fewer if the queue runs dry)."""
+    headers = {"Authorization": f"Bearer {token}"}
+    async with aiohttp.ClientSession(base, headers=headers) as http:
+        await start.wait()
+        for _ in range(rounds):
+            leased = await _timed(http, tally, "POST /leases", "/leases", {"batch_size": 1})
+            for item in (leased or {}).get("items", []):
+                body = {"resolution": "APPROVED", "lease_token": item["lease_token"]}
+                await _timed(http, tally, "POST /items/{id}/complete", f"/items/{item['id']}/complete", body)
+
+
+async def _drive(base: str, tokens: list[str], rounds: int) -> Tally:
+    tally, start = Tally(), asyncio.Event()
+    tasks = [asyncio.create_task(_worker(base, token, rounds, tally, start)) for token in tokens]
+    await asyncio.sleep(0.2)
+    start.set()
+    await asyncio.gather(*tasks)
+    return tally
+
+
+def _summary(tally: Tally) -> dict[str, Any]:
+    return {
+        "requests": sum(tally.statuses.values()),
+        "503": tally.statuses.get(503, 0),
+        "statuses": {str(k): v for k, v in sorted(tally.statuses.items())},
+        "p95_ms": tally.p95_ms(),
+    }
+
+
+def pool_under_clients(server_url: str, port: int, clients: int, items: int) -> dict[str, Any]:
+    """11a: `clients` clients lease and complete `items` items through one API process, with the old
+    pool and then with the defaults; each side on a fresh database."""
+    results: dict[str, Any] = {"clients": clients, "items": items}
+    for side, env in (("old pool 10+5, 1 s wait", OLD_POOL), ("defaults", {})):
+        url = fresh_database(server_url, "rq_bench_pool")
+        run_sql(url, SEED_PENDING, {"prefix": "pool-", "entity": "ACME-CORP", "count": items}, vacuum=True)
+        tokens = reviewer_tokens(url, clients)
+        server = start_server(url, 1, port, env=env)
+        try:
+            results[side] = _summary(asyncio.run(_drive(server.base, tokens, items // clients)))
+        finally:
+            stop_server(server)
+    return results
+
+
+async def _poller(base: str, token: str, tally: Tally, stop: asyncio.Event, wait_s: int) -> None:
+    headers = {"Authorization": f"Bearer {token}"}
+    timeout = aiohttp.ClientTimeout(total=wait_s + 30)
+    async with aiohttp.ClientSession(base, headers=headers, timeout=timeout) as http:
+        after: str | None = None
+        while not stop.is_set():
+            params = {"wait_s": str(wait_s), **({"after": after} if after else {})}
+            async with http.get("/events", params=params) as response:
+                body = await response.json(content_type=None)
+                tally.statuses[response.status] = tally.statuses.get(response.status, 0) + 1
+                if response.status == 200:
+                    after = body.get("next_cursor") or after
+                else:  # a 429 (FEED_BUSY) or worse: back off as Retry-After asks
+                    await asyncio.sleep(float(response.headers.get("Retry-After", "1")))
+
+
+async def _feed_sides(
+    base: str, tokens: list[str], feed_token: str, pollers: int, rounds: int, wait_s: int
+) -> dict[str, Any]:
+    idle = await _drive(base, tokens, rounds)
+    polls, stop = Tally(), asyncio.Event()
+    tasks = [asyncio.create_task(_poller(base, feed_token, polls, stop, wait_s)) for _ in range(pollers)]
+    await asyncio.sleep(3)  # every poller is in its wait before the measured clients start
+    busy = await _drive(base, tokens, rounds)
+    stop.set()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    return {"idle": _summary(idle), "with_pollers": _summary(busy), "poller_statuses": polls.statuses}
+
+
+def feed_pollers(
+    server_url: str, port: int, pollers: int, clients: int, items: int, wait_s: int = 20
+) -> dict[str, Any]:
+    """11b: the p95 of lease and complete from `clients` clients through one API process, first
+    alone, then beside `pollers` feed long-pollers (GET /events?wait_s=...)."""
+    url = fresh_database(server_url, "rq_bench_feed")
+    run_sql(url, SEED_PENDING, {"prefix": "feed-", "entity": "ACME-CORP", "count": items}, vacuum=True)
+    tokens = reviewer_tokens(url, clients)
+    feed_token = create_token(url, "bench-feed", "auditor")
+    server = start_server(url, 1, port)
+    try:
+        rounds = items // clients // 2
+        sides = asyncio.run(_feed_sides(server.base, tokens, feed_token, pollers, rounds, wait_s))
+    finally:
+        stop_server(server)
+    idle, busy = sides["idle"]["p95_ms"], sides["with_pollers"]["p95_ms"]
+    sides["ratio"] = {route: round(busy[route] / idle[route], 2) for route in idle if route in busy}
+    return {"pollers": pollers, "clients": clients, "items": items, **sides}
+
+
+def report_lines(results: dict[str, Any]) -> list[str]:
+    lines: list[str] = []
+    if "pool" in results:
+        pool = results["pool"]
+        lines.append(
+            f"11a. one API process, {pool['clients']} clients leasing + completing {pool['items']} items:"
+        )
+        for side in ("old pool 10+5, 1 s wait", "defaults"):
+            got = pool[side]
+            lines.append(
+                f"     {side:26} 503s {got['503']} of {got['requests']} requests; p95 ms {got['p95_ms']}"
+            )
+    if "feed" in results:
+        feed = results["feed"]
+        lines.append(
+            f"11b. one API process, {feed['clients']} clients leasing + completing,"
+            f" idle vs beside {feed['pollers']} feed long-pollers:"
+        )
+        for route, ratio in feed["ratio"].items():
+            lines.append(
+                f"     {route:28} p95 {feed['idle']['p95_ms'][route]} ms idle,"
+                f" {feed['with_pollers']['p95_ms'][route]} ms with pollers: x{ratio}  (target <= 1.5)"
+            )
+        lines.append(
+            f"     503s: {feed['idle']['503']} idle, {feed['with_pollers']['503']} with pollers;"
+            f" pollers' statuses {feed['poller_statuses']}"
+        )
+    return lines
