@@ -24,6 +24,7 @@ from bench import capacity as capacity_bench
 from bench import reports as report_bench
 from bench import stats as stats_bench
 from bench import wakeup
+from bench import webhooks as webhook_bench
 from bench.harness import (
     RESOLVE_OPEN,
     SEED_ASSIGNED_AT_HEAD,
@@ -353,6 +354,10 @@ def main(
     notify_seconds: Annotated[float, typer.Option(help="Length of each NOTIFY on/off run.")] = 5.0,
     only_wakeup: Annotated[bool, typer.Option(help="Run part 6 (wake-up, NOTIFY cost) alone.")] = False,
     only_dequeue: Annotated[bool, typer.Option(help="Run part 4 (dequeue scaling) alone.")] = False,
+    only_webhooks: Annotated[
+        bool, typer.Option(help="Run the webhooks part (a receiver failing 20 %, default retries) alone.")
+    ] = False,
+    webhook_events: Annotated[int, typer.Option(help="Events the webhooks part delivers.")] = 2_000,
     only_reports: Annotated[bool, typer.Option(help="Run part 8 (reports over a year) alone.")] = False,
     report_items: Annotated[
         int, typer.Option(help="Items in part 8's year of history (0: skip part 8).")
@@ -507,6 +512,18 @@ def main(
     if only_capacity:
         results["capacity"] = capacity(server_url, capacity_items, capacity_wal_items)
         typer.echo("\n".join(capacity_bench.report_lines(results["capacity"])))
+        if json_path:
+            json_path.write_text(json.dumps(results, indent=2))
+        return
+    if only_webhooks:
+        url = fresh_database(server_url, "rq_bench_webhooks")
+        results["webhooks"] = {
+            "defaults": webhook_bench.webhook_drain(
+                url, events=webhook_events, items=max(1, webhook_events // 10), fail=0.2, timeout_s=600
+            )
+        }
+        drop_databases(server_url, "rq_bench_webhooks")
+        typer.echo("\n".join(webhook_bench.report_lines(results["webhooks"])))
         if json_path:
             json_path.write_text(json.dumps(results, indent=2))
         return
