@@ -25,6 +25,7 @@ from bench import pool as pool_bench
 from bench import reports as report_bench
 from bench import stats as stats_bench
 from bench import wakeup
+from bench import webhooks as webhook_bench
 from bench.harness import (
     RESOLVE_OPEN,
     SEED_ASSIGNED_AT_HEAD,
@@ -372,6 +373,9 @@ def main(
         int,
         typer.Option(help="Clients whose lease and complete part 11b times, idle and beside the pollers."),
     ] = 8,
+    only_webhooks: Annotated[
+        bool, typer.Option(help="Run the webhooks part (a receiver failing 20 %, default retries) alone.")
+    webhook_events: Annotated[int, typer.Option(help="Events the webhooks part delivers.")] = 2_000,
     only_reports: Annotated[bool, typer.Option(help="Run part 8 (reports over a year) alone.")] = False,
     report_items: Annotated[
         int, typer.Option(help="Items in part 8's year of history (0: skip part 8).")
@@ -538,6 +542,14 @@ def main(
             )
         drop_databases(server_url, "rq_bench_pool", "rq_bench_feed")
         typer.echo("\n".join(pool_bench.report_lines(results)))
+    if only_webhooks:
+        url = fresh_database(server_url, "rq_bench_webhooks")
+        results["webhooks"] = {
+            "defaults": webhook_bench.webhook_drain(
+                url, events=webhook_events, items=max(1, webhook_events // 10), fail=0.2, timeout_s=600
+        }
+        drop_databases(server_url, "rq_bench_webhooks")
+        typer.echo("\n".join(webhook_bench.report_lines(results["webhooks"])))
         if json_path:
             json_path.write_text(json.dumps(results, indent=2))
         return

@@ -4,13 +4,14 @@ Supervised like the reclaimer (`review-queue deliverer`; `serve` runs one as a c
 may run): each pass claims one due subscription (db/webhooks.py, FOR UPDATE SKIP LOCKED), sends
 the events after its cursor in feed order, and writes the outcomes in batches (FLUSH_EVERY, and at
 least once per timeout, which also extends the claim). A failure holds back only its own item: the
-item's later events wait behind it (db/webhooks.py's webhook_held) and it is retried with
-exponential backoff and jitter until REVIEW_QUEUE_WEBHOOK_GIVE_UP_H, while every other item flows
-on; a 410 disables the subscription. A crash before a batch is written only means those events go
-again, with the same webhook-ids.
+item's later events wait behind it (db/webhooks.py's webhook_held) and it is retried (soon while
+the receiver answers other requests, with exponential backoff otherwise; `retry_in`) until
+REVIEW_QUEUE_WEBHOOK_GIVE_UP_H, while every other item flows on; a 410 disables the subscription.
+A crash before a batch is written only means those events go again, with the same webhook-ids.
 """
 
 import asyncio
+import collections
 import contextlib
 import json
 import logging
@@ -47,19 +48,48 @@ PAGE = 50  # events read from the feed at a time
 PER_CLAIM = 200  # events sent before the subscription is let go, so others get their turn
 FLUSH_EVERY = 50  # outcomes written in one transaction (and at least once per timeout)
 MAX_BACKOFF_S = 30.0
+QUICK_RETRIES = 5  # retries of one event that come soon while its receiver is up
+QUICK_RETRY_S = 1.0
+RECENT = 10  # requests to a receiver that decide whether it is up
 
 
 def deliverer_identity() -> str:
     return f"deliverer@{socket.gethostname()}:{os.getpid()}"
 
 
-def retry_in(settings: Settings, failures: int) -> timedelta:
-    """The n-th retry waits min(max, base * 2^(n-1)) times a jitter of 0.5-1: the first within
-    REVIEW_QUEUE_WEBHOOK_RETRY_BASE_MS (10 s), then hours apart."""
-    ceiling = min(
-        settings.webhook_retry_max_s, settings.webhook_retry_base_ms / 1000 * 2 ** min(failures - 1, 40)
-    )
+def retry_in(settings: Settings, failures: int, *, receiver_up: bool = False) -> timedelta:
+    """How long the n-th failure of an event waits, times a jitter of 0.5-1.
+
+    While the receiver is up (it answered 2xx to one of its last RECENT requests) the first
+    QUICK_RETRIES retries come within QUICK_RETRY_S: a receiver that fails now and then is served
+    at once, and a held item does not hold its later events for long. Otherwise, and for an event
+    that keeps failing, min(max, base * 2^(n-1)) with base REVIEW_QUEUE_WEBHOOK_RETRY_BASE_MS
+    (10 s), then hours apart: a receiver that is down is not hammered."""
+    if receiver_up and failures <= QUICK_RETRIES:
+        ceiling = min(QUICK_RETRY_S, settings.webhook_retry_base_ms / 1000)
+    else:
+        ceiling = min(
+            settings.webhook_retry_max_s, settings.webhook_retry_base_ms / 1000 * 2 ** min(failures - 1, 40)
+        )
     return timedelta(seconds=ceiling * random.uniform(0.5, 1.0))  # noqa: S311 - jitter, not a secret
+
+
+class ReceiverHealth:
+    """The outcomes of each subscription's last RECENT requests from this process: the receiver is
+    up when one of them succeeded. Kept across claims (a new claim starts with what the last saw);
+    a new process starts knowing nothing, so with the exponential schedule."""
+
+    def __init__(self) -> None:
+        self._recent: dict[str, collections.deque[bool]] = {}
+
+    def note(self, subscription: str, ok: bool) -> None:
+        self._recent.setdefault(subscription, collections.deque(maxlen=RECENT)).append(ok)
+
+    def up(self, subscription: str) -> bool:
+        return any(self._recent.get(subscription, ()))
+
+
+HEALTH = ReceiverHealth()
 
 
 def payload(event: feed.FeedEvent) -> bytes:
@@ -160,10 +190,12 @@ class Delivery:
             "status": result.status_code,
             "latency_ms": result.latency_ms,
         }
+        name = self.held.subscription.name
+        HEALTH.note(name, result.ok)
         if result.ok:
             log.info("webhook_delivered", extra=extra)
         else:
-            wait = retry_in(self.settings, attempt)
+            wait = retry_in(self.settings, attempt, receiver_up=HEALTH.up(name))
             done.failed.append((event.id, event.item_id, attempt, wait, result.error))
             done.last_error = result.error
             log.warning(

@@ -386,6 +386,17 @@ MUTANTS += (
         (Edit("cli/deliverer.py", "2 ** min(failures - 1, 40)", "2 ** min(failures, 40)"),),
     ),
     Mutant(
+        "quick webhook retries for a receiver that is down",
+        "tests/unit/test_delivery_rules.py::test_while_the_receiver_is_up_the_first_five_retries_come_within_a_second",
+        (
+            Edit(
+                "cli/deliverer.py",
+                "if receiver_up and failures <= QUICK_RETRIES:",
+                "if failures <= QUICK_RETRIES:",
+            ),
+        ),
+    ),
+    Mutant(
         "the webhook give-up counted in hours x 60",
         "tests/unit/test_delivery_rules.py::test_retrying_gives_up_after_72_hours_with_some_30_to_40_attempts",
         (Edit("api/settings.py", "self.webhook_give_up_h * 3600", "self.webhook_give_up_h * 60"),),
