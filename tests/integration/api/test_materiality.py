@@ -209,3 +209,45 @@ def test_a_rate_set_between_two_completions_changes_only_the_later(
 
 def test_an_item_in_the_base_currency_below_the_threshold_resolves(client: TestClient, auth: Auth) -> None:
     assert _complete(client, auth, "9000.00", "APPROVED")["outcome"] == "resolved"
+
+
+def _conversion(sql: psycopg.Connection, item_id: str) -> tuple[str, str | None, str | None]:
+    # Read as text: the exact decimals recorded, not a float's.
+    row = sql.execute(
+        "SELECT event, details->>'rate', details->>'base_amount' FROM review_queue_event"
+        " WHERE item_id = %s ORDER BY id DESC LIMIT 1",
+        (item_id,),
+    ).fetchone()
+    assert row is not None
+    return row[0], row[1], row[2]
+
+
+def test_the_event_records_the_rate_and_the_base_amount_that_decided(
+    client: TestClient, auth: Auth, sql: psycopg.Connection
+) -> None:
+    _set_rate(client, auth, "EUR", "1.0850")
+    resolved = _complete(client, auth, "-9216.58", "APPROVED", currency="EUR")["item"]["id"]
+    assert _conversion(sql, resolved) == ("RESOLVED", "1.0850", "-9999.989300")
+    submitted = _complete(client, auth, "9216.59", "APPROVED", currency="EUR")["item"]["id"]
+    assert _conversion(sql, submitted) == ("SUBMITTED_FOR_APPROVAL", "1.0850", "10000.000150")
+    assert _conversion(sql, _complete(client, auth, "12.50", "APPROVED")["item"]["id"]) == (
+        "RESOLVED", "1", "12.50"
+    )  # fmt: skip
+    # No rate: no base amount, and an approver whatever the amount. The keys are there, null.
+    no_rate = _complete(client, auth, "1500", "APPROVED", currency="JPY")["item"]["id"]
+    assert _conversion(sql, no_rate) == ("SUBMITTED_FOR_APPROVAL", None, None)
+    (details,) = sql.execute(
+        "SELECT details FROM review_queue_event WHERE item_id = %s ORDER BY id DESC LIMIT 1", (no_rate,)
+    ).fetchone()
+    assert {"rate", "base_amount"} <= details.keys() and details["rate"] is None
+
+
+def test_an_earlier_completions_event_keeps_the_rate_it_used(
+    client: TestClient, auth: Auth, sql: psycopg.Connection
+) -> None:
+    _set_rate(client, auth, "EUR", "1.0850")
+    earlier = _complete(client, auth, "9000.00", "APPROVED", currency="EUR")["item"]["id"]
+    _set_rate(client, auth, "EUR", "1.2000")
+    later = _complete(client, auth, "9000.00", "APPROVED", currency="EUR")["item"]["id"]
+    assert _conversion(sql, earlier) == ("RESOLVED", "1.0850", "9765.000000")
+    assert _conversion(sql, later) == ("SUBMITTED_FOR_APPROVAL", "1.2000", "10800.000000")
