@@ -18,7 +18,7 @@ import pytest
 from sqlalchemy.dialects import postgresql
 
 from cli import reclaimer
-from db import audit, feed, queue, stats
+from db import audit, feed, fx, queue, stats
 from db.engine import _arguments, _compiled
 from db.queue.completion import _COMPLETE_ITEMS
 from db.queue.lease import _LEASE, _LEASE_APPROVALS, _LEASE_ENTITY, _LEASE_ITEM, _RECLAIM, _RECLAIM_APPROVALS
@@ -209,6 +209,13 @@ def test_stats_gauges_never_scan_the_table(busy_table: psycopg.Connection) -> No
         "ix_review_queue_item_open_due",
     }, found
     assert any(name == "ix_review_queue_item_open_due" for _, name in found), found  # the overdue gauges
+
+
+def test_the_items_without_a_rate_gauge_reads_the_open_items_only(busy_table: psycopg.Connection) -> None:
+    with_rate_history(busy_table)
+    found = scans(plan(busy_table, fx._WITHOUT_RATE, {"base_currency": "USD"}))
+    assert_no_table_scan(found)
+    assert ("Seq Scan", "fx_rate") not in found, found
 
 
 def test_the_approval_queue_and_its_reclaim_use_their_partial_indexes(busy_table: psycopg.Connection) -> None:
