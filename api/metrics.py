@@ -104,12 +104,19 @@ class _QueueCollector(Collector):
         sla: SlaFigures,
         trail: TrailGauges,
         retain_days: int,
+        without_rate: int,
     ) -> None:
+        self.without_rate = without_rate
         self.gauges, self.max_inflight, self.lag = gauges, max_inflight, lag
         self.deliveries, self.sla, self.trail, self.retain_days = deliveries, sla, trail, retain_days
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         g = self.gauges
+        yield GaugeMetricFamily(
+            "review_queue_items_without_rate",
+            "Open items in a currency without an exchange rate: each needs an approver whatever its amount.",
+            value=self.without_rate,
+        )
         yield GaugeMetricFamily(
             "review_queue_pending_items", "Items waiting for a reviewer.", value=g.pending
         )
@@ -214,6 +221,7 @@ def exposition(
     sla: SlaFigures,
     trail: TrailGauges,
     retain_days: int,
+    without_rate: int = 0,
 ) -> bytes:
     """Counters of this process (or of all processes, in multiprocess mode) plus queue gauges."""
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
@@ -223,5 +231,7 @@ def exposition(
     else:
         counters = generate_latest(REGISTRY)
     queue = CollectorRegistry()
-    queue.register(_QueueCollector(gauges, max_inflight, lag, deliveries, sla, trail, retain_days))
+    queue.register(
+        _QueueCollector(gauges, max_inflight, lag, deliveries, sla, trail, retain_days, without_rate)
+    )
     return counters + generate_latest(queue)

@@ -169,8 +169,9 @@ async def complete(
 ) -> CompleteOut:
     """Resolve an item you hold with an active code of the catalogue (`GET /resolutions`).
 
-    When `abs(variance_amount)` reaches the code's `approval_threshold` (a base-currency amount; an
-    item in any other currency always needs an approver until rates are applied), the item is not resolved:
+    When `abs(variance_amount)`, converted into the base currency at the latest rate of its currency
+    (`PUT /fx-rates/{currency}`), reaches the code's `approval_threshold` (a base-currency amount),
+    or its currency has no rate yet (fail safe), the item is not resolved:
     it becomes AWAITING_APPROVAL (`submitted_for_approval`) until an approver approves or rejects
     it. A retry with the same resolution answers `already_resolved` (`already_submitted`). An
     unknown or inactive code, or a missing note the code requires, is a 422 naming the codes.

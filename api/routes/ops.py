@@ -10,7 +10,7 @@ from api.deps import Conn, MetricsScraper, ReadConn, SettingsDep, StatsReader
 from api.errors import problem_responses
 from api.metrics import SLA_WINDOW_DAYS, exposition
 from api.routing import QueueRoute
-from db import audit, partitions, reports, stats, webhooks
+from db import audit, fx, partitions, reports, stats, webhooks
 
 router = APIRouter(route_class=QueueRoute, tags=["operations"])
 
@@ -95,5 +95,6 @@ async def metrics(conn: Conn, settings: SettingsDep) -> Response:
         sla,
         await partitions.trail_gauges(conn),
         settings.retain_resolved_days,
+        await fx.items_without_rate(conn, base_currency=settings.base_currency),
     )
     return Response(body, media_type="text/plain; version=0.0.4; charset=utf-8")

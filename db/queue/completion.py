@@ -3,17 +3,20 @@ one statement for one entry or a batch."""
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from decimal import Decimal
 from functools import partial
 from typing import Any, Literal
 from uuid import UUID
 
 from sqlalchemy import (
     ColumnElement,
+    Numeric,
     Text,
     bindparam,
     case,
     false,
     func,
+    literal,
     null,
     or_,
     select,
@@ -35,6 +38,7 @@ from db.queue.rows import (
     _item,
     _logged,
 )
+from db.tables import fx_rate
 from db.tables import resolution_code as catalogue
 from db.tables import review_queue_item as item
 from db.tokens import same_identity
@@ -81,7 +85,22 @@ _threshold = approval_threshold(catalogue.c.approval_threshold)
 _needs_approval = or_(
     func.abs(item.c.variance_amount) >= _threshold,
     item.c.currency != bindparam("base_currency", DEFAULT_BASE_CURRENCY, type_=Text),
+# needs an approver. Both are read by this statement (db/catalogue.py) and are amounts of the base
+# currency: an item's amount is converted at the latest rate of its currency set at or before this
+# transaction began (fx_rate, read backwards along its (currency, set_at, id) index), exactly, with
+# no rounding. The base currency's rate is 1 and no rate is read for it (CASE stops there). A
+# currency without a rate has no base amount, and such an item always needs an approver: fail safe.
+_base_currency = bindparam("base_currency", type_=Text)
+_rate = case(
+    (item.c.currency == _base_currency, literal(Decimal(1), Numeric())),
+    else_=select(fx_rate.c.rate)
+    .where(fx_rate.c.currency == item.c.currency, fx_rate.c.set_at <= func.now())
+    .order_by(fx_rate.c.set_at.desc(), fx_rate.c.id.desc())
+    .limit(1)
+    .scalar_subquery(),
 )
+_threshold = approval_threshold(catalogue.c.approval_threshold)
+_needs_approval = or_(_rate.is_(None), func.abs(item.c.variance_amount) * _rate >= _threshold)
 
 
 def _unless_approval(resolved: Any, submitted: Any) -> Any:
@@ -131,9 +150,17 @@ _resolved = (
         leased_at=_unless_approval(item.c.leased_at, None),
         lease_expires_at=_unless_approval(item.c.lease_expires_at, None),
     )
-    .returning(*_ITEM_COLUMNS, _threshold.label("approval_threshold"))
+    .returning(*_ITEM_COLUMNS, _threshold.label("approval_threshold"), _rate.label("fx_rate"))
     .cte("resolved")
 )
+
+
+def _conversion(resolved: Any) -> list[Any]:
+    # The evidence of why four eyes applied or not: the rate used and the amount it made (null: no
+    # rate, so an approver was needed whatever the amount).
+    return ["rate", resolved.c.fx_rate, "base_amount", resolved.c.variance_amount * resolved.c.fx_rate]
+
+
 _completed = (
     select(*[_resolved.c[n] for n in _ITEM_FIELDS])
     .add_cte(
@@ -141,7 +168,11 @@ _completed = (
             _resolved,
             "RESOLVED",
             details=func.jsonb_build_object(
-                "resolution", _resolved.c.resolution, "note", _resolved.c.resolution_note
+                "resolution",
+                _resolved.c.resolution,
+                "note",
+                _resolved.c.resolution_note,
+                *_conversion(_resolved),
             ),
             where=_resolved.c.state == RESOLVED,
         ),
@@ -157,6 +188,7 @@ _completed = (
                 _resolved.c.approval_threshold,
                 "variance_amount",
                 _resolved.c.variance_amount,
+                *_conversion(_resolved),
             ),
             where=_resolved.c.state == AWAITING_APPROVAL,
         ),

@@ -49,7 +49,7 @@ def test_full_lifecycle_writes_exactly_its_events(client: TestClient, auth: Auth
     assert full[3]["details"] == {"reason": "not mine"}
     assert full[5]["details"]["cause"] == "lease_expired"
     assert full[5]["details"]["previous_holder"] == "bob"
-    assert full[7]["details"] == {"resolution": "APPROVED", "note": "FX"}
+    assert full[7]["details"] == {"resolution": "APPROVED", "note": "FX", "rate": 1, "base_amount": 12.5}
     ids = [e["id"] for e in full]
     assert ids == sorted(ids)
 

@@ -12,10 +12,11 @@ from tests.support.api import Auth, assert_problem, item_body
 
 
 def _complete(
-    client: TestClient, auth: Auth, amount: str, code: str, note: str | None = None
+    client: TestClient, auth: Auth, amount: str, code: str, note: str | None = None, currency: str = "USD"
 ) -> dict[str, Any]:
     admin, alice = auth("ada", "admin"), auth("alice", "reviewer")
-    item_id = client.post("/items", json=item_body(variance_amount=amount), headers=admin).json()["id"]
+    body = item_body(variance_amount=amount, currency=currency)
+    item_id = client.post("/items", json=body, headers=admin).json()["id"]
     (leased,) = client.post("/leases", json={"batch_size": 1}, headers=alice).json()["items"]
     assert leased["id"] == item_id
     body = {"resolution": code, "lease_token": leased["lease_token"], **({"note": note} if note else {})}
@@ -132,23 +133,121 @@ def test_a_policy_change_is_wholly_before_or_after_a_completion(
     assert _complete(client, auth, "150000.00", "APPROVED")["outcome"] == "resolved"
 
 
+def _set_rate(client: TestClient, auth: Auth, currency: str, rate: str) -> None:
+    response = client.put(f"/fx-rates/{currency}", json={"rate": rate}, headers=auth("ada", "admin"))
+    assert response.status_code == 200, response.text
+
+
 @pytest.mark.parametrize(("amount", "currency"), [("9000", "JPY"), ("9000.000", "KWD"), ("0.01", "EUR")])
-def test_an_item_in_another_currency_always_needs_an_approver(
-    client: TestClient, auth: Auth, amount: str, currency: str
+def test_an_item_in_a_currency_without_a_rate_always_needs_an_approver(
+    client: TestClient, auth: Auth, sql: psycopg.Connection, amount: str, currency: str
 ) -> None:
-    # The thresholds are base-currency amounts and the completion does not convert yet: 9,000 JPY
-    # and 9,000 KWD must not both pass under 10,000.00 USD as if they were dollars (fail safe).
-    admin, alice = auth("ada", "admin"), auth("alice", "reviewer")
-    body = item_body(variance_amount=amount, currency=currency)
-    item_id = client.post("/items", json=body, headers=admin).json()["id"]
-    (leased,) = client.post("/leases", json={"batch_size": 1}, headers=alice).json()["items"]
-    done = client.post(
-        f"/items/{item_id}/complete",
-        json={"resolution": "APPROVED", "lease_token": leased["lease_token"]},
-        headers=alice,
-    ).json()
-    assert (done["outcome"], done["item"]["state"]) == ("submitted_for_approval", "AWAITING_APPROVAL"), done
+    # No rate, no base amount: 9,000 JPY and 9,000 KWD must not pass under 10,000.00 USD as if they
+    # were dollars (fail safe). A rate of another currency does not count.
+    _set_rate(client, auth, "GBP", "1.27")
+    answer = _complete(client, auth, amount, "APPROVED", currency=currency)
+    assert (answer["outcome"], answer["item"]["state"]) == ("submitted_for_approval", "AWAITING_APPROVAL")
+
+
+@pytest.mark.parametrize(
+    ("amount", "outcome"),
+    [
+        # 10,000.00 / 1.0850 = 9,216.5898...: no cent lands on the boundary itself.
+        ("9216.58", "resolved"),  # 9,999.98930 USD
+        ("-9216.58", "resolved"),
+        ("9216.59", "submitted_for_approval"),  # 10,000.00015 USD: exact, not rounded to 10,000.00
+        ("-9216.59", "submitted_for_approval"),
+        ("150000.00", "submitted_for_approval"),
+    ],
+)
+def test_the_threshold_applies_to_the_amount_converted_at_the_latest_rate(
+    client: TestClient, auth: Auth, amount: str, outcome: str
+) -> None:
+    _set_rate(client, auth, "EUR", "1.2000")
+    _set_rate(client, auth, "EUR", "1.0850")  # the latest one applies, not the first
+    assert _complete(client, auth, amount, "APPROVED", currency="EUR")["outcome"] == outcome
+
+
+@pytest.mark.parametrize(
+    ("amount", "outcome"),
+    [("7999.99", "resolved"), ("8000.00", "submitted_for_approval"), ("8000.01", "submitted_for_approval")],
+)
+def test_an_amount_converting_exactly_to_the_threshold_needs_an_approver(
+    client: TestClient, auth: Auth, amount: str, outcome: str
+) -> None:
+    _set_rate(client, auth, "EUR", "1.25")  # 8,000.00 EUR = 10,000.00 USD exactly
+    assert _complete(client, auth, amount, "APPROVED", currency="EUR")["outcome"] == outcome
+
+
+def test_a_currency_with_three_decimals_and_a_codes_own_threshold(client: TestClient, auth: Auth) -> None:
+    _set_rate(client, auth, "KWD", "3.25")
+    assert _complete(client, auth, "3076.923", "APPROVED", currency="KWD")["outcome"] == "resolved"
+    assert _complete(client, auth, "3076.924", "APPROVED", currency="KWD")["outcome"] == (
+        "submitted_for_approval"
+    )
+    # WRITE_OFF's own 1,000.00: 307.692 KWD is 999.999 USD, 307.693 KWD is 1,000.00225 USD.
+    assert _complete(client, auth, "307.692", "WRITE_OFF", note="n", currency="KWD")["outcome"] == "resolved"
+    assert _complete(client, auth, "307.693", "WRITE_OFF", note="n", currency="KWD")["outcome"] == (
+        "submitted_for_approval"
+    )
+
+
+def test_a_rate_set_between_two_completions_changes_only_the_later(
+    client: TestClient, auth: Auth, sql: psycopg.Connection
+) -> None:
+    _set_rate(client, auth, "EUR", "1.0850")
+    earlier = _complete(client, auth, "9000.00", "APPROVED", currency="EUR")  # 9,765.00 USD
+    assert earlier["outcome"] == "resolved"
+    _set_rate(client, auth, "EUR", "1.2000")
+    later = _complete(client, auth, "9000.00", "APPROVED", currency="EUR")  # 10,800.00 USD
+    assert later["outcome"] == "submitted_for_approval"
+    state = sql.execute(
+        "SELECT state FROM review_queue_item WHERE id = %s", (earlier["item"]["id"],)
+    ).fetchone()
+    assert state == ("RESOLVED",)
 
 
 def test_an_item_in_the_base_currency_below_the_threshold_resolves(client: TestClient, auth: Auth) -> None:
     assert _complete(client, auth, "9000.00", "APPROVED")["outcome"] == "resolved"
+
+
+def _conversion(sql: psycopg.Connection, item_id: str) -> tuple[str, str | None, str | None]:
+    # Read as text: the exact decimals recorded, not a float's.
+    row = sql.execute(
+        "SELECT event, details->>'rate', details->>'base_amount' FROM review_queue_event"
+        " WHERE item_id = %s ORDER BY id DESC LIMIT 1",
+        (item_id,),
+    ).fetchone()
+    assert row is not None
+    return row[0], row[1], row[2]
+
+
+def test_the_event_records_the_rate_and_the_base_amount_that_decided(
+    client: TestClient, auth: Auth, sql: psycopg.Connection
+) -> None:
+    _set_rate(client, auth, "EUR", "1.0850")
+    resolved = _complete(client, auth, "-9216.58", "APPROVED", currency="EUR")["item"]["id"]
+    assert _conversion(sql, resolved) == ("RESOLVED", "1.0850", "-9999.989300")
+    submitted = _complete(client, auth, "9216.59", "APPROVED", currency="EUR")["item"]["id"]
+    assert _conversion(sql, submitted) == ("SUBMITTED_FOR_APPROVAL", "1.0850", "10000.000150")
+    assert _conversion(sql, _complete(client, auth, "12.50", "APPROVED")["item"]["id"]) == (
+        "RESOLVED", "1", "12.50"
+    )  # fmt: skip
+    # No rate: no base amount, and an approver whatever the amount. The keys are there, null.
+    no_rate = _complete(client, auth, "1500", "APPROVED", currency="JPY")["item"]["id"]
+    assert _conversion(sql, no_rate) == ("SUBMITTED_FOR_APPROVAL", None, None)
+    (details,) = sql.execute(
+        "SELECT details FROM review_queue_event WHERE item_id = %s ORDER BY id DESC LIMIT 1", (no_rate,)
+    ).fetchone()
+    assert {"rate", "base_amount"} <= details.keys() and details["rate"] is None
+
+
+def test_an_earlier_completions_event_keeps_the_rate_it_used(
+    client: TestClient, auth: Auth, sql: psycopg.Connection
+) -> None:
+    _set_rate(client, auth, "EUR", "1.0850")
+    earlier = _complete(client, auth, "9000.00", "APPROVED", currency="EUR")["item"]["id"]
+    _set_rate(client, auth, "EUR", "1.2000")
+    later = _complete(client, auth, "9000.00", "APPROVED", currency="EUR")["item"]["id"]
+    assert _conversion(sql, earlier) == ("RESOLVED", "1.0850", "9765.000000")
+    assert _conversion(sql, later) == ("SUBMITTED_FOR_APPROVAL", "1.2000", "10800.000000")

@@ -301,3 +301,15 @@ def test_metrics_show_how_far_back_the_trail_goes_against_its_retention(
     scraped = scrape(client, admin)
     assert abs(scraped["review_queue_trail_oldest_event_age_seconds"] - 400 * 86400) < 60
     assert scraped["review_queue_trail_retention_seconds"] == 2557 * 86400
+
+
+def test_metrics_count_the_open_items_in_a_currency_without_a_rate(client: TestClient, auth: Auth) -> None:
+    admin = auth("ops", "admin")
+    for currency in ("USD", "EUR", "EUR", "JPY"):
+        created = client.post(
+            "/items", json=item_body(variance_amount="125", currency=currency), headers=admin
+        )
+        assert created.status_code == 201, created.text
+    assert scrape(client, admin)["review_queue_items_without_rate"] == 3
+    assert client.put("/fx-rates/EUR", json={"rate": "1.0850"}, headers=admin).status_code == 200
+    assert scrape(client, admin)["review_queue_items_without_rate"] == 1

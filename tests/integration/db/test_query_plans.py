@@ -18,7 +18,7 @@ import pytest
 from sqlalchemy.dialects import postgresql
 
 from cli import reclaimer
-from db import audit, feed, queue, stats
+from db import audit, feed, fx, queue, stats
 from db.engine import _arguments, _compiled
 from db.queue.completion import _COMPLETE_ITEMS
 from db.queue.lease import _LEASE, _LEASE_APPROVALS, _LEASE_ENTITY, _LEASE_ITEM, _RECLAIM, _RECLAIM_APPROVALS
@@ -154,6 +154,17 @@ def test_reclaim_reads_the_expiry_index(busy_table: psycopg.Connection) -> None:
     assert_no_table_scan(found)
 
 
+def with_rate_history(sql: psycopg.Connection) -> None:
+    # Years of rates in six currencies: the completion reads the latest one of an item's currency
+    # backwards along (currency, set_at, id), never the whole history.
+    sql.execute(
+        """INSERT INTO fx_rate (currency, rate, set_by, set_at)
+           SELECT c, 1 + (i % 100) / 1000.0, 'feed', now() - i * interval '1 hour'
+           FROM unnest(ARRAY['EUR', 'GBP', 'JPY', 'KWD', 'CHF', 'SEK']) c, generate_series(1, 5000) i"""
+    )
+    sql.execute("ANALYZE fx_rate")
+
+
 def test_holder_statements_read_by_primary_key(busy_table: psycopg.Connection) -> None:
     item_id = busy_table.execute(
         "SELECT id FROM review_queue_item WHERE state = 'ASSIGNED' LIMIT 1"
@@ -166,7 +177,9 @@ def test_holder_statements_read_by_primary_key(busy_table: psycopg.Connection) -
         "fence_nonces": [None],
         "expected_source_hashes": [None],
         "actor": "r1",
+        "base_currency": "USD",
     }
+    with_rate_history(busy_table)
     found = scans(plan(busy_table, _COMPLETE_ITEMS, params))
     # The completion also reads its catalogue row, by primary key, and materiality (one row).
     # (A handful of codes: the planner may read the small tables whole.) Its entries are the
@@ -178,6 +191,7 @@ def test_holder_statements_read_by_primary_key(busy_table: psycopg.Connection) -
         ("Seq Scan", "resolution_code"),
         ("Index Scan", "pk_approval_policy"),
         ("Seq Scan", "approval_policy"),
+        ("Index Scan", "ix_fx_rate_currency_set_at"),
     }
     assert found - {("CTE Scan", "")} <= allowed, found
     assert ("Index Scan", "pk_review_queue_item") in found, found
@@ -195,6 +209,13 @@ def test_stats_gauges_never_scan_the_table(busy_table: psycopg.Connection) -> No
         "ix_review_queue_item_open_due",
     }, found
     assert any(name == "ix_review_queue_item_open_due" for _, name in found), found  # the overdue gauges
+
+
+def test_the_items_without_a_rate_gauge_reads_the_open_items_only(busy_table: psycopg.Connection) -> None:
+    with_rate_history(busy_table)
+    found = scans(plan(busy_table, fx._WITHOUT_RATE, {"base_currency": "USD"}))
+    assert_no_table_scan(found)
+    assert ("Seq Scan", "fx_rate") not in found, found
 
 
 def test_the_approval_queue_and_its_reclaim_use_their_partial_indexes(busy_table: psycopg.Connection) -> None:
@@ -257,7 +278,9 @@ def test_the_completion_statements_generic_plan_reads_by_primary_key(busy_table:
         "fence_nonces": [None] * 3,
         "expected_source_hashes": [None] * 3,
         "actor": holders[0],
+        "base_currency": "USD",
     }
+    with_rate_history(busy_table)
     busy_table.execute("SET plan_cache_mode = force_generic_plan")
     busy_table.execute(f"PREPARE completion AS {sql}")
     explain = psycopg.ClientCursor(busy_table)
@@ -270,7 +293,13 @@ def test_the_completion_statements_generic_plan_reads_by_primary_key(busy_table:
     assert_no_table_scan(found)
     indexes = {name for kind, name in found if "Index" in kind}
     assert "pk_review_queue_item" in indexes, found
-    assert indexes <= {"pk_review_queue_item", "pk_resolution_code", "pk_approval_policy"}, found
+    assert indexes <= {
+        "pk_review_queue_item",
+        "pk_resolution_code",
+        "pk_approval_policy",
+        "ix_fx_rate_currency_set_at",
+    }, found
+    assert ("Seq Scan", "fx_rate") not in found, found
 
 
 def test_the_lease_with_the_release_cool_off_still_reads_the_pending_index_in_order(
