@@ -78,13 +78,6 @@ def _code_ok(code: ColumnElement[Any], note: ColumnElement[Any]) -> list[ColumnE
 
 
 # At or above the code's threshold or materiality, whichever is lower (by absolute amount), the item
-# needs an approver. Both are read by this statement (db/catalogue.py). The thresholds are amounts of
-# the base currency and this statement does not convert yet, so an item in any other currency always
-# needs an approver: fail safe (issue 40's rule for a currency without a rate, applied to all).
-_threshold = approval_threshold(catalogue.c.approval_threshold)
-_needs_approval = or_(
-    func.abs(item.c.variance_amount) >= _threshold,
-    item.c.currency != bindparam("base_currency", DEFAULT_BASE_CURRENCY, type_=Text),
 # needs an approver. Both are read by this statement (db/catalogue.py) and are amounts of the base
 # currency: an item's amount is converted at the latest rate of its currency set at or before this
 # transaction began (fx_rate, read backwards along its (currency, set_at, id) index), exactly, with
