@@ -375,6 +375,7 @@ def main(
     ] = 8,
     only_webhooks: Annotated[
         bool, typer.Option(help="Run the webhooks part (a receiver failing 20 %, default retries) alone.")
+    ] = False,
     webhook_events: Annotated[int, typer.Option(help="Events the webhooks part delivers.")] = 2_000,
     only_reports: Annotated[bool, typer.Option(help="Run part 8 (reports over a year) alone.")] = False,
     report_items: Annotated[
@@ -542,11 +543,15 @@ def main(
             )
         drop_databases(server_url, "rq_bench_pool", "rq_bench_feed")
         typer.echo("\n".join(pool_bench.report_lines(results)))
+        if json_path:
+            json_path.write_text(json.dumps(results, indent=2))
+        return
     if only_webhooks:
         url = fresh_database(server_url, "rq_bench_webhooks")
         results["webhooks"] = {
             "defaults": webhook_bench.webhook_drain(
                 url, events=webhook_events, items=max(1, webhook_events // 10), fail=0.2, timeout_s=600
+            )
         }
         drop_databases(server_url, "rq_bench_webhooks")
         typer.echo("\n".join(webhook_bench.report_lines(results["webhooks"])))
