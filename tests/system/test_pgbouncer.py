@@ -119,6 +119,7 @@ def settings_on_every_server_connection(
     return seen
 
 
+@pytest.mark.fresh_db("counts every backend of its database as a PgBouncer server connection")
 def test_no_session_state_leaks_through_pgbouncer(
     bounced_client: TestClient,
     bounced_url: str,
