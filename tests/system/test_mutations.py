@@ -478,7 +478,14 @@ class Run:
 
 
 def run_pytest(root: Path, server_url: str, template_db: str | None, *node_ids: str) -> Run:
-    env = {**os.environ, "TEST_DATABASE_URL": server_url, "PYTHONDONTWRITEBYTECODE": "1"}
+    # PYTHONPATH: a `review-queue` the copy's tests start must import the mutated copy, not the
+    # tree the editable install (.pth) points at.
+    env = {
+        **os.environ,
+        "TEST_DATABASE_URL": server_url,
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTHONPATH": str(root),
+    }
     if template_db is not None:
         # The outer run's migrated template: the copy's tests clone it instead of migrating.
         env["REVIEW_QUEUE_TEST_TEMPLATE_DB"] = template_db
