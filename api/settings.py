@@ -145,6 +145,9 @@ class Settings(BaseSettings):
     # A holder who releases an item is not handed it again by their own leases for this long (others
     # get it in its old place): Release then Next moves on instead of bringing the same item back.
     release_cooldown_s: int = _range(900, 0, 86_400, "REVIEW_QUEUE_RELEASE_COOLDOWN_S")
+    # A rejected proposal goes back to its preparer first for this long: only their unnamed lease
+    # takes it (ahead of due order); then anyone's, in its due-date place.
+    rejected_return_s: int = _range(14_400, 0, 604_800, "REVIEW_QUEUE_REJECTED_RETURN_S")
     reclaim_interval_s: int = _range(15, 1, 600, "REVIEW_QUEUE_RECLAIM_INTERVAL_S")
     # The zone whose closed days and weeks the reclaimer keeps for the throughput and backlog reports
     # (the controllers' zone); a report asked in another zone reads the trail, as fast as before.

@@ -114,6 +114,10 @@ review_queue_item = Table(
     # statement does not hand it back to them (REVIEW_QUEUE_RELEASE_COOLDOWN_S).
     Column("released_by", Text),
     Column("released_until", DateTime(timezone=True)),
+    # A rejected proposal goes back to its preparer first: until then (REVIEW_QUEUE_REJECTED_RETURN_S
+    # after the rejection) only the preparer's unnamed lease takes it, ahead of due order. The next
+    # lease clears it.
+    Column("returned_until", DateTime(timezone=True)),
     # Reopened once at least: set by the trigger that records a REOPENED event, and by nothing else
     # (a guard refuses other changes; 2026_12_05_1500).
     Column("reopened", Boolean, nullable=False, server_default=text("false")),
@@ -167,6 +171,14 @@ review_queue_item = Table(
         "due_at",
         "created_at",
         postgresql_where=text("state = 'PENDING'"),
+    ),
+    # The preparer's half of the lease: the PENDING rows a rejection returned to them, in lease order.
+    Index(
+        "ix_review_queue_item_pending_returned",
+        func.lower(text("prepared_by")),
+        "due_at",
+        "created_at",
+        postgresql_where=text("state = 'PENDING' AND returned_until IS NOT NULL"),
     ),
     # The other open items (leased, quarantined, ...) by deadline: with the PENDING index, the
     # overdue gauges read the head of it, the aging figures all of it, never the resolved history.

@@ -2,6 +2,7 @@
 approve, reject, revise). The holder's calls (complete, renew, release) are in api/routes/holder.py,
 whose router the app adds first."""
 
+from datetime import timedelta
 from decimal import Decimal
 from typing import Annotated
 from uuid import UUID
@@ -313,15 +314,20 @@ async def approve(
     summary="Reject a proposal you hold the approval lease of",
     responses=_APPROVAL_PROBLEMS,
 )
-async def reject(item_id: ItemId, body: RejectIn, unit: Work, principal: Approver) -> ItemOut:
-    """Send an AWAITING_APPROVAL item back to PENDING, first in line; the REJECTED event keeps
-    the proposal and your reason (roles approver, admin; never your own proposal)."""
+async def reject(
+    item_id: ItemId, body: RejectIn, unit: Work, principal: Approver, settings: SettingsDep
+) -> ItemOut:
+    """Send an AWAITING_APPROVAL item back to PENDING, to its preparer first: for
+    REVIEW_QUEUE_REJECTED_RETURN_S their next lease takes it ahead of due order and nobody else's
+    unnamed lease takes it; then it is leasable by anyone in its due-date place. The REJECTED event
+    keeps the proposal and your reason (roles approver, admin; never your own proposal)."""
     outcome, item = await queue.reject_item(
         unit,
         item_id=item_id,
         approver=principal.subject,
         reason=body.reason,
         lease_nonce=token_nonce(item_id, body.lease_token),
+        returned_for=timedelta(seconds=settings.rejected_return_s),
     )
     await _approval_refused(unit, outcome, item, item_id, principal)
     assert item is not None

@@ -26,6 +26,7 @@ async def _lease_once(
     ledger_entity: str | None,
     which: queue.Queue,
     item_id: UUID | None,
+    role: str,
 ) -> list[queue.Item]:
     # Not the Conn dependency (it holds one transaction for the whole request): each attempt is
     # its own short transaction, committed before the next wait, so a waiting request holds no
@@ -39,6 +40,7 @@ async def _lease_once(
         ledger_entity=ledger_entity,
         queue=which,
         item_id=item_id,
+        override_return=role == "admin",
     )
 
 
@@ -67,7 +69,9 @@ async def lease(
     queue someone else's unheld proposal; you are under the cap): the same statement and guards, and
     an empty list otherwise. A reviewer who releases an item is not handed it again by their own
     leases for REVIEW_QUEUE_RELEASE_COOLDOWN_S (others get it in its old place); naming it by
-    `item_id` takes it back.
+    `item_id` takes it back. A proposal an approver rejected is returned to its preparer for
+    REVIEW_QUEUE_REJECTED_RETURN_S: their lease gets it ahead of due order, and nobody else's lease
+    takes it (named by `item_id`, an admin's does); then anyone's, in its due-date place.
 
     With `wait_s`, a call that finds nothing waits up to that many seconds and answers as soon as
     something can be leased (woken by PostgreSQL LISTEN/NOTIFY on enqueue, release and reclaim).
@@ -92,7 +96,14 @@ async def lease(
             # Every attempt applies the entity filter: work of another entity wakes the wait, but
             # is not handed out, and the wait goes on.
             items = await _lease_once(
-                request, settings, principal.subject, batch_size, body.ledger_entity, body.queue, body.item_id
+                request,
+                settings,
+                principal.subject,
+                batch_size,
+                body.ledger_entity,
+                body.queue,
+                body.item_id,
+                principal.role,
             )
             remaining = deadline - loop.time()
             if items or remaining <= 0:

@@ -1,10 +1,12 @@
 """Approve and reject: an approver decides on another person's proposal."""
 
+from datetime import timedelta
 from functools import partial
 from typing import Literal
 from uuid import UUID
 
 from sqlalchemy import (
+    Interval,
     Text,
     bindparam,
     func,
@@ -58,13 +60,20 @@ _APPROVE = _changed_items(
     ),
 )
 
-# Back to PENDING in its old place (created_at is kept: first in line); the proposal stays on the
-# row until the next completion, and the REJECTED event keeps it with the reason.
+# Back to PENDING, returned to its preparer until returned_until (the lease statement gives it to
+# them first and to nobody else until then; afterwards it is in its due-date place again); the
+# proposal stays on the row until the next completion, and the REJECTED event keeps it with the reason.
 _rejected = (
     item.update()
     .where(*_held_by_caller(AWAITING_APPROVAL))
     .where(_not_prepared_by("actor"))
-    .values(state=PENDING, leased_by=None, leased_at=None, lease_expires_at=None)
+    .values(
+        state=PENDING,
+        leased_by=None,
+        leased_at=None,
+        lease_expires_at=None,
+        returned_until=func.now() + bindparam("returned_for", type_=Interval),
+    )
     .returning(*_ITEM_COLUMNS)
     .cte("rejected")
 )
@@ -120,10 +129,23 @@ async def approve_item(
 
 
 async def reject_item(
-    unit: Unit, *, item_id: UUID, approver: str, reason: str, lease_nonce: UUID | None = None
+    unit: Unit,
+    *,
+    item_id: UUID,
+    approver: str,
+    reason: str,
+    lease_nonce: UUID | None = None,
+    returned_for: timedelta = timedelta(0),
 ) -> tuple[ApprovalOutcome, Item | None]:
-    """Send a proposal back to PENDING, first in line, with the reason in its trail."""
-    params = {"item_id": item_id, "actor": approver, "fence_nonce": lease_nonce, "reason": reason}
+    """Send a proposal back to PENDING, to its preparer first for `returned_for`, with the reason
+    in its trail."""
+    params = {
+        "item_id": item_id,
+        "actor": approver,
+        "fence_nonce": lease_nonce,
+        "reason": reason,
+        "returned_for": returned_for,
+    }
     outcome, current = await _holder_change(unit, _REJECT, params)
     if outcome == "done" and current is not None:
         await notify_work(unit)  # leasable again

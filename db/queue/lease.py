@@ -17,9 +17,11 @@ from sqlalchemy import (
     or_,
     select,
     true,
+    union_all,
 )
 from sqlalchemy.dialects.postgresql import UUID as PG_UUID
 from sqlalchemy.exc import DBAPIError
+from sqlalchemy.sql.elements import ColumnElement
 
 from db import telemetry
 from db.errors import DatabaseUnavailable, is_lock_timeout
@@ -82,25 +84,57 @@ def _lease_statement(*, approval: bool, by_entity: bool, by_id: bool) -> Any:
     The release cool-off is part of the same WHERE: a row the caller released less than
     REVIEW_QUEUE_RELEASE_COOLDOWN_S ago is no candidate for them (for everyone else it is, in its
     old place). It filters the rows the index scan reads, so the lease stays one ordered scan. A
-    lease that names the item (by_id) is the caller's deliberate choice and takes it back."""
+    lease that names the item (by_id) is the caller's deliberate choice and takes it back.
+
+    A rejected proposal goes back to its preparer first (issue 42): while its returned_until is
+    ahead, the preparer's unnamed lease takes it before anything else (a second ordered scan, of the
+    small index of returned rows, locked with the same SKIP LOCKED and counted against the same
+    batch and cap), and everyone else's unnamed lease skips it (a filter on the main scan, like the
+    cool-off). Named, it goes to the preparer or an admin (override_return) only."""
     prefix = "approval_" if approval else ""
     actor = bindparam("actor", type_=Text)
+    room = func.least(bindparam("batch_size"), func.greatest(bindparam("cap") - _held, 0))
     unheld = [item.c.state == AWAITING_APPROVAL, item.c.leased_by.is_(None)] if approval else []
     wanted = [*unheld, _not_prepared_by("actor")] if approval else [item.c.state == PENDING]
     if by_entity:
         wanted.append(item.c.ledger_entity == bindparam("entity", type_=Text))
+    returned: Any = None
+    if not approval and by_id:
+        # Named: the preparer's within the return, anyone's after it, and an admin's always (so an
+        # admin can take it and reassign it).
+        wanted.append(or_(_not_returned(), ~_not_prepared_by("actor"), bindparam("override_return")))
+    elif not approval:
+        # The preparer's half: the items a rejection returned to them, ahead of due order, on their
+        # own small index. Everyone's half below skips rows still returned to someone.
+        returned = (
+            select(item.c.id)
+            .where(
+                *wanted,
+                item.c.returned_until.is_not(None),
+                func.lower(item.c.prepared_by) == func.lower(actor),
+                item.c.returned_until > func.now(),
+            )
+            .order_by(func.lower(item.c.prepared_by), item.c.due_at, item.c.created_at)
+            .limit(room)
+            .with_for_update(skip_locked=True)
+            .cte(f"{prefix}returned")
+        )
+        room = func.greatest(room - select(func.count()).select_from(returned).scalar_subquery(), 0)
+        wanted.append(_not_returned())
     if by_id:
         wanted.append(item.c.id == bindparam("lease_item_id", type_=PG_UUID(as_uuid=True)))
     else:
         wanted.append(or_(item.c.released_by.is_distinct_from(actor), item.c.released_until <= func.now()))
-    candidate = (
+    candidate: Any = (
         select(item.c.id)
         .where(*wanted)
         .order_by(item.c.due_at, item.c.created_at)
-        .limit(func.least(bindparam("batch_size"), func.greatest(bindparam("cap") - _held, 0)))
+        .limit(room)
         .with_for_update(skip_locked=True)
         .cte(f"{prefix}candidate")
     )
+    if returned is not None:
+        candidate = union_all(select(returned.c.id), select(candidate.c.id)).cte(f"{prefix}candidates")
     stamped: dict[str, Any] = {
         "leased_by": actor,
         "leased_at": func.now(),
@@ -109,7 +143,8 @@ def _lease_statement(*, approval: bool, by_entity: bool, by_id: bool) -> Any:
         "lease_nonce": func.gen_random_uuid(),
     }
     if not approval:
-        stamped |= {"state": ASSIGNED, "attempts": item.c.attempts + 1}
+        # A lease ends a rejection's return, whoever takes it.
+        stamped |= {"state": ASSIGNED, "attempts": item.c.attempts + 1, "returned_until": None}
     leased = (
         item.update()
         .where(item.c.id == candidate.c.id, *unheld)
@@ -121,6 +156,11 @@ def _lease_statement(*, approval: bool, by_entity: bool, by_id: bool) -> Any:
         "lease_expires_at", leased.c.lease_expires_at, *(("queue", "approval") if approval else ())
     )
     return _changed_items(leased, "LEASED", details=details)
+
+
+def _not_returned() -> ColumnElement[bool]:
+    """Not held back for its preparer: never rejected, or the rejection's return is over."""
+    return or_(item.c.returned_until.is_(None), item.c.returned_until <= func.now())
 
 
 # Every variant, built once: (queue, one ledger entity, one named item) -> statement.
@@ -163,11 +203,14 @@ async def lease_items(
     ledger_entity: str | None = None,
     queue: Queue = "review",
     item_id: UUID | None = None,
+    override_return: bool = False,
 ) -> list[Item]:
     """Lease up to batch_size items (of ledger_entity only, when given; only item_id, when given)
     to reviewer, never leaving them holding more than cap: PENDING items from the review queue, or
     other people's proposals from the approval queue. Items the reviewer released within the
-    cool-off are skipped unless named by item_id."""
+    cool-off are skipped unless named by item_id. The reviewer's own rejected proposals still
+    within their return come first; other people's are skipped, and named by item_id, taken only
+    with override_return (an admin)."""
     params: dict[str, Any] = {
         "actor": reviewer,
         "batch_size": batch_size,
@@ -178,6 +221,8 @@ async def lease_items(
         params["entity"] = ledger_entity
     if item_id is not None:
         params["lease_item_id"] = item_id
+        if queue == "review":
+            params["override_return"] = override_return
     statement = _LEASES[queue, ledger_entity is not None, item_id is not None]
     # The reviewer's lock, then the lease: in one round trip when the unit sends them so.
     try:

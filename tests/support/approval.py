@@ -28,10 +28,13 @@ def lease_one(client: TestClient, headers: dict[str, str], queue: str = "review"
     return leased
 
 
-def submitted(client: TestClient, auth: Auth, amount: str = "25000.00") -> tuple[str, dict[str, Any]]:
+def submitted(
+    client: TestClient, auth: Auth, amount: str = "25000.00", **fields: Any
+) -> tuple[str, dict[str, Any]]:
     """An item alice completed with ADJUSTMENT_POSTED (threshold 10000.00): AWAITING_APPROVAL."""
     admin, alice = auth("ada", "admin"), auth("alice", "reviewer")
-    item_id = client.post("/items", json=item_body(variance_amount=amount), headers=admin).json()["id"]
+    body = item_body(variance_amount=amount, **fields)
+    item_id = client.post("/items", json=body, headers=admin).json()["id"]
     leased = lease_one(client, alice)
     assert leased["id"] == item_id
     done = client.post(

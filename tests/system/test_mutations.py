@@ -47,6 +47,11 @@ COMPLETION = "db/queue/completion.py"
 APPROVAL = "db/queue/approval.py"
 MUTANTS: tuple[Mutant, ...] = (
     Mutant(
+        "a rejected proposal is anyone's at once (no return to its preparer)",
+        "tests/integration/db/test_queue.py::test_racing_reviewers_never_take_a_proposal_returned_to_its_preparer",
+        (Edit(LEASE, "        wanted.append(_not_returned())\n", ""),),
+    ),
+    Mutant(
         "no SKIP LOCKED in the lease",
         "tests/integration/db/test_queue.py::test_two_workers_never_double_lease",
         (

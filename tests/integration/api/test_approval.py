@@ -2,6 +2,8 @@
 
 Every state change is checked in the database and in the audit trail; refusals change nothing."""
 
+from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 import psycopg
@@ -311,7 +313,7 @@ def test_the_database_refuses_an_approval_lease_held_by_the_preparer(
         )
 
 
-def test_reject_sends_the_item_back_first_in_line_with_the_proposal_and_reason_in_the_trail(
+def test_reject_sends_the_item_back_to_its_preparer_with_the_proposal_and_reason_in_the_trail(
     client: TestClient, auth: Auth, sql: psycopg.Connection
 ) -> None:
     admin = auth("ada", "admin")
@@ -336,9 +338,99 @@ def test_reject_sends_the_item_back_first_in_line_with_the_proposal_and_reason_i
         "note": "JE-7",
         "prepared_by": "alice",
     }
-    # First in line: before the newer item.
-    assert lease_one(client, auth("carol", "reviewer"))["id"] == item_id
-    assert newer != item_id
+    # Returned to alice for REVIEW_QUEUE_REJECTED_RETURN_S (4 h by default): carol gets the newer item.
+    (returned,) = sql.execute(
+        "SELECT returned_until - now() FROM review_queue_item WHERE id = %s", (item_id,)
+    ).fetchone()
+    assert timedelta(hours=3, minutes=59) < returned <= timedelta(hours=4), returned
+    assert lease_one(client, auth("carol", "reviewer"))["id"] == newer
+
+
+# --- a rejected proposal goes back to its preparer first (issue 42) -------------------------------
+
+
+def rejected(client: TestClient, auth: Auth, **fields: Any) -> str:
+    """alice's proposal, rejected by bob: PENDING, returned to alice."""
+    item_id, _ = submitted(client, auth, **fields)
+    bob = auth("bob", "approver")
+    token = lease_one(client, bob, "approval")["lease_token"]
+    response = client.post(
+        f"/items/{item_id}/reject", json={"reason": "no", "lease_token": token}, headers=bob
+    )
+    assert response.status_code == 200, response.text
+    return item_id
+
+
+def leased_ids(client: TestClient, headers: dict[str, str], **body: Any) -> list[str]:
+    response = client.post("/leases", json={"batch_size": 5, **body}, headers=headers)
+    assert response.status_code == 200, response.text
+    return [i["id"] for i in response.json()["items"]]
+
+
+def test_the_preparer_gets_their_rejected_proposal_ahead_of_due_order_and_nobody_else_does(
+    client: TestClient, auth: Auth, sql: psycopg.Connection
+) -> None:
+    admin, alice, carol = auth("ada", "admin"), auth("alice", "reviewer"), auth("carol", "reviewer")
+    item_id = rejected(client, auth, due_at="2031-01-01T00:00:00Z")
+    due_first = client.post("/items", json=item_body(due_at="2030-01-01T00:00:00Z"), headers=admin).json()[
+        "id"
+    ]
+    # Nobody else's lease takes it, unnamed or named, of every entity or of its own.
+    assert leased_ids(client, carol, batch_size=1) == [due_first]
+    assert leased_ids(client, carol) == []
+    assert leased_ids(client, carol, ledger_entity="ACME-CORP") == []
+    assert leased_ids(client, carol, item_id=item_id) == []
+    client.post(f"/items/{due_first}/release", json={"reason": "back"}, headers=carol)
+    # alice's next lease: her returned item first, ahead of the earlier deadline.
+    assert leased_ids(client, auth("Alice", "reviewer"), batch_size=1) == [item_id]  # case-folded
+    (cleared,) = sql.execute(
+        "SELECT returned_until FROM review_queue_item WHERE id = %s", (item_id,)
+    ).fetchone()
+    assert cleared is None  # the lease ends the return: a release puts it in its due-date place
+    assert leased_ids(client, alice) == [due_first]
+
+
+def test_the_preparers_lease_of_one_entity_takes_it_first_too(client: TestClient, auth: Auth) -> None:
+    item_id = rejected(client, auth, due_at="2031-01-01T00:00:00Z")
+    client.post("/items", json=item_body(due_at="2030-01-01T00:00:00Z"), headers=auth("ada", "admin"))
+    assert leased_ids(client, auth("alice", "reviewer"), ledger_entity="ACME-CORP", batch_size=1) == [item_id]
+
+
+def test_after_the_return_anyone_leases_it_in_its_due_date_place(
+    client: TestClient, auth: Auth, sql: psycopg.Connection
+) -> None:
+    admin, carol = auth("ada", "admin"), auth("carol", "reviewer")
+    item_id = rejected(client, auth, due_at="2031-01-01T00:00:00Z")
+    earlier = client.post("/items", json=item_body(due_at="2030-01-01T00:00:00Z"), headers=admin).json()["id"]
+    sql.execute("UPDATE review_queue_item SET returned_until = now() - interval '1 second'")
+    assert leased_ids(client, carol) == [earlier, item_id]
+
+
+def test_an_admin_can_take_a_returned_item_by_name_and_reassign_it(client: TestClient, auth: Auth) -> None:
+    admin = auth("ada", "admin")
+    item_id = rejected(client, auth)
+    assert leased_ids(client, admin) == []
+    assert leased_ids(client, admin, item_id=item_id) == [item_id]
+    auth("carol", "reviewer")  # a live token: someone who can take the lease
+    moved = client.post(
+        f"/admin/items/{item_id}/reassign",
+        json={"reviewer": "carol", "reason": "alice is away"},
+        headers=admin,
+    )
+    assert moved.status_code == 200, moved.text
+    assert moved.json()["leased_by"] == "carol"
+
+
+def test_with_no_return_a_rejected_item_is_anyones_in_its_place(
+    db_url: str, make_token: Callable[[str, str], str]
+) -> None:
+    with TestClient(create_app(make_settings(db_url, rejected_return_s=0))) as client:
+
+        def auth(subject: str, role: str) -> dict[str, str]:
+            return {"Authorization": f"Bearer {make_token(subject, role)}"}
+
+        item_id = rejected(client, auth)
+        assert leased_ids(client, auth("carol", "reviewer")) == [item_id]
 
 
 def test_approval_leases_renew_release_and_are_reclaimed_back_to_the_approval_queue(

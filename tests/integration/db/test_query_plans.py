@@ -320,11 +320,34 @@ def test_the_lease_with_the_release_cool_off_still_reads_the_pending_index_in_or
     assert any(name == "ix_review_queue_item_awaiting_approval" for _, name in approvals), approvals
 
 
+def test_the_lease_with_returned_proposals_reads_their_index_then_the_pending_index_in_order(
+    busy_table: psycopg.Connection,
+) -> None:
+    """Issue 42: the preparer's returned proposals come off their own small index in lease order, the
+    rest off the PENDING index in lease order, with the return a filter on it: no sort, no other
+    index, for the preparer and for everyone else (one entity's lease alike)."""
+    busy_table.execute(
+        "UPDATE review_queue_item SET prepared_by = 'r' || (hashtext(idempotency_key) & 7),"
+        " proposed_resolution = 'OK', returned_until = now() + interval '4 hours'"
+        " WHERE state = 'PENDING' AND hashtext(idempotency_key) % 40 = 0"
+    )
+    busy_table.execute("ANALYZE review_queue_item")
+    for actor in ("r1", "someone-else"):
+        tree = plan(busy_table, _LEASE, {**LEASE_PARAMS, "actor": actor})
+        lease_order_scan(tree, "ix_review_queue_item_pending_due")
+        lease_order_scan(tree, "ix_review_queue_item_pending_returned")
+        assert_no_table_scan(scans(tree))
+        entity = plan(busy_table, _LEASE_ENTITY, {**LEASE_PARAMS, "actor": actor, "entity": "E7"})
+        lease_order_scan(entity, "ix_review_queue_item_pending_entity_due")
+        assert_no_table_scan(scans(entity))
+
+
 def test_a_lease_that_names_its_item_reads_it_by_primary_key(busy_table: psycopg.Connection) -> None:
     item_id = busy_table.execute(
         "SELECT id FROM review_queue_item WHERE state = 'PENDING' LIMIT 1"
     ).fetchone()[0]
-    found = scans(plan(busy_table, _LEASE_ITEM, {**LEASE_PARAMS, "lease_item_id": item_id}))
+    params = {**LEASE_PARAMS, "lease_item_id": item_id, "override_return": False}
+    found = scans(plan(busy_table, _LEASE_ITEM, params))
     assert ("Index Scan", "pk_review_queue_item") in found, found
     assert_no_table_scan(found)
 

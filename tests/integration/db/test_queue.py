@@ -270,3 +270,41 @@ async def test_late_completion_after_reclaim_matches_nothing(
         )
     assert outcome == "lease_not_held"
     assert current is not None and current.leased_by == "bob" and current.state == "ASSIGNED"
+
+
+def test_racing_reviewers_never_take_a_proposal_returned_to_its_preparer(
+    db_url: str, sql: psycopg.Connection
+) -> None:
+    """Issue 42: 30 of 300 items (spread over the queue) are rejected proposals returned to alice.
+    Eleven threads, each on its own connection, drain the queue at once: each item leased once,
+    every returned one by alice, and alice's first lease is all returned items, whatever their
+    deadlines."""
+    seed_items(sql, 300)
+    sql.execute(
+        "UPDATE review_queue_item SET prepared_by = 'alice', proposed_resolution = 'OK',"
+        " returned_until = now() + interval '1 hour' WHERE split_part(idempotency_key, '-', 2)::int % 10 = 7"
+    )
+    returned = {
+        str(r[0]) for r in sql.execute("SELECT id FROM review_queue_item WHERE returned_until IS NOT NULL")
+    }
+    assert len(returned) == 30, len(returned)
+    leased: list[str] = []
+    by_alice: list[str] = []
+    barrier = threading.Barrier(11)
+    errors: list[BaseException] = []
+    threads = [
+        threading.Thread(target=_thread_worker, args=(db_url, f"w{n}", 1 + n % 7, leased, barrier, errors))
+        for n in range(10)
+    ]
+    threads.append(
+        threading.Thread(target=_thread_worker, args=(db_url, "alice", 5, by_alice, barrier, errors))
+    )
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not errors, f"workers failed: {errors[:3]}"
+    everyone = leased + by_alice
+    assert len(everyone) == len(set(everyone)) == 300, "an item leased twice or never"
+    assert returned <= set(by_alice), f"taken from alice: {returned - set(by_alice)}"
+    assert set(by_alice[:5]) <= returned, "alice's first lease is not her returned items"

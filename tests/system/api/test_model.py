@@ -20,6 +20,9 @@ threshold without an approval, and no item resolved more than once per reopen. I
 release starts a cool-off in which that reviewer's (or approver's) own leases skip the item while
 everyone else gets it in its place, until a rule ends every cool-off; a lease naming its item
 (item_id) takes exactly that item when it is PENDING and the caller is under the cap, cool-off or not.
+Issue 42: a rejected proposal is returned to its preparer: their unnamed leases take it ahead of
+due order and nobody else's leases (named or not) take it, until the next lease or a rule ends
+every return.
 Materiality (issue 23) is set above every amount here, so the codes' own thresholds decide;
 MaterialMachine (at the end) runs the same machine at the seeded 10,000.00.
 
@@ -157,6 +160,7 @@ KEY_MINIMUMS = {
     "completion submitted for approval": 0.3,
     "proposal approved": 0.2,
     "proposal rejected": 0.1,
+    "a preparer's lease took their rejected proposal back first": 0.02,
     "approval refused: segregation of duties": 0.1,
     "a batch completion resolved items": 0.2,
     "lease of one ledger entity handed out items": 0.2,
@@ -209,6 +213,10 @@ class Model:
     # The release cool-off (issue 24): who released it as its holder last; their own leases skip it
     # (the test's cool-off outlasts an example) until the cool_off_ends rule ends it.
     released_by: str | None = None
+    # Issue 42: the preparer a rejection returned it to (REVIEW_QUEUE_REJECTED_RETURN_S outlasts an
+    # example): their unnamed leases take it first, nobody else's take it; the next lease ends it,
+    # and so does the returns_end rule.
+    returned_to: str | None = None
 
     @property
     def big(self) -> bool:
@@ -573,7 +581,7 @@ class ReviewQueueMachine(RuleBasedStateMachine):
                 self.check_item(response.json()["item"], item_id, actor)
             else:
                 key("proposal rejected")
-                m.state, m.leased_by = "PENDING", None
+                m.state, m.leased_by, m.returned_to = "PENDING", None, m.prepared_by
                 m.events["REJECTED"] += 1
                 self.check_item(response.json(), item_id, actor)
             return
@@ -692,13 +700,16 @@ class ReviewQueueMachine(RuleBasedStateMachine):
             self.enqueue(count=batch_size - pending_now, batch=True)
         held = self.open_leases(reviewer)
         pending = sorted(
-            (m.place, i)
+            (m.returned_to != reviewer, m.place, i)
             for i, m in self.model.items()
             if m.state == "PENDING"
             and entity in (None, m.payload["ledger_entity"])
             and m.released_by != reviewer
+            and m.returned_to in (None, reviewer)
         )
-        expected = [i for _, i in pending[: max(0, min(batch_size, CAP - held))]]
+        # The reviewer's returned proposals are taken first; the batch comes back in queue order.
+        chosen = pending[: max(0, min(batch_size, CAP - held))]
+        expected = [i for _, _, i in sorted(chosen, key=lambda c: c[1:])]
         body = {"batch_size": batch_size, **({"ledger_entity": entity} if entity else {})}
         response = self.post("/leases", reviewer, body)
         assert response.status_code == 200, response.text
@@ -720,7 +731,10 @@ class ReviewQueueMachine(RuleBasedStateMachine):
             token = body["lease_token"]
             assert token and token not in self.all_tokens, f"lease_token missing or reused: {token!r}"
             self.all_tokens.add(token)
+            if m.returned_to == reviewer:
+                key("a preparer's lease took their rejected proposal back first")
             m.state, m.leased_by, m.last_holder, m.epoch = "ASSIGNED", reviewer, reviewer, m.epoch + 1
+            m.returned_to = None
             m.attempts += 1
             m.expiry = "live"
             m.tokens[m.epoch] = token
@@ -843,11 +857,18 @@ class ReviewQueueMachine(RuleBasedStateMachine):
         self.decide(item_id, caller, token, approve)
 
     @precondition(lambda self: bool(self.held_proposals()))
-    @rule(approve=st.sampled_from([True, True, False]))
+    @rule(approve=st.booleans())
     def holder_decides(self, approve: bool) -> None:
         """The approver holding the oldest held proposal decides it with their lease's token: the
-        desk's path (decide_proposal draws callers and tokens at random, and seldom lands on it)."""
-        self.decide(self.held_proposals()[0], "last_holder", "current", approve)
+        desk's path (decide_proposal draws callers and tokens at random, and seldom lands on it).
+        A rejection is followed by its preparer's lease, which must take the proposal back first
+        (issue 42; not a rule of its own: a new rule shifts which rules each derandomized example
+        draws)."""
+        item_id = self.held_proposals()[0]
+        self.decide(item_id, "last_holder", "current", approve)
+        preparer = self.model[item_id].returned_to
+        if not approve and preparer is not None:
+            self.lease(preparer, 1)
 
     def held_proposals(self) -> list[str]:
         return [
@@ -981,7 +1002,11 @@ class ReviewQueueMachine(RuleBasedStateMachine):
         """POST /leases {item_id}: exactly that item if it is PENDING and the reviewer is under the cap
         (the cool-off does not apply: naming it is a choice), else nothing."""
         m = self.model[item_id]
-        expected = [item_id] if m.state == "PENDING" and self.open_leases(reviewer) < CAP else []
+        expected = (
+            [item_id]
+            if m.state == "PENDING" and m.returned_to in (None, reviewer) and self.open_leases(reviewer) < CAP
+            else []
+        )
         response = self.post("/leases", reviewer, {"item_id": item_id})
         assert response.status_code == 200, response.text
         got = response.json()["items"]
@@ -991,7 +1016,10 @@ class ReviewQueueMachine(RuleBasedStateMachine):
             token = body["lease_token"]
             assert token and token not in self.all_tokens, token
             self.all_tokens.add(token)
+            if m.returned_to == reviewer:
+                key("a preparer's lease took their rejected proposal back first")
             m.state, m.leased_by, m.last_holder, m.epoch = "ASSIGNED", reviewer, reviewer, m.epoch + 1
+            m.returned_to = None
             m.attempts += 1
             m.expiry = "live"
             m.tokens[m.epoch] = token
@@ -1011,6 +1039,18 @@ class ReviewQueueMachine(RuleBasedStateMachine):
         )
         for m in self.model.values():
             m.released_by = None
+
+    @precondition(lambda self: any(m.returned_to for m in self.model.values()))
+    @rule()
+    def returns_end(self) -> None:
+        """Every rejection's return ends (REVIEW_QUEUE_REJECTED_RETURN_S has passed): those items are
+        anyone's again, in their due-date place."""
+        self.sql.execute(
+            "UPDATE review_queue_item SET returned_until = now() - interval '1 second'"
+            " WHERE returned_until > now()"
+        )
+        for m in self.model.values():
+            m.returned_to = None
 
     @precondition(lambda self: bool(self.first_in_line_once_released()))
     @rule(
