@@ -176,6 +176,17 @@ EVENTS_OUT = {
     ],
     "next_cursor": None,
 }
+COMMENT_IN = {"text": "INV-77412 was paid twice; the credit note is on its way."}
+COMMENT_OUT = {
+    "id": 3,
+    "item_id": ITEM_ID,
+    "event": "COMMENTED",
+    "actor": "april",
+    "at": "2026-12-03T09:20:00+00:00",
+    "lease_epoch": 1,
+    "trace_id": TRACE_ID,
+    "details": COMMENT_IN,
+}
 RECLAIM_IN = {"reclaim_batch": 100}
 REQUEUE_IN = {"reason": "the FX rates feed is fixed; try again"}
 RECLAIM_OUT = {
@@ -276,9 +287,28 @@ DECISIONS_OUT = {
                 },
             },
             "item": ITEM_AWAITING_APPROVAL,
-        }
+            "rejection": None,
+        },
+        {
+            "event": {
+                "id": 5,
+                "item_id": "7d4c9e21-6a0b-4f3e-8c5d-2e1f0a9b8c7d",
+                "event": "SUBMITTED_FOR_APPROVAL",
+                "actor": "alice",
+                "at": "2026-12-03T08:40:00+00:00",
+                "lease_epoch": 1,
+                "trace_id": TRACE_ID,
+                "details": {
+                    "resolution": "WRITE_OFF",
+                    "note": "bank charges",
+                    "approval_threshold": "1000.00",
+                },
+            },
+            "item": {**ITEM_PENDING, "id": "7d4c9e21-6a0b-4f3e-8c5d-2e1f0a9b8c7d"},
+            "rejection": {"by": "april", "reason": "attach the statement", "at": "2026-12-03T08:55:00+00:00"},
+        },
     ],
-    "next_cursor": "7",
+    "next_cursor": "5",
 }
 
 FEED_CURSOR = "00000000000002e1000000000000a3f0"
@@ -440,6 +470,8 @@ BY_SCHEMA: dict[str, list[dict[str, Any]]] = {
     "BatchOut": [BATCH_OUT],
     "ItemPage": [ITEM_PAGE],
     "EventsOut": [EVENTS_OUT],
+    "CommentIn": [COMMENT_IN],
+    "EventOut": [COMMENT_OUT],
     "ReclaimIn": [RECLAIM_IN],
     "ReclaimOut": [RECLAIM_OUT],
     "StatsOut": [STATS_OUT],

@@ -157,6 +157,9 @@ class AsyncReviewQueueClient:
     async def reject(self, item_id: UUID, *, reason: str, lease_token: str | None = None) -> ItemOut:
         return await self._send(calls.reject(item_id, reason, lease_token))
 
+    async def comment(self, item_id: UUID, *, text: str) -> EventOut:
+        return await self._send(calls.comment(item_id, text))
+
     async def resolutions(self) -> list[ResolutionCodeOut]:
         return await self._send(calls.resolutions())
 

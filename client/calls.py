@@ -181,6 +181,10 @@ def reject(item_id: UUID, reason: str, lease_token: str | None) -> Call[ItemOut]
     return Call("POST", f"/items/{item_id}/reject", _item, _set(reason=reason, lease_token=lease_token))
 
 
+def comment(item_id: UUID, text: str) -> Call[EventOut]:
+    return Call("POST", f"/items/{item_id}/comments", EventOut.model_validate, {"text": text})
+
+
 def _codes(answer: Any) -> list[ResolutionCodeOut]:
     return [ResolutionCodeOut.model_validate(c) for c in answer["resolutions"]]
 

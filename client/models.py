@@ -99,9 +99,16 @@ class EventOut(BaseModel):
     details: dict[str, Any]
 
 
+class RejectionOut(BaseModel):
+    by: str
+    reason: str
+    at: datetime
+
+
 class DecisionOut(BaseModel):
     event: EventOut
     item: ItemOut
+    rejection: RejectionOut | None = None
 
 
 class FeedEventOut(EventOut):

@@ -166,6 +166,11 @@ class ReviewQueueClient:
         """Send a proposal back to PENDING with a reason (approver, admin)."""
         return self._send(calls.reject(item_id, reason, lease_token))
 
+    def comment(self, item_id: UUID, *, text: str) -> EventOut:
+        """Add a comment (1-2,000 characters) to the item's trail: a COMMENTED event; the item does
+        not change (every role but integration)."""
+        return self._send(calls.comment(item_id, text))
+
     def resolutions(self) -> list[ResolutionCodeOut]:
         """The active resolution codes."""
         return self._send(calls.resolutions())

@@ -303,7 +303,7 @@ review_queue_event = Table(
     CheckConstraint(
         "event IN ('ENQUEUED', 'LEASED', 'RENEWED', 'RELEASED', 'RECLAIMED', 'RESOLVED',"
         " 'QUARANTINED', 'REQUEUED', 'REOPENED', 'REVISED', 'REASSIGNED', 'SUBMITTED_FOR_APPROVAL',"
-        " 'APPROVED', 'REJECTED')",
+        " 'APPROVED', 'REJECTED', 'COMMENTED')",
         name="valid_event",
     ),
     Index("ix_review_queue_event_item_id_id", "item_id", "id"),

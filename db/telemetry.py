@@ -172,3 +172,31 @@ def reassigned(item: _Row, actor: str, previous_holder: str, leased_by: str, rea
             item, worker_id=actor, previous_holder=previous_holder, leased_by=leased_by, reason=reason
         ),
     )
+
+
+COMMENTED = Counter("review_queue_items_commented_total", "Comments appended to items' trails.")
+
+
+class _Comment(Protocol):
+    @property
+    def id(self) -> int: ...
+    @property
+    def item_id(self) -> UUID: ...
+    @property
+    def trace_id(self) -> UUID: ...
+    @property
+    def actor(self) -> str: ...
+
+
+def commented(comment: _Comment) -> None:
+    """The comment's text stays in the trail: the log line says who commented on what, not what."""
+    COMMENTED.inc()
+    log.info(
+        "review_item_commented",
+        extra={
+            "item_id": str(comment.item_id),
+            "trace_id": str(comment.trace_id),
+            "event_id": comment.id,
+            "worker_id": comment.actor,
+        },
+    )

@@ -39,6 +39,7 @@ EventName = Literal[
     "REJECTED",
     "REVISED",
     "REASSIGNED",
+    "COMMENTED",
 ]
 STATES: tuple[str, ...] = get_args(State)
 MATCH_DECISIONS: tuple[str, ...] = get_args(MatchDecision)

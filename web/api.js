@@ -117,6 +117,7 @@ export const api = {
   leaseApproval: () => call("POST", "/leases", { batch_size: 1, queue: "approval" }),
   myApprovals: () => call("GET", "/items?state=AWAITING_APPROVAL&leased_by=me&limit=200"),
   approve: (item) => call("POST", `/items/${item.id}/approve`, { lease_token: item.lease_token }),
+  comment: (id, text) => call("POST", `/items/${encodeURIComponent(id)}/comments`, { text }),
   reject: (item, reason) =>
     call("POST", `/items/${item.id}/reject`, { reason, lease_token: item.lease_token }),
   // The work list: GET /items with the list's filters (only the ones given), and one page of it.

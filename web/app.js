@@ -6,7 +6,8 @@
 import { api, ApiError, useCsrfToken } from "./api.js";
 import { $, fill, h } from "./dom.js";
 import { handle, renderBanner, renderNotice, say, withRetry } from "./feedback.js";
-import { setHooks, state, touch } from "./state.js";
+import { REVIEWER_ROLES, setHooks, state, touch } from "./state.js";
+import { rejectedCount } from "./decisions.js";
 import { activate, activeView, allViews, mount, unmount, viewsFor } from "./views.js";
 // The views, in the order the header lists them. Each registers itself (views.js); a new view
 // is one more import here.
@@ -25,6 +26,7 @@ function renderWho() {
   if (!state.me) return;
   who.append(
     h("span", { class: "subject" }, `${state.me.subject} (${state.me.role})`),
+    REVIEWER_ROLES.includes(state.me.role) ? rejectedCount() : null,
     h("button", { type: "button", class: "wide-only", on: { click: () => toggleHelp() } }, "Shortcuts (?)"),
     h("button", { type: "button", on: { click: () => signOut() } }, "Sign out"),
   );
@@ -130,6 +132,7 @@ async function signOut() {
 function startDesk(me) {
   state.me = me;
   state.signInError = null;
+  state.notice = null; // "Signed out." was about the last session, not this one
   useCsrfToken(me.csrf_token);
   touch();
   render();

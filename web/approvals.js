@@ -6,6 +6,7 @@ import { api, ApiError } from "./api.js";
 import { $, field, fill, h } from "./dom.js";
 import { handle, withRetry } from "./feedback.js";
 import { duration, money } from "./format.js";
+import { commentBox } from "./comments.js";
 import { contextFields, history, itemFields } from "./item.js";
 import { APPROVER_ROLES, idleFor, state, touch } from "./state.js";
 import { registerView, shown } from "./views.js";
@@ -54,6 +55,10 @@ function renderApprovals() {
     h("p", {}, "Approval lease: ", h("span", { id: "approval-countdown", class: "countdown", role: "timer" }, "")),
     contextFields(item.context),
     history(events),
+    commentBox("approval-comment", item, (event) => {
+      state.approval.events = [...state.approval.events, event];
+      renderApprovals();
+    }),
     h(
       "div",
       { class: "row" },

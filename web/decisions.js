@@ -6,6 +6,7 @@ import { $, fill, h } from "./dom.js";
 import { handle, withRetry } from "./feedback.js";
 import { money, when } from "./format.js";
 import { state } from "./state.js";
+import { shown } from "./views.js";
 
 const DONE = {
   RESOLVED: "Resolved",
@@ -27,20 +28,66 @@ function now(item) {
   return item.state === "PENDING" ? "Pending" : item.state.charAt(0) + item.state.slice(1).toLowerCase();
 }
 
-function line({ event, item }) {
+function line({ event, item, rejection }) {
   const d = event.details || {};
   const outcome = [DONE[event.event], d.resolution ? ` as ${d.resolution}` : "", d.reason ? ` (${d.reason})` : ""].join("");
   return h(
     "tr",
-    {},
+    { class: rejection ? "rejected" : null },
     h("td", { "data-label": "When" }, when(event.at)),
-    h("td", { "data-label": "Decision" }, outcome),
+    h(
+      "td",
+      { "data-label": "Decision" },
+      outcome,
+      // A proposal an approver sent back: who and why, on its own row.
+      rejection ? h("strong", { class: "rejection" }, ` · Rejected by ${rejection.by}: ${rejection.reason}`) : null,
+    ),
     h("td", { "data-label": "Item" }, `${item.ledger_entity} ${money(item.variance_amount, item.currency)}`),
     h("td", { "data-label": "Now" }, now(item)),
   );
 }
 
+// The user's proposals rejected since they last looked at My decisions: counted in the header from
+// every view (the newest page, refreshed in the background), and seen once My decisions is shown.
+const seenKey = () => `rq.rejections-seen.${state.me?.subject}`;
+
+function seen() {
+  try {
+    return localStorage.getItem(seenKey()) ?? "";
+  } catch {
+    return "";
+  }
+}
+
+function markSeen() {
+  const newest = state.decisions.rows.map((d) => d.rejection?.at ?? "").sort().pop();
+  if (!newest || newest <= seen()) return;
+  try {
+    localStorage.setItem(seenKey(), newest);
+  } catch {
+    // private mode: the count then lasts until the page goes
+  }
+}
+
+export function rejectedCount() {
+  const after = seen();
+  const n = state.decisions.rows.filter((d) => d.rejection && d.rejection.at > after).length;
+  const text = n === 1 ? "1 proposal rejected" : `${n} proposals rejected`;
+  return h(
+    "a",
+    { id: "rejected-count", href: "#items", hidden: n === 0, title: "Since you last looked at My decisions" },
+    text,
+  );
+}
+
+function renderCount() {
+  const old = $("rejected-count");
+  if (old) old.replaceWith(rejectedCount());
+}
+
 export function renderDecisions() {
+  if (shown("items")) markSeen();
+  renderCount();
   const box = $("decisions");
   if (!box) return;
   const { rows, next } = state.decisions;

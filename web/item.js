@@ -25,6 +25,7 @@ export function eventLine(e) {
   if (d.decertified) extra.push(`decision ${d.previous_resolution} by ${d.previous_resolved_by} decertified`);
   if (d.override) extra.push(`lease of ${d.previous_holder} released`);
   if (e.event === "REASSIGNED") extra.push(`${d.previous_holder} → ${d.leased_by}`);
+  if (e.event === "COMMENTED") extra.push(`“${d.text}”`);
   return h("li", {}, `${when(e.at)} · ${e.event} by ${e.actor}${extra.length ? " · " + extra.join(", ") : ""}`);
 }
 

@@ -389,7 +389,8 @@ async function resolveSelected() {
     return;
   }
   await syncHeld();
-  await loadPage();
+  // The decisions just made show in My decisions at once, not at the next refresh.
+  await Promise.all([loadPage(), loadDecisions()]);
 }
 
 let refresher = null;
@@ -408,8 +409,10 @@ registerView({
   start() {
     reload();
     // Counts, the page and my decisions refresh by themselves while the list is shown.
+    // Elsewhere, my decisions still refresh: the header counts the proposals rejected meanwhile.
     refresher ??= setInterval(() => {
       if (state.me && shown("items")) reload();
+      else if (state.me && reviewer()) loadDecisions();
     }, REFRESH_MS);
   },
   // Brought up again: what changed meanwhile (a decision made in another view) shows at once.

@@ -4,6 +4,7 @@ import { api, ApiError } from "./api.js";
 import { $, fill, h } from "./dom.js";
 import { handle, say, withRetry } from "./feedback.js";
 import { duration, money } from "./format.js";
+import { commentBox } from "./comments.js";
 import { changedFigures, contextFields, history, itemFields, rejection } from "./item.js";
 import { renderQueue } from "./queue.js";
 import { idleFor, render, REVIEWER_ROLES, state, touch } from "./state.js";
@@ -104,6 +105,10 @@ function renderCurrent() {
     h("p", {}, "Lease: ", h("span", { id: "countdown", class: "countdown", role: "timer" }, "")),
     state.held.length > 1 ? h("p", { class: "muted" }, `You hold ${state.held.length} items; this is the first of them.`) : null,
     history(state.events),
+    commentBox("comment", item, (event) => {
+      state.events = [...state.events, event];
+      renderCurrent();
+    }),
   );
   renderCountdown();
 }
@@ -279,8 +284,13 @@ async function waitForWork() {
 export async function takeLeased(item) {
   if (state.waiting) stopWaiting();
   if (state.held.length) {
-    state.held.push(item);
-    render();
+    // "Lease this item" asked for this one: it is shown, the items already held wait behind it.
+    state.held = [item, ...state.held.filter((i) => i.id !== item.id)];
+    state.changed = null;
+    clearDecision();
+    $("release-reason").value = "";
+    await showCurrent(false);
+    $("current-heading").focus();
     return;
   }
   await takeItem(item);

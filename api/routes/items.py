@@ -26,6 +26,7 @@ from api.schemas import (
     BatchIn,
     BatchOut,
     BatchResult,
+    CommentIn,
     DecisionOut,
     DecisionQuery,
     DecisionsPage,
@@ -38,6 +39,7 @@ from api.schemas import (
     ItemQuery,
     Problem,
     RejectIn,
+    RejectionOut,
     ReopenIn,
     RequeueIn,
     RevisionIn,
@@ -166,15 +168,20 @@ async def list_decisions(
     query: Annotated[DecisionQuery, Query()], unit: Work, principal: AnyRole
 ) -> DecisionsPage:
     """What a reviewer decided, newest first: the RESOLVED, SUBMITTED_FOR_APPROVAL, APPROVED and
-    REJECTED events they are the actor of (`actor=me`: the caller), each with its item as it is now.
-    Keyset-paginated by the event id."""
+    REJECTED events they are the actor of (`actor=me`: the caller), each with its item as it is now
+    and, of a submission an approver rejected, the `rejection` (who, why, when). Keyset-paginated by
+    the event id."""
     actor = principal.subject if query.actor == "me" else fold_subject(query.actor)
     before = decode_event_cursor(query.cursor) if query.cursor else None
     rows = await queue.decisions(unit, actor=actor, before=before, limit=query.limit + 1)
     page = rows[: query.limit]
     return DecisionsPage(
         decisions=[
-            DecisionOut(event=EventOut.model_validate(d.event), item=ItemOut.of(d.item, principal.subject))
+            DecisionOut(
+                event=EventOut.model_validate(d.event),
+                item=ItemOut.of(d.item, principal.subject),
+                rejection=RejectionOut.model_validate(d.rejection) if d.rejection else None,
+            )
             for d in page
         ],
         next_cursor=encode_event_cursor(page[-1].event.id) if len(rows) > query.limit else None,
@@ -211,6 +218,24 @@ async def get_events(
         events=[EventOut.model_validate(e) for e in page],
         next_cursor=encode_event_cursor(page[-1].id) if len(rows) > query.limit else None,
     )
+
+
+@router.post(
+    "/items/{item_id}/comments",
+    operation_id="commentOnItem",
+    summary="Comment on an item",
+    status_code=status.HTTP_201_CREATED,
+    responses=problem_responses("NOT_FOUND"),
+)
+async def comment(item_id: ItemId, body: CommentIn, unit: Work, principal: AnyRole) -> EventOut:
+    """Append a COMMENTED event with your `text` to the item's trail (every role that reads items;
+    integration tokens do not comment). A comment never changes the item: not its state, its lease
+    or its place in the queue. It is chained like every event, and is in the feed
+    (`item.commented`), the webhooks and the audit export."""
+    event = await queue.comment_on_item(unit, item_id=item_id, actor=principal.subject, text=body.text)
+    if event is None:
+        raise ProblemError("NOT_FOUND", f"no item {item_id}")
+    return EventOut.model_validate(event)
 
 
 async def _existing(unit: Unit, item_id: UUID) -> queue.Item:

@@ -77,7 +77,7 @@ WEBHOOK_TYPES = tuple("item." + name.lower() for name in EVENTS)
 WebhookType = Literal[
     "item.enqueued", "item.leased", "item.renewed", "item.released", "item.reclaimed", "item.resolved",
     "item.quarantined", "item.requeued", "item.reopened", "item.submitted_for_approval", "item.approved",
-    "item.rejected", "item.revised", "item.reassigned",
+    "item.rejected", "item.revised", "item.reassigned", "item.commented",
 ]  # fmt: skip
 # What a subscription gets when it names no types: the decisions and what undoes or blocks them.
 DEFAULT_WEBHOOK_TYPES: tuple[str, ...] = (

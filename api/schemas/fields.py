@@ -89,6 +89,13 @@ Text200 = Annotated[
 ]
 Note = Annotated[str, StringConstraints(max_length=4000, pattern=NO_NUL), AfterValidator(_storable)]
 Reason = Annotated[str, StringConstraints(max_length=500, pattern=NO_NUL), AfterValidator(_storable)]
+# A comment on an item's trail: something to read, so not only spaces, tabs and line breaks
+# (spelled out: regex engines disagree on what \s is).
+CommentText = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=2000, pattern=r"^[^\u0000]*[^\u0000\t\n\r ][^\u0000]*$"),
+    AfterValidator(_storable),
+]
 
 # Decimal in (a string like "12.50" or a JSON number parsed straight to Decimal, see
 # api.routing), a string with exactly two decimals out. The documented input schema is exactly

@@ -238,12 +238,25 @@ class DecisionQuery(Strict):
     )
 
 
+class RejectionOut(BaseModel):
+    by: str = Field(description="The approver who rejected the proposal.")
+    reason: str = Field(description="Their reason, as in the REJECTED event.")
+    at: Timestamp
+
+    model_config = ConfigDict(from_attributes=True)
+
+
 class DecisionOut(BaseModel):
     event: EventOut = Field(
         description="RESOLVED, SUBMITTED_FOR_APPROVAL, APPROVED or REJECTED, with its details"
         " (resolution, note, reason, approval_threshold, ...)."
     )
     item: ItemOut = Field(description="The item as it is now (its state tells what became of a proposal).")
+    rejection: RejectionOut | None = Field(
+        default=None,
+        description="Of a SUBMITTED_FOR_APPROVAL decision an approver answered with a rejection: who,"
+        " why and when; null otherwise (not answered yet, approved, or sent back by a revision).",
+    )
 
 
 class DecisionsPage(BaseModel):

@@ -10,6 +10,7 @@ from api.schemas.codecs import LeaseToken
 from api.schemas.fields import (
     AdminReason,
     BatchSize,
+    CommentText,
     MatchDecision,
     Note,
     Reason,
@@ -111,6 +112,13 @@ class ApproveOut(BaseModel):
         description="`already_approved` answers a retry."
     )
     item: ItemOut
+
+
+class CommentIn(Strict):
+    text: CommentText = Field(
+        description="The comment, 1-2,000 characters, not only spaces, tabs and line breaks; kept in the"
+        " COMMENTED event's `details.text`."
+    )
 
 
 class RejectIn(Strict):

@@ -34,6 +34,7 @@ from db.queue.catalogue import (
     list_resolution_codes,
     put_resolution_code,
 )
+from db.queue.comments import comment_on_item
 from db.queue.completion import (
     NO_LEASE,
     CompleteOutcome,
@@ -108,6 +109,7 @@ __all__ = [
     "admin_release_item",
     "admin_release_reviewer",
     "approve_item",
+    "comment_on_item",
     "complete_item",
     "complete_items",
     "deactivate_resolution_code",

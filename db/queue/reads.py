@@ -20,6 +20,7 @@ from sqlalchemy import (
     or_,
     select,
     text,
+    true,
     tuple_,
     union_all,
 )
@@ -201,17 +202,49 @@ _IS_DECISION = text(f"review_queue_event.event IN ({', '.join(repr(e) for e in D
 
 
 @dataclass(frozen=True, slots=True)
+class Rejection:
+    by: str
+    reason: str
+    at: datetime
+
+
+@dataclass(frozen=True, slots=True)
 class Decision:
     event: Event
     item: Item  # as it is now
+    rejection: Rejection | None = None  # of a submission, the approver's rejection that answered it
 
+
+_answer = event.alias("answer")
+# What answered a submission: the item's next decision-or-revision event after it (on the index of
+# (item_id, id), from the submission's month on). A REJECTED one is the rejection; an approval, a
+# revision that sent the proposal back, or (after a revision) a new submission is not.
+_ANSWER = (
+    select(
+        _answer.c.event.label("answer_event"),
+        _answer.c.actor.label("answer_actor"),
+        _answer.c.at.label("answer_at"),
+        _answer.c.details["reason"].astext.label("answer_reason"),
+    )
+    .where(
+        event.c.event == "SUBMITTED_FOR_APPROVAL",
+        _answer.c.item_id == event.c.item_id,
+        _answer.c.at >= event.c.at,
+        _answer.c.id > event.c.id,
+        # Literal (not an expanding IN): the plan tests EXPLAIN the statement as compiled.
+        text("answer.event IN ('APPROVED', 'REJECTED', 'SUBMITTED_FOR_APPROVAL', 'REVISED')"),
+    )
+    .order_by(_answer.c.id)
+    .limit(1)
+    .lateral("answered")
+)
 
 # Newest first, keyset by the event id, on ix_review_queue_event_decisions_by_actor; each with its
-# item as it is now (by primary key).
+# item as it is now (by primary key) and, of a submission, what answered it.
 _DECISIONS = (
     # The event's columns by other names: both have an `id`, and rows are read by name.
-    select(*(c.label(f"event_{c.name}") for c in _EVENT_COLUMNS), *_ITEM_COLUMNS)
-    .select_from(event.join(item, item.c.id == event.c.item_id))
+    select(*(c.label(f"event_{c.name}") for c in _EVENT_COLUMNS), *_ITEM_COLUMNS, *_ANSWER.c)
+    .select_from(event.join(item, item.c.id == event.c.item_id).outerjoin(_ANSWER, true()))
     .where(event.c.actor == bindparam("actor", type_=Text), _IS_DECISION, event.c.id < bindparam("before"))
     .order_by(event.c.id.desc())
     .limit(bindparam("limit"))
@@ -224,7 +257,14 @@ async def decisions(unit: Unit, *, actor: str, before: int | None, limit: int) -
     rows = await unit.execute(_DECISIONS, params)
     # By position: the event's columns, then the item's.
     split = len(_EVENT_COLUMNS)
-    return [Decision(Event(*list(r.values())[:split]), _item(r)) for r in rows]
+    return [
+        Decision(
+            Event(*list(r.values())[:split]),
+            _item(r),
+            Rejection(r.answer_actor, r.answer_reason, r.answer_at) if r.answer_event == "REJECTED" else None,
+        )
+        for r in rows
+    ]
 
 
 @dataclass(frozen=True, slots=True)

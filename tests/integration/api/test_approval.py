@@ -598,3 +598,28 @@ def test_approval_leases_count_against_the_per_person_cap(db_url: str, auth: Aut
         assert released.status_code == 200, released.text
         (review,) = capped.post("/leases", json={"batch_size": 5}, headers=bob).json()["items"]
         assert review["state"] == "ASSIGNED"
+
+
+def test_my_decisions_say_who_rejected_a_proposal_and_why(client: TestClient, auth: Auth) -> None:
+    """Issue 42, part 3: the preparer's submission row carries the approver's rejection; the same
+    item submitted again, waiting and then approved, carries none."""
+    alice, bob = auth("alice", "reviewer"), auth("bob", "approver")
+    item_id = rejected(client, auth)
+    (first,) = client.get("/decisions", headers=alice).json()["decisions"]
+    assert (first["event"]["event"], first["item"]["state"]) == ("SUBMITTED_FOR_APPROVAL", "PENDING")
+    assert (first["rejection"]["by"], first["rejection"]["reason"]) == ("bob", "no"), first
+    assert first["rejection"]["at"] >= first["event"]["at"]
+    again = lease_one(client, alice)  # hers first: the rejection returned it to her
+    assert again["id"] == item_id
+    body = {"resolution": "ADJUSTMENT_POSTED", "note": "JE-8", "lease_token": again["lease_token"]}
+    assert client.post(f"/items/{item_id}/complete", json=body, headers=alice).status_code == 200
+    second, first = client.get("/decisions", headers=alice).json()["decisions"]
+    assert second["rejection"] is None and first["rejection"]["reason"] == "no"
+    token = lease_one(client, bob, "approval")["lease_token"]
+    approved = client.post(f"/items/{item_id}/approve", json={"lease_token": token}, headers=bob)
+    assert approved.status_code == 200, approved.text
+    second, first = client.get("/decisions", headers=alice).json()["decisions"]
+    assert second["rejection"] is None and second["item"]["state"] == "RESOLVED"
+    assert first["rejection"]["by"] == "bob"
+    # The approver's own REJECTED and APPROVED rows are their decisions, never a rejection of theirs.
+    assert all(d["rejection"] is None for d in client.get("/decisions", headers=bob).json()["decisions"])

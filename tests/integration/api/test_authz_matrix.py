@@ -111,6 +111,10 @@ MATRIX: dict[tuple[str, str], Route] = {
     ("POST", "/items/{item_id}/reject"): Route(
         APPROVERS, item=True, conflict="LEASE_NOT_HELD", body=lambda: {"reason": "authz matrix"}
     ),
+    # A comment writes one COMMENTED event on any existing item, whoever holds it, and no item row.
+    ("POST", "/items/{item_id}/comments"): Route(
+        ANY_ROLE, ok=201, item=True, writes=True, body=lambda: {"text": "authz matrix"}
+    ),
     ("GET", "/resolutions"): Route(ANY_ROLE),
     # The admin's PUT writes the seeded values again: the catalogue, not the queue, and the same.
     ("PUT", "/resolutions/{code}"): Route(
@@ -440,6 +444,14 @@ def test_allowed_writes_change_exactly_their_item_as_the_caller(
     changed = {i for i in items_after if items_after[i] != items_before.get(i)}
     new_events = events_after[len(events_before) :]
     assert events_after[: len(events_before)] == events_before
+    if path.endswith("/comments"):
+        assert not changed, f"a comment changed items {changed}"
+        target_id = world.item_id(caller, target)
+        assert [(str(e[1]), e[2], e[3]) for e in new_events] == [(target_id, "COMMENTED", subject)], (
+            new_events
+        )
+        assert response.json()["id"] == new_events[0][0]
+        return
     assert len(changed) == 1, f"expected exactly one item to change, got {changed}"
     (item_id,) = changed
     row = items_after[item_id]
@@ -510,6 +522,7 @@ SMUGGLE_ROUTES = [
     (("POST", "/items/{item_id}/release"), "reviewer", "own", ()),
     (("POST", "/items/{item_id}/approve"), "approver", "own", ()),
     (("POST", "/items/{item_id}/reject"), "approver", "own", ()),
+    (("POST", "/items/{item_id}/comments"), "auditor", "own", ()),
     (("POST", "/admin/reclaim"), "admin", None, ()),
     (("POST", "/items/{item_id}/revisions"), "ingest", "own", ()),
     (("POST", "/admin/items/{item_id}/reassign"), "admin", "own", ()),

@@ -512,11 +512,19 @@ def test_my_decisions_read_their_partial_index(busy_table: psycopg.Connection) -
         "INSERT INTO review_queue_event (item_id, event, actor, lease_epoch, trace_id)"
         " SELECT id, 'RENEWED', 'r' || (g % 40), 1, trace_id FROM review_queue_item, generate_series(1, 4) g"
     )
+    # ... and submissions, whose answer (issue 42: a rejection) is the item's next decision event.
+    busy_table.execute(
+        "INSERT INTO review_queue_event (item_id, event, actor, lease_epoch, trace_id)"
+        " SELECT id, 'SUBMITTED_FOR_APPROVAL', leased_by, 1, trace_id FROM review_queue_item"
+        " WHERE state = 'ASSIGNED'"
+    )
     busy_table.execute("ANALYZE review_queue_event")
     tree = plan(busy_table, _DECISIONS, {"actor": "r1", "before": 2**62, "limit": 51})
     found = scans(tree)
     assert ("Seq Scan", "review_queue_event") not in found, found
     assert any(name == "ix_review_queue_event_decisions_by_actor" for _, name in found), found
+    # The answer of each row: the item's own events, on the index of (item_id, id).
+    assert any(name == "ix_review_queue_event_item_id_id" for _, name in found), found
     assert_no_table_scan(found)
     no_full_sort(tree)
 

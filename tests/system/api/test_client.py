@@ -28,6 +28,7 @@ from client import (
     ReviewQueueClient,
     SourceChanged,
     Unauthenticated,
+    ValidationFailed,
 )
 from client.models import ItemOut
 from db import queue
@@ -655,3 +656,38 @@ def test_every_iso_currencys_minor_units_round_trip_exactly_through_the_api_and_
         ReviewQueueClient(live_server, make_token("audrey", "auditor")) as read,
     ):
         _round_trip(ingest=ingest, read=read)
+
+
+def test_a_comment_from_both_clients_is_in_the_trail_and_changes_nothing(
+    live_server: str, make_token: Callable[[str, str], str]
+) -> None:
+    """Issue 42 through the client: comment() appends a COMMENTED event; a blank one is refused
+    with the typed validation error."""
+    with (
+        ReviewQueueClient(live_server, make_token("feeder", "ingest")) as feeder,
+        ReviewQueueClient(live_server, make_token("alice", "reviewer")) as alice,
+    ):
+        item = feeder.enqueue(
+            idempotency_key="commented",
+            ledger_entity="E",
+            variance_amount=Decimal("1.00"),
+            match_decision="PARTIAL",
+            source_hash="hc",
+        )
+        said = alice.comment(item.id, text="Statement 4471 covers it.")
+        assert (said.event, said.actor, said.details) == (
+            "COMMENTED",
+            "alice",
+            {"text": "Statement 4471 covers it."},
+        )
+        with pytest.raises(ValidationFailed):
+            alice.comment(item.id, text="   ")
+        token = make_token("audrey", "auditor")
+
+    async def read() -> list[tuple[str, str]]:
+        async with AsyncReviewQueueClient(live_server, token) as client:
+            await client.comment(item.id, text="Seen in the audit.")
+            return [(e.event, e.actor) for e in await client.events(item.id)]
+
+    trail = asyncio.run(read())
+    assert trail[-2:] == [("COMMENTED", "alice"), ("COMMENTED", "audrey")], trail

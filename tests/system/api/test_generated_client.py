@@ -84,6 +84,7 @@ def test_generated_functions_are_named_by_operation_id(generated: ModuleType) ->
         ("items", "requeue_item"),
         ("items", "approve_item"),
         ("items", "reject_item"),
+        ("items", "comment_on_item"),
         ("resolutions", "list_resolutions"),
         ("resolutions", "put_resolution"),
         ("items", "list_items"),

@@ -928,6 +928,83 @@ def test_the_approver_sees_the_evidence_and_a_rejection_comes_back_with_a_banner
         assert get_item(base, admin, item["id"])["leased_by"] == "alice"
 
 
+def test_comments_and_a_rejected_proposal_back_to_its_preparer_first_with_the_rejection_in_my_decisions(
+    db_url: str, make_token: Tokens, sql: psycopg.Connection, contexts: Callable[[], BrowserContext]
+) -> None:
+    """Issue 42 in the desk: the approver asks in a comment, rejects, and the preparer's next item is
+    that proposal (ahead of an earlier deadline), with the comment in its history; they answer in a
+    comment. Comments change nothing but the trail."""
+    admin = make_token("ada", "admin")
+    with desk(db_url) as base:
+        item = enqueue(
+            base,
+            admin,
+            ledger_entity="COMMENT-CO",
+            variance_amount="-25000.00",
+            due_at="2031-01-01T00:00:00Z",
+        )
+        preparer = contexts().new_page()
+        sign_in(preparer, base, make_token("alice", "reviewer"))
+        preparer.keyboard.press("n")
+        work = current(preparer)
+        work.get_by_label("Resolution", exact=True).select_option("WRITE_OFF")
+        work.get_by_label("Note", exact=True).fill("bank charges")
+        work.get_by_role("button", name="Resolve", exact=True).click()
+        expect(notice(preparer, "Submitted COMMENT-CO -25,000.00 as WRITE_OFF")).to_be_visible()
+        preparer.close()  # or its waiting lease would take the next item enqueued
+        earlier = enqueue(base, admin, ledger_entity="EARLIER-CO", due_at="2030-01-01T00:00:00Z")
+
+        checker = contexts().new_page()
+        sign_in(checker, base, make_token("april", "approver"))
+        view(checker, "Approvals")
+        approvals = checker.get_by_role("region", name="Approvals")
+        approvals.get_by_role("button", name="Lease a proposal").click()
+        approvals.get_by_role("textbox", name="Comment").fill("Which statement shows the charges?")
+        approvals.get_by_role("button", name="Add comment").click()
+        trail = approvals.get_by_role("list", name="Event history")
+        expect(trail).to_contain_text("COMMENTED by april · “Which statement shows the charges?”")
+        assert get_item(base, admin, item["id"])["state"] == "AWAITING_APPROVAL"
+        preparer = contexts().new_page()
+        sign_in(preparer, base, make_token("alice", "reviewer"))
+        count = preparer.get_by_role("banner").get_by_role("link", name=re.compile("rejected"))
+        expect(count).to_be_hidden()
+        approvals.get_by_label("Reject reason").fill("attach the statement")
+        approvals.get_by_role("button", name="Reject").click()
+        expect(approvals).to_contain_text("back in the queue")
+
+        # alice's desk counts it without a reload (the decisions refresh every 15 s).
+        expect(count).to_have_text("1 proposal rejected", timeout=30_000)
+        # Back with alice: her rejected proposal first, though EARLIER-CO is due sooner.
+        preparer.keyboard.press("n")
+        work = current(preparer)
+        expect(work.get_by_role("alert", name="Proposal rejected")).to_contain_text(
+            "Rejected by april: attach the statement"
+        )
+        history = work.get_by_role("list", name="Event history")
+        expect(history).to_contain_text("COMMENTED by april · “Which statement shows the charges?”")
+        work.get_by_role("textbox", name="Comment").fill("Statement 8841, page 2.")
+        work.get_by_role("button", name="Add comment").click()
+        expect(history).to_contain_text("COMMENTED by alice · “Statement 8841, page 2.”")
+        assert get_item(base, admin, item["id"])["leased_by"] == "alice"
+        assert get_item(base, admin, earlier["id"])["state"] == "PENDING"
+        # My decisions: who rejected it and why, on its row, and what it is now; looked at, the count goes.
+        view(preparer, "Items")
+        row = (
+            preparer.get_by_role("table", name="My decisions")
+            .get_by_role("row")
+            .filter(has_text="COMMENT-CO")
+        )
+        expect(row).to_contain_text("Submitted for approval as WRITE_OFF")
+        expect(row).to_contain_text("Rejected by april: attach the statement")
+        expect(row).to_contain_text("Assigned")
+        expect(count).to_be_hidden()
+        comments = [(a, d["text"]) for e, a, d in events_of(sql, item["id"]) if e == "COMMENTED"]
+        assert comments == [
+            ("april", "Which statement shows the charges?"),
+            ("alice", "Statement 8841, page 2."),
+        ]
+
+
 def rows_of(page: Page) -> list[str]:
     table = page.get_by_role("table", name="Items list")
     return [b.inner_text() for b in table.get_by_role("button").all()]
@@ -1026,6 +1103,10 @@ def test_the_work_list_filters_as_the_api_does_leases_a_row_and_resolves_in_bulk
             ).fetchall()
         )
         assert notes == {"LIST-A": "bulk: matched by hand", "LIST-D": "bulk: matched by hand"}
+        # My decisions has them at once, not at the next refresh (15 s; issue 42).
+        mine = page.get_by_role("table", name="My decisions")
+        expect(mine).to_contain_text("LIST-A", timeout=5_000)
+        expect(mine).to_contain_text("LIST-D", timeout=5_000)
 
         # The counts refresh by themselves: new work shows up without a reload.
         enqueue(base, admin, ledger_entity="LIST-LATE")
@@ -1055,7 +1136,9 @@ def test_every_role_lands_somewhere_useful(
         expect(page.get_by_role("region", name="Current item")).to_have_count(0)
         expect(page.get_by_role("region", name="My decisions")).to_have_count(0)
         page.get_by_role("button", name="Sign out").click()
+        expect(notice(page, "Signed out.")).to_be_visible()
         sign_in(page, base, make_token("ivan", "ingest"))
+        expect(notice(page, "Signed out.")).to_have_count(0)  # about the last session, not ivan's
         sending = page.get_by_role("region", name="Sending work")
         expect(sending).to_contain_text("sends work to the queue through the API")
         expect(sending.get_by_role("link", name="Read the API documentation")).to_have_attribute(

@@ -28,6 +28,7 @@ OPERATION_IDS = {
     ("post", "/items/{item_id}/reopen"): "reopenItem",
     ("post", "/items/{item_id}/approve"): "approveItem",
     ("post", "/items/{item_id}/reject"): "rejectItem",
+    ("post", "/items/{item_id}/comments"): "commentOnItem",
     ("get", "/resolutions"): "listResolutions",
     ("put", "/resolutions/{code}"): "putResolution",
     ("get", "/resolutions/policy"): "getResolutionPolicy",
