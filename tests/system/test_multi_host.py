@@ -130,6 +130,7 @@ def _demote(sql: psycopg.Connection, database: str) -> None:
     )
 
 
+@pytest.mark.fresh_db("turns its database read-only and ends every session of it")
 def test_a_server_turned_read_only_answers_503_then_the_pool_lets_go_of_it(
     client: TestClient, db_name: str, sql: psycopg.Connection, auth: Callable[[str, str], dict[str, str]]
 ) -> None:
