@@ -1005,6 +1005,26 @@ def test_comments_and_a_rejected_proposal_back_to_its_preparer_first_with_the_re
         ]
 
 
+def test_lease_this_item_while_holding_another_shows_the_item_just_leased(
+    db_url: str, make_token: Tokens, contexts: Callable[[], BrowserContext]
+) -> None:
+    """Issue 42, a small thing seen: the item asked for is the one shown; the one held before waits
+    behind it."""
+    admin = make_token("ada", "admin")
+    with desk(db_url) as base:
+        enqueue(base, admin, ledger_entity="HELD-FIRST", due_at="2030-01-01T00:00:00Z")
+        enqueue(base, admin, ledger_entity="ASKED-FOR", due_at="2031-01-01T00:00:00Z")
+        page = contexts().new_page()
+        sign_in(page, base, make_token("alice", "reviewer"))
+        page.keyboard.press("n")
+        expect(current(page)).to_contain_text("HELD-FIRST")
+        view(page, "Items")
+        page.get_by_role("table", name="Items list").get_by_role("button", name="ASKED-FOR").click()
+        page.get_by_role("region", name="Item details").get_by_role("button", name="Lease this item").click()
+        expect(current(page)).to_contain_text("ASKED-FOR")
+        expect(current(page)).to_contain_text("You hold 2 items")
+
+
 def rows_of(page: Page) -> list[str]:
     table = page.get_by_role("table", name="Items list")
     return [b.inner_text() for b in table.get_by_role("button").all()]
