@@ -691,3 +691,29 @@ def test_a_comment_from_both_clients_is_in_the_trail_and_changes_nothing(
 
     trail = asyncio.run(read())
     assert trail[-2:] == [("COMMENTED", "alice"), ("COMMENTED", "audrey")], trail
+
+
+def test_my_decisions_carry_the_rejection_in_the_client(
+    live_server: str, make_token: Callable[[str, str], str]
+) -> None:
+    """Issue 42, part 3 through the client: decisions() parses `rejection` on a rejected submission."""
+    with (
+        ReviewQueueClient(live_server, make_token("feeder", "ingest")) as feeder,
+        ReviewQueueClient(live_server, make_token("alice", "reviewer")) as alice,
+        ReviewQueueClient(live_server, make_token("bob", "approver")) as bob,
+    ):
+        item = feeder.enqueue(
+            idempotency_key="rejected-in-client",
+            ledger_entity="E",
+            variance_amount=Decimal("25000.00"),
+            match_decision="PARTIAL",
+            source_hash="hr",
+        )
+        (held,) = alice.lease(item_id=item.id)
+        assert alice.complete(held.id, "ADJUSTMENT_POSTED", note="JE-9", lease_token=held.lease_token)
+        (proposal,) = bob.lease(queue="approval")
+        bob.reject(proposal.id, reason="wrong entity", lease_token=proposal.lease_token)
+        (decision,) = alice.decisions()
+        assert decision.event.event == "SUBMITTED_FOR_APPROVAL" and decision.item.state == "PENDING"
+        assert decision.rejection is not None
+        assert (decision.rejection.by, decision.rejection.reason) == ("bob", "wrong entity")
