@@ -13,6 +13,7 @@ import psycopg
 import pytest
 from fastapi.testclient import TestClient
 
+from api.settings import Settings
 from db import roles
 from tests.support.api import assert_problem, item_body
 from tests.support.clusters import TcpCluster
@@ -130,6 +131,7 @@ def _demote(sql: psycopg.Connection, database: str) -> None:
     )
 
 
+@pytest.mark.fresh_db("alters the database's settings and terminates its sessions")
 def test_a_server_turned_read_only_answers_503_then_the_pool_lets_go_of_it(
     client: TestClient, db_name: str, sql: psycopg.Connection, auth: Callable[[str, str], dict[str, str]]
 ) -> None:
@@ -160,3 +162,20 @@ def test_a_server_turned_read_only_answers_503_then_the_pool_lets_go_of_it(
     )
     assert answer.status_code == 200, answer.text
     assert client.get("/readyz").status_code == 200
+
+
+def test_the_apps_connections_carry_the_keepalive_settings_to_libpq(client: TestClient) -> None:
+    """A silent server (no RST) is found dead within keepalives or tcp_user_timeout only if the
+    options reach libpq: read back from a connection of the app's own pool."""
+    engine = client.app.state.engine  # type: ignore[attr-defined]
+    portal = client.portal
+    assert portal is not None
+
+    async def parameters() -> dict[str, str]:
+        async with engine.connect() as conn:
+            raw = await conn.get_raw_connection()
+            return dict(raw.driver_connection.info.get_parameters())
+
+    given = portal.call(parameters)
+    liveness = Settings().db_liveness
+    assert {key: given.get(key) for key in liveness} == liveness
