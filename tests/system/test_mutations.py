@@ -513,6 +513,14 @@ MUTANTS += (
     ),
 )
 
+MUTANTS += (
+    Mutant(
+        "a transaction on a frozen server without its per-statement watchdog",
+        "tests/system/test_frozen_server.py::test_a_transaction_on_a_frozen_server_gives_up_within_its_deadline",
+        (Edit("db/engine.py", "        info[_DEADLINE] = deadline_s\n", ""),),
+    ),
+)
+
 # What a copy needs to run the suite; caches, the virtualenv and local data stay behind.
 IGNORED = shutil.ignore_patterns(
     ".git", ".venv", ".data", "__pycache__", ".mypy_cache", ".ruff_cache", ".pytest_cache", "*.pyc"
