@@ -22,6 +22,7 @@ import pytest
 
 from db.migrations import upgrade_head
 from tests.support import TESTS, backdate_lease, wait_for
+from tests.support.postgres import libpq
 from tests.support.servers import OwnPostgres, start_server, stop_server
 
 pytest.importorskip("playwright")
@@ -620,6 +621,48 @@ def test_a_database_outage_shows_a_banner_and_the_desk_recovers(
         expect(banner).to_be_hidden(timeout=30_000)
         enqueue(base, admin, ledger_entity="AFTER-OUTAGE")
         expect(current(page)).to_contain_text("AFTER-OUTAGE", timeout=30_000)
+
+
+def _read_only(url: str, on: bool) -> None:
+    """What the service sees of a failover: its server turns read-only (the demoted primary, every
+    session ended; new ones are read-only), then takes writes again (the new leader)."""
+    # Its own session writable: the database's default is what is switched.
+    with psycopg.connect(libpq(url), autocommit=True, options="-c default_transaction_read_only=off") as sql:
+        if on:
+            sql.execute("ALTER DATABASE postgres SET default_transaction_read_only = on")
+            sql.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                " WHERE datname = 'postgres' AND pid <> pg_backend_pid()"
+            )
+        else:
+            sql.execute("ALTER DATABASE postgres RESET default_transaction_read_only")
+
+
+def test_a_leader_gone_read_only_shows_the_banner_and_the_desk_carries_on(
+    own_pg: OwnPostgres, contexts: Callable[[], BrowserContext]
+) -> None:
+    """Not a server that is down but one that answers read-only, as the old primary does while the
+    standby is promoted: every write is a 503 DATABASE_UNAVAILABLE, the desk says so and retries,
+    and once writes are taken again it carries on with no reload: the resolution it was retrying
+    goes through with the lease held across."""
+    url = own_pg.url
+    token, admin = token_on(url, "alice", "reviewer"), token_on(url, "ada", "admin")
+    with desk(url) as base:
+        page = contexts().new_page()
+        held = enqueue(base, admin, ledger_entity="HELD-ACROSS")
+        sign_in(page, base, token)
+        page.get_by_role("button", name="Next item").click()
+        expect(current(page)).to_contain_text("HELD-ACROSS")
+        _read_only(url, on=True)
+        resolve(page)
+        banner = page.get_by_role("alert")
+        expect(banner).to_contain_text("Database unavailable, retrying")
+        shot(page, "desk-database-read-only")
+        _read_only(url, on=False)
+        expect(banner).to_be_hidden(timeout=30_000)
+        with psycopg.connect(libpq(url)) as sql:
+            state = "SELECT state FROM review_queue_item WHERE id = %s"
+            wait_for(lambda: sql.execute(state, (held["id"],)).fetchone() == ("RESOLVED",), 30)
 
 
 def test_the_desk_is_served_at_the_root_too(db_url: str) -> None:
