@@ -30,7 +30,7 @@ import pytest
 
 from db import roles
 from tests.support import LONG, seed_items, wait_for
-from tests.support.patroni import Missing, Node, PatroniCluster
+from tests.support.patroni import DEBIAN_PG15, Missing, Node, PatroniCluster
 from tests.support.receiver import Receiver
 from tests.support.servers import (
     FAST,
@@ -76,9 +76,9 @@ def service() -> Iterator[Service]:
     yield from _service(synchronous=True)
 
 
-def _service(*, synchronous: bool) -> Iterator[Service]:
+def _service(*, synchronous: bool, bin_dir: Path | None = None) -> Iterator[Service]:
     try:
-        cluster = PatroniCluster(synchronous=synchronous)
+        cluster = PatroniCluster(synchronous=synchronous, bin_dir=bin_dir)
     except Missing as missing:
         if os.environ.get("REVIEW_QUEUE_REQUIRE_PATRONI"):
             pytest.fail(f"REVIEW_QUEUE_REQUIRE_PATRONI is set but {missing}")
@@ -366,6 +366,19 @@ def test_a_frozen_leader_is_replaced_and_rejoins_when_it_resumes(service: Servic
         lambda old: old.signal_all(signal.SIGSTOP),
         lambda old: old.signal_all(signal.SIGCONT),
     )
+
+
+@pytest.mark.skipif(not LONG, reason="a second cluster: REVIEW_QUEUE_TEST_LONG=1 (make test-long)")
+def test_the_leader_killed_on_debians_postgresql_15_loses_no_acknowledged_decision() -> None:
+    """The same kill on the other server the service supports: Debian's PostgreSQL 15 binaries."""
+    with contextlib.closing(_service(synchronous=True, bin_dir=DEBIAN_PG15)) as services:  # type: ignore[type-var]
+        service = next(services)
+        _fail_over(
+            service,
+            "leader killed (PostgreSQL 15)",
+            lambda old: old.kill(),
+            lambda old: old.start(service.cluster.venv),
+        )
 
 
 @pytest.mark.skipif(not LONG, reason="a second cluster: REVIEW_QUEUE_TEST_LONG=1 (make test-long)")
