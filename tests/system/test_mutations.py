@@ -496,6 +496,17 @@ MUTANTS += (
         ),
     ),
     Mutant(
+        "the pool kept after a read-only refusal of the lease and completion routes",
+        "tests/integration/test_multi_host.py::test_a_completion_refused_read_only_lets_go_of_the_pool_by_itself",
+        (
+            Edit(
+                "db/engine.py",
+                "                stale = True\n                if attempt:",
+                "                if attempt:",
+            ),
+        ),
+    ),
+    Mutant(
         "the keepalive options not added to the URL",
         f"{URL_TESTS}::test_the_liveness_options_are_added_unless_the_url_sets_them",
         (Edit("db/engine.py", "    if liveness:\n", "    if False:\n"),),
