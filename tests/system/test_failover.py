@@ -16,7 +16,6 @@ import itertools
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections import Counter
@@ -34,6 +33,7 @@ from tests.support.patroni import DEBIAN_PG15, Missing, Node, PatroniCluster
 from tests.support.receiver import Receiver
 from tests.support.servers import (
     FAST,
+    command,
     start_deliverer,
     start_reclaimer,
     start_server,
@@ -61,16 +61,6 @@ class Service:
     logs: Path
 
 
-def _cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "cli", *args],
-        env={**os.environ, **env},
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-
-
 @pytest.fixture(scope="module")
 def service() -> Iterator[Service]:
     yield from _service(synchronous=True)
@@ -94,13 +84,13 @@ def _service(*, synchronous: bool, bin_dir: Path | None = None) -> Iterator[Serv
             "REVIEW_QUEUE_POOL_TIMEOUT_MS": "1000",
             **FAST,
         }
-        migrated = _cli(env, "migrate")
+        migrated = command(env, "migrate")
         assert migrated.returncode == 0, migrated.stderr
         with psycopg.connect(cluster.url(user="postgres"), autocommit=True) as sql:
             seed_items(sql, 6_000)  # about 800 complete per scenario
         tokens = {}
         for subject, role in (("rita", "reviewer"), ("audra", "auditor"), ("ada", "admin")):
-            made = _cli(env, "token", "create", "--subject", subject, "--role", role)
+            made = command(env, "token", "create", "--subject", subject, "--role", role)
             assert made.returncode == 0, made.stderr
             tokens[role] = {"Authorization": f"Bearer {made.stdout.strip().splitlines()[-1]}"}
         server, base = start_server(env)
@@ -248,9 +238,9 @@ def _check_after(service: Service, load: Load, cursor: str | None, what: str, se
     assert not server_errors, server_errors
     # The feed, read from a cursor taken before the fault, has every acknowledged decision.
     assert load.acknowledged <= _resolved_after(service, cursor)
-    sealed = _cli(service.env, "audit", "seal")
+    sealed = command(service.env, "audit", "seal")
     assert sealed.returncode == 0, sealed.stderr
-    verified = _cli(service.env, "audit", "verify")
+    verified = command(service.env, "audit", "verify")
     assert verified.returncode == 0, verified.stdout + verified.stderr
     _check_deliveries(service, load, what)
     _check_reclaimer(service, what)

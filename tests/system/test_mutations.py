@@ -486,7 +486,7 @@ MUTANTS += (
     ),
     Mutant(
         "/readyz ready on a read-only server",
-        "tests/integration/test_multi_host.py::test_a_server_turned_read_only_answers_503_then_the_pool_lets_go_of_it",
+        "tests/system/test_multi_host.py::test_a_server_turned_read_only_answers_503_then_the_pool_lets_go_of_it",
         (
             Edit(
                 "api/routes/health.py",
@@ -497,7 +497,7 @@ MUTANTS += (
     ),
     Mutant(
         "the pool kept after a read-only refusal of the lease and completion routes",
-        "tests/integration/test_multi_host.py::test_a_completion_refused_read_only_lets_go_of_the_pool_by_itself",
+        "tests/system/test_multi_host.py::test_a_completion_refused_read_only_lets_go_of_the_pool_by_itself",
         (
             Edit(
                 "db/engine.py",
@@ -513,7 +513,7 @@ MUTANTS += (
     ),
     Mutant(
         "the API's engine without the keepalive options",
-        "tests/integration/test_multi_host.py::test_the_apps_connections_carry_the_keepalive_settings_to_libpq",
+        "tests/integration/test_db_liveness.py::test_the_apps_connections_carry_the_keepalive_settings_to_libpq",
         (
             Edit(
                 "api/app.py",

@@ -1,6 +1,6 @@
 """What a failover's errors look like to a client, without a database: the exceptions the driver
 raises are thrown from a route of a bare app with the service's error handlers (api/errors.py).
-The end-to-end case, a real server turned read-only, is tests/integration/test_multi_host.py."""
+The end-to-end case, a real server turned read-only, is tests/system/test_multi_host.py."""
 
 import psycopg
 import pytest
