@@ -461,6 +461,8 @@ def test_admin_sees_stats_reclaims_and_looks_up_an_audit_trail(
         expect(region).to_contain_text("Oldest pending:")
         expect(region).to_contain_text("Overdue: 0")
         expect(region.get_by_role("table", name="Open items by age")).to_contain_text("0-1d3")
+        expect(region.get_by_role("table", name="Open items per currency")).to_contain_text("USD3")
+        expect(region).to_contain_text("Waiting without an exchange rate (each needs an approver): 0")
         shot(page, "desk-admin")
         region.get_by_role("button", name="Reclaim now").click()
         expect(region).to_contain_text("Reclaimed 1 expired lease.")
