@@ -1,5 +1,6 @@
 """The deadlines in `review-queue` itself: the command refuses a bad policy, and its stats show
-overdue, aging and open items per currency (each test runs the command; tests/integration/api/test_deadlines.py has the rest)."""
+overdue, aging and open items per currency (each test runs the command;
+tests/integration/api/test_deadlines.py has the rest)."""
 
 import os
 import subprocess
