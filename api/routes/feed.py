@@ -1,12 +1,14 @@
 """The change feed: every event across items, in commit-safe order, for the systems that act on them."""
 
 import asyncio
+import functools
 from typing import Annotated
 
 from fastapi import APIRouter, Query, Request
 
 from api.deps import FeedReader, SettingsDep, request_transaction
 from api.errors import ProblemError, problem_responses
+from api.feed_watch import FeedWatch
 from api.routes.leases import _disconnected
 from api.routing import QueueRoute
 from api.schemas import FeedEventOut, FeedOut, FeedQuery
@@ -34,9 +36,10 @@ async def read_feed(
     late is never skipped, and each item's events come in their own order.
 
     With `wait_s`, a call that finds nothing new waits up to that many seconds and answers as soon
-    as something arrives (it looks again every REVIEW_QUEUE_POLL_INTERVAL_MS, holding no database
-    connection in between). Beyond REVIEW_QUEUE_FEED_MAX_WAITERS such calls waiting at once on
-    one API process, one more is 429 `FEED_BUSY` with `Retry-After`.
+    as something arrives (one look per API process every REVIEW_QUEUE_POLL_INTERVAL_MS serves all
+    its waiting calls; a call holds no database connection while it waits). Beyond
+    REVIEW_QUEUE_FEED_MAX_WAITERS such calls waiting at once on one API process, one more is 429
+    `FEED_BUSY` with `Retry-After`.
     """
     state = request.app.state
     if query.wait_s > 0 and state.feed_waiters >= settings.feed_max_waiters:
@@ -48,29 +51,37 @@ async def read_feed(
         )
     after = feed.Position.decode(query.after) if query.after else feed.START
     types = query.types.split(",") if query.types else None
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + query.wait_s
-    gone: asyncio.Future[None] | None = None
     waits = query.wait_s > 0
+    watch: FeedWatch = state.feed_watch
+    deadline = asyncio.get_running_loop().time() + query.wait_s
+
+    async def read(at: feed.Position) -> feed.FeedPage:
+        # Each read is its own short transaction, and the reads of all the feed's readers share
+        # part of the pool (app.py): other routes keep the rest however many read at once.
+        async with state.feed_looks, request_transaction(request) as conn:
+            return await feed.read(conn, after=at, limit=query.limit, events=types)
+
+    gone: asyncio.Future[None] | None = None
     state.feed_waiters += waits
     try:
         while True:
-            # Each look is its own short transaction: a waiting request holds no pooled connection;
-            # and the looks of all the feed's readers share part of the pool (app.py), so many
-            # long-pollers queue here, not for the connections every other route needs.
-            async with request.app.state.feed_looks, request_transaction(request) as conn:
-                page = await feed.read(conn, after=after, limit=query.limit, events=types)
-            remaining = deadline - loop.time()
+            seen = watch.generation
+            if not waits:
+                page = await read(after)
+            elif watch.caught_up(after):  # nothing new as of the last look: wait for the next
+                page = feed.FeedPage([], after)
+            else:
+                page = await watch.page((after, query.limit, query.types), functools.partial(read, after))
+            remaining = deadline - asyncio.get_running_loop().time()
             if page.events or remaining <= 0:
                 break
             if page.next != after:  # a filter skipped a stretch: there may be more right behind it
                 after = page.next
                 continue
+            # One look per process for every waiter (api/feed_watch.py): waiting costs no
+            # connection and no query of its own.
             gone = gone or asyncio.ensure_future(_disconnected(request))
-            pause = asyncio.ensure_future(asyncio.sleep(min(remaining, settings.poll_interval_ms / 1000)))
-            await asyncio.wait({pause, gone}, return_when=asyncio.FIRST_COMPLETED)
-            pause.cancel()
-            if gone.done():
+            if not await watch.wait(after, seen, remaining, gone):
                 break
     finally:
         state.feed_waiters -= waits
