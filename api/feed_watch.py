@@ -4,22 +4,24 @@ Each long-poll used to look at the feed itself every REVIEW_QUEUE_POLL_INTERVAL_
 made about 1,000 queries a second and slowed every other route (issue 38 item 2). Now one task,
 started by the first waiter and ending when none is left, reads the feed's head (db.feed.head,
 the walk's own xmin rule) once per interval and wakes the waiters it has moved past. The waiters a
-look woke at the same place share one page (`page`): with every poller at the head, one enqueue
-costs one look and one read, whatever their number. Waiting costs no connection and no query.
+look woke at the same place share one page (`page`), read and rendered once: with every poller at
+the head, one enqueue costs one look, one read and one JSON body, whatever their number. Waiting
+costs no connection and no query.
 """
 
 import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Hashable
-from typing import Any
+from typing import Any, TypeVar
 
 from prometheus_client import Counter, Gauge
 from sqlalchemy.exc import SQLAlchemyError
 
-from db.feed import FeedPage, Position
+from db.feed import Position
 
 log = logging.getLogger("review_queue.feed")
+T = TypeVar("T")
 
 # livesum: summed over the live API processes in multiprocess mode.
 WAITERS = Gauge(
@@ -47,7 +49,7 @@ class FeedWatch:
         self._interval_s = interval_s
         self._moved = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
-        self._pages: dict[Hashable, asyncio.Future[FeedPage]] = {}
+        self._pages: dict[Hashable, asyncio.Future[Any]] = {}
         self.head: Position | None = None
         self.generation = 0
         self.waiters = 0
@@ -84,14 +86,14 @@ class FeedWatch:
             self.waiters -= 1
             WAITERS.dec()
 
-    async def page(self, key: Hashable, read: Callable[[], Awaitable[FeedPage]]) -> FeedPage:
+    async def page(self, key: Hashable, read: Callable[[], Awaitable[T]]) -> T:
         """`read()`, shared by the callers with the same `key` (position, limit, filter) while it
         runs, if the head has not moved since it started: the waiters one look woke at the same
         place (every long-poller at the head, after an enqueue) make one read, begun after that
         look, so it holds everything up to the head they were woken for. Only reads in flight are
         kept: a page is never served from memory later."""
         key = (self.generation, key)
-        shared = self._pages.get(key)
+        shared: asyncio.Future[T] | None = self._pages.get(key)
         if shared is None:
             # A task of its own: a reader whose client leaves does not cancel the others' page.
             shared = self._pages[key] = asyncio.ensure_future(read())

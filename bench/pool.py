@@ -102,13 +102,12 @@ def pool_under_clients(server_url: str, port: int, clients: int, items: int) -> 
     return results
 
 
-async def _poller(base: str, token: str, tally: Tally, stop: asyncio.Event, wait_s: int) -> None:
+async def _poller(base: str, token: str, tally: Tally, stop: asyncio.Event, wait_s: int, after: str) -> None:
     headers = {"Authorization": f"Bearer {token}"}
     timeout = aiohttp.ClientTimeout(total=wait_s + 30)
     async with aiohttp.ClientSession(base, headers=headers, timeout=timeout) as http:
-        after: str | None = None
         while not stop.is_set():
-            params = {"wait_s": str(wait_s), **({"after": after} if after else {})}
+            params = {"wait_s": str(wait_s), "after": after}
             async with http.get("/events", params=params) as response:
                 body = await response.json(content_type=None)
                 tally.statuses[response.status] = tally.statuses.get(response.status, 0) + 1
@@ -118,12 +117,30 @@ async def _poller(base: str, token: str, tally: Tally, stop: asyncio.Event, wait
                     await asyncio.sleep(float(response.headers.get("Retry-After", "1")))
 
 
+async def _feed_head(base: str, token: str) -> str:
+    """The cursor after the last event a walk can reach now."""
+    async with aiohttp.ClientSession(base, headers={"Authorization": f"Bearer {token}"}) as http:
+        cursor = ""
+        while True:
+            params = {"limit": "500", **({"after": cursor} if cursor else {})}
+            async with http.get("/events", params=params) as response:
+                page = await response.json(content_type=None)
+            if page["next_cursor"] == cursor:
+                return cursor
+            cursor = page["next_cursor"]
+
+
 async def _feed_sides(
     base: str, tokens: list[str], feed_token: str, pollers: int, rounds: int, wait_s: int
 ) -> dict[str, Any]:
     idle = await _drive(base, tokens, rounds)
+    # The pollers start where the feed is, as long-pollers that keep up do: from the start, 500 of
+    # them would first each page through the idle side's events while the clients are measured.
+    head = await _feed_head(base, feed_token)
     polls, stop = Tally(), asyncio.Event()
-    tasks = [asyncio.create_task(_poller(base, feed_token, polls, stop, wait_s)) for _ in range(pollers)]
+    tasks = [
+        asyncio.create_task(_poller(base, feed_token, polls, stop, wait_s, head)) for _ in range(pollers)
+    ]
     await asyncio.sleep(3)  # every poller is in its wait before the measured clients start
     busy = await _drive(base, tokens, rounds)
     stop.set()

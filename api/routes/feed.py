@@ -4,7 +4,7 @@ import asyncio
 import functools
 from typing import Annotated
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Query, Request, Response
 
 from api.deps import FeedReader, SettingsDep, request_transaction
 from api.errors import ProblemError, problem_responses
@@ -26,10 +26,11 @@ RETRY_AFTER_S = 5
     operation_id="readFeed",
     summary="Read the change feed",
     responses=problem_responses("FEED_BUSY"),
+    response_model=FeedOut,
 )
 async def read_feed(
     request: Request, query: Annotated[FeedQuery, Query()], _: FeedReader, settings: SettingsDep
-) -> FeedOut:
+) -> FeedOut | Response:
     """Every event across items after `after`, oldest first, each with its item as it is now (roles
     auditor, admin, integration). Store `next_cursor` (or each event's `cursor` as you go) and pass
     it back as `after`: only events of finished transactions are served, so an event that commits
@@ -61,6 +62,11 @@ async def read_feed(
         async with state.feed_looks, request_transaction(request) as conn:
             return await feed.read(conn, after=at, limit=query.limit, events=types)
 
+    async def read_and_render(at: feed.Position) -> tuple[feed.FeedPage, bytes]:
+        page = await read(at)
+        return page, _answer(page).model_dump_json(by_alias=True).encode()
+
+    body: bytes | None = None
     gone: asyncio.Future[None] | None = None
     state.feed_waiters += waits
     try:
@@ -69,9 +75,12 @@ async def read_feed(
             if not waits:
                 page = await read(after)
             elif watch.caught_up(after):  # nothing new as of the last look: wait for the next
-                page = feed.FeedPage([], after)
+                page, body = feed.FeedPage([], after), None
             else:
-                page = await watch.page((after, query.limit, query.types), functools.partial(read, after))
+                # Read once and rendered once for all the waiters at this place: 500 pollers at
+                # the head cost one page's JSON, not 500 (api/feed_watch.py).
+                key = (after, query.limit, query.types)
+                page, body = await watch.page(key, functools.partial(read_and_render, after))
             remaining = deadline - asyncio.get_running_loop().time()
             if page.events or remaining <= 0:
                 break
@@ -88,4 +97,10 @@ async def read_feed(
         if gone is not None:
             gone.cancel()
             await asyncio.gather(gone, return_exceptions=True)
+    if body is not None:
+        return Response(body, media_type="application/json")
+    return _answer(page)
+
+
+def _answer(page: feed.FeedPage) -> FeedOut:
     return FeedOut(events=[FeedEventOut.of(e) for e in page.events], next_cursor=page.next.encode())

@@ -257,6 +257,34 @@ MUTANTS += (
         ),
     ),
     Mutant(
+        # Each waiter back on its own clock: a look of its own every poll interval (O(N) queries).
+        "feed long-polls each reading every interval instead of waiting for the watcher",
+        "tests/integration/api/test_feed_watch.py::test_waiting_long_polls_cost_one_query_per_interval_not_one_each",
+        (
+            Edit(
+                "api/feed_watch.py",
+                "{moved, gone}, timeout=remaining,",
+                "{gone}, timeout=min(remaining, self._interval_s),",
+            ),
+            Edit(
+                "api/feed_watch.py",
+                "                moved.cancel()\n",
+                "                moved.cancel()\n                return not gone.done()\n",
+            ),
+            Edit(
+                "api/feed_watch.py",
+                "return self.watching and self.head is not None and after >= self.head",
+                "return False",
+            ),
+        ),
+    ),
+    Mutant(
+        "the feed watcher looking on with no one waiting",
+        "tests/integration/api/test_feed_watch.py::"
+        "test_a_waiter_whose_client_leaves_is_dropped_and_the_watcher_stops_with_no_one_waiting",
+        (Edit("api/feed_watch.py", "        while self.waiters:\n", "        while True:\n"),),
+    ),
+    Mutant(
         "archive verify not hashing the items file",
         "tests/system/test_archive.py::test_verify_hashes_the_items_file_too",
         (

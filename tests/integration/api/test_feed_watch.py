@@ -44,6 +44,19 @@ def head_of(client: TestClient, reader: dict[str, str], db_url: str) -> str:
     raise AssertionError("unreachable")
 
 
+def count_calls(monkeypatch: pytest.MonkeyPatch, name: str) -> list[int]:
+    """Count the calls of db.feed's function `name` (one query each) from now on: [count]."""
+    calls = [0]
+    original = getattr(feed, name)
+
+    def counted(*args: Any, **kw: Any) -> Any:
+        calls[0] += 1
+        return original(*args, **kw)
+
+    monkeypatch.setattr(feed, name, counted)
+    return calls
+
+
 WAITERS = 30
 
 
@@ -54,23 +67,15 @@ def test_waiting_long_polls_cost_one_query_per_interval_not_one_each(
     second, 500 of them about 1,000). Now the process's watcher looks once per interval."""
     reader = auth("ledger", "integration")
     head = head_of(client, reader, db_url)
-    queries = {"read": 0, "head": 0}
-    for name in queries:
-        original = getattr(feed, name)
-
-        def counted(*args: Any, _name: str = name, _original: Any = original, **kw: Any) -> Any:
-            queries[_name] += 1
-            return _original(*args, **kw)
-
-        monkeypatch.setattr(feed, name, counted)
+    queries = {name: count_calls(monkeypatch, name) for name in ("read", "head")}
     state: Any = client.app.state  # type: ignore[attr-defined]
     threads, answers = long_polls(client, reader, WAITERS, {"after": head, "wait_s": 6})
     wait_for(lambda: state.feed_waiters == WAITERS, timeout=20)
     time.sleep(1)  # their first reads are done
-    before = dict(queries)
+    before = {name: calls[0] for name, calls in queries.items()}
     window_s, interval_s = 2.0, state.settings.poll_interval_ms / 1000
     time.sleep(window_s)
-    during = {name: queries[name] - before[name] for name in queries}
+    during = {name: calls[0] - before[name] for name, calls in queries.items()}
     still_waiting = state.feed_waiters
     for t in threads:
         t.join(timeout=30)
@@ -84,13 +89,17 @@ def test_waiting_long_polls_cost_one_query_per_interval_not_one_each(
 
 
 def test_one_enqueue_wakes_every_waiter_at_the_head_and_each_gets_the_event(
-    client: TestClient, auth: Auth, db_url: str
+    client: TestClient, auth: Auth, db_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """... from one read between them: the waiters one look woke at one position share it."""
     reader, ingest = auth("ledger", "integration"), auth("ingest", "ingest")
     head = head_of(client, reader, db_url)
+    reads = count_calls(monkeypatch, "read")
     watch: Any = client.app.state.feed_watch  # type: ignore[attr-defined]
     threads, answers = long_polls(client, reader, 12, {"after": head, "wait_s": WAIT_S})
     wait_for(lambda: watch.waiters == 12, timeout=20)
+    time.sleep(0.5)  # their first reads are done
+    before = reads[0]
     started = time.monotonic()
     created = enqueue(client, ingest)
     for t in threads:
@@ -99,6 +108,10 @@ def test_one_enqueue_wakes_every_waiter_at_the_head_and_each_gets_the_event(
     got = [[(e["event"], e["item_id"]) for e in a.json()["events"]] for a in answers]
     assert got == [[("ENQUEUED", created["id"])]] * 12, got
     assert len({a.json()["next_cursor"] for a in answers}) == 1
+    # The shared answer, rendered once, is what a read of its own gives.
+    assert answers[0].json() == client.get("/events", params={"after": head}, headers=reader).json()
+    assert answers[0].headers["content-type"] == "application/json"
+    assert reads[0] - before <= 2, f"{reads[0] - before} reads of the feed for 12 waiters woken by one event"
 
 
 def test_a_filtered_waiter_reads_past_what_it_skips_and_waits_for_its_own_events(
