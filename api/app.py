@@ -225,6 +225,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.token_cache = (
         TTLCache(maxsize=10_000, ttl=settings.token_cache_s) if settings.token_cache_s else None
     )
+    app.state.token_lookups = {}  # token hash -> its lookup in flight (deps._identify)
     install_error_handlers(app)
     # Added innermost first: the request id is bound before the access log runs.
     app.add_middleware(BodyLimit, max_body_size=MAX_BODY_BYTES)
