@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Hashable
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from prometheus_client import Counter, Gauge
@@ -35,6 +36,13 @@ LOOKS = Counter(
 )
 
 
+@dataclass(eq=False)
+class _Waiter:
+    after: Position
+    seen: int
+    woken: asyncio.Event = field(default_factory=asyncio.Event)
+
+
 class FeedWatch:
     """The feed's head as last seen, and the waiters behind it.
 
@@ -42,12 +50,20 @@ class FeedWatch:
     `wait(after, seen, ...)`: a look that moved the head in between has already moved the
     generation on, so no wake-up is lost between the read and the wait, and a look the read
     already covered (the read's snapshot is newer) wakes no one a second time.
+
+    Each look wakes the waiters it finds behind the head in the order they came, at most
+    `wakes_per_look` of them (0: all): each answer costs the process a request's CPU, so a cap
+    bounds what the long-pollers take from the other routes, and the rest are woken by the next
+    looks, the longest waiting first.
     """
 
-    def __init__(self, look: Callable[[], Awaitable[Position]], *, interval_s: float) -> None:
+    def __init__(
+        self, look: Callable[[], Awaitable[Position]], *, interval_s: float, wakes_per_look: int = 0
+    ) -> None:
         self._look = look
         self._interval_s = interval_s
-        self._moved = asyncio.Event()
+        self._wakes_per_look = wakes_per_look
+        self._queue: dict[_Waiter, None] = {}  # in the order they came
         self._task: asyncio.Task[None] | None = None
         self._pages: dict[Hashable, asyncio.Future[Any]] = {}
         self.head: Position | None = None
@@ -65,26 +81,36 @@ class FeedWatch:
         return self.watching and self.head is not None and after >= self.head
 
     async def wait(self, after: Position, seen: int, up_to_s: float, gone: "asyncio.Future[None]") -> bool:
-        """Until a look after generation `seen` finds the head past `after` (True), or `up_to_s`
-        seconds pass, or `gone` is done (the client left) (False)."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + up_to_s
+        """Until a look after generation `seen` finds the head past `after` and wakes this waiter
+        (True), or `up_to_s` seconds pass, or `gone` is done (the client left) (False)."""
+        waiter = _Waiter(after, seen)
+        self._queue[waiter] = None
         self.waiters += 1
         WAITERS.inc()
         if not self.watching:
             self._task = asyncio.create_task(self._watch(), name="review-queue-feed-watch")
+        woken: asyncio.Future[Any] = asyncio.ensure_future(waiter.woken.wait())
         try:
-            while not (self.generation != seen and self.head is not None and self.head > after):
-                remaining = deadline - loop.time()
-                if remaining <= 0 or gone.done():
-                    return False
-                moved: asyncio.Future[Any] = asyncio.ensure_future(self._moved.wait())
-                await asyncio.wait({moved, gone}, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
-                moved.cancel()
-            return True
+            await asyncio.wait({woken, gone}, timeout=max(0, up_to_s), return_when=asyncio.FIRST_COMPLETED)
+            return waiter.woken.is_set()
         finally:
+            woken.cancel()
+            self._queue.pop(waiter, None)
             self.waiters -= 1
             WAITERS.dec()
+
+    def _wake(self) -> None:
+        head = self.head
+        if head is None:
+            return
+        budget = self._wakes_per_look or len(self._queue)
+        for waiter in list(self._queue):
+            if budget <= 0:
+                break
+            if waiter.seen != self.generation and head > waiter.after:
+                waiter.woken.set()
+                del self._queue[waiter]
+                budget -= 1
 
     async def page(self, key: Hashable, read: Callable[[], Awaitable[T]]) -> T:
         """`read()`, shared by the callers with the same `key` (position, limit, filter) while it
@@ -122,6 +148,5 @@ class FeedWatch:
                 if head != self.head:
                     self.head = head
                     self.generation += 1
-                    self._moved.set()
-                    self._moved = asyncio.Event()
+                self._wake()
             await asyncio.sleep(self._interval_s)

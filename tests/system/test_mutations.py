@@ -263,13 +263,13 @@ MUTANTS += (
         (
             Edit(
                 "api/feed_watch.py",
-                "{moved, gone}, timeout=remaining,",
-                "{gone}, timeout=min(remaining, self._interval_s),",
+                "{woken, gone}, timeout=max(0, up_to_s),",
+                "{gone}, timeout=min(max(0, up_to_s), self._interval_s),",
             ),
             Edit(
                 "api/feed_watch.py",
-                "                moved.cancel()\n",
-                "                moved.cancel()\n                return not gone.done()\n",
+                "            return waiter.woken.is_set()\n",
+                "            return not gone.done()\n",
             ),
             Edit(
                 "api/feed_watch.py",
