@@ -15,9 +15,12 @@ class Feed:
     def __init__(self) -> None:
         self.head = Position(10, 1)
         self.looks = 0
+        self.looked = asyncio.Event()
 
     async def look(self) -> Position:
         self.looks += 1
+        self.looked.set()
+        self.looked = asyncio.Event()
         return self.head
 
 
@@ -120,9 +123,7 @@ def test_a_capped_look_wakes_the_longest_waiting_first_and_the_rest_at_the_next_
         feed.head = Position(11, 1)
         woken: list[list[int]] = []
         for _ in range(3):
-            looks = feed.looks
-            while feed.looks == looks:
-                await asyncio.sleep(INTERVAL_S / 4)
+            await feed.looked.wait()
             await asyncio.sleep(INTERVAL_S)  # the woken ones answer; the next look is 4 of these away
             woken.append([n for n, w in enumerate(waiters) if w.done()])
         assert woken == [[0, 1, 2], [0, 1, 2, 3, 4, 5], [0, 1, 2, 3, 4, 5, 6]], woken
