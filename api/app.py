@@ -176,11 +176,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 return await db_feed.head(conn)
 
         # One look at the feed per poll interval for every GET /events that waits (api/feed_watch.py).
-        feed_watch = FeedWatch(
-            feed_head,
-            interval_s=settings.poll_interval_ms / 1000,
-            wakes_per_look=settings.feed_wakes_per_interval,
-        )
+        feed_watch = FeedWatch(feed_head, interval_s=settings.poll_interval_ms / 1000)
         app.state.feed_watch = feed_watch
         # What an amount without a currency means here, and what every threshold is counted in.
         log.info("review_queue_base_currency", extra={"base_currency": settings.base_currency})

@@ -50,20 +50,12 @@ class FeedWatch:
     `wait(after, seen, ...)`: a look that moved the head in between has already moved the
     generation on, so no wake-up is lost between the read and the wait, and a look the read
     already covered (the read's snapshot is newer) wakes no one a second time.
-
-    Each look wakes the waiters it finds behind the head in the order they came, at most
-    `wakes_per_look` of them (0: all): each answer costs the process a request's CPU, so a cap
-    bounds what the long-pollers take from the other routes, and the rest are woken by the next
-    looks, the longest waiting first.
     """
 
-    def __init__(
-        self, look: Callable[[], Awaitable[Position]], *, interval_s: float, wakes_per_look: int = 0
-    ) -> None:
+    def __init__(self, look: Callable[[], Awaitable[Position]], *, interval_s: float) -> None:
         self._look = look
         self._interval_s = interval_s
-        self._wakes_per_look = wakes_per_look
-        self._queue: dict[_Waiter, None] = {}  # in the order they came
+        self._queue: dict[_Waiter, None] = {}
         self._task: asyncio.Task[None] | None = None
         self._pages: dict[Hashable, asyncio.Future[Any]] = {}
         self.head: Position | None = None
@@ -103,14 +95,10 @@ class FeedWatch:
         head = self.head
         if head is None:
             return
-        budget = self._wakes_per_look or len(self._queue)
         for waiter in list(self._queue):
-            if budget <= 0:
-                break
             if waiter.seen != self.generation and head > waiter.after:
                 waiter.woken.set()
                 del self._queue[waiter]
-                budget -= 1
 
     async def page(self, key: Hashable, read: Callable[[], Awaitable[T]]) -> T:
         """`read()`, shared by the callers with the same `key` (position, limit, filter) while it

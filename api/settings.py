@@ -136,9 +136,6 @@ class Settings(BaseSettings):
     poll_interval_ms: int = _range(500, 50, 5_000, "REVIEW_QUEUE_POLL_INTERVAL_MS")
     # GET /events calls with wait_s waiting at once per API process; one more is a 429.
     feed_max_waiters: int = _range(500, 1, 100_000, "REVIEW_QUEUE_FEED_MAX_WAITERS")
-    # How many waiting GET /events calls one look at the feed wakes at most (0: all it has passed);
-    # the rest, the longest waiting first, at the next looks (api/feed_watch.py).
-    feed_wakes_per_interval: int = _range(0, 0, 100_000, "REVIEW_QUEUE_FEED_WAKES_PER_INTERVAL")
 
     # PostgreSQL's own lock_timeout for every API transaction: a table lock elsewhere
     # turns into a fast 503 instead of a hung request (seed: LOCK_CONTENTION).

@@ -108,24 +108,3 @@ def test_the_waiters_a_look_woke_at_one_place_share_one_read() -> None:
         assert (await watch.page(("here", 100, None), read)).next == Position(3, 0)
 
     asyncio.run(run())
-
-
-def test_a_capped_look_wakes_the_longest_waiting_first_and_the_rest_at_the_next_looks() -> None:
-    async def run() -> None:
-        feed = Feed()
-        watch = FeedWatch(feed.look, interval_s=INTERVAL_S * 5, wakes_per_look=3)
-        at, seen = feed.head, watch.generation
-        waiters = []
-        for _ in range(7):
-            waiters.append(asyncio.create_task(watch.wait(at, seen, 30, never())))
-            await asyncio.sleep(0)  # they come in this order
-        await asyncio.sleep(INTERVAL_S)  # the first look: the head is where they are
-        feed.head = Position(11, 1)
-        woken: list[list[int]] = []
-        for _ in range(3):
-            await feed.looked.wait()
-            await asyncio.sleep(INTERVAL_S)  # the woken ones answer; the next look is 4 of these away
-            woken.append([n for n, w in enumerate(waiters) if w.done()])
-        assert woken == [[0, 1, 2], [0, 1, 2, 3, 4, 5], [0, 1, 2, 3, 4, 5, 6]], woken
-
-    asyncio.run(run())
