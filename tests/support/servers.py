@@ -244,3 +244,14 @@ def cli(db_url: str, *args: str) -> subprocess.CompletedProcess[str]:
         text=True,
         timeout=60,
     )
+
+
+def command(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    """`review-queue ARGS` of this tree (python -m cli), with `env` over this process's own."""
+    return subprocess.run(
+        [sys.executable, "-m", "cli", *args],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )

@@ -153,6 +153,14 @@ class SharedDatabase:
                 " WHERE datname = current_database() AND pid <> pg_backend_pid()"
             )
             changed = self.conn.execute("SELECT rq_test.reset()").fetchone()
+        except psycopg.OperationalError:
+            if not self.conn.broken:
+                raise
+            # The test ended every session of the database, this one too: what it left cannot be
+            # known, so the database is created anew (not every later test failing on a dead
+            # connection), and the test is told to ask for its own.
+            self.recreate()
+            return "ended the database's sessions, the harness's own too"
         if changed is None or changed[0] is None:
             return None
         self.recreate()

@@ -12,8 +12,6 @@ import contextlib
 import itertools
 import os
 import signal
-import subprocess
-import sys
 import threading
 import time
 from collections import Counter
@@ -27,7 +25,7 @@ import pytest
 from db import roles
 from tests.support import LONG, seed_items
 from tests.support.patroni import Missing, Node, PatroniCluster
-from tests.support.servers import start_server, stop_server
+from tests.support.servers import command, start_server, stop_server
 
 pytestmark = pytest.mark.xdist_group("patroni")
 
@@ -41,16 +39,6 @@ class Service:
     env: dict[str, str]
     reviewer: dict[str, str]
     auditor: dict[str, str]
-
-
-def _cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "cli", *args],
-        env={**os.environ, **env},
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
 
 
 @pytest.fixture(scope="module")
@@ -73,13 +61,13 @@ def _service(*, synchronous: bool) -> Iterator[Service]:
             "REVIEW_QUEUE_LOG_LEVEL": "WARNING",
             "REVIEW_QUEUE_POOL_TIMEOUT_MS": "1000",
         }
-        migrated = _cli(env, "migrate")
+        migrated = command(env, "migrate")
         assert migrated.returncode == 0, migrated.stderr
         with psycopg.connect(cluster.url(user="postgres"), autocommit=True) as sql:
             seed_items(sql, 6_000)  # about 800 complete per scenario
         tokens = {}
         for subject, role in (("rita", "reviewer"), ("audra", "auditor")):
-            made = _cli(env, "token", "create", "--subject", subject, "--role", role)
+            made = command(env, "token", "create", "--subject", subject, "--role", role)
             assert made.returncode == 0, made.stderr
             tokens[role] = {"Authorization": f"Bearer {made.stdout.strip().splitlines()[-1]}"}
         process, base = start_server(env)
@@ -211,9 +199,9 @@ def _check_after(service: Service, load: Load, cursor: str | None, what: str, se
     assert not server_errors, server_errors
     # The feed, read from a cursor taken before the fault, has every acknowledged decision.
     assert load.acknowledged <= _resolved_after(service, cursor)
-    sealed = _cli(service.env, "audit", "seal")
+    sealed = command(service.env, "audit", "seal")
     assert sealed.returncode == 0, sealed.stderr
-    verified = _cli(service.env, "audit", "verify")
+    verified = command(service.env, "audit", "verify")
     assert verified.returncode == 0, verified.stdout + verified.stderr
 
 

@@ -3,9 +3,6 @@ the spellings libpq accepts: migrate, token create, reclaim and serve reach the 
 a dead one and a read-only one. And a server that turns read-only under the service (a demoted
 primary) answers 503 with a stable code, /readyz 503, and the pool lets go of it."""
 
-import os
-import subprocess
-import sys
 from collections.abc import Callable, Iterator
 
 import httpx
@@ -16,7 +13,7 @@ from fastapi.testclient import TestClient
 from db import roles
 from tests.support.api import assert_problem, item_body
 from tests.support.clusters import TcpCluster
-from tests.support.servers import free_port, start_server, stop_server
+from tests.support.servers import command, free_port, start_server, stop_server
 
 
 @pytest.fixture(scope="module")
@@ -48,16 +45,6 @@ def _spell(how: str, servers: list[str], user: str, database: str) -> str:
     )
 
 
-def _command(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "cli", *args],
-        env={**os.environ, **env},
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-
-
 @pytest.mark.parametrize("how", ["authority", "host-port pairs", "comma lists"])
 def test_every_spelling_reaches_the_writable_server_past_a_dead_and_a_read_only_one(
     how: str, clusters: tuple[TcpCluster, TcpCluster]
@@ -77,14 +64,14 @@ def test_every_spelling_reaches_the_writable_server_past_a_dead_and_a_read_only_
         "REVIEW_QUEUE_MIGRATION_DATABASE_URL": _spell(how, servers, roles.OWNER_ROLE, database),
         "REVIEW_QUEUE_LOG_LEVEL": "WARNING",
     }
-    migrated = _command(env, "migrate")
+    migrated = command(env, "migrate")
     assert migrated.returncode == 0 and "schema is at head" in migrated.stdout, migrated.stderr
     tokens = {}
     for subject, role in (("ingest-bot", "ingest"), ("rita", "reviewer")):
-        made = _command(env, "token", "create", "--subject", subject, "--role", role)
+        made = command(env, "token", "create", "--subject", subject, "--role", role)
         assert made.returncode == 0, made.stderr
         tokens[role] = {"Authorization": f"Bearer {made.stdout.strip().splitlines()[-1]}"}
-    reclaimed = _command(env, "reclaim", "--once")
+    reclaimed = command(env, "reclaim", "--once")
     assert reclaimed.returncode == 0 and reclaimed.stdout.strip().endswith("reclaimed 0"), reclaimed.stderr
 
     process, base = start_server(env, deliverer=True)
@@ -114,7 +101,7 @@ def test_every_spelling_reaches_the_writable_server_past_a_dead_and_a_read_only_
     ],
 )
 def test_a_url_naming_no_one_list_of_servers_stops_migrate_with_a_sentence(url: str) -> None:
-    result = _command({"DATABASE_URL": url}, "migrate")
+    result = command({"DATABASE_URL": url}, "migrate")
     assert result.returncode == 1
     assert "invalid setting DATABASE_URL" in result.stderr and "Traceback" not in result.stderr, result.stderr
 
@@ -130,6 +117,7 @@ def _demote(sql: psycopg.Connection, database: str) -> None:
     )
 
 
+@pytest.mark.fresh_db("turns its database read-only and ends every session of it")
 def test_a_server_turned_read_only_answers_503_then_the_pool_lets_go_of_it(
     client: TestClient, db_name: str, sql: psycopg.Connection, auth: Callable[[str, str], dict[str, str]]
 ) -> None:
