@@ -257,6 +257,30 @@ MUTANTS += (
         ),
     ),
     Mutant(
+        # Each waiter back on its own clock: a read of its own every poll interval (O(N) queries).
+        "feed long-polls each reading every interval instead of waiting for the watcher",
+        "tests/integration/api/test_feed_watch.py::test_waiting_long_polls_cost_one_query_per_interval_not_one_each",
+        (
+            Edit(
+                "api/feed_watch.py",
+                "{woken, gone}, timeout=max(0, up_to_s),",
+                "{gone}, timeout=min(max(0, up_to_s), self._interval_s),",
+            ),
+            Edit(
+                "api/feed_watch.py",
+                "            return waiter.woken.is_set()\n",
+                "            return not gone.done()\n",
+            ),
+            Edit("api/routes/feed.py", "            if not waits:\n", "            if True:\n"),
+        ),
+    ),
+    Mutant(
+        "the feed watcher looking on with no one waiting",
+        "tests/integration/api/test_feed_watch.py::"
+        "test_a_waiter_whose_client_leaves_is_dropped_and_the_watcher_stops_with_no_one_waiting",
+        (Edit("api/feed_watch.py", "        while self.waiters:\n", "        while True:\n"),),
+    ),
+    Mutant(
         "archive verify not hashing the items file",
         "tests/system/test_archive.py::test_verify_hashes_the_items_file_too",
         (
