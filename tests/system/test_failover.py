@@ -28,7 +28,7 @@ import psycopg
 import pytest
 
 from db import roles
-from tests.support import LONG, seed_items, wait_for
+from tests.support import LONG, seed_expired, seed_items, wait_for
 from tests.support.patroni import DEBIAN_PG15, Missing, Node, PatroniCluster
 from tests.support.receiver import Receiver
 from tests.support.servers import (
@@ -40,7 +40,6 @@ from tests.support.servers import (
     stop_process,
     stop_server,
 )
-from tests.system.test_reclaimer import seed_expired
 
 pytestmark = pytest.mark.xdist_group("patroni")
 

@@ -588,8 +588,11 @@ class Run:
     output: str
 
     def summary(self) -> str:
-        lines = self.output.strip().splitlines()
-        return lines[-1] if lines else "(no output)"
+        """pytest's closing line ("1 failed in 4.2s"), even when a fixture's teardown wrote after it."""
+        lines = [
+            line for line in self.output.strip().splitlines() if re.search(r"\d+ (passed|failed|error)", line)
+        ]
+        return lines[-1] if lines else "(no summary line)"
 
 
 def run_pytest(root: Path, server_url: str, template_db: str | None, *node_ids: str) -> Run:
