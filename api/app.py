@@ -19,6 +19,7 @@ from fastapi.staticfiles import StaticFiles
 from api import desk, webhook_secret
 from api.errors import COMMON_PROBLEMS, install_error_handlers, problem_responses
 from api.examples import with_examples
+from api.feed_watch import FeedWatch
 from api.logs import configure_logging
 from api.metrics import AccessLog
 from api.middleware import BodyLimit
@@ -40,7 +41,9 @@ from api.routes import (
     webhooks,
 )
 from api.settings import Settings, get_settings
-from db.engine import create_engine, database_url, libpq_url
+from db import feed as db_feed
+from db.engine import create_engine, database_url, libpq_url, transaction
+from db.feed import Position
 from db.notify import WorkSignal
 
 log = logging.getLogger("review_queue.api")
@@ -160,12 +163,28 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         )
         work_signal.start()
         app.state.work_signal = work_signal
+
+        async def feed_head() -> Position:
+            async with (
+                app.state.feed_looks,
+                transaction(
+                    engine,
+                    lock_timeout_ms=settings.pg_lock_timeout_ms,
+                    statement_timeout_ms=settings.statement_timeout_ms,
+                ) as conn,
+            ):
+                return await db_feed.head(conn)
+
+        # One look at the feed per poll interval for every GET /events that waits (api/feed_watch.py).
+        feed_watch = FeedWatch(feed_head, interval_s=settings.poll_interval_ms / 1000)
+        app.state.feed_watch = feed_watch
         # What an amount without a currency means here, and what every threshold is counted in.
         log.info("review_queue_base_currency", extra={"base_currency": settings.base_currency})
         try:
             yield
         finally:
             await work_signal.stop()
+            await feed_watch.stop()
             await engine.dispose()
             if read_engine is not engine:
                 await read_engine.dispose()
@@ -195,8 +214,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     app.openapi = openapi  # type: ignore[method-assign]
     app.state.settings = settings
-    # GET /events' looks at the feed, at most half of the pool at once: however many long-pollers
-    # wait, the other routes keep the rest (waiting for this holds no connection).
+    # GET /events' reads of the feed and the watcher's looks, at most half of the pool at once:
+    # however many read, the other routes keep the rest (waiting for this holds no connection).
     app.state.feed_looks = asyncio.Semaphore(max(1, settings.pool_size // 2))
     app.state.feed_waiters = 0  # GET /events calls with wait_s in progress (routes/feed.py)
     # The Fernet keys of webhook secrets; None: PUT /webhooks answers NOT_CONFIGURED.
@@ -206,6 +225,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.token_cache = (
         TTLCache(maxsize=10_000, ttl=settings.token_cache_s) if settings.token_cache_s else None
     )
+    app.state.token_lookups = {}  # token hash -> its lookup in flight (deps._identify)
     install_error_handlers(app)
     # Added innermost first: the request id is bound before the access log runs.
     app.add_middleware(BodyLimit, max_body_size=MAX_BODY_BYTES)

@@ -1,5 +1,6 @@
 """Dependencies: the one transaction per request, and who is calling."""
 
+import asyncio
 import re
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -122,14 +123,36 @@ async def _identify(request: Request, credentials: HTTPAuthorizationCredentials 
     cached = cache.get(key, _UNCACHED) if cache is not None else _UNCACHED
     if cached is not _UNCACHED:
         principal = cached if isinstance(cached, Principal) else None
+    elif cache is None:
+        principal = await _lookup(request, token)
     else:
-        async with request_transaction(request) as conn:
-            principal = await find_principal(conn, token=token)
-        if cache is not None:
-            cache[key] = principal
+        # One lookup for all the requests that miss the cache at once: 500 feed long-pollers
+        # sharing a token would otherwise each take a pooled connection whenever its entry expires.
+        lookups: dict[str, asyncio.Future[Principal | None]] = request.app.state.token_lookups
+        lookup = lookups.get(key)
+        if lookup is None:
+            lookup = lookups[key] = asyncio.ensure_future(_lookup(request, token))
+            lookup.add_done_callback(lambda done: _cache_lookup(cache, lookups, key, done))
+        principal = await asyncio.shield(lookup)
     if principal is None:
         raise _unauthenticated("unknown", "the token is unknown or revoked")
     return principal
+
+
+async def _lookup(request: Request, token: str) -> Principal | None:
+    async with request_transaction(request) as conn:
+        return await find_principal(conn, token=token)
+
+
+def _cache_lookup(
+    cache: "TTLCache[str, Principal | None]",
+    lookups: dict[str, "asyncio.Future[Principal | None]"],
+    key: str,
+    done: "asyncio.Future[Principal | None]",
+) -> None:
+    del lookups[key]
+    if not done.cancelled() and done.exception() is None:
+        cache[key] = done.result()
 
 
 def _looks_like_jwt(token: str) -> bool:

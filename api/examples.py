@@ -216,6 +216,9 @@ STATS_OUT = {
     "oldest_overdue_s": 5400.0,
     "aging": {"0-1d": 98, "1-3d": 30, "3-7d": 4, "7-30d": 2, "30d+": 0},
     "overdue_by_ledger_entity": {"ACME-CORP": 2, "GLOBEX": 1},
+    "open_by_currency": {"USD": 120, "EUR": 11, "JPY": 3},
+    "open_without_rate": 3,
+    "currencies_without_rate": ["JPY"],
 }
 SESSION_IN = {"token": "rq_" + "x" * 43}
 SESSION_OUT = {

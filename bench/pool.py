@@ -6,6 +6,7 @@ once with the old pool (10 + 5, 1 s wait) and once with the defaults, counting 5
 """
 
 import asyncio
+import multiprocessing
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -102,13 +103,12 @@ def pool_under_clients(server_url: str, port: int, clients: int, items: int) -> 
     return results
 
 
-async def _poller(base: str, token: str, tally: Tally, stop: asyncio.Event, wait_s: int) -> None:
+async def _poller(base: str, token: str, tally: Tally, stop: asyncio.Event, wait_s: int, after: str) -> None:
     headers = {"Authorization": f"Bearer {token}"}
     timeout = aiohttp.ClientTimeout(total=wait_s + 30)
     async with aiohttp.ClientSession(base, headers=headers, timeout=timeout) as http:
-        after: str | None = None
         while not stop.is_set():
-            params = {"wait_s": str(wait_s), **({"after": after} if after else {})}
+            params = {"wait_s": str(wait_s), "after": after}
             async with http.get("/events", params=params) as response:
                 body = await response.json(content_type=None)
                 tally.statuses[response.status] = tally.statuses.get(response.status, 0) + 1
@@ -118,17 +118,56 @@ async def _poller(base: str, token: str, tally: Tally, stop: asyncio.Event, wait
                     await asyncio.sleep(float(response.headers.get("Retry-After", "1")))
 
 
+async def _feed_head(base: str, token: str) -> str:
+    """The cursor after the last event a walk can reach now."""
+    async with aiohttp.ClientSession(base, headers={"Authorization": f"Bearer {token}"}) as http:
+        cursor = ""
+        while True:
+            params = {"limit": "500", **({"after": cursor} if cursor else {})}
+            async with http.get("/events", params=params) as response:
+                page = await response.json(content_type=None)
+            if page["next_cursor"] == cursor:
+                return cursor
+            cursor = page["next_cursor"]
+
+
+async def _pollers(base: str, token: str, pollers: int, wait_s: int, after: str, stop: Any) -> Tally:
+    polls, done = Tally(), asyncio.Event()
+    tasks = [asyncio.create_task(_poller(base, token, polls, done, wait_s, after)) for _ in range(pollers)]
+    await asyncio.to_thread(stop.wait)  # a multiprocessing.Event, set by the measuring process
+    for task in tasks:  # a long-poll in flight is of no more interest
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    return polls
+
+
+def _pollers_process(
+    base: str, token: str, pollers: int, wait_s: int, after: str, stop: Any, out: Any
+) -> None:
+    out.put(asyncio.run(_pollers(base, token, pollers, wait_s, after, stop)).statuses)
+
+
 async def _feed_sides(
     base: str, tokens: list[str], feed_token: str, pollers: int, rounds: int, wait_s: int
 ) -> dict[str, Any]:
     idle = await _drive(base, tokens, rounds)
-    polls, stop = Tally(), asyncio.Event()
-    tasks = [asyncio.create_task(_poller(base, feed_token, polls, stop, wait_s)) for _ in range(pollers)]
-    await asyncio.sleep(3)  # every poller is in its wait before the measured clients start
+    # The pollers start where the feed is, as long-pollers that keep up do: from the start, 500 of
+    # them would first each page through the idle side's events while the clients are measured.
+    head = await _feed_head(base, feed_token)
+    # In a process of their own: in the measured clients' event loop, parsing the pollers'
+    # answers delayed the clients' own requests and counted in their latency.
+    context = multiprocessing.get_context("spawn")
+    stop, out = context.Event(), context.Queue()
+    process = context.Process(
+        target=_pollers_process, args=(base, feed_token, pollers, wait_s, head, stop, out), daemon=True
+    )
+    process.start()
+    await asyncio.sleep(5)  # every poller is in its wait before the measured clients start
     busy = await _drive(base, tokens, rounds)
     stop.set()
-    await asyncio.gather(*tasks, return_exceptions=True)
-    return {"idle": _summary(idle), "with_pollers": _summary(busy), "poller_statuses": polls.statuses}
+    statuses = await asyncio.to_thread(out.get, timeout=120)
+    process.join(timeout=30)
+    return {"idle": _summary(idle), "with_pollers": _summary(busy), "poller_statuses": statuses}
 
 
 def feed_pollers(

@@ -233,3 +233,6 @@ class DecisionRowOut(BaseModel):
     due_at: datetime
     on_time: bool
     reopened_at: datetime | None
+    # The conversion that decided four eyes, exact (decimal strings on the wire); None without a rate.
+    rate: Decimal | None
+    base_amount: Decimal | None

@@ -13,8 +13,9 @@ from typing import Any
 import psycopg
 from psycopg.errors import ReadOnlySqlTransaction
 from psycopg.pq import ExecStatus, PipelineStatus, TransactionStatus
-from sqlalchemy import text
+from sqlalchemy import event, text
 from sqlalchemy.dialects.postgresql.psycopg import PGDialect_psycopg
+from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 from sqlalchemy.pool import PoolProxiedConnection
@@ -71,7 +72,7 @@ def create_engine(
     connect_timeout_s: int = 2,
     prepare_threshold: int | None = 5,
 ) -> AsyncEngine:
-    return create_async_engine(
+    engine = create_async_engine(
         url,
         pool_size=pool_size,
         max_overflow=max_overflow,
@@ -85,6 +86,9 @@ def create_engine(
             "application_name": "review-queue",
         },
     )
+    event.listen(engine.sync_engine, "before_cursor_execute", _arm)
+    event.listen(engine.sync_engine, "after_cursor_execute", _answered)
+    return engine
 
 
 def drop_pool(engine: AsyncEngine, pooled: PoolProxiedConnection) -> None:
@@ -115,6 +119,32 @@ def _watchdog(raw: psycopg.AsyncConnection[Any], after_s: float) -> asyncio.Time
     return asyncio.get_running_loop().call_later(after_s, sever)
 
 
+# conn.info keys: the deadline of each statement of a `transaction` (seconds), and its armed watchdog.
+_DEADLINE, _ARMED = "review_queue_deadline_s", "review_queue_watchdog"
+
+
+def _arm(conn: Connection, *_: object) -> None:
+    """Before each statement of a `transaction` (BEGIN and COMMIT included): the watchdog that
+    severs the connection if a hung server never answers. The deliverer, the reclaimer and every
+    route but the lease and completion ones run here: without it, they waited on a frozen primary
+    until it resumed (tests/system/test_frozen_server.py)."""
+    deadline = conn.info.get(_DEADLINE)
+    if deadline is not None:
+        _disarm(conn.info)  # one left by a statement that failed
+        raw: psycopg.AsyncConnection[Any] = conn.connection.driver_connection  # type: ignore[assignment]
+        conn.info[_ARMED] = _watchdog(raw, deadline)
+
+
+def _answered(conn: Connection, *_: object) -> None:
+    _disarm(conn.info)
+
+
+def _disarm(info: dict[Any, Any]) -> None:
+    armed = info.pop(_ARMED, None)
+    if armed is not None:
+        armed.cancel()
+
+
 def is_read_only(error: BaseException) -> bool:
     """The server refused a write because it is a standby or read-only (SQLSTATE 25006)."""
     driver = error.orig if isinstance(error, DBAPIError) else error
@@ -130,9 +160,13 @@ async def writable(conn: AsyncConnection) -> bool:
     )
 
 
-async def _begin(engine: AsyncEngine, opening: str) -> AsyncConnection:
+async def _begin(engine: AsyncEngine, opening: str, deadline_s: float) -> AsyncConnection:
     for attempt in range(2):
         conn = await engine.connect()
+        # The pooled connection's own dict, kept: after a lost connection SQLAlchemy will not
+        # hand out conn.info again until the transaction is rolled back.
+        info = conn.info
+        info[_DEADLINE] = deadline_s
         try:
             # Driver autocommit plus our own BEGIN: psycopg would otherwise send BEGIN in a round
             # trip of its own before the first statement. This way BEGIN and both SET LOCALs go in
@@ -142,6 +176,7 @@ async def _begin(engine: AsyncEngine, opening: str) -> AsyncConnection:
             await conn.exec_driver_sql(opening)
             return conn
         except DBAPIError as error:
+            _unwatched(info)
             await conn.close()
             # A pooled connection that died with a database restart shows up here, on the first
             # statement, before anything was done: SQLAlchemy has invalidated the pool, so one
@@ -149,6 +184,13 @@ async def _begin(engine: AsyncEngine, opening: str) -> AsyncConnection:
             if attempt or not error.connection_invalidated:
                 raise
     raise AssertionError("unreachable")
+
+
+def _unwatched(info: dict[Any, Any]) -> None:
+    """The connection as it goes back to the pool: no deadline, no watchdog armed (a statement that
+    failed, or a cancellation, would leave one to sever the connection's next user)."""
+    info.pop(_DEADLINE, None)
+    _disarm(info)
 
 
 @asynccontextmanager
@@ -165,7 +207,9 @@ async def transaction(
         engine,
         f"BEGIN; SET LOCAL lock_timeout = {int(lock_timeout_ms)};"
         f" SET LOCAL statement_timeout = {int(statement_timeout_ms)}",
+        statement_timeout_ms / 1000 + DEADLINE_MARGIN_S,
     )
+    info = conn.info
     try:
         yield conn
         await conn.exec_driver_sql("COMMIT")
@@ -174,6 +218,7 @@ async def transaction(
             drop_pool(engine, await conn.get_raw_connection())
         raise
     finally:
+        _unwatched(info)
         # Without a COMMIT the transaction is still open on the server; returning the connection
         # to the pool rolls it back (psycopg's rollback() asks the server, not the autocommit flag).
         await conn.close()  # rolls back whatever was not committed

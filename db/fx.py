@@ -4,7 +4,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
 
-from sqlalchemy import Text, bindparam, exists, func, or_, select
+from sqlalchemy import Text, bindparam, exists, func, or_, select, union_all
 from sqlalchemy.dialects.postgresql import distinct_on
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -63,3 +63,33 @@ _WITHOUT_RATE = select(func.count()).where(
 
 async def items_without_rate(conn: AsyncConnection, *, base_currency: str) -> int:
     return int(await conn.scalar(_WITHOUT_RATE, {"base_currency": base_currency}) or 0)
+
+
+@dataclass(frozen=True, slots=True)
+class OpenInCurrency:
+    currency: str
+    open: int  # items not RESOLVED in this currency
+    has_rate: bool  # the base currency, or a rate set: False means each needs an approver
+
+
+_open_currency = union_all(
+    # The open items' two partial indexes (db/stats.py), so the resolved history is never read.
+    select(item.c.currency).where(item.c.state == PENDING),
+    select(item.c.currency).where(item.c.state.not_in([PENDING, RESOLVED])),
+).subquery("open_items")
+_BY_CURRENCY = (
+    select(
+        _open_currency.c.currency,
+        func.count(),
+        (_open_currency.c.currency == bindparam("base_currency", type_=Text))
+        | exists().where(fx_rate.c.currency == _open_currency.c.currency, fx_rate.c.set_at <= func.now()),
+    )
+    .group_by(_open_currency.c.currency)
+    .order_by(func.count().desc(), _open_currency.c.currency)
+)
+
+
+async def open_by_currency(conn: AsyncConnection, *, base_currency: str) -> list[OpenInCurrency]:
+    """Open items per currency, most first, each with whether its currency can be converted yet."""
+    rows = await conn.execute(_BY_CURRENCY, {"base_currency": base_currency})
+    return [OpenInCurrency(currency, int(count), bool(has_rate)) for currency, count, has_rate in rows]

@@ -32,6 +32,13 @@ function statsParts(s) {
     countsTable("Open items by age", ["Age", "Open items"], Object.entries(s.aging)),
     countsTable("Overdue items per ledger entity", ["Ledger entity", "Overdue"], Object.entries(s.overdue_by_ledger_entity)),
     countsTable("Open leases per reviewer", ["Reviewer", "Open leases"], Object.entries(s.open_leases_by_reviewer)),
+    countsTable("Open items per currency", ["Currency", "Open items"], Object.entries(s.open_by_currency ?? {})),
+    h(
+      "p",
+      { class: s.open_without_rate ? "overdue" : null },
+      `Waiting without an exchange rate (each needs an approver): ${s.open_without_rate ?? 0}` +
+        (s.currencies_without_rate?.length ? ` (${s.currencies_without_rate.join(", ")})` : ""),
+    ),
   ];
 }
 

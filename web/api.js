@@ -130,6 +130,9 @@ export const api = {
   decisions: (cursor) => call("GET", `/decisions?limit=20${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ""}`),
   resolutions: () => call("GET", "/resolutions"),
   stats: () => call("GET", "/stats"),
+  // Exchange rates: the latest of each (and the base currency), and one currency's every rate.
+  rates: () => call("GET", "/fx-rates"),
+  rateHistory: (code) => call("GET", `/fx-rates/${encodeURIComponent(code)}/history?limit=1000`),
   reclaim: () => call("POST", "/admin/reclaim", {}),
   adminRelease: (id, reason) => call("POST", `/admin/items/${encodeURIComponent(id)}/release`, { reason }),
   adminReleaseReviewer: (reviewer, reason) =>

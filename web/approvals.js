@@ -11,7 +11,7 @@ import { contextFields, history, itemFields } from "./item.js";
 import { APPROVER_ROLES, idleFor, state, touch } from "./state.js";
 import { registerView, shown } from "./views.js";
 
-const fresh = () => ({ item: null, events: [], message: null, waiting: null, endsAt: 0, renewedAt: 0 });
+const fresh = () => ({ item: null, events: [], conversion: null, message: null, waiting: null, endsAt: 0, renewedAt: 0 });
 state.approval = fresh();
 
 // The threshold the proposal met: the one that applies to its code (its own or the catalogue's
@@ -22,6 +22,46 @@ function threshold(item, events) {
   if (code?.effective_approval_threshold) return money(code.effective_approval_threshold);
   const submitted = [...events].reverse().find((e) => e.event === "SUBMITTED_FOR_APPROVAL");
   return submitted ? String(submitted.details?.approval_threshold ?? "") : "";
+}
+
+// How the submission converted the amount into the base currency, as its event recorded it, and who
+// set that rate when (the newest rate set at or before the submission: the one it used). Null for an
+// item in the base currency, or when nothing was recorded (before currencies).
+async function conversion(item, events) {
+  const submitted = [...events].reverse().find((e) => e.event === "SUBMITTED_FOR_APPROVAL");
+  if (!submitted || !("rate" in (submitted.details ?? {}))) return null;
+  const { base_currency: base } = await withRetry(() => api.rates());
+  if (item.currency === base) return null;
+  const { rate, base_amount: baseAmount } = submitted.details;
+  if (rate === null || rate === undefined) return { base, rate: null };
+  const { rates } = await withRetry(() => api.rateHistory(item.currency));
+  const used = rates.find((r) => Date.parse(r.set_at) <= Date.parse(submitted.at) && Number(r.rate) === Number(rate));
+  // The event's numbers arrive as JSON numbers (1.0850 reads as 1.085): the rate's own decimal string
+  // from its history, and the product worked out from the two strings, exactly.
+  if (!used) return { base, rate: String(rate), baseAmount: String(baseAmount) };
+  return { base, rate: used.rate, baseAmount: times(item.variance_amount, used.rate), setBy: used.set_by, setOn: used.set_at.slice(0, 10) };
+}
+
+// The exact product of two decimal strings, as a decimal string (BigInt: never a float).
+function times(a, b) {
+  const parse = (text) => {
+    const [, sign, whole, fraction = ""] = /^(-?)(\d+)(?:\.(\d+))?$/.exec(text);
+    return { value: BigInt(`${sign}${whole}${fraction}`), scale: fraction.length };
+  };
+  const x = parse(a), y = parse(b);
+  const product = x.value * y.value;
+  const scale = x.scale + y.scale;
+  const digits = (product < 0n ? -product : product).toString().padStart(scale + 1, "0");
+  const text = scale ? `${digits.slice(0, -scale)}.${digits.slice(-scale)}` : digits;
+  return product < 0n ? `-${text}` : text;
+}
+
+// "EUR 9,500.00 ≈ USD 10,307.50 at 1.0850, set by treasury-feed on 2026-12-05"
+function conversionLine(item, c) {
+  const amount = `${item.currency} ${money(item.variance_amount, item.currency)}`;
+  if (c.rate === null) return `${amount}: no exchange rate into ${c.base} when submitted, so an approver is needed whatever the amount`;
+  const set = c.setBy ? `, set by ${c.setBy} on ${c.setOn}` : "";
+  return `${amount} ≈ ${c.base} ${money(c.baseAmount, c.base)} at ${c.rate}${set}`;
 }
 
 function waitingLine() {
@@ -51,6 +91,7 @@ function renderApprovals() {
       field("Proposed resolution", item.proposed_resolution),
       field("Proposed note", item.proposed_note ?? ""),
       field("Threshold", `Needs an approver from ${threshold(item, events)} (abs amount ${money(item.variance_amount.replace("-", ""))})`),
+      state.approval.conversion ? field("In the base currency", conversionLine(item, state.approval.conversion)) : null,
     ),
     h("p", {}, "Approval lease: ", h("span", { id: "approval-countdown", class: "countdown", role: "timer" }, "")),
     contextFields(item.context),
@@ -92,11 +133,13 @@ async function loadWaiting() {
 async function hold(item) {
   state.approval.item = item;
   state.approval.events = [];
+  state.approval.conversion = null;
   if (!item) return;
   state.approval.endsAt = performance.now() + (Date.parse(item.lease_expires_at) - Date.now());
   state.approval.renewedAt = performance.now();
   try {
     state.approval.events = (await withRetry(() => api.events(item.id))).events;
+    state.approval.conversion = await conversion(item, state.approval.events);
   } catch (error) {
     handle(error);
   }

@@ -43,6 +43,7 @@ function filterControls() {
   return {
     entity: kept("filter-entity", { maxlength: 200 }),
     overdue: kept("filter-overdue", { type: "checkbox" }),
+    currency: kept("filter-currency", { maxlength: 3, placeholder: "any", autocapitalize: "characters", spellcheck: "false" }),
     min: kept("filter-min", { maxlength: 20, inputmode: "decimal", placeholder: "0.00" }),
     max: kept("filter-max", { maxlength: 20, inputmode: "decimal", placeholder: "any" }),
     search: kept("filter-search", { type: "search", maxlength: 200, placeholder: "id, key or entity" }),
@@ -60,6 +61,7 @@ function regions() {
     { class: "row filters", "aria-label": "Filters", on: { submit: (ev) => (ev.preventDefault(), firstPage()) } },
     h("label", { for: "filter-search" }, "Search", c.search),
     h("label", { for: "filter-entity" }, "Ledger entity", c.entity),
+    h("label", { for: "filter-currency" }, "Currency", c.currency),
     h("label", { for: "filter-min" }, "Minimum amount", c.min),
     h("label", { for: "filter-max" }, "Maximum amount", c.max),
     h("label", { for: "filter-sort" }, "Sort by", c.sort),
@@ -144,6 +146,7 @@ function row(item) {
       h("button", { type: "button", class: "link", on: { click: () => openItem(item.id) } }, item.ledger_entity),
     ),
     h("td", { "data-label": "Amount", class: "num" }, money(item.variance_amount, item.currency)),
+    h("td", { "data-label": "Currency" }, item.currency),
     h("td", { "data-label": "State" }, item.state),
     h("td", { "data-label": "Held by" }, item.leased_by && item.state !== "RESOLVED" ? item.leased_by : ""),
   );
@@ -169,7 +172,7 @@ function renderPanel() {
       ? h(
           "table",
           { "aria-label": "Items list", class: "list" },
-          h("thead", {}, h("tr", {}, ["Select", "Due", "Ledger entity", "Amount", "State", "Held by"].map((c) => h("th", { scope: "col" }, c)))),
+          h("thead", {}, h("tr", {}, ["Select", "Due", "Ledger entity", "Amount", "Currency", "State", "Held by"].map((c) => h("th", { scope: "col" }, c)))),
           h("tbody", {}, page.items.map(row)),
         )
       : h("p", {}, "No items match."),
@@ -264,6 +267,8 @@ function query(cursor) {
     state: tab === "ALL" ? null : tab,
     ledger_entity: c.entity.value.trim(),
     due_before: c.overdue.checked ? new Date().toISOString() : null,
+    // Without a currency the amount bounds are base-currency equivalents at the latest rates.
+    currency: c.currency.value.trim().toUpperCase(),
     min_amount: c.min.value.trim(),
     max_amount: c.max.value.trim(),
     q: c.search.value.trim(),
@@ -317,7 +322,7 @@ function previousPage() {
 
 function clearFilters() {
   const c = filterControls();
-  for (const input of [c.entity, c.min, c.max, c.search]) input.value = "";
+  for (const input of [c.entity, c.currency, c.min, c.max, c.search]) input.value = "";
   c.overdue.checked = false;
   c.sort.value = "due_at";
   firstPage();

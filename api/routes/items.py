@@ -133,10 +133,14 @@ async def enqueue_batch(body: BatchIn, unit: Work, principal: Ingest, settings: 
 
 
 @router.get("/items", operation_id="listItems", summary="List items")
-async def list_items(query: Annotated[ItemQuery, Query()], unit: Work, principal: AnyRole) -> ItemPage:
+async def list_items(
+    query: Annotated[ItemQuery, Query()], unit: Work, principal: AnyRole, settings: SettingsDep
+) -> ItemPage:
     """Items oldest first (or earliest due first, `sort=due_at`), filtered, paginated by keyset;
-    `leased_by=me` is the caller's own work. `min_amount` and `max_amount` bound abs(variance_amount);
-    `q` finds an id, an idempotency key or a ledger entity."""
+    `leased_by=me` is the caller's own work. `min_amount` and `max_amount` bound abs(variance_amount):
+    in `currency` when given, else its base-currency equivalent at the latest rates (an item whose
+    currency has no rate matches no bound then); `q` finds an id, an idempotency key or a ledger
+    entity."""
     after = decode_cursor(query.cursor) if query.cursor else None
     where = queue.ItemFilter(
         state=query.state,
@@ -151,6 +155,8 @@ async def list_items(query: Annotated[ItemQuery, Query()], unit: Work, principal
         min_amount=query.min_amount,
         max_amount=query.max_amount,
         search=query.q,
+        currency=query.currency,
+        base_currency=settings.base_currency,
     )
     # One row more than asked tells whether there is a next page without a count.
     rows = await queue.list_items(unit, where=where, after=after, limit=query.limit + 1, order=query.sort)

@@ -41,13 +41,22 @@ class StatsOut(BaseModel):
         description=f"Overdue open items per ledger entity: the {stats.OVERDUE_ENTITIES} with most, most"
         " first."
     )
+    open_by_currency: dict[str, int] = Field(
+        description="Open (not RESOLVED) items per ISO 4217 currency, most first."
+    )
+    open_without_rate: int = Field(
+        description="Open items in a currency with no exchange rate yet (GET /fx-rates): each needs an"
+        " approver whatever its amount, until PUT /fx-rates/{currency} sets one."
+    )
+    currencies_without_rate: list[str] = Field(description="The currencies of those items, most items first.")
 
 
 @router.get("/stats", operation_id="getStats", summary="Queue statistics")
 async def get_stats(conn: ReadConn, _: StatsReader, settings: SettingsDep) -> StatsOut:
-    """Queue depth, age, leases in flight and per reviewer, overdue and aging figures (roles reviewer,
-    auditor, admin)."""
+    """Queue depth, age, leases in flight and per reviewer, overdue and aging figures, open items per
+    currency and those waiting without an exchange rate (roles reviewer, auditor, admin)."""
     gauges = await stats.queue_gauges(conn, grace=timedelta(seconds=settings.reclaim_after_s))
+    by_currency = await fx.open_by_currency(conn, base_currency=settings.base_currency)
     return StatsOut(
         counts={
             "PENDING": gauges.pending,
@@ -69,6 +78,9 @@ async def get_stats(conn: ReadConn, _: StatsReader, settings: SettingsDep) -> St
         oldest_overdue_s=gauges.oldest_overdue_s,
         aging=await stats.aging(conn),
         overdue_by_ledger_entity=await stats.overdue_by_ledger_entity(conn),
+        open_by_currency={c.currency: c.open for c in by_currency},
+        open_without_rate=sum(c.open for c in by_currency if not c.has_rate),
+        currencies_without_rate=[c.currency for c in by_currency if not c.has_rate],
     )
 
 

@@ -215,6 +215,8 @@ def _plain(page: list[reports.Decision]) -> list[dict[str, Any]]:
             "due_at": _instant(d.due_at),
             "on_time": d.on_time,
             "reopened_at": _instant(d.reopened_at),
+            "rate": d.rate,
+            "base_amount": d.base_amount,
         }
         for d in page
     ]

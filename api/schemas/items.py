@@ -160,11 +160,19 @@ class ItemQuery(Strict):
     due_before: Rfc3339 | None = Field(
         default=None, description="Items due before this time (exclusive); RFC 3339 with offset."
     )
+    currency: CurrencyCode | None = Field(
+        default=None,
+        description="Items in this ISO 4217 currency; `min_amount` and `max_amount` are then amounts of it.",
+    )
     min_amount: Threshold | None = Field(
-        default=None, description="Items with abs(variance_amount) at least this (inclusive)."
+        default=None,
+        description="Items with abs(variance_amount) at least this (inclusive): in `currency` when given,"
+        " else in the base currency, each amount converted at its currency's latest rate (an item whose"
+        " currency has no rate yet matches no amount bound then).",
     )
     max_amount: Threshold | None = Field(
-        default=None, description="Items with abs(variance_amount) at most this (inclusive)."
+        default=None,
+        description="Items with abs(variance_amount) at most this (inclusive), as `min_amount`.",
     )
     q: Text200 | None = Field(
         default=None,

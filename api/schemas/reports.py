@@ -166,5 +166,16 @@ class DecisionRowOut(BaseModel):
     due_at: Timestamp
     on_time: bool = Field(description="resolved_at <= due_at.")
     reopened_at: Timestamp | None = Field(description="When the decision was reopened, if it was.")
+    rate: str | None = Field(
+        description="The exchange rate into the base currency the completion converted at (an approval's:"
+        " its submission's), exact decimal text as the trail recorded it; 1 in the base currency; null"
+        " when the currency had no rate (an approver was needed whatever the amount) or before currencies.",
+        examples=["1.0850"],
+    )
+    base_amount: str | None = Field(
+        description="variance_amount times rate, exactly, unrounded: the base-currency amount the thresholds"
+        " were compared with; null with no rate.",
+        examples=["10307.500000"],
+    )
 
     model_config = ConfigDict(from_attributes=True)

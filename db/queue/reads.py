@@ -2,20 +2,23 @@
 
 import contextlib
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
-from decimal import Decimal
+from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal, localcontext
 from typing import Any, Literal
 from uuid import UUID
 
 from sqlalchemy import (
     ColumnElement,
     DateTime,
+    Numeric,
     Text,
     bindparam,
+    case,
     cast,
     exists,
     func,
+    literal,
     literal_column,
     or_,
     select,
@@ -34,6 +37,7 @@ from db.queue.rows import (
     Item,
     _item,
 )
+from db.tables import fx_rate
 from db.tables import review_queue_event as event
 from db.tables import review_queue_item as item
 from db.tokens import fold_subject
@@ -59,6 +63,14 @@ class ItemFilter:
     min_amount: Decimal | None = None  # abs(variance_amount), inclusive
     max_amount: Decimal | None = None  # abs(variance_amount), inclusive
     search: str | None = None  # an id, an idempotency key or a ledger entity, exactly
+    # With a currency, the amount bounds are amounts of it; without, of the base currency, which
+    # each item's amount is converted into at its currency's latest rate.
+    currency: str | None = None
+    base_currency: str = "USD"
+    # The lowest and the highest rate into the base currency, 1 among them (list_items reads them):
+    # the bound on the amount itself that narrows a converted range through the amount's indexes.
+    # None: no such bound (the exact comparison alone: right, but the amount's indexes go unused).
+    rate_range: tuple[Decimal, Decimal] | None = None
 
 
 ListOrder = Literal["created_at", "due_at"]
@@ -81,8 +93,18 @@ async def list_items(
     order: ListOrder = "created_at",
 ) -> list[Item]:
     """Items in (created_at, id) or (due_at, id) order, strictly after the keyset position `after`."""
+    if where.currency is None and (where.min_amount, where.max_amount) != (None, None):
+        (rates,) = await unit.execute(_RATE_RANGE, {})
+        where = replace(where, rate_range=(rates["lowest"], rates["highest"]))
     statement = list_query(where=where, after=after, limit=limit, order=order)
     return [_item(r) for r in await unit.execute(statement, {})]
+
+
+# Every rate ever set (a superset of the latest ones, so a safe range): a small table.
+_RATE_RANGE = select(
+    func.least(1, func.min(fx_rate.c.rate)).label("lowest"),
+    func.greatest(1, func.max(fx_rate.c.rate)).label("highest"),
+)
 
 
 def list_query(
@@ -107,10 +129,9 @@ def list_query(
         query = query.where(item.c.created_at < where.created_before)
     if where.due_before is not None:
         query = query.where(item.c.due_at < where.due_before)
-    if where.min_amount is not None:
-        query = query.where(func.abs(item.c.variance_amount) >= where.min_amount)
-    if where.max_amount is not None:
-        query = query.where(func.abs(item.c.variance_amount) <= where.max_amount)
+    if where.currency is not None:
+        query = query.where(item.c.currency == where.currency)
+    query = query.where(*_amount_bounds(where))
     if where.search is not None:
         query = query.where(_search(where.search))
     if after is not None:
@@ -131,6 +152,49 @@ def list_query(
     )
     merged = parts.subquery("parts")
     return select(merged).order_by(merged.c[order], merged.c.id).limit(limit)
+
+
+def _latest_rate(base_currency: str) -> Any:
+    """An item's currency's latest rate into the base currency (1 for the base currency itself, none
+    read), read backwards along ix_fx_rate_currency_set_at as the completion statement does; NULL
+    when its currency has no rate yet."""
+    return case(
+        (item.c.currency == base_currency, literal(Decimal(1), Numeric())),
+        else_=select(fx_rate.c.rate)
+        .where(fx_rate.c.currency == item.c.currency, fx_rate.c.set_at <= func.now())
+        .order_by(fx_rate.c.set_at.desc(), fx_rate.c.id.desc())
+        .limit(1)
+        .scalar_subquery(),
+    )
+
+
+def _amount_bounds(where: ItemFilter) -> list[ColumnElement[bool]]:
+    """min_amount and max_amount on abs(variance_amount): of the given currency as they stand, or
+    else of its base-currency equivalent at the latest rates. An item whose currency has no rate has
+    no equivalent and meets no bound. The exact comparison is per row; beside it, a bound on the
+    amount itself that every match meets (the amount times the highest rate reaches min_amount, the
+    lowest keeps it under max_amount), a constant the planner can estimate, so that the amount's
+    indexes still narrow the rows to read."""
+    amount = func.abs(item.c.variance_amount)
+    if where.currency is not None:
+        return [
+            *([amount >= where.min_amount] if where.min_amount is not None else []),
+            *([amount <= where.max_amount] if where.max_amount is not None else []),
+        ]
+    converted = amount * _latest_rate(where.base_currency)
+    out: list[ColumnElement[bool]] = []
+    if where.min_amount is not None:
+        out.append(converted >= where.min_amount)
+    if where.max_amount is not None:
+        out.append(converted <= where.max_amount)
+    if where.rate_range is not None:
+        lowest, highest = where.rate_range
+        # Rounded outwards, so that the bound never leaves out a row the exact comparison keeps.
+        with localcontext(prec=40, rounding=ROUND_FLOOR):
+            out += [amount >= where.min_amount / highest] if where.min_amount is not None else []
+        with localcontext(prec=40, rounding=ROUND_CEILING):
+            out += [amount <= where.max_amount / lowest] if where.max_amount is not None else []
+    return out
 
 
 # Every item is in exactly one part, each written as its partial indexes' predicate, in literals

@@ -31,6 +31,11 @@ class Decision:
     due_at: datetime
     on_time: bool
     reopened_at: datetime | None  # when the decision was reopened (by an admin or a revision), if ever
+    # Why four eyes applied or not: the rate the completion converted at and the base-currency amount
+    # it compared (an approval's are its submission's), as the event recorded them, exact decimal
+    # text; None without a rate (an approver was needed) or from before currencies.
+    rate: str | None
+    base_amount: str | None
 
 
 _PERIOD = text(
@@ -62,7 +67,9 @@ SELECT e.id AS event_id, e.item_id, i.idempotency_key, i.ledger_entity,
        e.at AS resolved_at,
        CASE e.event WHEN 'APPROVED' THEN e.actor END AS approved_by,
        CASE e.event WHEN 'APPROVED' THEN e.at END AS approved_at,
-       i.due_at, e.at <= i.due_at AS on_time, reopen.at AS reopened_at
+       i.due_at, e.at <= i.due_at AS on_time, reopen.at AS reopened_at,
+       CASE e.event WHEN 'APPROVED' THEN sub.details ELSE e.details END ->> 'rate' AS rate,
+       CASE e.event WHEN 'APPROVED' THEN sub.details ELSE e.details END ->> 'base_amount' AS base_amount
 FROM page e
 JOIN review_queue_item i ON i.id = e.item_id
 -- Reopened since? Through the small index of reopenings; most decisions never were.
@@ -76,6 +83,13 @@ LEFT JOIN LATERAL (
     WHERE reopen.at IS NOT NULL AND r.item_id = e.item_id AND r.id > e.id AND r.event = 'REVISED'
     ORDER BY r.id LIMIT 1
 ) AS rev ON true
+-- An approval's conversion is its submission's: the last one before it, for approvals only.
+LEFT JOIN LATERAL (
+    SELECT r.details FROM review_queue_event r
+    WHERE e.event = 'APPROVED' AND r.item_id = e.item_id AND r.at <= e.at AND r.id < e.id
+      AND r.event = 'SUBMITTED_FOR_APPROVAL'
+    ORDER BY r.id DESC LIMIT 1
+) AS sub ON true
 ORDER BY e.at, e.id
 """)
 

@@ -77,3 +77,14 @@ OIDC_ENV = {
     "REVIEW_QUEUE_OIDC_ROLE_MAP": "recon-reviewers=reviewer,recon-admins=admin",
     "REVIEW_QUEUE_PUBLIC_URL": "https://review.example.com",
 }
+
+
+def seed_expired(sql: psycopg.Connection, count: int, *, prefix: str = "x") -> None:
+    sql.execute(
+        """INSERT INTO review_queue_item (idempotency_key, ledger_entity, variance_amount, match_decision,
+               source_hash, state, leased_by, leased_at, lease_expires_at, lease_epoch)
+           SELECT %s || i, 'ACME', 1, 'UNMATCHED', 'h' || i, 'ASSIGNED', 'gone-' || (i %% 3),
+                  now() - interval '2 hours', now() - interval '1 hour', 1
+           FROM generate_series(1, %s) i""",
+        (prefix, count),
+    )

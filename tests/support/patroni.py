@@ -98,7 +98,7 @@ class Node:
                         "connect_address": f"127.0.0.1:{self.port}",
                         "data_dir": str(self.dir / "data"),
                         "pgpass": str(self.dir / "pgpass"),
-                        "bin_dir": str(pg_bin()),
+                        "bin_dir": str(cluster.bin_dir),
                         "authentication": {
                             "superuser": {"username": "postgres", "password": SUPERUSER_PASSWORD},
                             "replication": {"username": "replicator", "password": "pw-repl"},
@@ -205,11 +205,19 @@ def _wait(predicate: object, timeout: float, what: str) -> float:
     raise TimeoutError(f"{what} not within {timeout} s")
 
 
+# Debian's PostgreSQL 15 (apt-get install postgresql-15), the other server the failover tests run on.
+DEBIAN_PG15 = Path("/usr/lib/postgresql/15/bin")
+
+
 class PatroniCluster:
     """etcd and two Patroni nodes; `synchronous`: synchronous_mode (a commit is acknowledged only
-    once the standby has it)."""
+    once the standby has it); `bin_dir`: the PostgreSQL binaries (the embedded package's 18 unless
+    given)."""
 
-    def __init__(self, *, synchronous: bool = True) -> None:
+    def __init__(self, *, synchronous: bool = True, bin_dir: Path | None = None) -> None:
+        self.bin_dir = bin_dir or pg_bin()
+        if not (self.bin_dir / "postgres").exists():
+            raise Missing(f"no PostgreSQL binaries in {self.bin_dir}")
         self.venv = patroni_venv()
         self.root = owned_by_postgres(Path(tempfile.mkdtemp(prefix="rq-patroni-")))
         self.root.chmod(0o755)

@@ -8,6 +8,7 @@ ledger entity and the figures live. Every state comes from the events.
 
 import asyncio
 import bisect
+import json
 import math
 import random
 from collections import defaultdict
@@ -68,10 +69,12 @@ def read_back(sql: psycopg.Connection) -> tuple[dict[UUID, Item], list[Event]]:
             " currency FROM review_queue_item"
         )
     }
+    # The details' numbers as the exact decimals recorded (a rate, a base amount), never floats.
     events = [
-        Event(*row)
+        Event(*row[:5], json.loads(row[5], parse_float=Decimal), row[6])
         for row in sql.execute(
-            "SELECT id, item_id, event, actor, at, details, lease_epoch FROM review_queue_event ORDER BY id"
+            "SELECT id, item_id, event, actor, at, details::text, lease_epoch"
+            " FROM review_queue_event ORDER BY id"
         )
     ]
     return items, events
@@ -250,6 +253,10 @@ def backlog(
     return points
 
 
+def _text(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
 def decisions(
     items: dict[UUID, Item], events: list[Event], lo: datetime, hi: datetime
 ) -> list[dict[str, Any]]:
@@ -263,6 +270,8 @@ def decisions(
         reopening = next((x for x in later if x.event == "REOPENED"), None)
         figures = revision.details["previous"] if revision else None
         approved = e.event == "APPROVED"
+        earlier = [x for x in by_item[e.item_id] if x.id < e.id and x.event == "SUBMITTED_FOR_APPROVAL"]
+        converted = (earlier[-1].details if earlier else {}) if approved else e.details
         out.append(
             {
                 "event_id": e.id,
@@ -281,6 +290,8 @@ def decisions(
                 "due_at": item.due_at,
                 "on_time": e.at <= item.due_at,
                 "reopened_at": reopening.at if reopening else None,
+                "rate": _text(converted.get("rate")),
+                "base_amount": _text(converted.get("base_amount")),
             }
         )
     return out

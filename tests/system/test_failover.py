@@ -4,32 +4,47 @@ nodes with libpq's multi-host URL and target_session_attrs=read-write. Twenty cl
 complete items while the leader is killed, or handed over by `patronictl switchover`. Counted each
 time: acknowledged completions the new leader does not have (must be 0), 5xx other than 503 (must
 be 0), and the seconds from the fault to the first 200; afterwards the audit chain verifies and a
-feed cursor taken before the fault reads on past it. One cluster serves the scenarios (each starts
-from a healthy pair). Skipped where etcd or Patroni cannot be had, unless
+feed cursor taken before the fault reads on past it, and every acknowledged decision reached a webhook
+receiver on 127.0.0.1 at least once, sent by a `review-queue deliverer` process on the same multi-host
+URL, while the old leader is still down or frozen (duplicates counted); a `review-queue reclaimer`
+on that URL reclaims a lease that expired after the fault. Neither process is restarted. One cluster
+serves the scenarios (each starts from a healthy pair). Skipped where etcd or Patroni cannot be had, unless
 REVIEW_QUEUE_REQUIRE_PATRONI=1 (.ci/run), where that fails instead."""
 
 import contextlib
 import itertools
 import os
 import signal
+import subprocess
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import httpx
 import psycopg
 import pytest
 
 from db import roles
-from tests.support import LONG, seed_items
-from tests.support.patroni import Missing, Node, PatroniCluster
-from tests.support.servers import command, start_server, stop_server
+from tests.support import LONG, seed_expired, seed_items, wait_for
+from tests.support.patroni import DEBIAN_PG15, Missing, Node, PatroniCluster
+from tests.support.receiver import Receiver
+from tests.support.servers import (
+    FAST,
+    command,
+    start_deliverer,
+    start_reclaimer,
+    start_server,
+    stop_process,
+    stop_server,
+)
 
 pytestmark = pytest.mark.xdist_group("patroni")
 
 CLIENTS = 20
+HOOK = "/decisions"  # the receiver's path for the one subscription
 
 
 @dataclass
@@ -39,6 +54,10 @@ class Service:
     env: dict[str, str]
     reviewer: dict[str, str]
     auditor: dict[str, str]
+    receiver: Receiver
+    deliverer: subprocess.Popen[bytes]
+    reclaimer: subprocess.Popen[bytes]
+    logs: Path
 
 
 @pytest.fixture(scope="module")
@@ -46,35 +65,54 @@ def service() -> Iterator[Service]:
     yield from _service(synchronous=True)
 
 
-def _service(*, synchronous: bool) -> Iterator[Service]:
+def _service(*, synchronous: bool, bin_dir: Path | None = None) -> Iterator[Service]:
     try:
-        cluster = PatroniCluster(synchronous=synchronous)
+        cluster = PatroniCluster(synchronous=synchronous, bin_dir=bin_dir)
     except Missing as missing:
         if os.environ.get("REVIEW_QUEUE_REQUIRE_PATRONI"):
             pytest.fail(f"REVIEW_QUEUE_REQUIRE_PATRONI is set but {missing}")
         pytest.skip(str(missing))
-    process = None
+    receiver = Receiver().start()
+    processes: list[subprocess.Popen[bytes]] = []
+    server = None
     try:
         env = {
             "DATABASE_URL": cluster.url(),
             "REVIEW_QUEUE_MIGRATION_DATABASE_URL": cluster.url(user=roles.OWNER_ROLE),
             "REVIEW_QUEUE_LOG_LEVEL": "WARNING",
             "REVIEW_QUEUE_POOL_TIMEOUT_MS": "1000",
+            **FAST,
         }
         migrated = command(env, "migrate")
         assert migrated.returncode == 0, migrated.stderr
         with psycopg.connect(cluster.url(user="postgres"), autocommit=True) as sql:
             seed_items(sql, 6_000)  # about 800 complete per scenario
         tokens = {}
-        for subject, role in (("rita", "reviewer"), ("audra", "auditor")):
+        for subject, role in (("rita", "reviewer"), ("audra", "auditor"), ("ada", "admin")):
             made = command(env, "token", "create", "--subject", subject, "--role", role)
             assert made.returncode == 0, made.stderr
             tokens[role] = {"Authorization": f"Bearer {made.stdout.strip().splitlines()[-1]}"}
-        process, base = start_server(env)
-        yield Service(cluster, base, env, tokens["reviewer"], tokens["auditor"])
+        server, base = start_server(env)
+        subscribed = httpx.put(
+            f"{base}/webhooks{HOOK}", json={"url": receiver.url(HOOK)}, headers=tokens["admin"], timeout=30
+        )
+        assert subscribed.status_code == 201, subscribed.text
+        receiver.secrets[HOOK] = subscribed.json()["secret"]
+        logs = cluster.root
+        # As an operator runs them, on the multi-host URL; never restarted by the test.
+        deliverer = start_deliverer(cluster.url(), logs / "deliverer.log", **FAST)
+        processes.append(deliverer)
+        reclaimer = start_reclaimer(cluster.url(), logs / "reclaimer.log")
+        processes.append(reclaimer)
+        yield Service(
+            cluster, base, env, tokens["reviewer"], tokens["auditor"], receiver, deliverer, reclaimer, logs
+        )
     finally:
-        if process is not None:
-            stop_server(process)
+        for process in processes:
+            stop_process(process)
+        if server is not None:
+            stop_server(server)
+        receiver.stop()
         cluster.stop()
 
 
@@ -203,6 +241,62 @@ def _check_after(service: Service, load: Load, cursor: str | None, what: str, se
     assert sealed.returncode == 0, sealed.stderr
     verified = command(service.env, "audit", "verify")
     assert verified.returncode == 0, verified.stdout + verified.stderr
+    _check_deliveries(service, load, what)
+    _check_reclaimer(service, what)
+
+
+def _check_deliveries(service: Service, load: Load, what: str) -> None:
+    """Every acknowledged decision reached the receiver at least once, verified; the deliverer
+    went on by itself (never restarted). Duplicates are counted: at least once, not exactly once."""
+
+    def delivered() -> set[str]:
+        return {
+            got.verified["data"]["item_id"]
+            for got in service.receiver.of(HOOK)
+            if got.verified is not None and got.verified["type"] == "item.resolved"
+        }
+
+    try:
+        wait_for(lambda: load.acknowledged <= delivered(), 180, step=0.5)
+    except AssertionError:
+        missing = len(load.acknowledged - delivered())
+        log = (service.logs / "deliverer.log").read_text()[-3000:]
+        raise AssertionError(f"{what}: {missing} acknowledged decisions never delivered:\n{log}") from None
+    assert service.deliverer.poll() is None, "the deliverer exited"
+    received = service.receiver.of(HOOK)
+    forged = [got.forged for got in received if got.forged is not None]
+    assert not forged, forged
+    # This scenario's decisions only (the receiver keeps every scenario's).
+    sent = Counter(
+        got.headers["webhook-id"]
+        for got in received
+        if got.verified is not None and got.verified["data"]["item_id"] in load.acknowledged
+    )
+    print(
+        f"\n{what}: webhooks: {len(sent)} decisions delivered in {sum(sent.values())} requests,"
+        f" {sum(n - 1 for n in sent.values())} duplicates"
+    )
+
+
+def _check_reclaimer(service: Service, what: str) -> None:
+    """The reclaimer, on the multi-host URL since before the fault, reclaims on the new leader."""
+    prefix = f"expired-{what.replace(' ', '-')}-"
+    with psycopg.connect(service.cluster.url(user="postgres"), autocommit=True) as sql:
+        seed_expired(sql, 3, prefix=prefix)
+
+        def reclaimed() -> bool:
+            row = sql.execute(
+                "SELECT count(*) FROM review_queue_item WHERE idempotency_key LIKE %s AND state = 'PENDING'",
+                (prefix + "%",),
+            ).fetchone()
+            return row is not None and row[0] == 3
+
+        try:
+            wait_for(reclaimed, 120, step=0.5)
+        except AssertionError:
+            log = (service.logs / "reclaimer.log").read_text()[-3000:]
+            raise AssertionError(f"{what}: the reclaimer did not reclaim on the new leader:\n{log}") from None
+    assert service.reclaimer.poll() is None, "the reclaimer exited"
 
 
 def _fail_over(
@@ -261,6 +355,19 @@ def test_a_frozen_leader_is_replaced_and_rejoins_when_it_resumes(service: Servic
         lambda old: old.signal_all(signal.SIGSTOP),
         lambda old: old.signal_all(signal.SIGCONT),
     )
+
+
+@pytest.mark.skipif(not LONG, reason="a second cluster: REVIEW_QUEUE_TEST_LONG=1 (make test-long)")
+def test_the_leader_killed_on_debians_postgresql_15_loses_no_acknowledged_decision() -> None:
+    """The same kill on the other server the service supports: Debian's PostgreSQL 15 binaries."""
+    with contextlib.closing(_service(synchronous=True, bin_dir=DEBIAN_PG15)) as services:  # type: ignore[type-var]
+        service = next(services)
+        _fail_over(
+            service,
+            "leader killed (PostgreSQL 15)",
+            lambda old: old.kill(),
+            lambda old: old.start(service.cluster.venv),
+        )
 
 
 @pytest.mark.skipif(not LONG, reason="a second cluster: REVIEW_QUEUE_TEST_LONG=1 (make test-long)")

@@ -148,3 +148,22 @@ def test_a_server_turned_read_only_answers_503_then_the_pool_lets_go_of_it(
     )
     assert answer.status_code == 200, answer.text
     assert client.get("/readyz").status_code == 200
+
+
+@pytest.mark.fresh_db("turns its database read-only and ends every session of it")
+def test_a_completion_refused_read_only_lets_go_of_the_pool_by_itself(
+    client: TestClient, db_name: str, sql: psycopg.Connection, auth: Callable[[str, str], dict[str, str]]
+) -> None:
+    """Only completions between the demotion and the new leader (no other route, no /readyz, whose
+    own refusals drop the pool too): the completion path must drop it itself."""
+    ingest, reviewer = auth("ingest-bot", "ingest"), auth("rita", "reviewer")
+    assert client.post("/items", json=item_body(), headers=ingest).status_code == 201
+    (held,) = client.post("/leases", json={"batch_size": 1}, headers=reviewer).json()["items"]
+    _demote(sql, db_name)
+    complete = f"/items/{held['id']}/complete"
+    body = {"resolution": "APPROVED", "lease_token": held["lease_token"]}
+    for _ in range(3):  # a pool's worth of read-only sessions opened
+        assert_problem(client.post(complete, json=body, headers=reviewer), 503, "DATABASE_UNAVAILABLE")
+    sql.execute(f"ALTER DATABASE {db_name} RESET default_transaction_read_only")
+    done = client.post(complete, json=body, headers=reviewer)
+    assert done.status_code == 200 and done.json()["outcome"] == "resolved", done.text

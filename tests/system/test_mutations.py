@@ -262,6 +262,30 @@ MUTANTS += (
         ),
     ),
     Mutant(
+        # Each waiter back on its own clock: a read of its own every poll interval (O(N) queries).
+        "feed long-polls each reading every interval instead of waiting for the watcher",
+        "tests/integration/api/test_feed_watch.py::test_waiting_long_polls_cost_one_query_per_interval_not_one_each",
+        (
+            Edit(
+                "api/feed_watch.py",
+                "{woken, gone}, timeout=max(0, up_to_s),",
+                "{gone}, timeout=min(max(0, up_to_s), self._interval_s),",
+            ),
+            Edit(
+                "api/feed_watch.py",
+                "            return waiter.woken.is_set()\n",
+                "            return not gone.done()\n",
+            ),
+            Edit("api/routes/feed.py", "            if not waits:\n", "            if True:\n"),
+        ),
+    ),
+    Mutant(
+        "the feed watcher looking on with no one waiting",
+        "tests/integration/api/test_feed_watch.py::"
+        "test_a_waiter_whose_client_leaves_is_dropped_and_the_watcher_stops_with_no_one_waiting",
+        (Edit("api/feed_watch.py", "        while self.waiters:\n", "        while True:\n"),),
+    ),
+    Mutant(
         "archive verify not hashing the items file",
         "tests/system/test_archive.py::test_verify_hashes_the_items_file_too",
         (
@@ -446,6 +470,97 @@ MUTANTS += (
     ),
 )
 
+# Issue 41: the service following a failover. Multi-host URLs (db/urls.py), a read-only server as
+# 503 DATABASE_UNAVAILABLE, and the keepalive options that bound a silent server reaching libpq.
+URLS = "db/urls.py"
+URL_TESTS = "tests/unit/test_db_urls.py"
+MUTANTS += (
+    Mutant(
+        "a multi-host URL rendered with its first host only",
+        f"{URL_TESTS}::test_every_spelling_reaches_both_consumers_with_every_server",
+        (
+            Edit(
+                URLS,
+                'query.append(("host", ",".join(target.hosts)))',
+                'query.append(("host", target.hosts[0]))',
+            ),
+        ),
+    ),
+    Mutant(
+        # The bug issue 41 found: libpq kept only the last of SQLAlchemy's ?host=h1:p1&host=h2:p2.
+        "?host=h1:p1&host=h2:p2 read as its last host",
+        f"{URL_TESTS}::test_every_spelling_reaches_both_consumers_with_every_server",
+        (
+            Edit(
+                URLS,
+                "    if len(query_hosts) > 1:  # SQLAlchemy's form",
+                "    query_hosts = query_hosts[-1:]\n    if len(query_hosts) > 1:  # SQLAlchemy's form",
+            ),
+        ),
+    ),
+    Mutant(
+        "the ports of h1:p1,h2:p2 dropped",
+        f"{URL_TESTS}::test_hosts_and_ports_as_libpq_reads_them",
+        (Edit(URLS, "            ports.append(port)\n", "            ports.append(None)\n"),),
+    ),
+    Mutant(
+        "a URL with more ports than hosts accepted",
+        f"{URL_TESTS}::test_a_url_naming_no_one_list_of_servers_is_refused_with_a_sentence",
+        (Edit(URLS, "    if len(ports) > 1 and len(ports) != len(hosts):", "    if False:"),),
+    ),
+    Mutant(
+        "a read-only server's refusal not classified as unavailable (a 500)",
+        "tests/unit/api/test_database_errors.py::test_a_read_only_server_is_a_503_database_unavailable_never_a_500",
+        (Edit("db/errors.py", "    if isinstance(driver, pg.ReadOnlySqlTransaction):\n", "    if False:\n"),),
+    ),
+    Mutant(
+        "/readyz ready on a read-only server",
+        "tests/system/test_multi_host.py::test_a_server_turned_read_only_answers_503_then_the_pool_lets_go_of_it",
+        (
+            Edit(
+                "api/routes/health.py",
+                "    if not primary:\n        return unavailable(",
+                "    if False:\n        return unavailable(",
+            ),
+        ),
+    ),
+    Mutant(
+        "the pool kept after a read-only refusal of the lease and completion routes",
+        "tests/system/test_multi_host.py::test_a_completion_refused_read_only_lets_go_of_the_pool_by_itself",
+        (
+            Edit(
+                "db/engine.py",
+                "                stale = True\n                if attempt:",
+                "                if attempt:",
+            ),
+        ),
+    ),
+    Mutant(
+        "the keepalive options not added to the URL",
+        f"{URL_TESTS}::test_the_liveness_options_are_added_unless_the_url_sets_them",
+        (Edit("db/engine.py", "    if liveness:\n", "    if False:\n"),),
+    ),
+    Mutant(
+        "the API's engine without the keepalive options",
+        "tests/integration/test_db_liveness.py::test_the_apps_connections_carry_the_keepalive_settings_to_libpq",
+        (
+            Edit(
+                "api/app.py",
+                "settings.database_url, settings.data_dir, settings.db_liveness)\n        engine",
+                "settings.database_url, settings.data_dir)\n        engine",
+            ),
+        ),
+    ),
+)
+
+MUTANTS += (
+    Mutant(
+        "a transaction on a frozen server without its per-statement watchdog",
+        "tests/system/test_frozen_server.py::test_a_transaction_on_a_frozen_server_gives_up_within_its_deadline",
+        (Edit("db/engine.py", "        info[_DEADLINE] = deadline_s\n", ""),),
+    ),
+)
+
 # What a copy needs to run the suite; caches, the virtualenv and local data stay behind.
 IGNORED = shutil.ignore_patterns(
     ".git", ".venv", ".data", "__pycache__", ".mypy_cache", ".ruff_cache", ".pytest_cache", "*.pyc"
@@ -478,8 +593,11 @@ class Run:
     output: str
 
     def summary(self) -> str:
-        lines = self.output.strip().splitlines()
-        return lines[-1] if lines else "(no output)"
+        """pytest's closing line ("1 failed in 4.2s"), even when a fixture's teardown wrote after it."""
+        lines = [
+            line for line in self.output.strip().splitlines() if re.search(r"\d+ (passed|failed|error)", line)
+        ]
+        return lines[-1] if lines else "(no summary line)"
 
 
 def run_pytest(root: Path, server_url: str, template_db: str | None, *node_ids: str) -> Run:

@@ -10,24 +10,13 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from tests.support import wait_for
+from tests.support import seed_expired, wait_for
 from tests.support.postgres import libpq
 from tests.support.servers import INTERVAL_S, STARTUP_S, OwnPostgres, start_reclaimer
 
 # "On schedule" with headroom for a loaded machine: within this many intervals, still far below the
 # default interval a reclaimer that ignored its configuration would sleep.
 ON_SCHEDULE = 8
-
-
-def seed_expired(sql: psycopg.Connection, count: int, *, prefix: str = "x") -> None:
-    sql.execute(
-        """INSERT INTO review_queue_item (idempotency_key, ledger_entity, variance_amount, match_decision,
-               source_hash, state, leased_by, leased_at, lease_expires_at, lease_epoch)
-           SELECT %s || i, 'ACME', 1, 'UNMATCHED', 'h' || i, 'ASSIGNED', 'gone-' || (i %% 3),
-                  now() - interval '2 hours', now() - interval '1 hour', 1
-           FROM generate_series(1, %s) i""",
-        (prefix, count),
-    )
 
 
 @contextmanager

@@ -306,7 +306,10 @@ class TestComplete:
             "SELECT details FROM review_queue_event WHERE item_id = %s AND event = 'RESOLVED'",
             (leased["id"],),
         ).fetchall()
-        assert event[0] == {"resolution": body["resolution"], "note": body["note"]}
+        assert {k: event[0][k] for k in ("resolution", "note")} == {
+            "resolution": body["resolution"],
+            "note": body["note"],
+        }
         answer = response.json()["item"]
         assert (answer["resolution"], answer["resolution_note"]) == (body["resolution"], body["note"])
 

@@ -313,3 +313,43 @@ def test_metrics_count_the_open_items_in_a_currency_without_a_rate(client: TestC
     assert scrape(client, admin)["review_queue_items_without_rate"] == 3
     assert client.put("/fx-rates/EUR", json={"rate": "1.0850"}, headers=admin).status_code == 200
     assert scrape(client, admin)["review_queue_items_without_rate"] == 1
+
+
+def test_stats_count_open_items_per_currency_and_those_waiting_without_a_rate(
+    client: TestClient, auth: Auth, sql
+) -> None:
+    admin, alice = auth("ops", "admin"), auth("alice", "reviewer")
+    created = client.post(
+        "/items/batch",
+        json={
+            "items": [
+                item_body(variance_amount="125", currency=currency)
+                for currency in ("USD", "USD", "EUR", "EUR", "EUR", "JPY", "KWD")
+            ]
+        },
+        headers=admin,
+    )
+    assert created.status_code == 200, created.text
+    # A resolved USD item is no longer open: not counted; the leased ones are.
+    leased = client.post("/leases", json={"batch_size": 10}, headers=alice).json()["items"]
+    held = next(i for i in leased if i["currency"] == "USD")
+    done = client.post(
+        f"/items/{held['id']}/complete",
+        json={"resolution": "APPROVED", "lease_token": held["lease_token"]},
+        headers=alice,
+    )
+    assert done.json()["outcome"] == "resolved", done.text
+    got = client.get("/stats", headers=alice).json()
+    by_sql = dict(
+        sql.execute(
+            "SELECT currency, count(*) FROM review_queue_item WHERE state <> 'RESOLVED' GROUP BY currency"
+        ).fetchall()
+    )
+    assert got["open_by_currency"] == by_sql == {"EUR": 3, "USD": 1, "JPY": 1, "KWD": 1}
+    assert list(got["open_by_currency"]) == ["EUR", "JPY", "KWD", "USD"]  # most first, then by code
+    assert (got["open_without_rate"], got["currencies_without_rate"]) == (5, ["EUR", "JPY", "KWD"])
+    assert client.put("/fx-rates/EUR", json={"rate": "1.0850"}, headers=admin).status_code == 200
+    got = client.get("/stats", headers=alice).json()
+    assert (got["open_without_rate"], got["currencies_without_rate"]) == (2, ["JPY", "KWD"])
+    # The same figure as the gauge the alert watches.
+    assert scrape(client, admin)["review_queue_items_without_rate"] == got["open_without_rate"]

@@ -611,3 +611,62 @@ def test_the_period_rules_the_document_states_are_the_ones_enforced(
         assert status(monday, monday + timedelta(weeks=1), bucket="week") == 200
     if not sizes:
         assert status(monday, monday + timedelta(days=3 * 366)) == 200
+
+
+def test_the_export_says_which_rate_and_base_amount_decided_four_eyes(
+    client: TestClient, tokens: dict[str, Headers]
+) -> None:
+    """Each decision carries the rate its completion converted at and the base-currency amount it
+    compared, as the trail recorded them (an approval's are its submission's); none without a rate.
+    A rate set afterwards changes nothing already decided."""
+    t = tokens
+    _ok(client.put("/fx-rates/EUR", json={"rate": "1.0850"}, headers=t["ada"]))
+    decided: dict[str, str] = {}
+    for key, amount, currency in (
+        ("eur-big", "9500.00", "EUR"),  # 10,307.50 USD: an approver
+        ("eur-small", "-100.00", "EUR"),
+        ("usd", "12.50", "USD"),
+        ("jpy", "1500", "JPY"),  # no rate: an approver whatever the amount
+    ):
+        body = item_body(idempotency_key=key, variance_amount=amount, currency=currency)
+        decided[_ok(client.post("/items", json=body, headers=t["ada"]))["id"]] = key
+        (held,) = _ok(client.post("/leases", json={"batch_size": 1}, headers=t["alice"]))["items"]
+        done = _ok(
+            client.post(
+                f"/items/{held['id']}/complete",
+                json={"resolution": "APPROVED", "lease_token": held["lease_token"]},
+                headers=t["alice"],
+            )
+        )
+        if done["outcome"] == "submitted_for_approval":
+            (proposal,) = _ok(
+                client.post("/leases", json={"batch_size": 1, "queue": "approval"}, headers=t["april"])
+            )["items"]
+            approve = {"lease_token": proposal["lease_token"]}
+            _ok(client.post(f"/items/{proposal['id']}/approve", json=approve, headers=t["april"]))
+    _ok(client.put("/fx-rates/EUR", json={"rate": "1.2000"}, headers=t["ada"]))
+    today = datetime.now(UTC).date()
+    params = {"from": today.isoformat(), "to": (today + timedelta(days=1)).isoformat()}
+    lines = [
+        json.loads(line)
+        for line in client.get(
+            "/reports/decisions.ndjson", params=params, headers=t["audrey"]
+        ).text.splitlines()
+    ]
+    got = {
+        decided[d["item_id"]]: (d["approved_by"], d["currency"], d["rate"], d["base_amount"]) for d in lines
+    }
+    assert got == {
+        "eur-big": ("april", "EUR", "1.0850", "10307.500000"),
+        "eur-small": (None, "EUR", "1.0850", "-108.500000"),
+        "usd": (None, "USD", "1", "12.50"),
+        "jpy": ("april", "JPY", None, None),
+    }
+    response = client.get("/reports/decisions.csv", params=params, headers=t["audrey"])
+    header, *rows = list(csv.reader(io.StringIO(response.text, newline="")))
+    assert header[-2:] == ["rate", "base_amount"]  # added last: the columns before keep their places
+    cells = {decided[row[1]]: dict(zip(header, row, strict=True)) for row in rows}
+    assert (cells["eur-big"]["rate"], cells["eur-big"]["base_amount"]) == ("1.0850", "10307.500000")
+    assert (cells["eur-small"]["base_amount"], cells["jpy"]["rate"], cells["jpy"]["base_amount"]) == (
+        "-108.500000", "", "",
+    )  # fmt: skip

@@ -175,6 +175,46 @@ def test_amount_range_on_the_absolute_amount(client: TestClient, root: dict, ali
     assert all(Decimal(i["variance_amount"]) for i in client.get("/items", headers=alice).json()["items"])
 
 
+def test_currency_filter_and_amounts_in_it_or_in_base_currency_equivalents(
+    client: TestClient, root: dict, alice: dict
+) -> None:
+    """With `currency`, the bounds are amounts of it; without, every amount is compared as its
+    base-currency (USD) equivalent at the latest rate, and an item whose currency has no rate yet
+    matches no bound (it has no equivalent; `currency=` finds it by its own amount)."""
+    sent = [
+        ("USD", "-1000.00"),
+        ("USD", "999.99"),
+        ("EUR", "921.66"),  # 1,000.0011 USD at 1.0850 (999.98... at 1.0849)
+        ("EUR", "-921.65"),  # 999.99025 USD
+        ("JPY", "150000"),  # 1,005.00 USD at 0.0067
+        ("KWD", "-1.234"),  # no rate: no USD equivalent
+        ("KWD", "5000.000"),
+    ]
+    ids = {(c, a): enqueue(client, root, currency=c, variance_amount=a)["id"] for c, a in sent}
+    for currency, rate in (("EUR", "1.0849"), ("EUR", "1.0850"), ("JPY", "0.0067")):  # the latest counts
+        assert client.put(f"/fx-rates/{currency}", json={"rate": rate}, headers=root).status_code == 200
+
+    def found(query: str) -> set[tuple[str, str]]:
+        got = set(_ids(client, alice, query))
+        return {key for key, item_id in ids.items() if item_id in got}
+
+    assert found("currency=EUR") == {("EUR", "921.66"), ("EUR", "-921.65")}
+    assert found("currency=KWD&max_amount=2") == {("KWD", "-1.234")}  # an amount of KWD, unconverted
+    assert found("currency=EUR&min_amount=921.66") == {("EUR", "921.66")}
+    # In USD: the boundary of 1,000.00 falls between the EUR amounts once converted.
+    assert found("min_amount=1000") == {("USD", "-1000.00"), ("EUR", "921.66"), ("JPY", "150000")}
+    assert found("max_amount=1000") == {("USD", "-1000.00"), ("USD", "999.99"), ("EUR", "-921.65")}
+    assert found("max_amount=999.99") == {("USD", "999.99")}  # 999.99025 exactly: never rounded
+    assert found("min_amount=1005&max_amount=1005") == {("JPY", "150000")}  # exactly 1,005.00
+    # KWD has no rate: in no amount range without `currency`, in the list without a bound.
+    assert ("KWD", "5000.000") not in found("min_amount=0")
+    assert {("KWD", "-1.234"), ("KWD", "5000.000")} <= found("limit=200")
+    assert client.put("/fx-rates/KWD", json={"rate": "3.25"}, headers=root).status_code == 200
+    assert found("min_amount=16250&max_amount=16250") == {("KWD", "5000.000")}  # 5,000 x 3.25
+    assert_problem(client.get("/items?currency=XYZ", headers=alice), 422, "VALIDATION_ERROR")
+    assert_problem(client.get("/items?currency=eur", headers=alice), 422, "VALIDATION_ERROR")
+
+
 def _all_pages(client: TestClient, headers: dict[str, str], query: str) -> list[str]:
     seen: list[str] = []
     cursor = None

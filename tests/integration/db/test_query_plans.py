@@ -353,6 +353,8 @@ def test_a_lease_that_names_its_item_reads_it_by_primary_key(busy_table: psycopg
 
 
 def list_plan(sql: psycopg.Connection, after: Any = None, **where: Any) -> dict[str, Any]:
+    # list_items reads the range of rates first; these tables have none set.
+    where = {"rate_range": (Decimal(1), Decimal(1)), **where}
     statement = queue.list_query(where=queue.ItemFilter(**where), after=after, limit=51, order="due_at")
     return plan(sql, statement, {})
 
@@ -424,6 +426,8 @@ def test_a_list_reads_an_index_led_by_its_filter_not_the_history(
            FROM generate_series(1, 2000) i"""
     )
     busy_table.execute("ANALYZE review_queue_item")
+    # list_items reads the range of rates first; these tables have none set.
+    where = {"rate_range": (Decimal(1), Decimal(1)), **where}
     statement = queue.list_query(where=queue.ItemFilter(**where), after=None, limit=51, order=order)
     tree = plan(busy_table, statement, {})
     found = scans(tree)
@@ -461,6 +465,8 @@ def test_a_rare_match_or_amount_reads_the_history_by_its_index(
     ).fetchone()
     assert rare is not None and rare[0] > 0 and rare[1] > 0, f"both amounts are there to find: {rare}"
     busy_table.execute("ANALYZE review_queue_item")
+    # list_items reads the range of rates first; these tables have none set.
+    where = {"rate_range": (Decimal(1), Decimal(1)), **where}
     statement = queue.list_query(where=queue.ItemFilter(**where), after=None, limit=51, order=order)
     found = scans(plan(busy_table, statement, {}))
     assert_no_table_scan(found)

@@ -609,6 +609,8 @@ def test_reports_and_the_streamed_decisions(live_server: str, make_token: Callab
         streamed = list(audrey.report_decisions(today, tomorrow))
         assert len(streamed) == 3 and all(isinstance(d, DecisionRowOut) for d in streamed)
         assert {d.variance_amount for d in streamed} == {Decimal("-0.50")}
+        # The base currency's conversion, as exact decimals: rate 1, the amount itself.
+        assert {(d.rate, d.base_amount) for d in streamed} == {(Decimal(1), Decimal("-0.50"))}
         with pytest.raises(Forbidden):
             list(alice.report_decisions(today, tomorrow))
 

@@ -1,5 +1,6 @@
 """The deadlines in `review-queue` itself: the command refuses a bad policy, and its stats show
-overdue and aging (each test runs the command; tests/integration/api/test_deadlines.py has the rest)."""
+overdue, aging and open items per currency (each test runs the command;
+tests/integration/api/test_deadlines.py has the rest)."""
 
 import os
 import subprocess
@@ -33,3 +34,4 @@ def test_the_cli_stats_show_overdue_and_aging(db_url: str, aged: dict[str, str])
         "3", "4", "5", "6", "2",
     ), result.stdout  # fmt: skip
     assert any(label.startswith("overdue in E") for label in lines), result.stdout
+    assert lines["open items by currency"] == "" and lines["USD"] == "20", result.stdout  # every open one

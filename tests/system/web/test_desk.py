@@ -22,6 +22,7 @@ import pytest
 
 from db.migrations import upgrade_head
 from tests.support import TESTS, backdate_lease, wait_for
+from tests.support.postgres import libpq
 from tests.support.servers import OwnPostgres, start_server, stop_server
 
 pytest.importorskip("playwright")
@@ -461,6 +462,8 @@ def test_admin_sees_stats_reclaims_and_looks_up_an_audit_trail(
         expect(region).to_contain_text("Oldest pending:")
         expect(region).to_contain_text("Overdue: 0")
         expect(region.get_by_role("table", name="Open items by age")).to_contain_text("0-1d3")
+        expect(region.get_by_role("table", name="Open items per currency")).to_contain_text("USD3")
+        expect(region).to_contain_text("Waiting without an exchange rate (each needs an approver): 0")
         shot(page, "desk-admin")
         region.get_by_role("button", name="Reclaim now").click()
         expect(region).to_contain_text("Reclaimed 1 expired lease.")
@@ -620,6 +623,48 @@ def test_a_database_outage_shows_a_banner_and_the_desk_recovers(
         expect(banner).to_be_hidden(timeout=30_000)
         enqueue(base, admin, ledger_entity="AFTER-OUTAGE")
         expect(current(page)).to_contain_text("AFTER-OUTAGE", timeout=30_000)
+
+
+def _read_only(url: str, on: bool) -> None:
+    """What the service sees of a failover: its server turns read-only (the demoted primary, every
+    session ended; new ones are read-only), then takes writes again (the new leader)."""
+    # Its own session writable: the database's default is what is switched.
+    with psycopg.connect(libpq(url), autocommit=True, options="-c default_transaction_read_only=off") as sql:
+        if on:
+            sql.execute("ALTER DATABASE postgres SET default_transaction_read_only = on")
+            sql.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                " WHERE datname = 'postgres' AND pid <> pg_backend_pid()"
+            )
+        else:
+            sql.execute("ALTER DATABASE postgres RESET default_transaction_read_only")
+
+
+def test_a_leader_gone_read_only_shows_the_banner_and_the_desk_carries_on(
+    own_pg: OwnPostgres, contexts: Callable[[], BrowserContext]
+) -> None:
+    """Not a server that is down but one that answers read-only, as the old primary does while the
+    standby is promoted: every write is a 503 DATABASE_UNAVAILABLE, the desk says so and retries,
+    and once writes are taken again it carries on with no reload: the resolution it was retrying
+    goes through with the lease held across."""
+    url = own_pg.url
+    token, admin = token_on(url, "alice", "reviewer"), token_on(url, "ada", "admin")
+    with desk(url) as base:
+        page = contexts().new_page()
+        held = enqueue(base, admin, ledger_entity="HELD-ACROSS")
+        sign_in(page, base, token)
+        page.get_by_role("button", name="Next item").click()
+        expect(current(page)).to_contain_text("HELD-ACROSS")
+        _read_only(url, on=True)
+        resolve(page)
+        banner = page.get_by_role("alert")
+        expect(banner).to_contain_text("Database unavailable, retrying")
+        shot(page, "desk-database-read-only")
+        _read_only(url, on=False)
+        expect(banner).to_be_hidden(timeout=30_000)
+        with psycopg.connect(libpq(url)) as sql:
+            state = "SELECT state FROM review_queue_item WHERE id = %s"
+            wait_for(lambda: sql.execute(state, (held["id"],)).fetchone() == ("RESOLVED",), 30)
 
 
 def test_the_desk_is_served_at_the_root_too(db_url: str) -> None:
@@ -1393,3 +1438,50 @@ def test_the_reports_view_draws_the_charts_with_tables_of_the_apis_numbers(
         sign_in(other, base, reviewer)
         expect(other.get_by_role("region", name="Current item")).to_be_visible()
         expect(other.get_by_role("region", name="Reports")).to_have_count(0)
+
+
+def test_the_list_has_a_currency_column_and_filter_and_the_approver_sees_the_conversion(
+    db_url: str, make_token: Tokens, contexts: Callable[[], BrowserContext]
+) -> None:
+    """Issue 40: the work list shows each item's currency and filters by it (as GET /items?currency=
+    does), and the approver sees the amount converted into the base currency at the rate the
+    submission used, with who set that rate and when."""
+    admin = make_token("ada", "admin")
+    with desk(db_url) as base:
+        feed = {"Authorization": f"Bearer {make_token('treasury-feed', 'ingest')}"}
+        rate = httpx.put(f"{base}/fx-rates/EUR", json={"rate": "1.0850"}, headers=feed)
+        assert rate.status_code == 200, rate.text
+        set_on = rate.json()["set_at"][:10]
+        for entity, amount, currency in (("CUR-EUR", "9500.00", "EUR"), ("CUR-USD", "12.50", "USD")):
+            enqueue(base, admin, ledger_entity=entity, variance_amount=amount, currency=currency)
+        preparer = contexts().new_page()
+        sign_in(preparer, base, make_token("alice", "reviewer"))
+        view(preparer, "Items")
+        region = preparer.get_by_role("region", name="Items")
+        listed = preparer.get_by_role("table", name="Items list")
+        expect(listed.get_by_role("columnheader", name="Currency")).to_be_visible()
+        expect(listed.get_by_role("row", name=re.compile("CUR-EUR"))).to_contain_text("EUR")
+        region.get_by_label("Currency").fill("eur")
+        region.get_by_label("Currency").press("Enter")
+        expect(listed.get_by_role("button")).to_have_count(1)
+        assert rows_of(preparer) == ["CUR-EUR"]
+
+        # 9,500.00 EUR is 10,307.50 USD at 1.0850: past the materiality of 10,000.00, an approver.
+        alice = {"Authorization": f"Bearer {make_token('alice', 'reviewer')}"}
+        (held,) = httpx.post(f"{base}/leases", json={"batch_size": 1}, headers=alice).json()["items"]
+        assert held["ledger_entity"] == "CUR-EUR", held
+        done = httpx.post(
+            f"{base}/items/{held['id']}/complete",
+            json={"resolution": "APPROVED", "lease_token": held["lease_token"]},
+            headers=alice,
+        )
+        assert done.json()["outcome"] == "submitted_for_approval", done.text
+        checker = contexts().new_page()
+        sign_in(checker, base, make_token("april", "approver"))
+        view(checker, "Approvals")
+        approvals = checker.get_by_role("region", name="Approvals")
+        approvals.get_by_role("button", name="Lease a proposal").click()
+        proposal = approvals.get_by_role("definition").filter(has_text="≈")
+        expect(proposal).to_have_text(
+            f"EUR 9,500.00 ≈ USD 10,307.50 at 1.0850, set by treasury-feed on {set_on}"
+        )
