@@ -47,26 +47,18 @@ function line({ event, item, rejection }) {
   );
 }
 
-// The user's proposals rejected since they last looked at My decisions: counted in the header from
-// every view (the newest page, refreshed in the background), and seen once My decisions is shown.
-const seenKey = () => `rq.rejections-seen.${state.me?.subject}`;
+// The user's proposals rejected since they last looked at My decisions in this page: counted in the
+// header from every view (the newest page, refreshed in the background). Kept in memory only: the
+// desk stores nothing in the browser (docs/desk.md), so after a reload the count starts again.
+let seenUpTo = "";
 
 function seen() {
-  try {
-    return localStorage.getItem(seenKey()) ?? "";
-  } catch {
-    return "";
-  }
+  return seenUpTo;
 }
 
 function markSeen() {
   const newest = state.decisions.rows.map((d) => d.rejection?.at ?? "").sort().pop();
-  if (!newest || newest <= seen()) return;
-  try {
-    localStorage.setItem(seenKey(), newest);
-  } catch {
-    // private mode: the count then lasts until the page goes
-  }
+  if (newest && newest > seenUpTo) seenUpTo = newest;
 }
 
 export function rejectedCount() {

@@ -84,6 +84,10 @@ def live_through_the_api(client: TestClient, sql: psycopg.Connection, t: dict[st
         action = "approve" if approve else "reject"
         body = {"lease_token": proposal["lease_token"]} | ({} if approve else {"reason": "wrong entity"})
         _ok(client.post(f"/items/{proposal['id']}/{action}", json=body, headers=t["april"]))
+    # The rejected E4 is held for alice (REVIEW_QUEUE_REJECTED_RETURN_S); here that time has passed.
+    sql.execute(
+        "UPDATE review_queue_item SET returned_until = now() - interval '1 second' WHERE ledger_entity = 'E4'"
+    )
     # 25,000.00 is past the catalogue's materiality (10,000.00): every code needs an approver.
     assert (
         complete("bob", _lease(client, t["bob"], "E4"), "MATCH_REJECTED")["outcome"]
