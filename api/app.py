@@ -15,6 +15,7 @@ from fastapi.middleware.cors import CORSMiddleware
 from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
 from fastapi.responses import HTMLResponse
 from fastapi.staticfiles import StaticFiles
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from api import desk, webhook_secret
 from api.errors import COMMON_PROBLEMS, install_error_handlers, problem_responses
@@ -133,26 +134,24 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        url = database_url(settings.database_url, settings.data_dir, settings.db_liveness)
-        engine = create_engine(
-            url,
-            pool_size=settings.pool_size,
-            max_overflow=settings.pool_max_overflow,
-            pool_timeout_s=settings.pool_timeout_ms / 1000,
-            connect_timeout_s=settings.connect_timeout_s,
-            prepare_threshold=settings.prepare_threshold or None,
-        )
-        app.state.engine = engine
-        # Reports, /stats and the decisions export: a standby when REVIEW_QUEUE_READ_DATABASE_URL is set.
-        read_engine = engine
-        if settings.read_database_url is not None:
-            read_engine = create_engine(
-                database_url(settings.read_database_url, settings.data_dir, settings.db_liveness),
+        def engine_for(url: str) -> AsyncEngine:
+            return create_engine(
+                url,
                 pool_size=settings.pool_size,
                 max_overflow=settings.pool_max_overflow,
                 pool_timeout_s=settings.pool_timeout_ms / 1000,
                 connect_timeout_s=settings.connect_timeout_s,
                 prepare_threshold=settings.prepare_threshold or None,
+            )
+
+        url = database_url(settings.database_url, settings.data_dir, settings.db_liveness)
+        engine = engine_for(url)
+        app.state.engine = engine
+        # Reports, /stats and the decisions export: a standby when REVIEW_QUEUE_READ_DATABASE_URL is set.
+        read_engine = engine
+        if settings.read_database_url is not None:
+            read_engine = engine_for(
+                database_url(settings.read_database_url, settings.data_dir, settings.db_liveness)
             )
         app.state.read_engine = read_engine
         # One LISTEN connection per process, outside the pool, for POST /leases with wait_s.

@@ -3,7 +3,6 @@ on a trail with history: every event kept as it was, the chain verifying, the id
 the online first step found when run by hand; writers waiting out the switch, none failing; and
 back down to one table."""
 
-import threading
 from datetime import timedelta
 
 import psycopg
@@ -14,6 +13,7 @@ from db import audit
 from db.migrations import MigrationRefused, alembic_config
 from tests.support import utc_month
 from tests.support.audit import add_events, seal
+from tests.support.migrations import upgrade_while_writing
 from tests.support.postgres import libpq
 
 pytestmark = pytest.mark.fresh_db("migrates the event trail down and up by hand")
@@ -154,38 +154,16 @@ def test_writers_wait_out_the_switch_and_none_fails(
     config = alembic_config(owner_url)
     command.downgrade(config, BEFORE)
     add_events(sql, 1)
-    stop = threading.Event()
-    written: list[list[int]] = [[] for _ in range(4)]
-    errors: list[BaseException] = []
 
-    def write(ids: list[int]) -> None:
-        try:
-            with psycopg.connect(libpq(superuser_url), autocommit=True) as conn:
-                while not stop.is_set() or len(ids) < 5:
-                    (event_id,) = conn.execute(
-                        "INSERT INTO review_queue_event (item_id, event, actor, lease_epoch, trace_id)"
-                        " SELECT id, 'RENEWED', 'alice', 1, trace_id FROM review_queue_item LIMIT 1"
-                        " RETURNING id"
-                    ).fetchone()  # type: ignore[misc]
-                    ids.append(int(event_id))
-        except BaseException as error:
-            errors.append(error)
+    def write(conn: psycopg.Connection, *_: object) -> int:
+        (event_id,) = conn.execute(
+            "INSERT INTO review_queue_event (item_id, event, actor, lease_epoch, trace_id)"
+            " SELECT id, 'RENEWED', 'alice', 1, trace_id FROM review_queue_item LIMIT 1"
+            " RETURNING id"
+        ).fetchone()  # type: ignore[misc]
+        return int(event_id)
 
-    writers = [threading.Thread(target=write, args=(ids,)) for ids in written]
-    for writer in writers:
-        writer.start()
-    while sum(map(len, written)) < 40:
-        stop.wait(0.01)
-    during = [len(ids) for ids in written]
-    command.upgrade(config, "head")
-    switched = [len(ids) for ids in written]
-    while any(len(ids) < n + 5 for ids, n in zip(written, switched, strict=True)):
-        stop.wait(0.01)
-        assert not errors, errors
-    stop.set()
-    for writer in writers:
-        writer.join(timeout=30)
-    assert not errors, errors
+    written, during = upgrade_while_writing(superuser_url, write, lambda: command.upgrade(config, "head"))
     assert all(n > 0 for n in during)
     assert _kind(sql) == "p"
     ids = sorted(i for w in written for i in w)

@@ -3,7 +3,6 @@ no row rewritten and no index rebuilt under the lock but the one on the amount, 
 in the base currency with its amount as it was, the CHECKs validated, writers of the old release and
 the new going on throughout; and back down while nothing would be misstated."""
 
-import threading
 from decimal import Decimal
 
 import psycopg
@@ -11,7 +10,7 @@ import pytest
 
 from alembic import command
 from db.migrations import MigrationRefused, alembic_config
-from tests.support.postgres import libpq
+from tests.support.migrations import upgrade_while_writing
 
 pytestmark = pytest.mark.fresh_db("migrates the items table down and up by hand")
 
@@ -126,47 +125,21 @@ def test_writers_of_both_releases_go_on_through_the_upgrade_and_none_fails(
     config = alembic_config(owner_url)
     command.downgrade(config, BEFORE)
     _seed(sql, 20)
-    stop = threading.Event()
-    upgraded = threading.Event()
-    written: list[list[str]] = [[] for _ in range(4)]
-    errors: list[BaseException] = []
 
-    def write(n: int, keys: list[str]) -> None:
-        try:
-            with psycopg.connect(libpq(superuser_url), autocommit=True) as conn:
-                k = 0
-                while not stop.is_set() or len(keys) < 5:
-                    key = f"w{n}-{k}"
-                    if n >= 2 and upgraded.is_set():  # the new release names its currency
-                        conn.execute(
-                            "INSERT INTO review_queue_item (idempotency_key, ledger_entity, variance_amount,"
-                            " currency, match_decision, source_hash)"
-                            " VALUES (%s, 'E', 1.234, 'KWD', 'PARTIAL', 'h')",
-                            (key,),
-                        )
-                    else:
-                        conn.execute(OLD_INSERT, (key, Decimal("-7.25")))
-                    keys.append(key)
-                    k += 1
-        except BaseException as error:
-            errors.append(error)
+    def write(conn: psycopg.Connection, n: int, k: int, upgraded: bool) -> str:
+        key = f"w{n}-{k}"
+        if n >= 2 and upgraded:  # the new release names its currency
+            conn.execute(
+                "INSERT INTO review_queue_item (idempotency_key, ledger_entity, variance_amount,"
+                " currency, match_decision, source_hash)"
+                " VALUES (%s, 'E', 1.234, 'KWD', 'PARTIAL', 'h')",
+                (key,),
+            )
+        else:
+            conn.execute(OLD_INSERT, (key, Decimal("-7.25")))
+        return key
 
-    writers = [threading.Thread(target=write, args=(n, keys)) for n, keys in enumerate(written)]
-    for writer in writers:
-        writer.start()
-    while sum(map(len, written)) < 40:
-        stop.wait(0.01)
-    during = [len(keys) for keys in written]
-    command.upgrade(config, "head")
-    upgraded.set()
-    done = [len(keys) for keys in written]
-    while any(len(keys) < n + 5 for keys, n in zip(written, done, strict=True)):
-        stop.wait(0.01)
-        assert not errors, errors
-    stop.set()
-    for writer in writers:
-        writer.join(timeout=30)
-    assert not errors, errors
+    written, during = upgrade_while_writing(superuser_url, write, lambda: command.upgrade(config, "head"))
     assert all(n > 0 for n in during)
     stored = {key: (amount, currency) for key, amount, currency in _items(sql)}
     keys = [k for keys in written for k in keys]
