@@ -1,9 +1,10 @@
 """Comments on an item's trail (issue 42, part 2): the COMMENTED event.
 
 `POST /items/{id}/comments` appends a COMMENTED event (details: `text`); the item row is not
-touched. The event CHECK gains the name. The trail is partitioned by month, so the new CHECK is
-validated on every partition once (a scan under the table lock, at the migration only; every
-existing row passes, the set only grows). The downgrade keeps the name allowed for rows already
+touched. The event CHECK gains the name, online: it is swapped NOT VALID under one short lock
+(lock_timeout 5 s), then validated in a transaction of its own, a scan of every month's partition
+under SHARE UPDATE EXCLUSIVE, which leaves writers alone (every existing row passes: the set only
+grows). The downgrade keeps the name allowed for rows already
 written: events are append-only, so it adds the old CHECK NOT VALID instead of refusing them.
 
 Revision ID: 4f8b2d6e9a15
@@ -28,10 +29,13 @@ _BEFORE = (
 
 
 def upgrade() -> None:
-    op.execute(f"ALTER TABLE review_queue_event DROP CONSTRAINT {NAME}")
+    op.execute("SET LOCAL lock_timeout = '5s'")
     op.execute(
-        f"ALTER TABLE review_queue_event ADD CONSTRAINT {NAME} CHECK (event IN ({_BEFORE}, 'COMMENTED'))"
+        f"ALTER TABLE review_queue_event DROP CONSTRAINT {NAME},"
+        f" ADD CONSTRAINT {NAME} CHECK (event IN ({_BEFORE}, 'COMMENTED')) NOT VALID"
     )
+    with op.get_context().autocommit_block():
+        op.execute(f"ALTER TABLE review_queue_event VALIDATE CONSTRAINT {NAME}")
 
 
 def downgrade() -> None:
