@@ -21,6 +21,7 @@ from api import desk, webhook_secret
 from api.errors import COMMON_PROBLEMS, install_error_handlers, problem_responses
 from api.examples import with_examples
 from api.feed_watch import FeedWatch
+from api.introspection import Introspection
 from api.logs import configure_logging
 from api.metrics import AccessLog
 from api.middleware import BodyLimit
@@ -189,6 +190,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 await read_engine.dispose()
             if app.state.oidc is not None:
                 await app.state.oidc.aclose()
+                await app.state.introspection.aclose()
 
     app = FastAPI(
         title="review-queue",
@@ -221,6 +223,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.webhook_keys = webhook_secret.keys(settings)
     # Sign-in with the company's identity provider, and API calls with its JWTs (docs/security.md).
     app.state.oidc = OidcProvider(settings) if settings.oidc_issuer is not None else None
+    # ... and with its opaque access tokens (RFC 7662 introspection).
+    app.state.introspection = Introspection(app.state.oidc) if app.state.oidc is not None else None
     app.state.token_cache = (
         TTLCache(maxsize=10_000, ttl=settings.token_cache_s) if settings.token_cache_s else None
     )

@@ -14,6 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from api import session
 from api.errors import ProblemError
+from api.introspection import Introspection, looks_opaque
 from api.metrics import AUTH_FAILURES
 from api.oidc import OidcProvider, ProviderUnavailable, Refused
 from api.settings import Settings
@@ -113,8 +114,12 @@ async def _identify(request: Request, credentials: HTTPAuthorizationCredentials 
         return Principal(SCRAPER, SCRAPER)
     if not _TOKEN_SHAPE.fullmatch(token):
         oidc: OidcProvider | None = request.app.state.oidc
-        if oidc is not None and settings.oidc_api_audience and _looks_like_jwt(token):
-            return await _from_provider(request, oidc, token)
+        if oidc is not None and settings.oidc_api_audience:
+            introspection: Introspection = request.app.state.introspection
+            if _looks_like_jwt(token):
+                return await _from_provider(request, oidc, introspection, oidc.api_principal, token)
+            if looks_opaque(token):
+                return await _from_provider(request, oidc, introspection, introspection.principal, token)
         raise _unauthenticated("malformed", "the token is not a review-queue token")
     cache: TTLCache[str, Principal | None] | None = request.app.state.token_cache
     key = hash_token(token)
@@ -159,21 +164,30 @@ def _looks_like_jwt(token: str) -> bool:
     return len(token) <= MAX_JWT_LENGTH and _JWT_SHAPE.fullmatch(token) is not None
 
 
-async def _from_provider(request: Request, oidc: OidcProvider, token: str) -> Principal:
-    """The caller of a JWT from the identity provider, checked against its cached keys (api/oidc.py),
-    whose name belongs to the account the token is about (once per name and process, in the database)."""
+async def _from_provider(
+    request: Request,
+    oidc: OidcProvider,
+    introspection: Introspection,
+    check: Callable[[str], Awaitable[tuple[Principal, str]]],
+    token: str,
+) -> Principal:
+    """The caller of an access token from the identity provider, a JWT checked against its cached
+    keys (api/oidc.py) or an opaque one by introspection (api/introspection.py), whose name belongs
+    to the account the token is about (once per name and process, in the database)."""
     try:
-        principal, account = await oidc.api_principal(token)
+        principal, account = await check(token)
     except Refused as refused:
         if refused.code in ("OIDC_NO_ROLE", "OIDC_AMBIGUOUS_ROLE"):
             raise ProblemError(
                 "FORBIDDEN", f"the provider's token gives no role here: {refused.detail}"
             ) from None
-        raise _unauthenticated("provider_token", refused.detail) from None
+        # Said in full: a caller holding the wrong kind of token learns which kind works here.
+        expected = await introspection.expected()
+        raise _unauthenticated("provider_token", f"{refused.detail}; {expected}") from None
     except ProviderUnavailable as error:
         raise ProblemError(
             "IDENTITY_PROVIDER_UNAVAILABLE",
-            f"the identity provider's keys cannot be fetched to check this token; retry shortly ({error})",
+            f"the identity provider cannot be reached to check this token; retry shortly ({error})",
             headers={"Retry-After": "5"},
         ) from None
     if oidc.bound.get(principal.subject) != account:

@@ -37,12 +37,18 @@ LOCK_TIMEOUTS = Counter(
 AUTH_FAILURES = Counter(
     "review_queue_auth_failures_total",
     "Requests refused 401, by reason: missing, malformed, unknown (or revoked) token, or a refused"
-    " provider_token (an OIDC JWT).",
+    " provider_token (an OIDC JWT or opaque token).",
     ["reason"],
 )
 OIDC_SIGN_INS = Counter(
     "review_queue_oidc_sign_ins_total",
     "Desk sign-ins with the identity provider, by outcome: signed_in, or the sign_in_error code.",
+    ["outcome"],
+)
+OIDC_INTROSPECTIONS = Counter(
+    "review_queue_oidc_introspections_total",
+    "Calls to the identity provider's introspection endpoint (RFC 7662) for opaque API tokens, by"
+    " outcome: active (a caller), refused (inactive, or not for this API), unavailable (no answer).",
     ["outcome"],
 )
 DB_UNAVAILABLE = Counter(

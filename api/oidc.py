@@ -107,6 +107,7 @@ class Metadata:
     jwks_uri: str
     userinfo_endpoint: str | None
     end_session_endpoint: str | None
+    introspection_endpoint: str | None  # RFC 7662 (api/introspection.py)
     algorithms: tuple[str, ...]
     # RFC 9207: the provider names itself in the authorization response (mix-up defence).
     iss_parameter_supported: bool
@@ -282,6 +283,7 @@ class OidcProvider:
         if not algorithms:
             raise ProviderUnavailable(f"the provider signs ID tokens with none of {', '.join(ASYMMETRIC)}")
         userinfo, end_session = document.get("userinfo_endpoint"), document.get("end_session_endpoint")
+        introspection = document.get("introspection_endpoint")
         return Metadata(
             issuer=self.issuer,
             authorization_endpoint=_url(document.get("authorization_endpoint"), "authorization_endpoint"),
@@ -289,6 +291,7 @@ class OidcProvider:
             jwks_uri=_url(document.get("jwks_uri"), "jwks_uri"),
             userinfo_endpoint=_url(userinfo, "userinfo_endpoint") if userinfo else None,
             end_session_endpoint=_url(end_session, "end_session_endpoint") if end_session else None,
+            introspection_endpoint=_url(introspection, "introspection_endpoint") if introspection else None,
             algorithms=algorithms,
             iss_parameter_supported=document.get("authorization_response_iss_parameter_supported") is True,
         )
@@ -505,7 +508,7 @@ class OidcProvider:
         except Refused as refused:
             raise Refused(refused.code, f"the provider's token was refused: {refused.detail}") from None
         principal = Principal(
-            self._api_subject(claims),
+            self.api_subject(claims),
             role_of(claims.get(self.settings.oidc_roles_claim), self.settings.oidc_role_map),
         )
         return principal, str(claims["sub"])
@@ -528,7 +531,7 @@ class OidcProvider:
         ):
             raise Refused("UNAUTHENTICATED", "it is an ID token (addressed to a client), not an access token")
 
-    def _api_subject(self, claims: Mapping[str, Any]) -> str:
+    def api_subject(self, claims: Mapping[str, Any]) -> str:
         """The person the token names, or the subject REVIEW_QUEUE_OIDC_API_CLIENTS gives its client."""
         if claims.get(self.settings.oidc_subject_claim) is not None:
             return subject_of(claims, [self.settings.oidc_subject_claim])

@@ -287,6 +287,13 @@ class Settings(BaseSettings):
     oidc_api_clients: Annotated[ApiClients, NoDecode] = Field(
         default=(), validation_alias="REVIEW_QUEUE_OIDC_API_CLIENTS"
     )
+    # The provider's opaque access tokens, checked by RFC 7662 introspection as the desk's client
+    # (api/introspection.py): on (1), off (0), or unset: on when the discovery document names an
+    # introspection_endpoint and a client secret is set.
+    oidc_introspection: bool | None = Field(default=None, validation_alias="REVIEW_QUEUE_OIDC_INTROSPECTION")
+    # How long an introspection's answer is reused, never past the token's exp: a revoked token
+    # keeps working at most this long. 0: the provider is asked on every call.
+    oidc_introspection_cache_s: int = _range(60, 0, 60, "REVIEW_QUEUE_OIDC_INTROSPECTION_CACHE_S")
     # The address people open the service at (https://review.example.com): the OIDC redirect URI is
     # built from it, never from a request's Host header. Required for the desk's OIDC sign-in.
     public_url: str | None = Field(default=None, validation_alias="REVIEW_QUEUE_PUBLIC_URL")
@@ -327,6 +334,7 @@ class Settings(BaseSettings):
                 ("REVIEW_QUEUE_OIDC_ROLE_MAP", self.oidc_role_map),
                 ("REVIEW_QUEUE_OIDC_API_AUDIENCE", self.oidc_api_audience),
                 ("REVIEW_QUEUE_OIDC_API_CLIENTS", self.oidc_api_clients),
+                ("REVIEW_QUEUE_OIDC_INTROSPECTION", self.oidc_introspection),
             )
             if value
         ]
@@ -367,6 +375,12 @@ class Settings(BaseSettings):
             raise ValueError(
                 "REVIEW_QUEUE_OIDC_API_AUDIENCE must differ from REVIEW_QUEUE_OIDC_CLIENT_ID: an ID"
                 " token's audience is the client id, and an ID token must never pass as an API token"
+            )
+        if self.oidc_introspection and not (self.oidc_api_audience and self.oidc_client_secret):
+            raise ValueError(
+                "REVIEW_QUEUE_OIDC_INTROSPECTION=1 needs REVIEW_QUEUE_OIDC_API_AUDIENCE (the audience an"
+                " opaque token must be for) and REVIEW_QUEUE_OIDC_CLIENT_ID with"
+                " REVIEW_QUEUE_OIDC_CLIENT_SECRET (the client that asks the provider about a token)"
             )
         return self
 

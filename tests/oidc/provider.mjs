@@ -30,7 +30,8 @@ function account(id) {
   return { accountId: id, claims: async () => claims };
 }
 
-// Per-client test metadata: test_ttl_s shortens every token the client gets (the expiry tests).
+// Per-client test metadata: test_ttl_s shortens every token the client gets (the expiry tests);
+// test_opaque makes its access tokens for the API opaque rather than JWTs.
 const ttl = (fallback) => (_ctx, _token, client) => client?.test_ttl_s ?? fallback;
 
 const provider = new Provider(config.issuer, {
@@ -46,7 +47,7 @@ const provider = new Provider(config.issuer, {
   cookies: { keys: ["review-queue-test-cookie-key"] },
   ...(config.jwks ? { jwks: config.jwks } : {}),
   pkce: { required: () => true },
-  extraClientMetadata: { properties: ["test_groups", "test_ttl_s"] },
+  extraClientMetadata: { properties: ["test_groups", "test_ttl_s", "test_opaque"] },
   ttl: {
     AccessToken: ttl(600),
     ClientCredentials: ttl(600),
@@ -60,6 +61,10 @@ const provider = new Provider(config.issuer, {
     registration: { enabled: true, initialAccessToken: config.initial_access_token },
     clientCredentials: { enabled: true },
     rpInitiatedLogout: { enabled: true },
+    // RFC 7662 and RFC 7009: a confidential client (the desk's) may introspect any token; a
+    // client may revoke its own.
+    introspection: { enabled: true },
+    revocation: { enabled: true },
     resourceIndicators: {
       enabled: true,
       defaultResource: async (_ctx, _client, oneOf) => oneOf,
@@ -70,8 +75,10 @@ const provider = new Provider(config.issuer, {
           scope: "queue",
           audience: resource,
           accessTokenTTL: client.test_ttl_s ?? 600,
-          accessTokenFormat: "jwt",
-          jwt: { sign: { alg: "RS256" } },
+          // test_opaque: the client's access tokens for the API are opaque (checked by introspection).
+          ...(client.test_opaque
+            ? { accessTokenFormat: "opaque" }
+            : { accessTokenFormat: "jwt", jwt: { sign: { alg: "RS256" } } }),
         };
       },
     },

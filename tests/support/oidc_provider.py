@@ -64,6 +64,9 @@ SCRIPTS: dict[str, dict[str, Any]] = {
     "recon-loader": {"test_groups": ["recon-ingest"]},
     "recon-nobody": {"test_groups": ["staff"]},
     "recon-brief": {"test_groups": ["recon-reviewers"], "test_ttl_s": 3},
+    # Their access tokens for the API are opaque: the service asks the provider (RFC 7662).
+    "recon-opaque": {"test_groups": ["recon-approvers"], "test_opaque": True},
+    "recon-opaque-brief": {"test_groups": ["recon-reviewers"], "test_opaque": True, "test_ttl_s": 3},
 }
 
 
@@ -166,8 +169,11 @@ class RealProvider:
 
     # --- clients --------------------------------------------------------------------------------
 
-    def register_desk(self, public_url: str, *, id_token_ttl_s: int | None = None) -> Client:
-        """A confidential web client for a service at public_url (PKCE is required for every client)."""
+    def register_desk(
+        self, public_url: str, *, id_token_ttl_s: int | None = None, opaque: bool = False
+    ) -> Client:
+        """A confidential web client for a service at public_url (PKCE is required for every client);
+        opaque: its access tokens for the API are opaque, not JWTs."""
         metadata: dict[str, Any] = {
             "redirect_uris": [f"{public_url}/auth/oidc/callback"],
             "post_logout_redirect_uris": [f"{public_url}/desk/"],
@@ -177,6 +183,8 @@ class RealProvider:
         }
         if id_token_ttl_s is not None:
             metadata["test_ttl_s"] = id_token_ttl_s
+        if opaque:
+            metadata["test_opaque"] = True
         response = httpx.post(
             f"{self.issuer}/reg",
             json=metadata,
@@ -220,6 +228,15 @@ class RealProvider:
         assert response.status_code == 200, response.text
         token: str = response.json()["access_token"]
         return token
+
+    def revoke(self, client_id: str, token: str) -> None:
+        """The client revokes its access token at the provider (RFC 7009)."""
+        response = httpx.post(
+            f"{self.issuer}/token/revocation",
+            data={"token": token, "token_type_hint": "access_token"},
+            auth=(client_id, SCRIPT_SECRET),
+        )
+        assert response.status_code == 200, response.text
 
     def sign(self, claims: dict[str, Any], **header: Any) -> str:
         """A JWT signed with the provider's own key (so the service's checks of the signature pass)."""
@@ -284,11 +301,18 @@ class RealProvider:
         raise AssertionError("the provider's pages did not send the browser back")
 
     def code_flow(
-        self, browser: httpx.Client, client: Client, redirect_uri: str, login: str
+        self,
+        browser: httpx.Client,
+        client: Client,
+        redirect_uri: str,
+        login: str,
+        *,
+        resource: str | None = None,
     ) -> dict[str, Any]:
         """A whole authorization code flow done by the test itself as `client` (its own state,
         nonce and PKCE): the token endpoint's answer, with `nonce` added. For checking the service's
-        validation of ID tokens with real ones."""
+        validation of ID tokens with real ones; with `resource`, the access token is for it (RFC 8707)."""
+        for_resource = {"resource": resource} if resource is not None else {}
         verifier, nonce, state = (secrets.token_urlsafe(48) for _ in range(3))
         challenge = base64.urlsafe_b64encode(hashlib.sha256(verifier.encode()).digest()).rstrip(b"=").decode()
         query = urlencode(
@@ -301,6 +325,7 @@ class RealProvider:
                 "nonce": nonce,
                 "code_challenge": challenge,
                 "code_challenge_method": "S256",
+                **for_resource,
             }
         )
         back = parse_qs(urlsplit(self.sign_in(browser, f"{self.issuer}/auth?{query}", login)).query)
@@ -312,6 +337,7 @@ class RealProvider:
                 "code": back["code"][0],
                 "redirect_uri": redirect_uri,
                 "code_verifier": verifier,
+                **for_resource,
             },
             auth=(client.client_id, client.client_secret),
         )

@@ -44,6 +44,16 @@ from tests.support import OIDC_ENV
         ({"REVIEW_QUEUE_OIDC_API_CLIENTS": "recon-loader"}, "is not CLIENT_ID=SUBJECT"),
         ({"REVIEW_QUEUE_OIDC_API_CLIENTS": "recon-loader=me"}, "is reserved"),
         ({"REVIEW_QUEUE_OIDC_API_CLIENTS": "a=x,a=y"}, "client 'a' appears twice"),
+        ({"REVIEW_QUEUE_OIDC_INTROSPECTION": "1"}, "REVIEW_QUEUE_OIDC_INTROSPECTION=1 needs"),
+        (
+            {
+                "REVIEW_QUEUE_OIDC_INTROSPECTION": "1",
+                "REVIEW_QUEUE_OIDC_API_AUDIENCE": "https://review.example.com/api",
+            },
+            "REVIEW_QUEUE_OIDC_CLIENT_SECRET (the client that asks",
+        ),
+        ({"REVIEW_QUEUE_OIDC_INTROSPECTION": "maybe"}, "REVIEW_QUEUE_OIDC_INTROSPECTION"),
+        ({"REVIEW_QUEUE_OIDC_INTROSPECTION_CACHE_S": "61"}, "(allowed range 0-60)"),
     ],
 )
 def test_a_configuration_that_cannot_work_stops_with_a_message(

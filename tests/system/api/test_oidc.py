@@ -795,7 +795,12 @@ def test_an_expired_api_token_is_refused(
         assert service.get("/session", headers=bearer(token)).status_code == 200
         wait_for(lambda: service.get("/session", headers=bearer(token)).status_code == 401, timeout=60)
         problem = service.get("/session", headers=bearer(token)).json()
-        assert problem["detail"] == "the provider's token was refused: it has expired"
+        # The refusal, and what the service takes instead (a JWT for this audience, or introspection).
+        assert problem["detail"] == (
+            "the provider's token was refused: it has expired; expected a JWT access token for"
+            f" audience {API_AUDIENCE!r}, or an opaque access token for it that the provider's"
+            " introspection endpoint says is active"
+        )
 
 
 def test_api_calls_fetch_nothing_from_the_provider_but_its_keys_once(
