@@ -380,6 +380,32 @@ MUTANTS += (
     ),
 )
 
+# Issue 42: the provider's opaque access tokens, by introspection, against the real provider.
+INTROSPECTION_TESTS = "tests/system/api/test_oidc_introspection.py"
+MUTANTS += (
+    Mutant(
+        "an introspected token's audience not checked",
+        f"{INTROSPECTION_TESTS}::test_a_401_for_a_provider_token_names_what_the_service_expected",
+        (
+            Edit(
+                "api/introspection.py",
+                "        if self.settings.oidc_api_audience not in audiences:\n",
+                "        if False:\n",
+            ),
+        ),
+    ),
+    Mutant(
+        "an introspection's answer cached past the token's exp",
+        f"{INTROSPECTION_TESTS}::test_an_expired_opaque_token_is_refused_from_its_exp_not_the_cache_life",
+        (Edit("api/introspection.py", "            life = min(life, exp - now)\n", "            pass\n"),),
+    ),
+    Mutant(
+        "introspection's answers not cached",
+        f"{INTROSPECTION_TESTS}::test_an_opaque_token_of_the_provider_is_accepted_with_its_role",
+        (Edit("api/introspection.py", "            self.cache[key] = answer\n", "            pass\n"),),
+    ),
+)
+
 # Issue 38: the webhook survivors of the fourth round's mutation audit.
 MUTANTS += (
     Mutant(

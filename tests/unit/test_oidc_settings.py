@@ -80,6 +80,17 @@ def test_a_good_configuration_loads(monkeypatch: pytest.MonkeyPatch) -> None:
     assert settings.oidc_login_enabled
     monkeypatch.setenv("REVIEW_QUEUE_OIDC_API_CLIENTS", "recon-loader=Recon.Loader, 0a1b-guid=nightly")
     assert load_settings().oidc_api_clients == (("recon-loader", "recon.loader"), ("0a1b-guid", "nightly"))
+    assert (settings.oidc_introspection, settings.oidc_introspection_cache_s) == (None, 60)  # auto, 60 s
+    monkeypatch.setenv("REVIEW_QUEUE_OIDC_INTROSPECTION", "0")
+    assert load_settings().oidc_introspection is False
+    for name, value in {
+        "REVIEW_QUEUE_OIDC_INTROSPECTION": "1",
+        "REVIEW_QUEUE_OIDC_API_AUDIENCE": "https://review.example.com/api",
+        "REVIEW_QUEUE_OIDC_CLIENT_SECRET": "s" * 32,
+        "REVIEW_QUEUE_OIDC_INTROSPECTION_CACHE_S": "0",
+    }.items():
+        monkeypatch.setenv(name, value)
+    assert (load_settings().oidc_introspection, load_settings().oidc_introspection_cache_s) == (True, 0)
 
 
 def test_the_role_map_accepts_every_role_the_service_defines() -> None:
