@@ -54,6 +54,11 @@ class ValidationFailed(ReviewQueueError): ...
 class DatabaseUnavailable(ReviewQueueError): ...
 
 
+class IdentityProviderUnavailable(ReviewQueueError):
+    """The server could not check an identity provider's token (its keys, or its introspection
+    endpoint, out of reach): retried, as the provider usually answers again shortly."""
+
+
 class FeedBusy(ReviewQueueError):
     """Too many feed readers wait on that server: ask again after its Retry-After."""
 
@@ -105,6 +110,7 @@ _BY_CODE: dict[str, type[ReviewQueueError]] = {
     "REVIEWER_AT_CAP": ReviewerAtCap,
     "VALIDATION_ERROR": ValidationFailed,
     "DATABASE_UNAVAILABLE": DatabaseUnavailable,
+    "IDENTITY_PROVIDER_UNAVAILABLE": IdentityProviderUnavailable,
     "FEED_BUSY": FeedBusy,
 }
 
@@ -130,4 +136,6 @@ def raise_for_problem(response: httpx.Response) -> None:
 def retryable(error: Exception) -> bool:
     # Every call is safe to repeat: completion is idempotent, renew/release are fenced, and a
     # lease whose answer was lost simply expires and is reclaimed.
-    return isinstance(error, (DatabaseUnavailable, FeedBusy, httpx.TransportError))
+    return isinstance(
+        error, (DatabaseUnavailable, IdentityProviderUnavailable, FeedBusy, httpx.TransportError)
+    )
