@@ -12,6 +12,8 @@ from urllib.parse import parse_qs
 
 import httpx
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from api.introspection import Introspection, cache_key, looks_opaque
 from api.oidc import Metadata, OidcProvider, ProviderUnavailable, Refused
@@ -96,33 +98,40 @@ def provider(clock: Clock) -> Provider:
 Make = Callable[..., Introspection]
 
 
+def introspection_of(
+    clock: Clock, provider: Provider, max_entries: int = 10_000, **overrides: Any
+) -> Introspection:
+    """An Introspection whose provider has been discovered (its metadata given, not fetched)."""
+    oidc = OidcProvider(settings(**overrides))
+    metadata = Metadata(
+        issuer=ISSUER,
+        authorization_endpoint=f"{ISSUER}/auth",
+        token_endpoint=f"{ISSUER}/token",
+        jwks_uri=f"{ISSUER}/jwks",
+        userinfo_endpoint=None,
+        end_session_endpoint=None,
+        introspection_endpoint=ENDPOINT,
+        algorithms=("RS256",),
+        iss_parameter_supported=True,
+    )
+
+    async def discovered() -> Metadata:
+        return metadata
+
+    oidc.metadata = discovered  # type: ignore[method-assign]
+    return Introspection(
+        oidc,
+        max_entries=max_entries,
+        timer=clock.timer,
+        clock=clock.wall,
+        transport=httpx.MockTransport(provider.handle),
+    )
+
+
 @pytest.fixture
-def make(clock: Clock, provider: Provider, monkeypatch: pytest.MonkeyPatch) -> Make:
+def make(clock: Clock, provider: Provider) -> Make:
     def make(max_entries: int = 10_000, **overrides: Any) -> Introspection:
-        oidc = OidcProvider(settings(**overrides))
-        metadata = Metadata(
-            issuer=ISSUER,
-            authorization_endpoint=f"{ISSUER}/auth",
-            token_endpoint=f"{ISSUER}/token",
-            jwks_uri=f"{ISSUER}/jwks",
-            userinfo_endpoint=None,
-            end_session_endpoint=None,
-            introspection_endpoint=ENDPOINT,
-            algorithms=("RS256",),
-            iss_parameter_supported=True,
-        )
-
-        async def discovered() -> Metadata:
-            return metadata
-
-        monkeypatch.setattr(oidc, "metadata", discovered)
-        return Introspection(
-            oidc,
-            max_entries=max_entries,
-            timer=clock.timer,
-            clock=clock.wall,
-            transport=httpx.MockTransport(provider.handle),
-        )
+        return introspection_of(clock, provider, max_entries, **overrides)
 
     return make
 
@@ -270,3 +279,44 @@ def test_the_cache_life_bound_is_the_settings_range() -> None:
 def test_which_bearers_are_sent_to_the_provider(token: str, opaque: bool) -> None:
     assert looks_opaque(token) is opaque
     assert looks_opaque("x" * 4097) is False
+
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=12),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
+    max_leaves=6,
+)
+PLAUSIBLE = {
+    "active": True,
+    "iss": ISSUER,
+    "aud": AUDIENCE,
+    "token_type": "Bearer",
+    "client_id": "recon-opaque",
+    "sub": "rita",
+    "preferred_username": "Rita",
+    "groups": ["recon-reviewers"],
+    "exp": Clock().now + 60,
+    "nbf": Clock().now - 60,
+    "cnf": {"jkt": "x"},
+}
+# Each claim absent, plausible, or any JSON at all (NaN and infinities included: Python's JSON reads them).
+ANSWERS = st.fixed_dictionaries(
+    {}, optional={name: st.just(value) | JSON for name, value in PLAUSIBLE.items()}
+) | st.dictionaries(st.text(max_size=8), JSON, max_size=4)
+FUZZED = Provider(Clock())
+FUZZED_INTROSPECTION = introspection_of(FUZZED.clock, FUZZED, oidc_introspection_cache_s=0)
+
+
+@given(ANSWERS)
+def test_any_answer_of_the_provider_is_a_caller_a_refusal_or_unavailable_never_another_error(
+    answer: dict[str, Any],
+) -> None:
+    FUZZED.answers["fuzzed-token"] = answer
+    try:
+        principal, account = asyncio.run(FUZZED_INTROSPECTION.principal("fuzzed-token"))
+    except (Refused, ProviderUnavailable):
+        return
+    assert answer["active"] is True and AUDIENCE in (
+        answer["aud"] if isinstance(answer["aud"], list) else [answer["aud"]]
+    )
+    assert isinstance(account, str) and principal.role == "reviewer"
