@@ -190,3 +190,15 @@ def test_an_introspection_endpoint_that_cannot_answer_is_a_503_never_cached(
             "IDENTITY_PROVIDER_UNAVAILABLE",
         )
         assert "names no introspection_endpoint" in problem["detail"], problem
+
+
+@pytest.mark.parametrize(
+    "token",
+    ["x", "a" * 4096, "a" * 4097, "rq_short", "~+/-._==", "a=b", "eyJ-not-a-jwt", "a.b.c", "=" * 8],
+    ids=["one", "4 KiB", "over 4 KiB", "rq_ prefix", "symbols", "inner =", "eyJ", "dots", "padding"],
+)
+def test_odd_bearers_with_introspection_on_are_401s_never_500s(service: TestClient, token: str) -> None:
+    problem = assert_problem(service.get("/session", headers=bearer(token)), 401, "UNAUTHENTICATED")
+    assert "expected a JWT access token" in problem["detail"] or problem["detail"] == (
+        "the token is not a review-queue token"
+    ), problem
