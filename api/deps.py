@@ -58,7 +58,14 @@ def request_unit(request: Request) -> AbstractAsyncContextManager[Transaction]:
     return unit_of_work(request.app.state.engine, **_limits(request))
 
 
-_bearer = HTTPBearer(auto_error=False, description="A token from `review-queue token create`.")
+_bearer = HTTPBearer(
+    auto_error=False,
+    description=(
+        "A token from `review-queue token create`; with OpenID Connect set up (docs/security.md),"
+        " also the identity provider's access token for this API: a JWT, or an opaque token checked"
+        " by introspection."
+    ),
+)
 
 # `review-queue token create` mints "rq_" + 43 URL-safe characters; anything else is refused
 # without a database lookup.
