@@ -112,7 +112,7 @@ class Introspection:
     async def endpoint(self) -> str | None:
         """The introspection endpoint, or None when introspection is off."""
         wanted = self.settings.oidc_introspection
-        if wanted is False or self.settings.oidc_client_secret is None:
+        if wanted is False or not (self.settings.oidc_client_id and self.settings.oidc_client_secret):
             return None
         endpoint = (await self.provider.metadata()).introspection_endpoint
         if endpoint is None and wanted:

@@ -376,7 +376,9 @@ class Settings(BaseSettings):
                 "REVIEW_QUEUE_OIDC_API_AUDIENCE must differ from REVIEW_QUEUE_OIDC_CLIENT_ID: an ID"
                 " token's audience is the client id, and an ID token must never pass as an API token"
             )
-        if self.oidc_introspection and not (self.oidc_api_audience and self.oidc_client_secret):
+        if self.oidc_introspection and not (
+            self.oidc_api_audience and self.oidc_client_id and self.oidc_client_secret
+        ):
             raise ValueError(
                 "REVIEW_QUEUE_OIDC_INTROSPECTION=1 needs REVIEW_QUEUE_OIDC_API_AUDIENCE (the audience an"
                 " opaque token must be for) and REVIEW_QUEUE_OIDC_CLIENT_ID with"

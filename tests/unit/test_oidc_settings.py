@@ -52,6 +52,15 @@ from tests.support import OIDC_ENV
             },
             "REVIEW_QUEUE_OIDC_CLIENT_SECRET (the client that asks",
         ),
+        (
+            {
+                "REVIEW_QUEUE_OIDC_INTROSPECTION": "1",
+                "REVIEW_QUEUE_OIDC_API_AUDIENCE": "https://review.example.com/api",
+                "REVIEW_QUEUE_OIDC_CLIENT_ID": None,
+                "REVIEW_QUEUE_OIDC_CLIENT_SECRET": "s" * 32,
+            },
+            "REVIEW_QUEUE_OIDC_INTROSPECTION=1 needs",
+        ),
         ({"REVIEW_QUEUE_OIDC_INTROSPECTION": "maybe"}, "REVIEW_QUEUE_OIDC_INTROSPECTION"),
         ({"REVIEW_QUEUE_OIDC_INTROSPECTION_CACHE_S": "61"}, "(allowed range 0-60)"),
     ],
