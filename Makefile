@@ -40,8 +40,10 @@ lint: install
 	$(RUN) ruff check api db cli bench client tests alembic
 	$(RUN) ruff format --check api db cli bench client tests alembic
 	$(RUN) mypy api db cli bench client
+	$(RUN) python -m client.generate_sync --check
 
 fmt: install
+	$(RUN) python -m client.generate_sync
 	$(RUN) ruff format api db cli bench tests alembic
 	$(RUN) ruff check --fix api db cli bench tests alembic
 

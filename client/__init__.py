@@ -19,9 +19,10 @@ flushed), so it is reclaimed and handled again.
 polls; `verify_webhook(headers, body, secret)` checks a webhook delivery's Standard Webhooks
 signature, for a receiver. (`events(item_id)` is one item's audit trail.)
 
-Layout: `calls` says what each request sends and how its answer is read (no I/O); `sync` and `aio`
-carry those calls over httpx; `models` are the answers; `errors` the problems; `work` the parts of
-the work loop both clients share. This package imports nothing of the server.
+Layout: `calls` says what each request sends and how its answer is read (no I/O); `aio` carries
+those calls over httpx, and `sync` is generated from it (`python -m client.generate_sync`, unasync);
+`concurrency` holds what the two do differently; `models` are the answers; `errors` the problems;
+`work` the parts of the work loop both clients share. This package imports nothing of the server.
 """
 
 from client.aio import AsyncReviewQueueClient

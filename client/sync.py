@@ -1,9 +1,15 @@
-"""The synchronous client: each method carries one request of `client.calls` over httpx.Client."""
+# GENERATED from client/aio.py by client/generate_sync.py (unasync, then ruff): do not edit.
+# Change client/aio.py, then run `uv run python -m client.generate_sync`; `make lint` fails while
+# this file differs from what that gives.
+"""The review-queue client over httpx: each method carries one request of `client.calls`.
+
+Written once, for asyncio, in client/aio.py (`AsyncReviewQueueClient`); client/sync.py
+(`ReviewQueueClient`) is generated from it by unasync (client/generate_sync.py), so the two cannot
+drift apart. What they do differently (sleeping, the stop flag, the heartbeat, signals) is in
+client/concurrency.py, each primitive beside its twin."""
 
 import contextlib
 import logging
-import signal
-import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from datetime import date
@@ -15,6 +21,7 @@ import httpx
 
 from client import calls
 from client.calls import MAX_COMPLETE_ITEMS, Call, Completion, Page, Token
+from client.concurrency import Stop, repeat, sleep, stop_on_signals
 from client.errors import LeaseNotHeld, ReviewQueueError, SourceChanged, raise_for_problem, retryable
 from client.models import (
     ApproveOut,
@@ -42,7 +49,7 @@ from client.work import (
     KEPT_CHANGING,
     MAX_REDECISIONS,
     Failed,
-    HandlerResult,
+    Handler,
     WorkStats,
     failure_backoff,
     handler_failed,
@@ -56,7 +63,8 @@ log = logging.getLogger("review_queue.client")
 
 
 class ReviewQueueClient:
-    """Synchronous client. Pass `http` to reuse an httpx.Client (it must carry no auth)."""
+    """The client (`ReviewQueueClient` blocks, `AsyncReviewQueueClient` is awaited; the same methods).
+    Pass `http` to reuse an httpx client of the same kind (it must carry no auth)."""
 
     def __init__(
         self,
@@ -70,7 +78,7 @@ class ReviewQueueClient:
         self._http = http or httpx.Client(base_url=base_url, timeout=timeout)
         self._token = token
         self._retries = retries
-        self._stop = threading.Event()
+        self._stop = Stop()
 
     def close(self) -> None:
         self._http.close()
@@ -96,7 +104,7 @@ class ReviewQueueClient:
             except Exception as error:
                 if not retryable(error) or attempt == self._retries:
                     raise
-                time.sleep(calls.backoff(attempt))
+                sleep(calls.backoff(attempt))
         raise AssertionError("unreachable")
 
     def _every_page(self, page: Callable[[str | None], Call[Page[T]]]) -> list[T]:
@@ -308,37 +316,24 @@ class ReviewQueueClient:
                     self.release(changed.id, reason=CHANGED_BEFORE_FLUSH, lease_token=changed.lease_token)
                     stats.released += 1
 
-    @contextlib.contextmanager
-    def _heartbeat(self, held: dict[UUID, ItemOut], lost: set[UUID], every_s: float) -> Iterator[None]:
-        """Renew every item of the batch still in hand, not only the one being handled: the
-        rest of the batch waits behind a slow item and would expire meanwhile."""
-        done = threading.Event()
-
-        def beat() -> None:
-            while not done.wait(every_s):
-                for item in list(held.values()):
-                    try:
-                        self.renew(item.id, lease_token=item.lease_token)
-                    except SourceChanged as changed:
-                        held[item.id] = changed.item  # renewed from now on under the new token
-                    except LeaseNotHeld:
-                        lost.add(item.id)
-                        held.pop(item.id, None)
-                    except (ReviewQueueError, httpx.TransportError) as error:
-                        log.warning("renew_failed", extra={"item_id": str(item.id), "error": str(error)})
-
-        thread = threading.Thread(target=beat, name="review-queue-renew", daemon=True)
-        thread.start()
-        try:
-            yield
-        finally:
-            done.set()
-            thread.join()
+    def _renew_held(self, held: dict[UUID, ItemOut], lost: set[UUID]) -> None:
+        """Renew every item of the batch still in hand, not only the one being handled: the rest of
+        the batch waits behind a slow item and would expire meanwhile."""
+        for item in list(held.values()):
+            try:
+                self.renew(item.id, lease_token=item.lease_token)
+            except SourceChanged as changed:
+                held[item.id] = changed.item  # renewed from now on under the new token
+            except LeaseNotHeld:
+                lost.add(item.id)
+                held.pop(item.id, None)
+            except (ReviewQueueError, httpx.TransportError) as error:
+                log.warning("renew_failed", extra={"item_id": str(item.id), "error": str(error)})
 
     def _process(
         self,
         item: ItemOut,
-        handler: Callable[[ItemOut], HandlerResult],
+        handler: Handler,
         stats: WorkStats,
         done: list[tuple[ItemOut, Completion]] | None = None,
     ) -> Failed | None:
@@ -376,7 +371,7 @@ class ReviewQueueClient:
 
     def work(
         self,
-        handler: Callable[[ItemOut], HandlerResult],
+        handler: Handler,
         *,
         batch_size: int | None = None,
         wait_s: int = 5,
@@ -386,57 +381,66 @@ class ReviewQueueClient:
         ledger_entity: str | None = None,
     ) -> WorkStats:
         """Lease (of ledger_entity only, when given) and adjudicate until `stop()` or SIGINT/SIGTERM;
-        returns what happened.
+        returns what happened. The async client's handler is a coroutine function.
 
-        An empty queue is waited on by the server (`wait_s`, long poll), not by sleeping here;
-        `stop()` takes effect when the current wait ends, within wait_s. With `batch_complete`,
-        results go through POST /items/complete (see the `client` package's docstring)."""
+        An empty queue is waited on by the server (`wait_s`, long poll), not by sleeping here.
+        `stop()` ends the async client's wait at once (the lease request is cancelled, the server
+        sees the disconnect and stops waiting), the sync client's when it ends, within wait_s. With
+        `batch_complete`, results go through POST /items/complete (see the `client` package's
+        docstring)."""
         stats = WorkStats()
         self._stop.clear()
-        restore = self._install_signals() if handle_signals else {}
         failed: list[Failed] = []  # still leased; released once the next lease is taken
         failures = 0  # batches in a row in which the handler failed
-        try:
-            while not self._stop.is_set():
-                batch = self.lease(batch_size, wait_s=wait_s, ledger_entity=ledger_entity)
-                stats.leased += len(batch)
+        with stop_on_signals(self.stop, handle_signals):
+            try:
+                while not self._stop.is_set():
+                    leasing = self.lease(batch_size, wait_s=wait_s, ledger_entity=ledger_entity)
+                    if (batch := self._stop.unless_set(leasing)) is None:
+                        break
+                    stats.leased += len(batch)
+                    self._release_all(failed, stats)
+                    if batch:
+                        self._work_batch(batch, handler, stats, failed, renew_every_s, batch_complete)
+                    failures = failures + 1 if failed else 0
+                    if failed:
+                        self._stop.wait(failure_backoff(failures))
+            finally:
                 self._release_all(failed, stats)
-                if not batch:
-                    continue
-                held, lost = {i.id: i for i in batch}, set[UUID]()
-                every_s = renew_interval(batch[0], renew_every_s)
-                done: list[tuple[ItemOut, Completion]] | None = [] if batch_complete else None
-                flush_by = time.monotonic() + every_s
-                with self._heartbeat(held, lost, every_s):
-                    for position, item in enumerate(batch):
-                        if self._stop.is_set():
-                            if done:
-                                self._flush(done, held, stats)
-                            self._release_all([Failed(i, "worker stopping") for i in batch[position:]], stats)
-                            break
-                        if item.id in lost:
-                            stats.lost += 1
-                            continue
-                        item = held.get(item.id, item)  # the heartbeat's, if the figures changed
-                        if (failure := self._process(item, handler, stats, done)) is not None:
-                            failed.append(failure)
-                        if done is None or failure is not None:
-                            held.pop(item.id, None)
-                        elif time.monotonic() >= flush_by:  # a renew falls due: complete instead
-                            self._flush(done, held, stats)
-                            flush_by = time.monotonic() + every_s
-                    if done:
-                        self._flush(done, held, stats)
-                failures = failures + 1 if failed else 0
-                if failed:
-                    self._stop.wait(failure_backoff(failures))
-        finally:
-            self._release_all(failed, stats)
-            for signum, previous in restore.items():
-                signal.signal(signum, previous)
         return stats
 
-    def _install_signals(self) -> dict[int, Any]:
-        if threading.current_thread() is not threading.main_thread():
-            return {}
-        return {sig: signal.signal(sig, lambda *_: self.stop()) for sig in (signal.SIGINT, signal.SIGTERM)}
+    def _work_batch(
+        self,
+        batch: list[ItemOut],
+        handler: Handler,
+        stats: WorkStats,
+        failed: list[Failed],
+        renew_every_s: float | None,
+        batch_complete: bool,
+    ) -> None:
+        """One leased batch through the handler, its leases renewed meanwhile; on stop, the rest of
+        the batch is released."""
+        held, lost = {i.id: i for i in batch}, set[UUID]()
+        every_s = renew_interval(batch[0], renew_every_s)
+        done: list[tuple[ItemOut, Completion]] | None = [] if batch_complete else None
+        flush_by = time.monotonic() + every_s
+        with repeat(every_s, lambda: self._renew_held(held, lost)):
+            for position, item in enumerate(batch):
+                if self._stop.is_set():
+                    if done:
+                        self._flush(done, held, stats)
+                    self._release_all([Failed(i, "worker stopping") for i in batch[position:]], stats)
+                    return
+                if item.id in lost:
+                    stats.lost += 1
+                    continue
+                item = held.get(item.id, item)  # the heartbeat's, if the figures changed
+                if (failure := self._process(item, handler, stats, done)) is not None:
+                    failed.append(failure)
+                if done is None or failure is not None:
+                    held.pop(item.id, None)
+                elif time.monotonic() >= flush_by:  # a renew falls due: complete instead
+                    self._flush(done, held, stats)
+                    flush_by = time.monotonic() + every_s
+            if done:
+                self._flush(done, held, stats)

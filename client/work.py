@@ -1,12 +1,17 @@
 """The parts of the `work` loop that do no I/O, shared by the sync and async clients."""
 
 import random
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from client.errors import ReviewQueueError, problem_error
 from client.models import CompleteResult, ItemOut
 
 HandlerResult = str | tuple[str, str | None]
+# What `work` calls with each item it leased: a function for the sync client, a coroutine function for
+# the async one (generating the sync client renames the one to the other).
+Handler = Callable[[ItemOut], HandlerResult]
+AsyncHandler = Callable[[ItemOut], Awaitable[HandlerResult]]
 
 # A handler decides again on new figures this many times for one item; an item whose source keeps
 # changing faster than that is handed back.

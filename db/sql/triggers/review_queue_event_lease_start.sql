@@ -1,0 +1,1 @@
+CREATE OR REPLACE TRIGGER review_queue_event_lease_start BEFORE INSERT ON public.review_queue_event FOR EACH ROW WHEN ((new.event = ANY (ARRAY['SUBMITTED_FOR_APPROVAL'::text, 'REJECTED'::text, 'RELEASED'::text, 'REOPENED'::text]))) EXECUTE FUNCTION review_queue_event_lease_start();

@@ -1,0 +1,1 @@
+CREATE OR REPLACE TRIGGER review_queue_item_reopened_update BEFORE UPDATE OF reopened ON public.review_queue_item FOR EACH ROW WHEN ((old.reopened IS DISTINCT FROM new.reopened)) EXECUTE FUNCTION review_queue_item_reopened_guard();
