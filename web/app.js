@@ -24,7 +24,9 @@ function renderWho() {
   const who = $("who");
   fill(who);
   if (!state.me) return;
-  who.append(
+  // fill(), not append(): append() would write the null of a role without the count as "null".
+  fill(
+    who,
     h("span", { class: "subject" }, `${state.me.subject} (${state.me.role})`),
     REVIEWER_ROLES.includes(state.me.role) ? rejectedCount() : null,
     h("button", { type: "button", class: "wide-only", on: { click: () => toggleHelp() } }, "Shortcuts (?)"),

@@ -5,20 +5,26 @@
 //
 // A view of its own (views.js): its section is drawn the first time it is shown, and the default
 // period's reports are read then. Text is set with textContent, never innerHTML.
+//
+// One period for everything on the view (issue 42): whole weeks, Monday to Sunday (the SLA and the
+// throughput come in Monday weeks), from the Monday of the first day chosen up to the Sunday of the
+// last, or today in the chosen zone if that comes first. The backlog and the Download decisions link
+// cover those very days, and the weeks' days after today hold nothing yet; so the default period,
+// which ends today, ends the backlog with a point for now (the API's point for the day in progress).
 
 import { api } from "./api.js";
 import { h } from "./dom.js";
 import { registerView } from "./views.js";
 
 const SVG = "http://www.w3.org/2000/svg";
+// The decisions by outcome; a release hands the work back undecided and is shown apart.
 const OUTCOMES = [
   ["resolved", "Resolved"],
   ["submitted_for_approval", "Submitted for approval"],
   ["approved", "Approved"],
   ["rejected", "Rejected"],
-  ["released", "Released"],
 ];
-const SHORT = ["Resolved", "Submitted", "Approved", "Rejected", "Released"]; // the chart's legend
+const SHORT = ["Resolved", "Submitted", "Approved", "Rejected"]; // the chart's legend
 
 // --- dates: plain calendar days, as UTC midnights so that no local DST shifts them ---------------
 
@@ -28,9 +34,16 @@ const parseDay = (text) => new Date(`${text}T00:00:00Z`);
 const addDays = (d, n) => new Date(d.getTime() + n * DAY);
 const monday = (d) => addDays(d, -((d.getUTCDay() + 6) % 7));
 
-function today() {
-  const now = new Date();
-  return new Date(Date.UTC(now.getFullYear(), now.getMonth(), now.getDate()));
+/** Today's date in the IANA zone `tz` (the API's zones are the browser's), or null if unknown. */
+export function todayIn(tz, now = new Date()) {
+  try {
+    const parts = new Intl.DateTimeFormat("en-US", { timeZone: tz, year: "numeric", month: "2-digit", day: "2-digit" })
+      .formatToParts(now);
+    const part = (type) => parts.find((p) => p.type === type).value;
+    return parseDay(`${part("year")}-${part("month")}-${part("day")}`);
+  } catch {
+    return null;
+  }
 }
 
 function browserZone() {
@@ -41,11 +54,17 @@ function browserZone() {
   }
 }
 
-/** The API queries for a period of local dates [first, last] (both inclusive) in `tz`. */
-export function reportQueries(first, last, tz) {
-  const weeks = { from: isoDay(monday(first)), to: isoDay(addDays(monday(last), 7)), tz, bucket: "week" };
-  const days = { from: isoDay(first), to: isoDay(addDays(last, 1)), tz };
-  return { sla: weeks, throughput: weeks, backlog: days, decisions: days };
+/** The days the view covers for the local dates [first, last] chosen in `tz`, whose today is
+ *  `today`: from the Monday of `first` to the Sunday of `last` or today, whichever comes first; and
+ *  the API queries that cover them: the weeks (the last may run past today, into days that hold
+ *  nothing yet) and the days themselves (the backlog and the decisions). */
+export function reportPeriod(first, last, tz, today) {
+  const start = monday(first);
+  const sunday = addDays(monday(last), 6);
+  const end = today && today < sunday ? (today < start ? start : today) : sunday;
+  const weeks = { from: isoDay(start), to: isoDay(addDays(monday(end), 7)), tz, bucket: "week" };
+  const days = { from: isoDay(start), to: isoDay(addDays(end, 1)), tz };
+  return { first: start, last: end, sla: weeks, throughput: weeks, backlog: days, decisions: days };
 }
 
 // --- small DOM helpers -------------------------------------------------------------------------
@@ -57,7 +76,8 @@ function svg(tag, attrs = {}, text = null) {
   return node;
 }
 
-function table(caption, head, rows) {
+// The first `heads` cells of each row name it (row headers), the others are numbers.
+function table(caption, head, rows, heads = 1) {
   return h(
     "table",
     { class: "data" },
@@ -67,7 +87,7 @@ function table(caption, head, rows) {
       "tbody",
       {},
       rows.map((cells) =>
-        h("tr", {}, cells.map((c, i) => (i === 0 ? h("th", { scope: "row" }, c) : h("td", { class: "num" }, c)))),
+        h("tr", {}, cells.map((c, i) => (i < heads ? h("th", { scope: "row" }, c) : h("td", { class: "num" }, c)))),
       ),
     ),
   );
@@ -131,12 +151,24 @@ function slaFigure(report) {
 function perReviewer(report) {
   const totals = new Map();
   for (const row of report.rows) {
-    const sum = totals.get(row.reviewer) ?? Object.fromEntries([...OUTCOMES.map(([k]) => [k, 0]), ["decisions", 0]]);
+    const sum = totals.get(row.reviewer) ?? Object.fromEntries([...OUTCOMES.map(([k]) => [k, 0]), ["decisions", 0], ["released", 0]]);
     for (const [k] of OUTCOMES) sum[k] += row[k];
     sum.decisions += row.decisions;
+    sum.released += row.released;
     totals.set(row.reviewer, sum);
   }
   return [...totals.entries()].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
+}
+
+/** A time in seconds (the API's decimal string) as days, hours, minutes and seconds; "–" for none. */
+export function duration(seconds) {
+  if (seconds === null || seconds === undefined) return "–";
+  const total = Math.round(Number(seconds));
+  const [d, h, m, s] = [Math.floor(total / 86400), Math.floor(total / 3600) % 24, Math.floor(total / 60) % 60, total % 60];
+  if (total < 60) return `${s} s`;
+  if (total < 3600) return `${m} min ${s} s`;
+  if (total < 86400) return `${h} h ${m} min`;
+  return `${d} d ${h} h`;
 }
 
 function throughputFigure(report) {
@@ -146,28 +178,33 @@ function throughputFigure(report) {
   const rowHeight = 26;
   const height = 50 + reviewers.length * rowHeight;
   const most = Math.max(1, ...reviewers.map(([, s]) => s.decisions));
-  const chart = chartFrame(width, height, "Stacked bar chart of decisions per reviewer by outcome; the table below gives the numbers.");
+  const chart = chartFrame(width, height, "Stacked bar chart of decisions per reviewer by outcome, releases apart; the table below gives the numbers week by week.");
   reviewers.forEach(([who, sum], i) => {
     const y = 10 + i * rowHeight;
     chart.append(svg("text", { x: left - 6, y: y + 15, class: "axis end" }, who));
     let x = left;
     OUTCOMES.forEach(([key], s) => {
-      const w = (sum[key] / most) * (width - left - 60);
+      const w = (sum[key] / most) * (width - left - 110);
       if (w > 0) chart.append(svg("rect", { x, y, width: w, height: rowHeight - 8, class: `series-${s}` }));
       x += w;
     });
-    chart.append(svg("text", { x: x + 6, y: y + 15, class: "axis" }, String(sum.decisions)));
+    const released = sum.released ? ` (+${sum.released} released)` : "";
+    chart.append(svg("text", { x: x + 6, y: y + 15, class: "axis" }, `${sum.decisions}${released}`));
   });
   legend(chart, 10, height - 24, SHORT, 120);
   if (!reviewers.length) chart.append(svg("text", { x: left, y: 30, class: "axis" }, "No decisions in this period."));
   return figure(
     "Throughput per reviewer",
-    `(weeks from ${report.from} to ${report.to}, ${report.tz}): decisions by outcome.`,
+    `(weeks from ${report.from}, ${report.tz}): decisions by outcome and the time from lease to decision; a release hands the work back and is not a decision.`,
     chart,
     table(
       "Throughput per reviewer",
-      ["Reviewer", ...OUTCOMES.map(([, name]) => name), "Decisions"],
-      reviewers.map(([who, sum]) => [who, ...OUTCOMES.map(([k]) => String(sum[k])), String(sum.decisions)]),
+      ["Week of", "Reviewer", ...OUTCOMES.map(([, name]) => name), "Decisions", "Median time to decision", "p90 time to decision", "Released"],
+      report.rows.map((r) => [
+        r.start, r.reviewer, ...OUTCOMES.map(([k]) => String(r[k])), String(r.decisions),
+        duration(r.median_lease_to_decision_s), duration(r.p90_lease_to_decision_s), String(r.released),
+      ]),
+      2,
     ),
   );
 }
@@ -191,19 +228,21 @@ function backlogFigure(report) {
       y -= height;
     });
   });
+  // The day in progress is measured now (its point's `at` is the report's as_of), not at its end.
+  const day = (p) => (p.at === report.as_of ? `${p.start} (now)` : p.start);
   if (points.length) {
     chart.append(svg("text", { x: left, y: bottom + 16, class: "axis" }, points[0].start));
-    chart.append(svg("text", { x: width - 10, y: bottom + 16, class: "axis end" }, points[points.length - 1].start));
+    chart.append(svg("text", { x: width - 10, y: bottom + 16, class: "axis end" }, day(points[points.length - 1])));
   }
   legend(chart, 10, height - 24, report.bands, 110);
   return figure(
     "Backlog by age",
-    `(open items at the end of each day, ${report.tz}, by age since enqueue).`,
+    `(open items at the end of each day, and now for today, ${report.tz}, by age since enqueue).`,
     chart,
     table(
       "Backlog by age",
       ["Day", ...report.bands, "Open"],
-      points.map((p) => [p.start, ...report.bands.map((band) => String(p.by_age[band])), String(p.open)]),
+      points.map((p) => [day(p), ...report.bands.map((band) => String(p.by_age[band])), String(p.open)]),
     ),
   );
 }
@@ -211,10 +250,14 @@ function backlogFigure(report) {
 // --- the view ------------------------------------------------------------------------------------
 
 function mountReports(container) {
-  const last = addDays(today(), -1);
+  const zone = browserZone();
+  const last = todayIn(zone) ?? todayIn("UTC");
   const from = h("input", { id: "reports-from", type: "date", value: isoDay(addDays(monday(last), -7 * 7)), required: true });
   const to = h("input", { id: "reports-to", type: "date", value: isoDay(last), required: true });
-  const tz = h("input", { id: "reports-tz", value: browserZone(), maxlength: 64, spellcheck: "false" });
+  const tz = h("input", { id: "reports-tz", value: zone, maxlength: 64, spellcheck: "false" });
+  // "To" left at today follows today, in whichever zone is chosen when the reports are shown.
+  let toToday = to.value;
+  const covers = h("p", { id: "reports-period" });
   const status = h("p", { role: "status", class: "muted" });
   const download = h("a", { class: "download" }, "Download decisions (CSV)");
   const charts = h("div", { class: "reports" });
@@ -228,13 +271,22 @@ function mountReports(container) {
   );
 
   async function show() {
+    const zoneName = tz.value.trim() || "UTC";
+    const today = todayIn(zoneName); // null for a zone the browser does not know: the API says why
+    if (today && to.value === toToday) to.value = toToday = isoDay(today);
     const first = parseDay(from.value);
     const lastDay = parseDay(to.value);
     if (Number.isNaN(first.getTime()) || Number.isNaN(lastDay.getTime()) || lastDay < first) {
       status.textContent = "Choose a first and a last day, the last on or after the first.";
       return;
     }
-    const q = reportQueries(first, lastDay, tz.value.trim() || "UTC");
+    const q = reportPeriod(first, lastDay, zoneName, today);
+    // The form shows the days covered, so that the figures and the download are read for what they are.
+    from.value = isoDay(q.first);
+    to.value = isoDay(q.last);
+    if (today && q.last.getTime() === today.getTime()) toToday = to.value;
+    const until = today && q.last.getTime() === today.getTime() ? `${to.value} (today)` : to.value;
+    covers.textContent = `Covers ${from.value} to ${until}, ${zoneName}: whole weeks from Monday, up to today at most; the charts, the tables and the download alike.`;
     download.href = api.decisionsCsvUrl(q.decisions);
     download.setAttribute("download", "");
     status.textContent = "Loading the reports…";
@@ -257,7 +309,7 @@ function mountReports(container) {
     ev.preventDefault();
     show();
   });
-  container.replaceChildren(h("h2", {}, "Reports"), form, h("p", {}, download), status, charts);
+  container.replaceChildren(h("h2", {}, "Reports"), form, covers, h("p", {}, download), status, charts);
   return show();
 }
 

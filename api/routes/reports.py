@@ -111,9 +111,9 @@ async def sla_report(query: Annotated[SlaQuery, Query()], conn: ReadConn, _: Aud
 async def throughput_report(
     query: Annotated[BucketQuery, Query()], conn: ReadConn, principal: StatsReader
 ) -> Response:
-    """Per bucket and reviewer: decisions by outcome, and the median and 90th percentile of the time
-    from lease to decision. Roles auditor and admin see every reviewer; reviewers and approvers see
-    their own rows only."""
+    """Per bucket and reviewer: decisions by outcome, the holder's releases apart (a release is not
+    a decision), and the median and 90th percentile of the time from lease to decision. Roles
+    auditor and admin see every reviewer; reviewers and approvers see their own rows only."""
     period = _period(query, query.bucket)
     own = principal.subject if principal.role in OWN_ROWS_ONLY else None
     rows, as_of = await _computed(query, lambda: reports.throughput_json(conn, period=period, reviewer=own))

@@ -113,10 +113,14 @@ class ThroughputRowOut(BaseModel):
     submitted_for_approval: int
     approved: int
     rejected: int
-    released: int = Field(description="Leases the holder handed back (an admin's override release is not).")
-    decisions: int = Field(description="All of the above.")
+    released: int = Field(
+        description="Leases the holder handed back (an admin's override release is not): not a decision,"
+        " so neither in `decisions` nor in the times to decision."
+    )
+    decisions: int = Field(description="resolved + submitted_for_approval + approved + rejected.")
     median_lease_to_decision_s: Seconds | None = Field(
-        description="Nearest-rank median of the time from the lease each decision ended to the decision."
+        description="Nearest-rank median of the time from the lease each decision ended to the decision;"
+        " null when the reviewer made none in the bucket (only releases)."
     )
     p90_lease_to_decision_s: Seconds | None = Field(description="Nearest-rank 90th percentile of the same.")
 
@@ -125,7 +129,9 @@ class ThroughputOut(ReportOut):
     reviewer: str | None = Field(
         description="Set when the rows are the caller's own only (roles reviewer and approver)."
     )
-    rows: list[ThroughputRowOut] = Field(description="One per bucket and reviewer with a decision.")
+    rows: list[ThroughputRowOut] = Field(
+        description="One per bucket and reviewer with a decision or a release."
+    )
 
 
 class BacklogPointOut(BaseModel):

@@ -36,6 +36,11 @@ review_queue_throughput_bucket = Table(
     Column("median", INTERVAL),
     Column("p90", INTERVAL),
     CheckConstraint("days IN (1, 7)", name="day_or_week"),
+    # A release is not a decision (migration 2026_12_07_0050).
+    CheckConstraint(
+        "decisions = resolved + submitted_for_approval + approved + rejected",
+        name="decisions_without_releases",
+    ),
 )
 # ... and the backlog report's point of each closed day (the open items at its end, by age band).
 review_queue_backlog_day = Table(

@@ -1,4 +1,5 @@
-"""Throughput per reviewer: decisions by outcome, and the time from lease to decision."""
+"""Throughput per reviewer: decisions by outcome, the leases handed back apart, and the time from
+lease to decision."""
 
 import json
 from dataclasses import dataclass
@@ -20,8 +21,8 @@ class ThroughputRow:
     submitted_for_approval: int
     approved: int
     rejected: int
-    released: int
-    decisions: int
+    released: int  # leases handed back: not a decision, not in `decisions` nor the percentiles
+    decisions: int  # resolved + submitted_for_approval + approved + rejected
     median_lease_to_decision_s: Decimal | None  # nearest rank; None when no decision had a lease
     p90_lease_to_decision_s: Decimal | None
 
@@ -90,9 +91,11 @@ _FROM_THE_TRAIL = f"""
                count(*) FILTER (WHERE d.outcome = 3) AS approved,
                count(*) FILTER (WHERE d.outcome = 4) AS rejected,
                count(*) FILTER (WHERE d.outcome = 5) AS released,
-               count(*) AS decisions,
+               -- A release hands the work back undecided: counted apart, never a decision, and
+               -- its time is not a time to decision.
+               count(*) FILTER (WHERE d.outcome <> 5) AS decisions,
                -- A lease that began after the decision (clocks of racing transactions) took no time.
-               array_agg(greatest(d.took, interval '0')) AS took
+               array_agg(greatest(d.took, interval '0')) FILTER (WHERE d.outcome <> 5) AS took
         FROM (
             SELECT coalesce(i.approved_by, i.resolved_by),
                    CASE WHEN i.approved_by IS NULL THEN 1 ELSE 3 END,

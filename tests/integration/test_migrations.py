@@ -193,3 +193,32 @@ def test_the_reopened_flag_is_backfilled_and_then_kept_by_the_database_alone(own
         conn.execute(
             "UPDATE review_queue_item SET reopened = true WHERE idempotency_key = 'before'"
         )  # no change
+
+
+def test_the_kept_throughput_is_forgotten_and_a_release_can_no_longer_be_kept_as_a_decision(
+    owner_url: str,
+) -> None:
+    """2026_12_07_0050 (issue 42): the buckets kept while releases counted as decisions are forgotten
+    and the roll-up starts over; then the CHECK refuses a row that counts a release as a decision (an
+    old reclaimer's, during a rolling upgrade) and takes one that does not."""
+    config = alembic_config(owner_url)
+    command.downgrade(config, "4f8b2d6e9a15")
+    bucket = (
+        "INSERT INTO review_queue_throughput_bucket (days, start, reviewer, resolved, submitted_for_approval,"
+        " approved, rejected, released, decisions, median, p90)"
+        " VALUES (1, %s, 'carol', 1, 0, 0, 0, 1, %s, interval '2 minutes', interval '30 minutes')"
+    )
+    with psycopg.connect(libpq(owner_url), autocommit=True) as conn:
+        conn.execute(bucket, ("2026-11-02", 2))
+        conn.execute("INSERT INTO review_queue_backlog_day VALUES ('2026-11-02', now(), '{1}')")
+        conn.execute("UPDATE review_queue_throughput_rollup SET time_zone = 'UTC', through = '2026-11-03'")
+    command.upgrade(config, "head")
+    with psycopg.connect(libpq(owner_url), autocommit=True) as conn:
+        assert conn.execute("SELECT time_zone, through FROM review_queue_throughput_rollup").fetchall() == [
+            ("UTC", None)
+        ]
+        assert conn.execute("SELECT count(*) FROM review_queue_throughput_bucket").fetchone() == (0,)
+        assert conn.execute("SELECT count(*) FROM review_queue_backlog_day").fetchone() == (0,)
+        with pytest.raises(psycopg.errors.CheckViolation):
+            conn.execute(bucket, ("2026-11-02", 2))
+        conn.execute(bucket, ("2026-11-02", 1))

@@ -221,13 +221,14 @@ def throughput(
             groups[(k, e.actor)].append((OUTCOMES[e.event], took))
     rows = []
     for (k, who), decided in sorted(groups.items(), key=lambda g: (g[0][0], g[0][1].encode())):
-        times = [t for _, t in decided if t is not None]
+        # A release hands the work back undecided: counted apart, not a decision (issue 42).
+        times = [t for o, t in decided if t is not None and o != "released"]
         rows.append(
             {
                 "k": k,
                 "reviewer": who,
                 **{name: sum(1 for o, _ in decided if o == name) for name in OUTCOMES.values()},
-                "decisions": len(decided),
+                "decisions": sum(1 for o, _ in decided if o != "released"),
                 "median": seconds(percentile_disc(times, 0.5)),
                 "p90": seconds(percentile_disc(times, 0.9)),
             }

@@ -587,6 +587,26 @@ MUTANTS += (
     ),
 )
 
+# The reports (issue 42): a release is not a decision.
+MUTANTS += (
+    Mutant(
+        "the throughput counts a holder's release as a decision again",
+        "tests/integration/db/test_reports.py::test_lease_to_decision_is_from_the_lease_that_ended_and_percentiles_are_nearest_rank",
+        (
+            Edit(
+                "db/reports/workload.py",
+                "count(*) FILTER (WHERE d.outcome <> 5) AS decisions",
+                "count(*) AS decisions",
+            ),
+            Edit(
+                "db/reports/workload.py",
+                "array_agg(greatest(d.took, interval '0')) FILTER (WHERE d.outcome <> 5) AS took",
+                "array_agg(greatest(d.took, interval '0')) AS took",
+            ),
+        ),
+    ),
+)
+
 # What a copy needs to run the suite; caches, the virtualenv and local data stay behind.
 IGNORED = shutil.ignore_patterns(
     ".git", ".venv", ".data", "__pycache__", ".mypy_cache", ".ruff_cache", ".pytest_cache", "*.pyc"

@@ -265,6 +265,16 @@ def test_reports_of_real_histories_equal_the_trail(
         flow = _ok(client.get("/reports/throughput", params=params, headers=auditor))
         assert [_flow(r, first, step) for r in flow["rows"]] == ref.throughput(events, cuts)
         assert {r["reviewer"] for r in flow["rows"]} == {"alice", "bob", "april"}
+        # A release is not a decision (issue 42): alice's and bob's releases are counted apart.
+        four = ("resolved", "submitted_for_approval", "approved", "rejected")
+        assert all(r["decisions"] == sum(r[k] for k in four) for r in flow["rows"])
+        assert sorted((r["reviewer"], r["released"]) for r in flow["rows"] if r["released"]) == [
+            ("alice", 1),
+            ("bob", 1),
+        ]
+        # Every decision of the history above: one each for E1, E2, E6, E7, E8 and E11, two for E3
+        # and E5, four for E4 (two submissions, a rejection, an approval); the releases (E2, E9) none.
+        assert sum(r["decisions"] for r in flow["rows"]) == 14
 
     params = {"from": start.isoformat(), "to": end.isoformat(), "tz": tz}
     stock = _ok(client.get("/reports/backlog", params=params, headers=auditor))

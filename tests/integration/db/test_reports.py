@@ -386,7 +386,10 @@ def test_lease_to_decision_is_from_the_lease_that_ended_and_percentiles_are_near
     when(dropped, "2026-07-01T09:05Z").release(override=True)
     when(dropped, "2026-07-01T10:00Z").lease("carol")
     when(dropped, "2026-07-01T10:02Z").release(override=False)
-    ref.arrange(sql, [*histories, moved.finish(), dropped.finish()])
+    kept = life(12, "2026-07-01T08:00Z", "2026-07-09T08:00Z")
+    when(kept, "2026-07-01T11:00Z").lease("carol")
+    when(kept, "2026-07-01T11:30Z").resolve("MATCH_CONFIRMED")
+    ref.arrange(sql, [*histories, moved.finish(), dropped.finish(), kept.finish()])
     flow = run(
         db_url,
         lambda c: reports.throughput(c, period=reports.Period(date(2026, 7, 1), date(2026, 7, 2), "UTC")),
@@ -397,12 +400,11 @@ def test_lease_to_decision_is_from_the_lease_that_ended_and_percentiles_are_near
     assert (bob.resolved, bob.median_lease_to_decision_s, bob.p90_lease_to_decision_s) == (
         4, Decimal("1200.000000"), Decimal("2400.000000"))  # fmt: skip
     assert by_reviewer["alice"].median_lease_to_decision_s == Decimal("300.000000")
+    # Her own release (after 2 minutes) is counted, apart: handing the work back is not a decision
+    # (issue 42), so it is neither among her decisions nor in her time to decision (30 minutes).
     carol = by_reviewer["carol"]
-    assert (carol.released, carol.decisions, carol.median_lease_to_decision_s) == (
-        1,
-        1,
-        Decimal("120.000000"),
-    )
+    assert (carol.released, carol.resolved, carol.decisions) == (1, 1, 1)
+    assert carol.median_lease_to_decision_s == carol.p90_lease_to_decision_s == Decimal("1800.000000")
 
 
 def test_the_backlog_is_rebuilt_from_the_trail_by_age_at_each_days_end(
@@ -501,7 +503,8 @@ def test_the_report_reads_closed_days_in_the_rollups_zone_from_the_rollup_and_th
     # Marked, so that what is read from the rollup shows: a hundred more of alice's on Monday 2 March
     # (the day) and in the week it starts.
     sql.execute(
-        "UPDATE review_queue_throughput_bucket SET resolved = resolved + 100 WHERE start = '2026-03-02'"
+        "UPDATE review_queue_throughput_bucket SET resolved = resolved + 100, decisions = decisions + 100"
+        " WHERE start = '2026-03-02'"
     )
 
     by_day = throughput_of(db_url, reports.Period(*MARCH, "UTC"))

@@ -22,7 +22,10 @@ everyone else gets it in its place, until a rule ends every cool-off; a lease na
 (item_id) takes exactly that item when it is PENDING and the caller is under the cap, cool-off or not.
 Issue 42: a rejected proposal is returned to its preparer: their unnamed leases take it ahead of
 due order and nobody else's leases (named or not) take it, until the next lease or a rule ends
-every return.
+every return. Comments (issue 42): anyone who reads items comments on any item in any state (1-2,000
+characters, not only blanks; the rest a 422), an integration token is refused (403); a comment never
+changes the item (the invariant compares every item with the model after it), and the trail holds
+each item's comments in the order they were made, by their authors, word for word.
 Materiality (issue 23) is set above every amount here, so the codes' own thresholds decide;
 MaterialMachine (at the end) runs the same machine at the seeded 10,000.00.
 
@@ -99,8 +102,30 @@ CALLERS = ("last_holder", "last_holder", "last_holder", *REVIEWERS)
 EVENTS = (
     "ENQUEUED", "LEASED", "RENEWED", "RELEASED", "RECLAIMED", "RESOLVED",
     "QUARANTINED", "REQUEUED", "REOPENED", "REVISED", "REASSIGNED", "SUBMITTED_FOR_APPROVAL", "APPROVED",
-    "REJECTED",
+    "REJECTED", "COMMENTED",
 )  # fmt: skip
+# Who comments: every role that reads items (reviewers, approvers, admin, ingest, auditor), and an
+# integration token, which may not.
+COMMENTERS = (*REVIEWERS, "root", "feeder", "audrey", "hook")
+# Texts at and past each limit (1 and 2,000 characters; blanks only; NUL), and plain ones.
+COMMENT_TEXTS = (
+    "Which JE?",
+    "JE-7, posted on the 3rd.\nSee the bank letter.",
+    "\u00e9" * 1999 + "\U0001f9fe",  # 2,000 characters, 4,000 bytes
+    "x",
+    "\u00a0",  # a no-break space is not a blank of the rule
+    "",
+    " \n\t ",
+    "x" * 2001,
+    "a\u0000b",
+)
+
+
+def comment_allowed(text: str) -> bool:
+    """CommentIn's rule: 1-2,000 characters, not only spaces, tabs and line breaks, no NUL."""
+    return 1 <= len(text) <= 2000 and "\x00" not in text and any(c not in " \t\n\r" for c in text)
+
+
 UNKNOWN = "00000000-0000-4000-8000-000000000000"
 # Calls that must be refused whatever the state: (path, caller or None for no token, status, code).
 REFUSED = (
@@ -128,12 +153,15 @@ REFUSED = (
     (f"/admin/items/{UNKNOWN}/reassign", "feeder", 403, "FORBIDDEN"),
     (f"/admin/items/{UNKNOWN}/reassign", "root", 404, "NOT_FOUND"),
     ("/admin/reviewers/alice/release", "bob", 403, "FORBIDDEN"),
+    (f"/items/{UNKNOWN}/comments", "audrey", 404, "NOT_FOUND"),
+    (f"/items/{UNKNOWN}/comments", "hook", 403, "FORBIDDEN"),
 )
 # The body each refused path is sent with (the rest take none, or an empty one).
 REFUSED_BODIES = {
     "/revisions": {"variance_amount": "1.00", "source_hash": "sha256:refused"},
     "/reassign": {"reviewer": "bob", "reason": "refused"},
     "/release": {"reason": "refused"},
+    "/comments": {"text": "refused"},
 }
 
 # REVIEW_QUEUE_SLA_TIERS: a big item (abs amount BIG or more) is due a day after enqueue, any other a
@@ -169,6 +197,7 @@ KEY_MINIMUMS = {
     "revision sent a proposal back to PENDING": 0.02,
     "old token after a revision answered SOURCE_CHANGED": 0.1,
     "admin released or reassigned a lease": 0.3,
+    "comment appended": 0.5,
 }
 KEY: Counter[str] = Counter()
 
@@ -217,6 +246,7 @@ class Model:
     # example): their unnamed leases take it first, nobody else's take it; the next lease ends it,
     # and so does the returns_end rule.
     returned_to: str | None = None
+    comments: list[tuple[str, str]] = field(default_factory=list)  # (author, text), in order made
 
     @property
     def big(self) -> bool:
@@ -1325,6 +1355,40 @@ class ReviewQueueMachine(RuleBasedStateMachine):
     def _feed_wanted(self) -> dict[tuple[str, str], int]:
         return {(i, e): n for i, m in self.model.items() for e, n in m.events.items() if n}
 
+    @rule(
+        item_id=items,
+        who=st.sampled_from(COMMENTERS),
+        text=st.one_of(st.sampled_from(COMMENT_TEXTS), st.text(max_size=12)),
+    )
+    def comment(self, item_id: str, who: str, text: str) -> None:
+        """POST /items/{id}/comments: a COMMENTED event by `who`, last in the item's trail; the item
+        itself unchanged (the invariant compares it with the model, which a comment does not touch)."""
+        m = self.model[item_id]
+        response = self.post(f"/items/{item_id}/comments", who, {"text": text})
+        if who == "hook":
+            assert_problem(response, 403, "FORBIDDEN")
+            tally("comment refused: integration")
+            return
+        if not comment_allowed(text):
+            problem = assert_problem(response, 422, "VALIDATION_ERROR")
+            assert problem["errors"][0]["loc"] == ["body", "text"], problem
+            tally("comment refused: text")
+            return
+        assert response.status_code == 201, response.text
+        event = response.json()
+        assert (event["event"], event["actor"], event["item_id"]) == ("COMMENTED", who, item_id), event
+        assert (event["details"], event["lease_epoch"]) == ({"text": text}, m.epoch), event
+        m.comments.append((who, text))
+        m.events["COMMENTED"] += 1
+        trail = self.client.get(f"/items/{item_id}/events", headers=self.headers("audrey"))
+        assert trail.status_code == 200, trail.text
+        events = trail.json()["events"]
+        assert events[-1] == event, (events[-1], event)
+        said = [(e["actor"], e["details"]["text"]) for e in events if e["event"] == "COMMENTED"]
+        assert said == m.comments, (said, m.comments)
+        key("comment appended")
+        tally(f"comment on a {m.state} item by {who}")
+
     @rule(case=st.sampled_from(REFUSED))
     def refused(self, case: tuple[str, str | None, int, str]) -> None:
         path, subject, status, code = case
@@ -1406,6 +1470,14 @@ class ReviewQueueMachine(RuleBasedStateMachine):
         }
         resolvers = {i: actors for i, e, _, actors in trail if e == "RESOLVED"}
         assert resolvers == {i: m.resolvers for i, m in self.model.items() if m.resolvers}
+        said: dict[str, list[tuple[str, str]]] = {}
+        for item_id, actor, text in self.sql.execute(
+            "SELECT item_id::text, actor, details ->> 'text' FROM review_queue_event"
+            " WHERE at >= %s AND event = 'COMMENTED' ORDER BY id",
+            (self.since,),
+        ).fetchall():
+            said.setdefault(item_id, []).append((actor, text))
+        assert said == {i: m.comments for i, m in self.model.items() if m.comments}
         self.four_eyes_hold()
 
     def four_eyes_hold(self) -> None:
@@ -1442,6 +1514,7 @@ def test_api_behaves_like_the_model(db_url: str, make_token: Callable[[str, str]
     tokens["root"] = make_token("root", "admin")
     tokens["feeder"] = make_token("feeder", "ingest")
     tokens["audrey"] = make_token("audrey", "auditor")
+    tokens["hook"] = make_token("hook", "integration")
     ReviewQueueMachine.feed_cursor = None
     app_settings = make_settings(
         db_url,
@@ -1545,7 +1618,12 @@ def test_api_behaves_like_the_model_at_the_seeded_materiality(
     db_url: str, make_token: Callable[[str, str], str]
 ) -> None:
     tokens = {s: make_token(s, "approver" if s in APPROVERS else "reviewer") for s in REVIEWERS}
-    for subject, role in (("root", "admin"), ("feeder", "ingest"), ("audrey", "auditor")):
+    for subject, role in (
+        ("root", "admin"),
+        ("feeder", "ingest"),
+        ("audrey", "auditor"),
+        ("hook", "integration"),
+    ):
         tokens[subject] = make_token(subject, role)
     app_settings = make_settings(
         db_url,

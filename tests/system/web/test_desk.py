@@ -13,8 +13,11 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from datetime import UTC, date, datetime, timedelta
+from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qsl
 
 import httpx
 import psycopg
@@ -1241,8 +1244,9 @@ def test_a_phone_axe_core_contrast_and_the_readme_screenshot(
     db_url: str, make_token: Tokens, browser: Browser
 ) -> None:
     """Every view on a 390 px phone without sideways scrolling and with a header of two lines at most;
-    axe-core finds nothing serious on sign-in, reviewing, the list, approvals and admin; focus ring and
-    borders at 3:1 or more; a disabled Resolve looks disabled. The README's screenshot is made here."""
+    axe-core finds nothing serious on sign-in, reviewing, the list, approvals, admin and reports;
+    focus ring and borders at 3:1 or more; a disabled Resolve looks disabled. The README's screenshot is
+    made here."""
     axe = _axe_or_skip()
     admin = make_token("ada", "admin")
     with desk(db_url) as base:
@@ -1291,6 +1295,7 @@ def test_a_phone_axe_core_contrast_and_the_readme_screenshot(
                     page.screenshot(path=str(DOCS_SHOT))  # the README's picture, never stale
                 checks.append(("reviewing", "Review"))
                 checks += [("the list", "Items"), ("approvals", "Approvals"), ("admin", "Admin")]
+                checks.append(("reports", "Reports"))
                 for where, name in checks:
                     if name:
                         view(page, name)
@@ -1340,11 +1345,82 @@ def _percent(attainment: str | None) -> str:
     return "–" if attainment is None else f"{float(attainment) * 100:.1f} %"
 
 
+def _duration(seconds: str | None) -> str:
+    """web/reports.js duration(): the API's seconds as the desk writes them."""
+    if seconds is None:
+        return "–"
+    total = int(Decimal(seconds).to_integral_value(ROUND_HALF_UP))
+    d, h, m, s = total // 86400, total // 3600 % 24, total // 60 % 60, total % 60
+    if total < 60:
+        return f"{s} s"
+    if total < 3600:
+        return f"{m} min {s} s"
+    if total < 86400:
+        return f"{h} h {m} min"
+    return f"{d} d {h} h"
+
+
+def _link_query(link: Locator) -> dict[str, str]:
+    href = link.get_attribute("href") or ""
+    path, _, query = href.partition("?")
+    assert path == "/reports/decisions.csv", href
+    return dict(parse_qsl(query))
+
+
+def _reports_equal_the_api(page: Page, base: str, token: str, tz: str) -> dict[str, Any]:
+    """Every table of the Reports view equals the API's numbers for the period the view says it
+    covers (its From and To), and the download link is for those same days; the backlog as read."""
+    reports = page.get_by_role("region", name="Reports")
+    first = date.fromisoformat(reports.get_by_label("From").input_value())
+    last = date.fromisoformat(reports.get_by_label("To (last day)").input_value())
+    assert first.weekday() == 0, first  # whole weeks, from a Monday
+    monday = last - timedelta(days=last.weekday())
+    after = (monday + timedelta(weeks=1)).isoformat()
+    weeks = {"from": first.isoformat(), "to": after, "tz": tz, "bucket": "week"}
+    days = {"from": first.isoformat(), "to": (last + timedelta(days=1)).isoformat(), "tz": tz}
+    expect(reports.get_by_role("figure", name=re.compile(r"^SLA attainment per week \(weeks from "
+                                                         + weeks["from"]))).to_be_visible()  # fmt: skip
+
+    sla = _api_rows(base, token, "/reports/sla", weeks)
+    expected_sla = [
+        [b["start"], str(b["fell_due"]), str(b["on_time"]), str(b["late"]), str(b["open_past_due"]),
+         _percent(b["attainment"])]
+        for b in sla["buckets"]
+    ]  # fmt: skip
+    t = sla["total"]
+    expected_sla.append(["Total", *(str(t[k]) for k in ("fell_due", "on_time", "late", "open_past_due")),
+                         _percent(t["attainment"])])  # fmt: skip
+    assert _table(page, "SLA attainment per week") == expected_sla
+
+    # Per week and reviewer, the API's rows: decisions by outcome, their sum, the median and p90
+    # time to decision, and the releases apart (issue 42).
+    throughput = _api_rows(base, token, "/reports/throughput", weeks)
+    four = ("resolved", "submitted_for_approval", "approved", "rejected")
+    assert _table(page, "Throughput per reviewer") == [
+        [r["start"], r["reviewer"], *(str(r[k]) for k in four), str(r["decisions"]),
+         _duration(r["median_lease_to_decision_s"]), _duration(r["p90_lease_to_decision_s"]),
+         str(r["released"])]
+        for r in throughput["rows"]
+    ]  # fmt: skip
+
+    backlog = _api_rows(base, token, "/reports/backlog", days)
+    assert _table(page, "Backlog by age") == [
+        [p["start"] + (" (now)" if p["at"] == backlog["as_of"] else ""),
+         *(str(p["by_age"][band]) for band in backlog["bands"]), str(p["open"])]
+        for p in backlog["points"]
+    ]  # fmt: skip
+    assert _link_query(reports.get_by_role("link", name="Download decisions (CSV)")) == days
+    return {"weeks": weeks, "days": days, "sla": sla, "throughput": throughput, "backlog": backlog}
+
+
 def test_the_reports_view_draws_the_charts_with_tables_of_the_apis_numbers(
     db_url: str, make_token: Tokens, sql: psycopg.Connection, contexts: Callable[[], BrowserContext]
 ) -> None:
+    """The three charts' tables equal the API's numbers for the days the view says it covers, and
+    the download link is for those days too: by default whole weeks up to today in the zone, the
+    backlog ending with a point for now (issue 42); a chosen period made whole weeks."""
     import random
-    from datetime import UTC, date, datetime, timedelta
+    from zoneinfo import ZoneInfo
 
     from tests.support import reports as ref
 
@@ -1361,70 +1437,75 @@ def test_the_reports_view_draws_the_charts_with_tables_of_the_apis_numbers(
         )
     ref.arrange(sql, histories)
     auditor, reviewer = make_token("audrey", "auditor"), make_token("alice", "reviewer")
-    first, last, tz = date.today() - timedelta(days=56), date.today() - timedelta(days=1), "Europe/Berlin"
-    monday = first - timedelta(days=first.weekday())
-    after = last - timedelta(days=last.weekday()) + timedelta(weeks=1)
-    weeks = {"from": monday.isoformat(), "to": after.isoformat(), "tz": tz, "bucket": "week"}
-    days = {"from": first.isoformat(), "to": (last + timedelta(days=1)).isoformat(), "tz": tz}
+    tz = "Pacific/Kiritimati"  # UTC+14: its today is rarely the browser's (UTC) today
     with desk(db_url) as base:
         page = contexts().new_page()
         sign_in(page, base, auditor)
+        # A role without the rejected-proposals count has none in the header (not the text "null").
+        expect(page.get_by_role("banner")).not_to_contain_text("null")
+        expect(page.get_by_role("banner")).to_contain_text("audrey (auditor)")
         view(page, "Reports")
         reports = page.get_by_role("region", name="Reports")
         expect(reports.get_by_role("figure")).to_have_count(3)  # drawn for the default period first
+
+        # The default period: eight weeks, the last ending today in the browser's zone, and the
+        # backlog's last point is now, not yesterday's close.
+        zone = page.evaluate("() => Intl.DateTimeFormat().resolvedOptions().timeZone")
+        today = datetime.now(ZoneInfo(zone)).date()
+        expect(reports.get_by_label("To (last day)")).to_have_value(today.isoformat())
+        expect(reports.get_by_label("From")).to_have_value(
+            (today - timedelta(days=today.weekday(), weeks=7)).isoformat()
+        )
+        expect(page.locator("#reports-period")).to_contain_text(f"to {today.isoformat()} (today)")
+        shown = _reports_equal_the_api(page, base, auditor, zone)
+        assert shown["backlog"]["points"][-1]["start"] == today.isoformat()
+        assert _table(page, "Backlog by age")[-1][0] == f"{today.isoformat()} (now)"
+        assert len(shown["backlog"]["points"]) == 7 * 7 + today.weekday() + 1
+        assert len(shown["sla"]["buckets"]) == 8
+        SHOTS.mkdir(exist_ok=True)
+        reports.screenshot(path=str(SHOTS / "reports.png"))  # docs/reports.png is a copy of it
+
+        # Another zone: "To" left at today follows today there.
+        reports.get_by_label("Time zone").fill(tz)
+        reports.get_by_role("button", name="Show reports").click()
+        there = datetime.now(ZoneInfo(tz)).date()
+        expect(reports.get_by_label("To (last day)")).to_have_value(there.isoformat())
+        expect(page.locator("#reports-period")).to_contain_text(f"{tz}:")
+        shown = _reports_equal_the_api(page, base, auditor, tz)
+        assert _table(page, "Backlog by age")[-1][0] == f"{there.isoformat()} (now)"
+
+        # A chosen period is made whole weeks: from the Monday of its first day to the Sunday of its
+        # last (or today), and the charts, the tables and the download all cover those days.
+        tz = "Europe/Berlin"
+        first, last = date.today() - timedelta(days=54), date.today() - timedelta(days=10)
         reports.get_by_label("From").fill(first.isoformat())
         reports.get_by_label("To (last day)").fill(last.isoformat())
         reports.get_by_label("Time zone").fill(tz)
         reports.get_by_role("button", name="Show reports").click()
-        expect(reports.get_by_role("figure", name=re.compile(r"^SLA attainment per week \(weeks from "
-                                                             + weeks["from"]))).to_be_visible()  # fmt: skip
-
-        sla = _api_rows(base, auditor, "/reports/sla", weeks)
-        expected_sla = [
-            [b["start"], str(b["fell_due"]), str(b["on_time"]), str(b["late"]), str(b["open_past_due"]),
-             _percent(b["attainment"])]
-            for b in sla["buckets"]
-        ]  # fmt: skip
-        t = sla["total"]
-        expected_sla.append(["Total", *(str(t[k]) for k in ("fell_due", "on_time", "late", "open_past_due")),
-                             _percent(t["attainment"])])  # fmt: skip
-        assert _table(page, "SLA attainment per week") == expected_sla
-        assert sum(b["fell_due"] for b in sla["buckets"]) > 20
-
-        throughput = _api_rows(base, auditor, "/reports/throughput", weeks)
-        outcomes = ("resolved", "submitted_for_approval", "approved", "rejected", "released", "decisions")
-        totals: dict[str, list[int]] = {}
-        for row in throughput["rows"]:
-            sums = totals.setdefault(row["reviewer"], [0] * len(outcomes))
-            for i, key in enumerate(outcomes):
-                sums[i] += row[key]
-        assert _table(page, "Throughput per reviewer") == [
-            [who, *map(str, sums)] for who, sums in sorted(totals.items())
-        ]
-        assert len(totals) >= 3
-
-        backlog = _api_rows(base, auditor, "/reports/backlog", days)
-        assert _table(page, "Backlog by age") == [
-            [p["start"], *(str(p["by_age"][band]) for band in backlog["bands"]), str(p["open"])]
-            for p in backlog["points"]
-        ]
-        assert len(backlog["points"]) == 56
+        monday = first - timedelta(days=first.weekday())
+        sunday = last - timedelta(days=last.weekday()) + timedelta(days=6)
+        expect(reports.get_by_label("From")).to_have_value(monday.isoformat())
+        expect(reports.get_by_label("To (last day)")).to_have_value(sunday.isoformat())
+        shown = _reports_equal_the_api(page, base, auditor, tz)
+        assert sum(b["fell_due"] for b in shown["sla"]["buckets"]) > 20
+        assert len({r["reviewer"] for r in shown["throughput"]["rows"]}) >= 3
+        assert any(r["released"] for r in shown["throughput"]["rows"]), "no release in the history"
+        assert any(r["median_lease_to_decision_s"] for r in shown["throughput"]["rows"])
+        assert len(shown["backlog"]["points"]) == (sunday - monday).days + 1
+        assert "(now)" not in str(_table(page, "Backlog by age"))
         # Each chart is an image with a text alternative, drawn as SVG: no canvas, nothing fetched.
         assert reports.locator("svg[role=img]").count() == 3
         assert reports.locator("svg rect").count() > 20
-        SHOTS.mkdir(exist_ok=True)
-        reports.screenshot(path=str(SHOTS / "reports.png"))  # docs/reports.png is a copy of it
 
         # The download authenticates with the session cookie alone, like every call of the page.
         link = reports.get_by_role("link", name="Download decisions (CSV)")
-        assert link.get_attribute("href") == "/reports/decisions.csv?" + "&".join(
-            f"{k}={v.replace('/', '%2F')}" for k, v in days.items()
-        )
         with page.expect_download() as downloading:
             link.click()
         content = Path(downloading.value.path()).read_bytes()
         exported = httpx.get(
-            f"{base}/reports/decisions.csv", params=days, headers={"Authorization": f"Bearer {auditor}"}
+            f"{base}/reports/decisions.csv",
+            params=shown["days"],
+            headers={"Authorization": f"Bearer {auditor}"},
         )
         assert content == exported.content and content.count(b"\r\n") > 10
 
@@ -1438,6 +1519,59 @@ def test_the_reports_view_draws_the_charts_with_tables_of_the_apis_numbers(
         sign_in(other, base, reviewer)
         expect(other.get_by_role("region", name="Current item")).to_be_visible()
         expect(other.get_by_role("region", name="Reports")).to_have_count(0)
+
+
+def test_the_reports_view_fits_a_phone_and_its_tables_scroll_in_their_cards(
+    db_url: str, make_token: Tokens, browser: Browser
+) -> None:
+    """Issue 42: at 390 px the page does not scroll sideways; the wide tables scroll inside their
+    own box (a focusable region named after the table), which stays within the page."""
+    admin, auditor = make_token("ada", "admin"), make_token("audrey", "auditor")
+    with desk(db_url) as base:
+        for n in range(3):
+            enqueue(base, admin, ledger_entity=f"ACME-{n}", variance_amount="-25.00")
+        page_token = {"Authorization": f"Bearer {make_token('alice', 'reviewer')}"}
+        for _ in range(2):  # two decisions, so that the throughput has a row
+            leased = httpx.post(f"{base}/leases", json={"batch_size": 1}, headers=page_token).json()["items"][
+                0
+            ]
+            done = httpx.post(
+                f"{base}/items/{leased['id']}/complete",
+                json={"resolution": "MATCH_CONFIRMED", "note": "ok", "lease_token": leased["lease_token"]},
+                headers=page_token,
+            )
+            assert done.status_code == 200, done.text
+        context = browser.new_context(viewport={"width": 390, "height": 844})
+        context.set_default_timeout(SOON)
+        try:
+            page = context.new_page()
+            sign_in(page, base, auditor)
+            view(page, "Reports")
+            reports = page.get_by_role("region", name="Reports")
+            expect(reports.get_by_role("figure")).to_have_count(3)
+            expect(
+                page.get_by_role("table", name="Throughput per reviewer").locator("tbody tr")
+            ).to_have_count(1)
+            scroll = page.evaluate("() => document.documentElement.scrollWidth")
+            assert scroll <= 390, f"the Reports view is {scroll} px wide on a 390 px phone"
+            for name in ("SLA attainment per week", "Throughput per reviewer", "Backlog by age"):
+                box = reports.get_by_role("region", name=f"{name}: the numbers")
+                table = box.get_by_role("table", name=name, exact=True)
+                inside = box.evaluate(
+                    "(e) => { const r = e.getBoundingClientRect(); e.scrollLeft = 10000;"
+                    " return [r.left, r.right, e.scrollLeft, e.scrollWidth, e.clientWidth]; }"
+                )
+                left, right, scrolled, wide, seen = inside
+                assert left >= 0 and right <= 390, (name, inside)
+                # A table wider than its box scrolls inside it (the throughput's ten columns always
+                # are, on a phone); a narrower one just fits.
+                if name == "Throughput per reviewer":
+                    assert table.evaluate("(e) => e.getBoundingClientRect().width") > seen, inside
+                if wide > seen:
+                    assert scrolled > 0, f"{name}: its table does not scroll in its box {inside}"
+            shot(page, "desk-phone-reports")
+        finally:
+            context.close()
 
 
 def test_the_list_has_a_currency_column_and_filter_and_the_approver_sees_the_conversion(
