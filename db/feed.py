@@ -238,15 +238,15 @@ def _event(fields: tuple[Any, ...], items: Mapping[UUID, Item], cursor: Position
 _TIMES = frozenset({"leased_at", "lease_expires_at", "resolved_at", "prepared_at", "approved_at"})
 
 
-def as_it_stood(current: Item, after: Mapping[str, Any], *, lease_epoch: int) -> Item:
-    """The item an event's item_after describes (jsonb: the amount as text, times as ISO 8601):
-    never a lease token, whoever reads."""
+def as_it_stood(current: Item, after: Sequence[Any], *, lease_epoch: int) -> Item:
+    """The item an event's item_after describes (a jsonb array in AFTER_FIELDS order: the amount as
+    text, times as ISO 8601); never a lease token, whoever reads."""
     values: dict[str, Any] = {}
-    for name in AFTER_FIELDS:
-        value = after[name]
+    for n, name in enumerate(AFTER_FIELDS):
+        value = after[n] if n < len(after) else None
         if value is not None and name in _TIMES:
             value = datetime.fromisoformat(value)
-        elif name == "variance_amount":
+        elif value is not None and name == "variance_amount":
             value = Decimal(value)
         values[name] = value
     return dataclasses.replace(current, **values, lease_epoch=lease_epoch, lease_nonce=None)
