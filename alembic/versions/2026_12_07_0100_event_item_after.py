@@ -3,7 +3,8 @@
 A feed entry and a webhook carried the item as it is now, so a RESOLVED event read (or a delivery
 retried) after the item was reopened and revised said PENDING with the new amount. Every statement
 that writes an event now also writes, in the same INSERT and from the UPDATE's RETURNING, the
-item's changeable columns as they stand after it (db/queue/rows.py, AFTER_FIELDS), as jsonb.
+item's changeable columns as they stand after it (db/queue/rows.py, AFTER_FIELDS), as a
+jsonb array in that order.
 
 Online: `item_after jsonb` is nullable without a default, so adding it changes the catalogue only
 (the parent and every month's partition), under one short ACCESS EXCLUSIVE lock with lock_timeout
