@@ -325,6 +325,7 @@ FEED_EVENT = {
     "trace_id": TRACE_ID,
     "details": {"resolution": "APPROVED", "note": "FX rounding"},
     "item": {**ITEM_RESOLVED, "lease_token": None},
+    "item_as_of": "event",
     "cursor": FEED_CURSOR,
 }
 FEED_OUT = {"events": [FEED_EVENT], "next_cursor": FEED_CURSOR}

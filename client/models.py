@@ -112,7 +112,8 @@ class DecisionOut(BaseModel):
 
 
 class FeedEventOut(EventOut):
-    item: ItemOut
+    item: ItemOut  # as it stood right after the event ("event"), or as it is now ("now": an older event)
+    item_as_of: str
     cursor: str
 
 

@@ -27,10 +27,11 @@ each item's events in their own order, and a stored cursor never skips one.
 """
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from decimal import Decimal
+from typing import Any, Literal
 from uuid import UUID
 
 from sqlalchemy import bindparam, text
@@ -40,6 +41,7 @@ from sqlalchemy.types import UUID as SA_UUID
 from sqlalchemy.types import BigInteger, Text
 
 from db.queue import Item
+from db.queue.rows import AFTER_FIELDS
 from db.vocabulary import EVENTS
 
 MAX_XID = 2**64 - 1
@@ -83,7 +85,8 @@ class FeedEvent:
     lease_epoch: int
     trace_id: UUID
     details: dict[str, Any]
-    item: Item  # as it is now, not as it was at the event
+    item: Item  # as it stood right after the event ("event"), or for an older event as it is now
+    item_as_of: Literal["event", "now"]
     cursor: Position  # read on after this to get the events after this one
 
     @property
@@ -102,7 +105,7 @@ class FeedPage:
     next: Position  # where the walk got to (the cursor passed in when nothing new)
 
 
-_EVENT_FIELDS = "f.id, f.item_id, f.event, f.actor, f.at, f.lease_epoch, f.trace_id, f.details"
+_EVENT_FIELDS = "f.id, f.item_id, f.event, f.actor, f.at, f.lease_epoch, f.trace_id, f.details, f.item_after"
 
 # Positions from the cursor, below xmin, on ix_review_queue_event_xid_id; for each, what it
 # serves (the rules above, on ix_review_queue_event_item_id_id), filtered by event; then one
@@ -144,10 +147,10 @@ _PAGE = text(
         WHERE NOT s.early
     )
     SELECT page.p_xid::text AS position_xid, page.p_id AS position_id,
-           id, item_id, event, actor, at, lease_epoch, trace_id, details FROM (
+           id, item_id, event, actor, at, lease_epoch, trace_id, details, item_after FROM (
         SELECT * FROM served
         UNION ALL
-        (SELECT xid, id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL FROM positions
+        (SELECT xid, id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL FROM positions
          ORDER BY xid DESC, id DESC LIMIT 1)
     ) AS page
     ORDER BY page.p_xid, page.p_id, page.id NULLS LAST  -- xid8, not its text
@@ -164,7 +167,8 @@ async def read(
     conn: AsyncConnection, *, after: Position, limit: int, events: Sequence[str] | None = None
 ) -> FeedPage:
     """Up to `limit` events after `after` (whole positions: one position that serves several
-    events may go over), only of the named `events` when given, each with its item as it is now."""
+    events may go over), only of the named `events` when given, each with its item as it stood
+    right after the event."""
     scan = limit if events is None else max(limit, FILTERED_SCAN)
     params = {"xid": str(after.xid), "id": after.id, "scan": scan, "types": list(events) if events else None}
     rows = (await conn.execute(_PAGE, params)).all()
@@ -191,13 +195,7 @@ async def read(
             taken.append((position, position if n == len(served) - 1 else previous, fields))
         previous = position
     items = await _items(conn, {fields[1] for _, _, fields in taken})
-    return FeedPage(
-        events=[
-            FeedEvent(*fields, item=items[fields[1]], cursor=cursor)  # type: ignore[misc]
-            for _, cursor, fields in taken
-        ],
-        next=reached,
-    )
+    return FeedPage(events=[_event(fields, items, cursor) for _, cursor, fields in taken], next=reached)
 
 
 _BY_ID = text(f"SELECT {_EVENT_FIELDS} FROM review_queue_event f WHERE f.id = ANY(:ids)").bindparams(
@@ -206,13 +204,52 @@ _BY_ID = text(f"SELECT {_EVENT_FIELDS} FROM review_queue_event f WHERE f.id = AN
 
 
 async def events_by_id(conn: AsyncConnection, ids: Sequence[int]) -> dict[int, FeedEvent]:
-    """These events, each with its item as it is now, for a webhook retry of an event the cursor
-    has passed (their `cursor` is START: a retry never moves a cursor)."""
+    """These events, each with its item as it stood right after it (a retry says what happened
+    then, however the item has moved on since), for a webhook retry of an event the cursor has
+    passed (their `cursor` is START: a retry never moves a cursor)."""
     if not ids:
         return {}
     rows = (await conn.execute(_BY_ID, {"ids": list(ids)})).all()
     items = await _items(conn, {row[1] for row in rows})
-    return {row[0]: FeedEvent(*row, item=items[row[1]], cursor=START) for row in rows}  # type: ignore[misc]
+    return {row[0]: _event(tuple(row), items, START) for row in rows}
+
+
+def _event(fields: tuple[Any, ...], items: Mapping[UUID, Item], cursor: Position) -> FeedEvent:
+    """An event row (its fields, then item_after) with its item: the row's changeable columns from
+    item_after, the ones that never change from the item's row; an event written before issue 42
+    has no item_after, and gets its item as it is now."""
+    id_, item_id, name, actor, at, lease_epoch, trace_id, details, after = fields
+    current = items[item_id]
+    return FeedEvent(
+        id=id_,
+        item_id=item_id,
+        event=name,
+        actor=actor,
+        at=at,
+        lease_epoch=lease_epoch,
+        trace_id=trace_id,
+        details=details,
+        item=current if after is None else as_it_stood(current, after, lease_epoch=lease_epoch),
+        item_as_of="now" if after is None else "event",
+        cursor=cursor,
+    )
+
+
+_TIMES = frozenset({"leased_at", "lease_expires_at", "resolved_at", "prepared_at", "approved_at"})
+
+
+def as_it_stood(current: Item, after: Sequence[Any], *, lease_epoch: int) -> Item:
+    """The item an event's item_after describes (a jsonb array in AFTER_FIELDS order: the amount as
+    text, times as ISO 8601); never a lease token, whoever reads."""
+    values: dict[str, Any] = {}
+    for n, name in enumerate(AFTER_FIELDS):
+        value = after[n] if n < len(after) else None
+        if value is not None and name in _TIMES:
+            value = datetime.fromisoformat(value)
+        elif value is not None and name == "variance_amount":
+            value = Decimal(value)
+        values[name] = value
+    return dataclasses.replace(current, **values, lease_epoch=lease_epoch, lease_nonce=None)
 
 
 async def _items(conn: AsyncConnection, ids: set[UUID]) -> dict[UUID, Item]:

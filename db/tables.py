@@ -300,6 +300,10 @@ review_queue_event = Table(
     # lease of the decision it reopened), set by the database
     # (a trigger, alembic/versions/2026_12_04_0900_event_lease_start.py) for the throughput report.
     Column("leased_at", DateTime(timezone=True), nullable=True),
+    # The item's changeable columns right after the statement that wrote the event (db/queue/rows.py,
+    # AFTER_FIELDS), for the feed and the webhooks; null for events written before issue 42 (the
+    # feed shows their item as it is now). Not in the hash chain.
+    Column("item_after", JSONB, nullable=True),
     CheckConstraint(
         "event IN ('ENQUEUED', 'LEASED', 'RENEWED', 'RELEASED', 'RECLAIMED', 'RESOLVED',"
         " 'QUARANTINED', 'REQUEUED', 'REOPENED', 'REVISED', 'REASSIGNED', 'SUBMITTED_FOR_APPROVAL',"

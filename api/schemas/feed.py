@@ -44,7 +44,16 @@ class FeedQuery(Strict):
 
 
 class FeedEventOut(EventOut):
-    item: ItemOut = Field(description="The item as it is now (the same shape as GET /items/{id}).")
+    item: ItemOut = Field(
+        description="The item as it stood right after this event (the same shape as GET /items/{id},"
+        " never with a lease token): its state, resolution, note and amounts then, however it has moved"
+        " on since; GET /items/{id} has it as it is now. An event written before the service kept this"
+        " (`item_as_of` `now`) has its item as it is now."
+    )
+    item_as_of: Literal["event", "now"] = Field(
+        description="`event`: `item` is as it stood right after this event; `now`: the event is older than"
+        " that record (issue 42) and `item` is as it is now."
+    )
     cursor: FeedCursor = Field(description="Read on `after` it to get the events that follow this one.")
 
     @classmethod
@@ -61,6 +70,7 @@ class FeedEventOut(EventOut):
             trace_id=event.trace_id,
             details=event.details,
             item=ItemOut.of(event.item),
+            item_as_of=event.item_as_of,
             cursor=event.cursor.encode(),
         )
 

@@ -8,6 +8,7 @@ from sqlalchemy import Text, bindparam, func, insert, literal_column, select
 
 from db import telemetry
 from db.queue.reads import _EVENT_COLUMNS, Event
+from db.queue.rows import item_after
 from db.tables import review_queue_event as event
 from db.tables import review_queue_item as item
 from db.unit import Unit
@@ -17,7 +18,7 @@ from db.unit import Unit
 _COMMENT = (
     insert(event)
     .from_select(
-        ["item_id", "event", "actor", "lease_epoch", "trace_id", "details"],
+        ["item_id", "event", "actor", "lease_epoch", "trace_id", "details", "item_after"],
         select(
             item.c.id,
             literal_column("'COMMENTED'", Text),
@@ -25,6 +26,7 @@ _COMMENT = (
             item.c.lease_epoch,
             item.c.trace_id,
             func.jsonb_build_object("text", bindparam("text", type_=Text)),
+            item_after(item.c),  # unchanged by the comment: as the statement reads it
         ).where(item.c.id == bindparam("item_id")),
     )
     .returning(*_EVENT_COLUMNS)

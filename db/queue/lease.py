@@ -385,14 +385,9 @@ def _reclaim_statement(*, approval: bool) -> Any:
         item.update()
         .where(item.c.id == expired.c.id)
         .values(ended if approval else {**ended, "state": _BACK_TO_QUEUE})
+        # Every column: the events keep the item as it stands after this (rows.item_after).
         .returning(
-            item.c.id,
-            item.c.trace_id,
-            item.c.source_hash,
-            item.c.match_decision,
-            item.c.lease_epoch,
-            item.c.state,
-            item.c.attempts,
+            *_ITEM_COLUMNS,
             expired.c.leased_by.label("previous_holder"),
             expired.c.lease_expires_at.label("expired_at"),
         )

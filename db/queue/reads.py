@@ -231,7 +231,7 @@ class Event:
 
 
 # An event as the API shows it: not the sealer's xid, nor the reports' copy of a lease start.
-_EVENT_COLUMNS = [c for c in event.c if c.name not in ("xid", "leased_at")]
+_EVENT_COLUMNS = [c for c in event.c if c.name not in ("xid", "leased_at", "item_after")]
 
 # Keyset by the event id (an identity: it only grows), on ix_review_queue_event_item_id_id. No event
 # of an item precedes its ENQUEUED, which is stamped now() while the item is created up to a batch's

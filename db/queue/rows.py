@@ -14,6 +14,7 @@ from sqlalchemy import (
     and_,
     bindparam,
     case,
+    cast,
     func,
     literal_column,
     select,
@@ -94,6 +95,32 @@ def _scalar(rows: list[Record]) -> Any:
     return next(iter(row.values()))
 
 
+# What an event keeps of its item (issue 42): every column a statement can change, as it stands right
+# after the statement that writes the event, so that the feed and the webhooks say what happened
+# then, not what is true now. The columns no statement changes after the enqueue (id,
+# idempotency_key, ledger_entity, trace_id, created_at, context, due_at) are not copied into every
+# event: they are read from the item's row, where they are the same. The lease's token is never
+# kept. Written by the event's own INSERT from the UPDATE's RETURNING, so it is exact and costs no
+# read; not part of the hash chain (db/chain.py encodes only the event's own fields), like leased_at.
+# A jsonb array in this order, not an object: the keys would double its size on every event (274
+# bytes against 567 for a resolved item); a column added later goes at the end, and an older,
+# shorter array reads it as null.
+AFTER_FIELDS = (
+    "state", "variance_amount", "currency", "match_decision", "source_hash", "leased_by", "leased_at",
+    "lease_expires_at", "resolution", "resolution_note", "resolved_by", "resolved_at", "attempts",
+    "prepared_by", "prepared_at", "proposed_resolution", "proposed_note", "approved_by", "approved_at",
+)  # fmt: skip
+
+
+def item_after(row: Any) -> ColumnElement[Any]:
+    """The jsonb array an event keeps of its item, from `row`'s columns (a CTE's, or the item
+    table's), in AFTER_FIELDS order."""
+    # The amount as text: a JSON number would be read back as a float.
+    return func.jsonb_build_array(
+        *[cast(row[name], Text) if name == "variance_amount" else row[name] for name in AFTER_FIELDS]
+    )
+
+
 def _logged(
     changed: CTE,
     name: str,
@@ -109,12 +136,13 @@ def _logged(
         changed.c.lease_epoch,
         changed.c.trace_id,
         details if details is not None else func.jsonb_build_object(),
+        item_after(changed.c),
     )
     if where is not None:
         rows = rows.where(where)
     return (
         insert(event)
-        .from_select(["item_id", "event", "actor", "lease_epoch", "trace_id", "details"], rows)
+        .from_select(["item_id", "event", "actor", "lease_epoch", "trace_id", "details", "item_after"], rows)
         .returning(event.c.item_id)
         .cte(f"logged_{name.lower()}")
     )

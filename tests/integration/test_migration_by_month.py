@@ -22,7 +22,11 @@ BEFORE = "8b2e6d4a9c31"  # the revision before the switch
 
 
 def _trail(sql: psycopg.Connection) -> list[tuple[object, ...]]:
-    return sql.execute("SELECT * FROM review_queue_event ORDER BY id").fetchall()
+    # The columns of the switch's revision: a later one (item_after) is not there below head.
+    return sql.execute(
+        "SELECT id, item_id, event, actor, at, lease_epoch, trace_id, details, xid, leased_at"
+        " FROM review_queue_event ORDER BY id"
+    ).fetchall()
 
 
 def _kind(sql: psycopg.Connection) -> str:

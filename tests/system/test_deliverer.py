@@ -216,6 +216,54 @@ def test_a_failing_event_holds_back_only_its_own_item(
     assert webhook(fast_client, admin, "lines")["attempts"] == 0
 
 
+def test_a_delivery_retried_after_the_item_moved_on_says_what_happened_then(
+    fast_client: TestClient, auth: Headers, receiver: Receiver, deliverer: Path
+) -> None:
+    """Issue 42: the receiver refuses the RESOLVED event until the item has been reopened and revised
+    to another amount; the retry that goes through still says RESOLVED at 12.50 with the decision's
+    note, the same `data` as the refused attempt (it said the item as it is now: PENDING, 31.75)."""
+    admin, reviewer = auth("ada", "admin"), auth("alice", "reviewer")
+    healed = False
+    receiver.answer = lambda r: (200 if healed or r.payload["type"] != "item.resolved" else 500, {})
+    subscribe(fast_client, admin, receiver, "/ledger")
+    item = resolve_one(fast_client, admin, reviewer, note="first look")
+    assert item["variance_amount"] == "12.50"
+    wait_for(lambda: any(r.answered == 500 for r in receiver.of("/ledger")), DEADLINE_S)
+    reopened = fast_client.post(f"/items/{item['id']}/reopen", json={"reason": "re-issued"}, headers=admin)
+    assert reopened.status_code == 200, reopened.text
+    revised = fast_client.post(
+        f"/items/{item['id']}/revisions",
+        json={"variance_amount": "31.75", "source_hash": "h-2"},
+        headers=admin,
+    )
+    assert revised.status_code == 200 and revised.json()["item"]["state"] == "PENDING", revised.text
+    healed = True
+    wait_for(lambda: len([r for r in receiver.of("/ledger") if r.answered == 200]) == 3, DEADLINE_S)
+    got = receiver.of("/ledger")
+    assert all(r.forged is None for r in got)
+    resolved = [r for r in got if r.payload["type"] == "item.resolved"]
+    assert resolved[0].answered == 500 and resolved[-1].answered == 200
+    assert {r.headers["webhook-id"] for r in resolved} == {f"evt_{resolved[0].payload['data']['id']}"}
+    # Every attempt sends the same data (but `cursor`: a retry of a held event carries the start).
+    first = {k: v for k, v in resolved[0].payload["data"].items() if k != "cursor"}
+    assert all({k: v for k, v in r.payload["data"].items() if k != "cursor"} == first for r in resolved)
+    then = resolved[-1].verified["data"]
+    assert (then["event"], then["item_as_of"]) == ("RESOLVED", "event")
+    assert (then["item"]["state"], then["item"]["variance_amount"], then["item"]["resolution_note"]) == (
+        "RESOLVED", "12.50", "first look",
+    )  # fmt: skip
+    # The item's later events followed, in order, each as the item stood after it.
+    delivered = [(r.payload["type"], r.payload["data"]["item"]["state"], r.payload["data"]["item"][
+        "variance_amount"]) for r in got if r.answered == 200]  # fmt: skip
+    assert delivered == [
+        ("item.resolved", "RESOLVED", "12.50"),
+        ("item.reopened", "PENDING", "12.50"),
+        ("item.revised", "PENDING", "31.75"),
+    ], delivered
+    now = fast_client.get(f"/items/{item['id']}", headers=admin).json()
+    assert (now["state"], now["variance_amount"], now["resolution_note"]) == ("PENDING", "31.75", None)
+
+
 def test_failures_back_off_then_give_up_and_redeliver_resumes(
     fast_client: TestClient, auth: Headers, receiver: Receiver, db_url: str, tmp_path: Path
 ) -> None:

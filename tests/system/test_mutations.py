@@ -262,6 +262,22 @@ MUTANTS += (
         ),
     ),
     Mutant(
+        "the feed serving each event's item as it is now, not as it stood after the event",
+        "tests/integration/db/test_feed.py::test_each_event_carries_its_item_as_it_stood_right_after_it",
+        (
+            Edit(
+                "db/feed.py",
+                "item=current if after is None else as_it_stood(current, after, lease_epoch=lease_epoch),",
+                "item=current,",
+            ),
+        ),
+    ),
+    Mutant(
+        "events written without the item as it stood (item_after)",
+        "tests/system/test_deliverer.py::test_a_delivery_retried_after_the_item_moved_on_says_what_happened_then",
+        (Edit(ROWS, "        item_after(changed.c),\n", '        literal_column("NULL"),\n'),),
+    ),
+    Mutant(
         # Each waiter back on its own clock: a read of its own every poll interval (O(N) queries).
         "feed long-polls each reading every interval instead of waiting for the watcher",
         "tests/integration/api/test_feed_watch.py::test_waiting_long_polls_cost_one_query_per_interval_not_one_each",

@@ -95,11 +95,13 @@ def test_a_walk_serves_every_event_once_in_position_order(
     assert page.next == feed.Position(*map(int, sql.execute(
         "SELECT xid::text, id FROM review_queue_event ORDER BY xid DESC, id DESC LIMIT 1"
     ).fetchone()))  # fmt: skip
-    # Each event carries its item as it is now; the cursor of the last is where the walk ended.
+    # Each event carries its item as it stood right after it; the cursor of the last is where the
+    # walk ended.
     resolved = [e for e in page.events if e.event == "RESOLVED"]
     assert resolved and all(e.item.state == "RESOLVED" for e in resolved)
-    enqueued = {e.item_id: e.item.state for e in page.events if e.event == "ENQUEUED"}
-    assert sorted(enqueued.values()) == sorted(["RESOLVED", "PENDING", "ASSIGNED", "RESOLVED", "PENDING"])
+    assert {e.item.state for e in page.events if e.event == "ENQUEUED"} == {"PENDING"}
+    assert {e.item.state for e in page.events if e.event == "LEASED"} == {"ASSIGNED"}
+    assert {e.item_as_of for e in page.events} == {"event"}
     assert page.events[-1].cursor == page.next
     assert_resumable(db_url, page.events, limit=3)
 
@@ -235,3 +237,98 @@ def test_positions_compare_as_numbers_not_as_text(db_url: str, sql: psycopg.Conn
             (xid, item),
         )
     assert [str(e.item_id) for e in read_all(db_url).events] == [str(second), str(first)]
+
+
+def _resolve(client: TestClient, heads: dict[str, dict[str, str]], item_id: str, note: str) -> None:
+    (held,) = client.post("/leases", json={"batch_size": 1}, headers=heads["alice"]).json()["items"]
+    assert held["id"] == item_id
+    done = client.post(
+        f"/items/{item_id}/complete", json={"resolution": "APPROVED", "note": note}, headers=heads["alice"]
+    )
+    assert done.status_code == 200 and done.json()["item"]["state"] == "RESOLVED", done.text
+
+
+def resolved_reopened_revised(client: TestClient, auth: Headers) -> dict[str, Any]:
+    """An item resolved at 12.50 ("first look"), reopened, revised to 31.75, resolved again."""
+    heads = {"admin": auth("ada", "admin"), "alice": auth("alice", "reviewer")}
+    item = client.post("/items", json=item_body(variance_amount="12.50"), headers=heads["admin"]).json()
+    _resolve(client, heads, item["id"], "first look")
+    reopened = client.post(
+        f"/items/{item['id']}/reopen", json={"reason": "re-issued"}, headers=heads["admin"]
+    )
+    assert reopened.status_code == 200, reopened.text
+    revised = client.post(
+        f"/items/{item['id']}/revisions",
+        json={"variance_amount": "31.75", "source_hash": "h-revised"},
+        headers=heads["admin"],
+    )
+    assert revised.status_code == 200 and revised.json()["outcome"] == "revised", revised.text
+    _resolve(client, heads, item["id"], "second look")
+    return dict(item)
+
+
+def test_each_event_carries_its_item_as_it_stood_right_after_it(
+    client: TestClient, auth: Headers, db_url: str
+) -> None:
+    """Issue 42: the first RESOLVED still says RESOLVED at 12.50 with its note after the item was
+    reopened, revised and resolved again (it said the item as it is now: 31.75, "second look"),
+    in the feed and in a webhook retry's read (events_by_id), and GET /events says so too."""
+    enqueued = resolved_reopened_revised(client, auth)
+    item_id = enqueued["id"]
+    events = [e for e in read_all(db_url).events if str(e.item_id) == item_id]
+    stood = [
+        (e.event, e.item.state, str(e.item.variance_amount), e.item.resolution, e.item.resolution_note)
+        for e in events
+    ]
+    assert stood == [
+        ("ENQUEUED", "PENDING", "12.50", None, None),
+        ("LEASED", "ASSIGNED", "12.50", None, None),
+        ("RESOLVED", "RESOLVED", "12.50", "APPROVED", "first look"),
+        ("REOPENED", "PENDING", "12.50", None, None),
+        ("REVISED", "PENDING", "31.75", None, None),
+        ("LEASED", "ASSIGNED", "31.75", None, None),
+        ("RESOLVED", "RESOLVED", "31.75", "APPROVED", "second look"),
+    ], stood
+    first = events[2]
+    assert (first.item.resolved_by, first.item.source_hash, first.item_as_of) == (
+        "alice", enqueued["source_hash"], "event",
+    )  # fmt: skip
+    assert events[1].item.leased_by == "alice" and events[1].item.lease_expires_at is not None
+    assert events[1].item.lease_nonce is None  # never a lease token in the feed
+
+    async def by_id() -> dict[int, feed.FeedEvent]:
+        engine = create_engine(db_url, pool_size=1, max_overflow=0)
+        try:
+            async with transaction(engine, lock_timeout_ms=1000, statement_timeout_ms=10_000) as conn:
+                return await feed.events_by_id(conn, [first.id])
+        finally:
+            await engine.dispose()
+
+    retried = asyncio.run(by_id())[first.id]
+    assert (retried.item, retried.item_as_of) == (first.item, "event")
+    answer = client.get("/events", params={"limit": 500}, headers=auth("audrey", "auditor")).json()
+    (served,) = [e for e in answer["events"] if e["id"] == first.id]
+    assert (served["item_as_of"], served["item"]["state"], served["item"]["variance_amount"]) == (
+        "event", "RESOLVED", "12.50",
+    )  # fmt: skip
+    assert (served["item"]["resolution_note"], served["item"]["lease_token"]) == ("first look", None)
+    now = client.get(f"/items/{item_id}", headers=auth("ada", "admin")).json()
+    assert (now["variance_amount"], now["resolution_note"]) == ("31.75", "second look")
+
+
+def test_an_event_written_before_the_item_was_kept_has_its_item_as_it_is_now(
+    client: TestClient, auth: Headers, db_url: str, superuser_url: str
+) -> None:
+    """Events of the release before issue 42 have no item_after: served with the item as it is now,
+    and `item_as_of` says so."""
+    admin = auth("ada", "admin")
+    item = client.post("/items", json=item_body(), headers=admin).json()
+    with psycopg.connect(libpq(superuser_url), autocommit=True) as old_release:
+        old_release.execute(
+            "INSERT INTO review_queue_event (item_id, event, actor, lease_epoch, trace_id)"
+            " VALUES (%s, 'RENEWED', 'older', 0, %s)",
+            (item["id"], item["trace_id"]),
+        )
+    events = [e for e in read_all(db_url).events if str(e.item_id) == item["id"]]
+    assert [(e.event, e.item_as_of) for e in events] == [("ENQUEUED", "event"), ("RENEWED", "now")]
+    assert events[1].item.state == "PENDING" and events[1].item.lease_nonce is None

@@ -175,7 +175,9 @@ def test_an_event_gets_its_place_from_the_database(
         "SELECT column_name FROM information_schema.column_privileges WHERE grantee = current_user"
         " AND table_name = 'review_queue_event' AND privilege_type = 'INSERT' ORDER BY 1"
     ).fetchall()
-    assert [r[0] for r in rows] == ["actor", "details", "event", "item_id", "lease_epoch", "trace_id"]
+    assert [r[0] for r in rows] == [
+        "actor", "details", "event", "item_after", "item_id", "lease_epoch", "trace_id"
+    ]  # fmt: skip
     with as_service.transaction():
         (xid, now) = as_service.execute("SELECT pg_current_xact_id()::text, now()").fetchone()  # type: ignore[misc]
         (event_id,) = as_service.execute(

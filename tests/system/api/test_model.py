@@ -309,9 +309,11 @@ class ReviewQueueMachine(RuleBasedStateMachine):
         self.payloads = itertools.count()
         self.expired_seq = itertools.count(1)
         self.all_tokens: set[str] = set()
-        # The change feed from here on: each event once, each item's in id order, its item as now.
+        # The change feed from here on: each event once, each item's in id order, its item as it stood
+        # right after the event (so an item's latest event has it as it is now).
         self.feed_seen: Counter[tuple[str, str]] = Counter()
         self.feed_ids: dict[str, list[int]] = {}
+        self.feed_last_state: dict[str, str] = {}
         self.read_feed(500, check=False)
         TALLY["examples"] += 1
 
@@ -1317,7 +1319,8 @@ class ReviewQueueMachine(RuleBasedStateMachine):
 
     def read_feed(self, limit: int, check: bool = True) -> None:
         """Read GET /events (as the auditor) to its end: what it serves is exactly the events the
-        model expects, each once, each item's in their own order, with the item as it is now.
+        model expects, each once, each item's in their own order, each with its item as it stood right
+        after it: the item's latest event has the item as it is now.
 
         The feed serves an event once every transaction older than it has ended, in the whole
         PostgreSQL cluster (pg_snapshot_xmin): a write of another test worker, in another database,
@@ -1335,8 +1338,8 @@ class ReviewQueueMachine(RuleBasedStateMachine):
                 ids = self.feed_ids.setdefault(item_id, [])
                 assert not ids or ids[-1] < entry["id"], f"item {item_id}: {entry['id']} after {ids}"
                 ids.append(entry["id"])
-                assert entry["item"]["state"] == self.model[item_id].state, entry
-                assert entry["item"]["lease_token"] is None
+                assert entry["item_as_of"] == "event" and entry["item"]["lease_token"] is None, entry
+                self.feed_last_state[item_id] = entry["item"]["state"]
             if page.json()["next_cursor"] == self.feed_cursor:
                 if not check or dict(self.feed_seen) == self._feed_wanted() or time.monotonic() > deadline:
                     break
@@ -1350,6 +1353,8 @@ class ReviewQueueMachine(RuleBasedStateMachine):
                 for k in self.feed_seen.keys() | wanted.keys()
                 if self.feed_seen.get(k, 0) != wanted.get(k, 0)
             }
+            for item_id, state in self.feed_last_state.items():
+                assert state == self.model[item_id].state, (item_id, state, self.model[item_id].state)
             tally("feed read to its end")
 
     def _feed_wanted(self) -> dict[tuple[str, str], int]:
