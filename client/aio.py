@@ -8,7 +8,7 @@ import signal
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from datetime import date
 from decimal import Decimal
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 from uuid import UUID
 
 import httpx
@@ -240,8 +240,10 @@ class AsyncReviewQueueClient:
     ) -> ThroughputOut:
         return await self._send(calls.report_throughput(from_, to, bucket, tz))
 
-    async def report_backlog(self, from_: date, to: date, *, tz: str = "UTC") -> BacklogOut:
-        return await self._send(calls.report_backlog(from_, to, tz))
+    async def report_backlog(
+        self, from_: date, to: date, *, tz: str = "UTC", by: Literal["currency"] | None = None
+    ) -> BacklogOut:
+        return await self._send(calls.report_backlog(from_, to, tz, by))
 
     async def report_decisions(
         self, from_: date, to: date, *, tz: str = "UTC"

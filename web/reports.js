@@ -45,7 +45,8 @@ function browserZone() {
 export function reportQueries(first, last, tz) {
   const weeks = { from: isoDay(monday(first)), to: isoDay(addDays(monday(last), 7)), tz, bucket: "week" };
   const days = { from: isoDay(first), to: isoDay(addDays(last, 1)), tz };
-  return { sla: weeks, throughput: weeks, backlog: days, decisions: days };
+  // The backlog comes split by currency: the view's currency choice then needs no second request.
+  return { sla: weeks, throughput: weeks, backlog: { ...days, by: "currency" }, decisions: days };
 }
 
 // --- small DOM helpers -------------------------------------------------------------------------
@@ -172,12 +173,23 @@ function throughputFigure(report) {
   );
 }
 
-function backlogFigure(report) {
+/** The backlog's points of one currency (its items open at each day's end), or of all (code ""). */
+export function backlogOf(report, code) {
+  if (!code) return report.points;
+  const none = Object.fromEntries(report.bands.map((band) => [band, 0]));
+  return report.points.map((p) => {
+    const figures = (p.by_currency || {})[code];
+    return { start: p.start, open: figures ? figures.open : 0, by_age: figures ? figures.by_age : none };
+  });
+}
+
+function backlogFigure(report, code) {
   const width = 640;
   const height = 240;
   const left = 40;
   const bottom = 190;
-  const points = report.points;
+  const points = backlogOf(report, code);
+  const title = code ? `Backlog by age, ${code}` : "Backlog by age";
   const slot = (width - left - 10) / Math.max(points.length, 1);
   const most = Math.max(1, ...points.map((p) => p.open));
   const chart = chartFrame(width, height, "Stacked bar chart of open items by age at the end of each day; the table below gives the numbers.");
@@ -197,11 +209,11 @@ function backlogFigure(report) {
   }
   legend(chart, 10, height - 24, report.bands, 110);
   return figure(
-    "Backlog by age",
-    `(open items at the end of each day, ${report.tz}, by age since enqueue).`,
+    title,
+    `(open items${code ? ` in ${code}` : ""} at the end of each day, ${report.tz}, by age since enqueue).`,
     chart,
     table(
-      "Backlog by age",
+      title,
       ["Day", ...report.bands, "Open"],
       points.map((p) => [p.start, ...report.bands.map((band) => String(p.by_age[band])), String(p.open)]),
     ),
@@ -215,6 +227,8 @@ function mountReports(container) {
   const from = h("input", { id: "reports-from", type: "date", value: isoDay(addDays(monday(last), -7 * 7)), required: true });
   const to = h("input", { id: "reports-to", type: "date", value: isoDay(last), required: true });
   const tz = h("input", { id: "reports-tz", value: browserZone(), maxlength: 64, spellcheck: "false" });
+  // The backlog of one currency, or of all: the currencies of the period's split once it is read.
+  const currency = h("select", { id: "reports-currency" }, h("option", { value: "" }, "All currencies"));
   const status = h("p", { role: "status", class: "muted" });
   const download = h("a", { class: "download" }, "Download decisions (CSV)");
   const charts = h("div", { class: "reports" });
@@ -224,8 +238,28 @@ function mountReports(container) {
     h("label", { for: "reports-from" }, "From", from),
     h("label", { for: "reports-to" }, "To (last day)", to),
     h("label", { for: "reports-tz" }, "Time zone", tz),
+    h("label", { for: "reports-currency" }, "Backlog currency", currency),
     h("button", { type: "submit" }, "Show reports"),
   );
+  let backlogReport = null;
+  let backlogChart = null;
+
+  function chooseCurrencies(report) {
+    const codes = [...new Set(report.points.flatMap((p) => Object.keys(p.by_currency || {})))].sort();
+    const chosen = codes.includes(currency.value) ? currency.value : "";
+    currency.replaceChildren(
+      h("option", { value: "" }, "All currencies"),
+      ...codes.map((code) => h("option", { value: code }, code)),
+    );
+    currency.value = chosen;
+  }
+
+  currency.addEventListener("change", () => {
+    if (!backlogReport || !backlogChart) return;
+    const redrawn = backlogFigure(backlogReport, currency.value);
+    backlogChart.replaceWith(redrawn);
+    backlogChart = redrawn;
+  });
 
   async function show() {
     const first = parseDay(from.value);
@@ -244,10 +278,14 @@ function mountReports(container) {
         api.reportThroughput(q.throughput),
         api.reportBacklog(q.backlog),
       ]);
-      charts.replaceChildren(slaFigure(sla), throughputFigure(throughput), backlogFigure(backlog));
+      backlogReport = backlog;
+      chooseCurrencies(backlog);
+      backlogChart = backlogFigure(backlog, currency.value);
+      charts.replaceChildren(slaFigure(sla), throughputFigure(throughput), backlogChart);
       // The database's clock, in UTC and saying so (as_of is RFC 3339 in UTC).
       status.textContent = `As of ${sla.as_of.slice(0, 16).replace("T", " ")} UTC.`;
     } catch (error) {
+      backlogReport = backlogChart = null;
       charts.replaceChildren();
       status.textContent = error.message;
     }

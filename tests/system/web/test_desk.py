@@ -1409,6 +1409,20 @@ def test_the_reports_view_draws_the_charts_with_tables_of_the_apis_numbers(
             for p in backlog["points"]
         ]
         assert len(backlog["points"]) == 56
+        # One currency's backlog: the choices are the split's currencies, and its table the API's.
+        split = _api_rows(base, auditor, "/reports/backlog", days | {"by": "currency"})
+        codes = sorted({code for p in split["points"] for code in p["by_currency"]})
+        assert len(codes) >= 2
+        choice = reports.get_by_label("Backlog currency")
+        assert choice.locator("option").all_inner_texts() == ["All currencies", *codes]
+        choice.select_option(codes[1])
+        empty = {"open": 0, "by_age": dict.fromkeys(split["bands"], 0)}
+        chosen = [(p["start"], p["by_currency"].get(codes[1], empty)) for p in split["points"]]
+        assert _table(page, f"Backlog by age, {codes[1]}") == [
+            [day, *(str(f["by_age"][band]) for band in split["bands"]), str(f["open"])] for day, f in chosen
+        ]
+        choice.select_option("")
+        expect(reports.get_by_role("figure", name=re.compile(r"^Backlog by age \("))).to_be_visible()
         # Each chart is an image with a text alternative, drawn as SVG: no canvas, nothing fetched.
         assert reports.locator("svg[role=img]").count() == 3
         assert reports.locator("svg rect").count() > 20
