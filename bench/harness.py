@@ -16,9 +16,14 @@ import psutil
 import psycopg
 from sqlalchemy.engine import make_url
 
+from api.settings import parse_sla_tiers
 from db.engine import libpq_url as libpq
 from db.migrations import upgrade_head
+from db.vocabulary import DEFAULT_BASE_CURRENCY, DEFAULT_SLA_TIERS
 from tests.support.postgres import create_token
+
+# What the service passes to an enqueue (its settings' defaults), for benches that enqueue directly.
+SLA_TIERS, BASE_CURRENCY = parse_sla_tiers(DEFAULT_SLA_TIERS), DEFAULT_BASE_CURRENCY
 
 # The seed's statements, verbatim but for completion: this schema's CHECK constraint wants a
 # resolution and resolver on RESOLVED rows, so the raw loop sets them as the service does.

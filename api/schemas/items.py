@@ -56,7 +56,8 @@ class ItemIn(Strict):
     due_at: DueAt | None = Field(
         default=None,
         description="The deadline. Absent or null: created_at plus the SLA tier of abs(variance_amount)"
-        " (REVIEW_QUEUE_SLA_TIERS). Part of the idempotency comparison only when given.",
+        " in the base currency at the latest rate (REVIEW_QUEUE_SLA_TIERS; no rate: the strictest tier)."
+        " Part of the idempotency comparison only when given.",
     )
 
 
