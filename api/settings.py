@@ -44,11 +44,6 @@ def parse_sla_tiers(value: str) -> SlaTiers:
     return tuple(sorted(tiers.items(), reverse=True))
 
 
-def sla_hours(tiers: SlaTiers, amount: Decimal) -> int:
-    """The hours from enqueue to due_at for an amount: the first tier from the top it reaches."""
-    return next(hours for floor, hours in tiers if abs(amount) >= floor)
-
-
 RoleMap = tuple[tuple[str, str], ...]  # (the provider's group, the service's role), in the given order
 
 

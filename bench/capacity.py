@@ -27,7 +27,7 @@ import psycopg
 from sqlalchemy import make_url, text
 
 from bench import reports as report_bench
-from bench.harness import fresh_database, total_size
+from bench.harness import BASE_CURRENCY, SLA_TIERS, fresh_database, total_size
 from db.engine import libpq_url as libpq
 from db.unit import Transaction
 
@@ -58,7 +58,13 @@ async def _cycle(url: str, items: int, prefix: str) -> dict[str, int]:
                     match_decision="PARTIAL",
                     source_hash="sha256:" + f"{n:064x}",
                 )
-                await queue.enqueue_item(Transaction(conn), new=new, actor="ingest")
+                await queue.enqueue_item(
+                    Transaction(conn),
+                    new=new,
+                    actor="ingest",
+                    sla_tiers=SLA_TIERS,
+                    base_currency=BASE_CURRENCY,
+                )
         async with engine.connect() as conn:
             wal["enqueue"] = int(await conn.scalar(diff, {"since": since}))
             since = await conn.scalar(lsn)

@@ -16,9 +16,14 @@ import psutil
 import psycopg
 from sqlalchemy.engine import make_url
 
+from api.settings import parse_sla_tiers
 from db.engine import libpq_url as libpq
 from db.migrations import upgrade_head
+from db.vocabulary import DEFAULT_BASE_CURRENCY, DEFAULT_SLA_TIERS
 from tests.support.postgres import create_token
+
+# What the service passes to an enqueue (its settings' defaults), for benches that enqueue directly.
+SLA_TIERS, BASE_CURRENCY = parse_sla_tiers(DEFAULT_SLA_TIERS), DEFAULT_BASE_CURRENCY
 
 # The seed's statements, verbatim but for completion: this schema's CHECK constraint wants a
 # resolution and resolver on RESOLVED rows, so the raw loop sets them as the service does.
@@ -58,6 +63,17 @@ SELECT %(prefix)s || i, %(entity)s, 12.50, 'UNMATCHED', 'hash-' || i, now() + i 
 FROM generate_series(1, %(count)s) i
 """
 
+# The same pending work in one currency (the conversion run: every completion then converts its
+# amount at the currency's latest rate, which SET_RATE gives it).
+SEED_PENDING_IN = """
+INSERT INTO review_queue_item (idempotency_key, ledger_entity, variance_amount, currency, match_decision,
+                               source_hash, created_at, due_at)
+SELECT %(prefix)s || i, %(entity)s, 12.50, %(currency)s, 'UNMATCHED', 'hash-' || i,
+       now() + i * interval '1 microsecond',
+       now() + i * interval '1 microsecond' + (1 + i %% 7) * interval '1 day'
+FROM generate_series(1, %(count)s) i
+"""
+SET_RATE = "INSERT INTO fx_rate (currency, rate, set_by) VALUES (%(currency)s, %(rate)s, 'bench')"
 
 # (e): the pending work of 19 other ledger entities, beside the one leased from.
 SEED_OTHER_ENTITIES = """

@@ -340,6 +340,91 @@ def capacity(server_url: str, items: int, wal_items: int) -> dict[str, Any]:
     return result
 
 
+# Issue 40: a completion compares its amount converted into the base currency at the latest rate.
+# An item in the base currency takes the rate 1 without reading the rate table; one in another
+# currency reads its latest rate (one probe of ix_fx_rate_currency_set_at). Its cost is the gap.
+CONVERTED = ("EUR", "1.0850")
+
+
+def conversion(
+    server_url: str, *, clients: int, items: int, batch: int, complete_batch: int, rounds: int, **common: Any
+) -> dict[str, Any]:
+    """Per-item and batched completions of items in the base currency and of items in a currency with
+    a rate, side by side: each round runs both, in ABBA order across rounds (drift cancels)."""
+    runs: dict[str, dict[str, list[dict[str, Any]]]] = {
+        mode: {"base": [], "converted": []} for mode in ("per_item", "batched")
+    }
+    for n in range(rounds):
+        sides = ("base", "converted") if n % 2 == 0 else ("converted", "base")
+        for mode in ("per_item", "batched"):
+            for side in sides:
+                typer.echo(f"conversion round {n + 1}/{rounds}: {mode}, {side} ...", err=True)
+                result, url = api_run(
+                    server_url, f"rq_bench_fx_{side}", clients=clients, items=items,
+                    batch=complete_batch if mode == "batched" else batch, batch_complete=mode == "batched",
+                    rate=CONVERTED if side == "converted" else None, **common,
+                )  # fmt: skip
+                # Each completion converted as its side says: the rate its RESOLVED event records.
+                with psycopg.connect(libpq(url)) as conn:
+                    rates = conn.execute(
+                        "SELECT details ->> 'rate', count(*) FROM review_queue_event"
+                        " WHERE event = 'RESOLVED' GROUP BY 1"
+                    ).fetchall()
+                assert rates == [(CONVERTED[1] if side == "converted" else "1", items)], rates
+                runs[mode][side].append(result)
+    drop_databases(server_url, "rq_bench_fx_base", "rq_bench_fx_converted")
+    out: dict[str, Any] = {"rounds": rounds, "items": items, "currency": CONVERTED}
+    for mode, by_side in runs.items():
+        speed = {side: statistics.mean(r["items_per_s"] for r in rs) for side, rs in by_side.items()}
+        p50 = {side: statistics.median(r["complete_p50_ms"] for r in rs) for side, rs in by_side.items()}
+        # CPU per item moves less than wall-clock time when other work shares the cores: beside
+        # the mean speed, each round's own ratio (its two runs side by side) and PostgreSQL's and
+        # the API's CPU per item.
+        paired = [c["items_per_s"] / b["items_per_s"] for b, c in zip(*by_side.values(), strict=True)]
+        cpu = {
+            who: {
+                side: round(statistics.median(r["cpu_ms_per_item"][who] for r in rs), 3)
+                for side, rs in by_side.items()
+            }
+            for who in ("postgres", "api")
+            if all(r["cpu_ms_per_item"][who] is not None for rs in by_side.values() for r in rs)
+        }
+        out[mode] = {
+            "items_per_s": {side: round(v, 1) for side, v in speed.items()},
+            "each_run_items_per_s": {side: [r["items_per_s"] for r in rs] for side, rs in by_side.items()},
+            "complete_p50_ms": {side: round(v, 2) for side, v in p50.items()},
+            "ratio": round(speed["converted"] / speed["base"], 3),
+            "round_ratios": [round(x, 3) for x in paired],
+            "median_round_ratio": round(statistics.median(paired), 3),
+            "cpu_ms_per_item_median": cpu,
+        }
+    return out
+
+
+def report_conversion(fx: dict[str, Any]) -> list[str]:
+    code, rate = fx["currency"]
+    lines = [
+        f"Completion with the conversion (issue 40): {fx['items']:,} items per run, {fx['rounds']} rounds"
+        f" (ABBA); base = every item in the base currency, converted = every item in {code} at {rate}",
+        f"{'':24}{'base items/s':>14}{'converted':>12}{'ratio':>8}{'p50 ms base/conv':>20}   target",
+    ]
+    for mode, label in (("per_item", "per item"), ("batched", "batched")):
+        m = fx[mode]
+        verdict = "met" if m["median_round_ratio"] >= 0.95 else "not met"
+        speed, p50 = m["items_per_s"], m["complete_p50_ms"]
+        lines.append(
+            f"{label:24}{speed['base']:>14}{speed['converted']:>12}{'x' + str(m['ratio']):>8}"
+            f"{str(p50['base']) + ' / ' + str(p50['converted']):>20}"
+            f"   median round >= x0.95: {verdict}"
+        )
+        lines.append(f"{'':24}each round: {m['round_ratios']}, median x{m['median_round_ratio']}")
+        for who, sides in m["cpu_ms_per_item_median"].items():
+            lines.append(
+                f"{'':24}{who} CPU ms per item (median): {sides['base']} base, {sides['converted']} converted"
+            )
+    return lines
+
+
 @app.command()
 def main(
     clients: Annotated[int, typer.Option(help="Concurrent clients (raw and API).")] = 8,
@@ -439,6 +524,14 @@ def main(
         ),
     ] = 100,
     one_client_items: Annotated[int, typer.Option(help="Items the one-client run (2c) drains.")] = 2_000,
+    only_conversion: Annotated[
+        bool,
+        typer.Option(
+            help="Only the conversion's cost: per-item and batched runs in the base currency and in a"
+            " currency with a rate, side by side."
+        ),
+    ] = False,
+    conversion_rounds: Annotated[int, typer.Option(help="Rounds of the conversion runs (ABBA).")] = 2,
     throughput_only: Annotated[
         bool,
         typer.Option(
@@ -460,6 +553,15 @@ def main(
         "complete_batch": complete_batch,
         "loadavg": [round(x, 2) for x in os.getloadavg()],
     }
+    if only_conversion:
+        results["conversion"] = conversion(
+            server_url, clients=clients, items=items, batch=batch, complete_batch=complete_batch or 100,
+            rounds=conversion_rounds, workers=workers, port=port, sealer=sealer,
+        )  # fmt: skip
+        typer.echo("\n".join(report_conversion(results["conversion"])))
+        if json_path:
+            json_path.write_text(json.dumps(results, indent=2))
+        return
     if throughput_only:
         typer.echo("1/4 raw SQL ceiling ...", err=True)
         results["raw"] = raw_ceiling(fresh_database(server_url, "rq_bench_raw"), clients, items, batch)

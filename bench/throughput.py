@@ -23,6 +23,8 @@ from bench.harness import (
     SEED_COMPLETE,
     SEED_LEASE,
     SEED_PENDING,
+    SEED_PENDING_IN,
+    SET_RATE,
     MemorySampler,
     PostgresCpu,
     Server,
@@ -229,10 +231,17 @@ def api_run(
     port: int,
     sealer: bool,
     batch_complete: bool = False,
+    rate: tuple[str, str] | None = None,
 ) -> tuple[dict[str, Any], str]:
-    """One HTTP run on a fresh database: `clients` clients drain `items` items. (results, its URL)"""
+    """One HTTP run on a fresh database: `clients` clients drain `items` items (with `rate`, a
+    (currency, rate): every item in that currency, which has that rate). (results, its URL)"""
     url = fresh_database(server_url, name)
-    run_sql(url, SEED_PENDING, {"prefix": "api-", "entity": "ACME-CORP", "count": items}, vacuum=True)
+    seed = {"prefix": "api-", "entity": "ACME-CORP", "count": items}
+    if rate is None:
+        run_sql(url, SEED_PENDING, seed, vacuum=True)
+    else:
+        run_sql(url, SET_RATE, {"currency": rate[0], "rate": rate[1]})
+        run_sql(url, SEED_PENDING_IN, seed | {"currency": rate[0]}, vacuum=True)
     tokens = reviewer_tokens(url, clients)
     server = start_server(url, workers, port, sealer=sealer)
     try:

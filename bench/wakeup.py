@@ -20,6 +20,7 @@ from typing import Any
 import httpx
 import psycopg
 
+from bench.harness import BASE_CURRENCY, SLA_TIERS
 from db import queue
 from db.engine import create_engine, unit_of_work
 from db.engine import libpq_url as libpq
@@ -105,7 +106,9 @@ def _notify_worker(url: str, role: str, n: int, notify: bool, seconds: float, ba
                         new = queue.NewItem(
                             f"n-{notify}-{n}-{done}", "BENCH", Decimal("1.00"), "USD", "PARTIAL", "h"
                         )
-                        await queue.enqueue_item(unit, new=new, actor="bench")
+                        await queue.enqueue_item(
+                            unit, new=new, actor="bench", sla_tiers=SLA_TIERS, base_currency=BASE_CURRENCY
+                        )
                         done += 1
                         continue
                     items = await queue.lease_items(

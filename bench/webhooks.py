@@ -18,6 +18,7 @@ import psycopg
 from cryptography.fernet import Fernet
 
 from api import webhook_secret
+from bench.harness import BASE_CURRENCY, SLA_TIERS
 from db import queue, webhooks
 from db.engine import create_engine, transaction, unit_of_work
 from db.engine import libpq_url as libpq
@@ -41,7 +42,9 @@ async def _setup(url: str, key: str, hook: str, items: int) -> list[tuple[str, s
         async with unit_of_work(engine, lock_timeout_ms=5000, statement_timeout_ms=5000) as unit:
             for n in range(items):
                 new = queue.NewItem(f"wh-{n}", "BENCH", Decimal("1.00"), "USD", "PARTIAL", "h")
-                _, item = await queue.enqueue_item(unit, new=new, actor="bench")
+                _, item = await queue.enqueue_item(
+                    unit, new=new, actor="bench", sla_tiers=SLA_TIERS, base_currency=BASE_CURRENCY
+                )
                 ids.append((str(item.id), str(item.trace_id)))
         return ids
     finally:

@@ -11,7 +11,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from datetime import date
 from decimal import Decimal
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 from uuid import UUID
 
 import httpx
@@ -281,9 +281,11 @@ class AsyncReviewQueueClient:
         """Decisions per reviewer per day or week, with the time from lease to decision."""
         return await self._send(calls.report_throughput(from_, to, bucket, tz))
 
-    async def report_backlog(self, from_: date, to: date, *, tz: str = "UTC") -> BacklogOut:
-        """Open items by age at the end of each day."""
-        return await self._send(calls.report_backlog(from_, to, tz))
+    async def report_backlog(
+        self, from_: date, to: date, *, tz: str = "UTC", by: Literal["currency"] | None = None
+    ) -> BacklogOut:
+        """Open items by age at the end of each day; with by="currency", split by currency too."""
+        return await self._send(calls.report_backlog(from_, to, tz, by))
 
     async def report_decisions(
         self, from_: date, to: date, *, tz: str = "UTC"

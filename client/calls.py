@@ -293,5 +293,5 @@ def report_throughput(from_: date, to: date, bucket: str, tz: str) -> Call[Throu
     )
 
 
-def report_backlog(from_: date, to: date, tz: str) -> Call[BacklogOut]:
-    return Call("GET", report_path("backlog", from_, to, tz=tz), BacklogOut.model_validate)
+def report_backlog(from_: date, to: date, tz: str, by: str | None = None) -> Call[BacklogOut]:
+    return Call("GET", report_path("backlog", from_, to, tz=tz, by=by), BacklogOut.model_validate)

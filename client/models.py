@@ -203,14 +203,21 @@ class ThroughputOut(ReportOut):
     rows: list[ThroughputRowOut]
 
 
+class BacklogFiguresOut(BaseModel):
+    open: int
+    by_age: dict[str, int]
+
+
 class BacklogPointOut(BaseModel):
     start: date
     at: datetime
     open: int
     by_age: dict[str, int]
+    by_currency: dict[str, BacklogFiguresOut] | None = None  # with by="currency"
 
 
 class BacklogOut(ReportOut):
+    by: str | None = None
     bands: list[str]
     points: list[BacklogPointOut]
 

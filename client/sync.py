@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from datetime import date
 from decimal import Decimal
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 from uuid import UUID
 
 import httpx
@@ -281,9 +281,11 @@ class ReviewQueueClient:
         """Decisions per reviewer per day or week, with the time from lease to decision."""
         return self._send(calls.report_throughput(from_, to, bucket, tz))
 
-    def report_backlog(self, from_: date, to: date, *, tz: str = "UTC") -> BacklogOut:
-        """Open items by age at the end of each day."""
-        return self._send(calls.report_backlog(from_, to, tz))
+    def report_backlog(
+        self, from_: date, to: date, *, tz: str = "UTC", by: Literal["currency"] | None = None
+    ) -> BacklogOut:
+        """Open items by age at the end of each day; with by="currency", split by currency too."""
+        return self._send(calls.report_backlog(from_, to, tz, by))
 
     def report_decisions(self, from_: date, to: date, *, tz: str = "UTC") -> Iterator[DecisionRowOut]:
         """Every decision of the period, streamed (NDJSON): memory stays flat however many there are.

@@ -327,6 +327,17 @@ review_queue_event = Table(
     Index("ix_review_queue_event_reopened_xid", "xid", postgresql_where=text("event = 'REOPENED'")),
     # The throughput report: the reopenings at or after its period's start (2026_12_05_1300).
     Index("ix_review_queue_event_reopened_at", "at", postgresql_where=text("event = 'REOPENED'")),
+    # The backlog split by currency: the revisions that changed an item's currency, by time
+    # (2026_12_07_0100; db/reports/aging.py's CURRENCY_REVISED).
+    Index(
+        "ix_review_queue_event_currency_revised",
+        "at",
+        postgresql_include=["item_id"],
+        postgresql_where=text(
+            "event = 'REVISED' AND (details -> 'previous' ->> 'currency')"
+            " IS DISTINCT FROM (details -> 'current' ->> 'currency')"
+        ),
+    ),
     Index(
         "ix_review_queue_event_decision_at",
         "at",

@@ -64,7 +64,8 @@ export function reportPeriod(first, last, tz, today) {
   const end = today && today < sunday ? (today < start ? start : today) : sunday;
   const weeks = { from: isoDay(start), to: isoDay(addDays(monday(end), 7)), tz, bucket: "week" };
   const days = { from: isoDay(start), to: isoDay(addDays(end, 1)), tz };
-  return { first: start, last: end, sla: weeks, throughput: weeks, backlog: days, decisions: days };
+  // The backlog comes split by currency: the view's currency choice then needs no second request.
+  return { first: start, last: end, sla: weeks, throughput: weeks, backlog: { ...days, by: "currency" }, decisions: days };
 }
 
 // --- small DOM helpers -------------------------------------------------------------------------
@@ -209,12 +210,23 @@ function throughputFigure(report) {
   );
 }
 
-function backlogFigure(report) {
+/** The backlog's points of one currency (its items open at each day's end), or of all (code ""). */
+export function backlogOf(report, code) {
+  if (!code) return report.points;
+  const none = Object.fromEntries(report.bands.map((band) => [band, 0]));
+  return report.points.map((p) => {
+    const figures = (p.by_currency || {})[code];
+    return { ...p, open: figures ? figures.open : 0, by_age: figures ? figures.by_age : none };
+  });
+}
+
+function backlogFigure(report, code) {
   const width = 640;
   const height = 240;
   const left = 40;
   const bottom = 190;
-  const points = report.points;
+  const points = backlogOf(report, code);
+  const title = code ? `Backlog by age, ${code}` : "Backlog by age";
   const slot = (width - left - 10) / Math.max(points.length, 1);
   const most = Math.max(1, ...points.map((p) => p.open));
   const chart = chartFrame(width, height, "Stacked bar chart of open items by age at the end of each day; the table below gives the numbers.");
@@ -236,11 +248,11 @@ function backlogFigure(report) {
   }
   legend(chart, 10, height - 24, report.bands, 110);
   return figure(
-    "Backlog by age",
-    `(open items at the end of each day, and now for today, ${report.tz}, by age since enqueue).`,
+    title,
+    `(open items${code ? ` in ${code}` : ""} at the end of each day, and now for today, ${report.tz}, by age since enqueue).`,
     chart,
     table(
-      "Backlog by age",
+      title,
       ["Day", ...report.bands, "Open"],
       points.map((p) => [day(p), ...report.bands.map((band) => String(p.by_age[band])), String(p.open)]),
     ),
@@ -258,6 +270,8 @@ function mountReports(container) {
   // "To" left at today follows today, in whichever zone is chosen when the reports are shown.
   let toToday = to.value;
   const covers = h("p", { id: "reports-period" });
+  // The backlog of one currency, or of all: the currencies of the period's split once it is read.
+  const currency = h("select", { id: "reports-currency" }, h("option", { value: "" }, "All currencies"));
   const status = h("p", { role: "status", class: "muted" });
   const download = h("a", { class: "download" }, "Download decisions (CSV)");
   const charts = h("div", { class: "reports" });
@@ -267,8 +281,28 @@ function mountReports(container) {
     h("label", { for: "reports-from" }, "From", from),
     h("label", { for: "reports-to" }, "To (last day)", to),
     h("label", { for: "reports-tz" }, "Time zone", tz),
+    h("label", { for: "reports-currency" }, "Backlog currency", currency),
     h("button", { type: "submit" }, "Show reports"),
   );
+  let backlogReport = null;
+  let backlogChart = null;
+
+  function chooseCurrencies(report) {
+    const codes = [...new Set(report.points.flatMap((p) => Object.keys(p.by_currency || {})))].sort();
+    const chosen = codes.includes(currency.value) ? currency.value : "";
+    currency.replaceChildren(
+      h("option", { value: "" }, "All currencies"),
+      ...codes.map((code) => h("option", { value: code }, code)),
+    );
+    currency.value = chosen;
+  }
+
+  currency.addEventListener("change", () => {
+    if (!backlogReport || !backlogChart) return;
+    const redrawn = backlogFigure(backlogReport, currency.value);
+    backlogChart.replaceWith(redrawn);
+    backlogChart = redrawn;
+  });
 
   async function show() {
     const zoneName = tz.value.trim() || "UTC";
@@ -296,10 +330,14 @@ function mountReports(container) {
         api.reportThroughput(q.throughput),
         api.reportBacklog(q.backlog),
       ]);
-      charts.replaceChildren(slaFigure(sla), throughputFigure(throughput), backlogFigure(backlog));
+      backlogReport = backlog;
+      chooseCurrencies(backlog);
+      backlogChart = backlogFigure(backlog, currency.value);
+      charts.replaceChildren(slaFigure(sla), throughputFigure(throughput), backlogChart);
       // The database's clock, in UTC and saying so (as_of is RFC 3339 in UTC).
       status.textContent = `As of ${sla.as_of.slice(0, 16).replace("T", " ")} UTC.`;
     } catch (error) {
+      backlogReport = backlogChart = null;
       charts.replaceChildren();
       status.textContent = error.message;
     }

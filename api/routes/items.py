@@ -50,7 +50,7 @@ from api.schemas import (
     encode_event_cursor,
 )
 from api.schemas.fields import decimals_problem, in_minor_units
-from api.settings import Settings, sla_hours
+from api.settings import Settings
 from db import queue
 from db.tokens import Principal, fold_subject
 from db.unit import Unit
@@ -75,10 +75,7 @@ def _in_its_currency(amount: Decimal, currency: str, loc: list[str | int]) -> De
 def _new_item(body: ItemIn, settings: Settings, loc: list[str | int]) -> queue.NewItem:
     currency = body.currency or settings.base_currency
     amount = _in_its_currency(body.variance_amount, currency, [*loc, "variance_amount"])
-    return queue.NewItem(
-        **{**body.model_dump(), "variance_amount": amount, "currency": currency},
-        sla_hours=sla_hours(settings.sla_tiers, amount),
-    )
+    return queue.NewItem(**{**body.model_dump(), "variance_amount": amount, "currency": currency})
 
 
 def _conflict_detail(key: str) -> str:
@@ -99,9 +96,14 @@ async def enqueue(
     body: ItemIn, unit: Work, principal: Ingest, response: Response, settings: SettingsDep
 ) -> ItemOut:
     """Enqueue an item for review; idempotent on `idempotency_key`. Without `due_at`, the item is
-    due its SLA tier's hours after enqueue (REVIEW_QUEUE_SLA_TIERS, by abs(variance_amount))."""
+    due its SLA tier's hours after enqueue (REVIEW_QUEUE_SLA_TIERS, base-currency amounts, by
+    abs(variance_amount) converted at its currency's latest rate; no rate: the strictest tier)."""
     outcome, item = await queue.enqueue_item(
-        unit, new=_new_item(body, settings, ["body"]), actor=principal.subject
+        unit,
+        new=_new_item(body, settings, ["body"]),
+        actor=principal.subject,
+        sla_tiers=settings.sla_tiers,
+        base_currency=settings.base_currency,
     )
     if outcome == "conflict":
         raise ProblemError(
@@ -119,6 +121,8 @@ async def enqueue_batch(body: BatchIn, unit: Work, principal: Ingest, settings: 
         unit,
         new=[_new_item(sent, settings, ["body", "items", n]) for n, sent in enumerate(body.items)],
         actor=principal.subject,
+        sla_tiers=settings.sla_tiers,
+        base_currency=settings.base_currency,
     )
     out = []
     for (outcome, item), sent in zip(results, body.items, strict=True):

@@ -20,6 +20,7 @@ from api.errors import problem_responses
 from api.routing import QueueRoute
 from api.schemas import (
     MAX_BUCKETS,
+    BacklogFiguresOut,
     BacklogOut,
     BacklogPointOut,
     BacklogQuery,
@@ -134,19 +135,32 @@ async def throughput_report(
     responses=problem_responses("VALIDATION_ERROR"),
 )
 async def backlog_report(query: Annotated[BacklogQuery, Query()], conn: ReadConn, _: Auditor) -> BacklogOut:
-    """Per day that has begun: the items open at its end (or now, for today), by age since enqueue.
-    Rebuilt from the event trail, so it is true for the past. Roles auditor and admin."""
+    """Per day that has begun: the items open at its end (or now, for today), by age since enqueue;
+    with `by=currency`, also split by the currency each item had then. Rebuilt from the event trail,
+    so it is true for the past. Roles auditor and admin."""
     period = _period(query, "day")
-    report = await _computed(query, lambda: reports.backlog(conn, period=period))
+    split = query.by == "currency"
+    report = await _computed(query, lambda: reports.backlog(conn, period=period, by_currency=split))
+
+    def bands(counts: tuple[int, ...]) -> dict[str, int]:
+        return dict(zip(reports.AGE_BANDS, counts, strict=True))
+
     return BacklogOut(
         **_report(query, "day", report.as_of),
+        by=query.by,
         bands=list(reports.AGE_BANDS),
         points=[
             BacklogPointOut(
                 start=p.start,
                 at=p.at,
                 open=p.open,
-                by_age=dict(zip(reports.AGE_BANDS, p.by_age, strict=True)),
+                by_age=bands(p.by_age),
+                by_currency=None
+                if p.by_currency is None
+                else {
+                    code: BacklogFiguresOut(open=sum(counts), by_age=bands(counts))
+                    for code, counts in p.by_currency.items()
+                },
             )
             for p in report.points
         ],

@@ -103,6 +103,7 @@ from api.schemas.items import (
 from api.schemas.reports import (
     MAX_BUCKETS,
     Attainment,
+    BacklogFiguresOut,
     BacklogOut,
     BacklogPointOut,
     BacklogQuery,
@@ -175,6 +176,7 @@ __all__ = [
     "ApproveIn",
     "ApproveOut",
     "Attainment",
+    "BacklogFiguresOut",
     "BacklogOut",
     "BacklogPointOut",
     "BacklogQuery",

@@ -292,6 +292,32 @@ Threshold = Annotated[
     ),
 ]
 
+# A bound on abs(variance_amount) (GET /items' min_amount and max_amount): what the amount column
+# holds, three decimals (a KWD amount: "1.234") and below 1e16, never negative; a query value is a
+# string, so the string alone is the schema. Beyond either limit: a 422 whose sentence names it.
+AMOUNT_BOUND_PATTERN = r"^[0-9]{1,16}(\.[0-9]{1,3})?$"
+_AMOUNT_BOUND = re.compile(AMOUNT_BOUND_PATTERN)
+
+
+def _amount_bound_input(value: object) -> object:
+    if isinstance(value, str) and not value.startswith("-") and not _AMOUNT_BOUND.fullmatch(value):
+        raise ValueError(
+            "must be a decimal string of up to 16 integer digits (below 1e16, the amount column's bound)"
+            " and 3 fraction digits (KWD's), e.g. \"1000.50\" (no exponent, spaces, '+' or separators)"
+        )
+    return value
+
+
+AmountBound = Annotated[
+    Decimal,
+    Field(allow_inf_nan=False, examples=["1000.50"]),
+    BeforeValidator(_amount_bound_input),
+    BeforeValidator(_unsigned_input),
+    AfterValidator(_amount),
+    AfterValidator(_not_negative),
+    WithJsonSchema({"type": "string", "pattern": AMOUNT_BOUND_PATTERN, "examples": ["1000.50"]}),
+]
+
 _RFC3339 = re.compile(r"\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:[Zz]|[+-]\d{2}:\d{2})")
 
 

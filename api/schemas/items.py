@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_serializer, model_valid
 from api.schemas.codecs import CURSOR_PATTERN, EVENT_CURSOR_PATTERN, encode_lease_token
 from api.schemas.fields import (
     Amount,
+    AmountBound,
     AmountOut,
     Context,
     CurrencyCode,
@@ -19,7 +20,6 @@ from api.schemas.fields import (
     State,
     Strict,
     Text200,
-    Threshold,
     Timestamp,
     amount_fits_currency,
     amount_text,
@@ -56,7 +56,8 @@ class ItemIn(Strict):
     due_at: DueAt | None = Field(
         default=None,
         description="The deadline. Absent or null: created_at plus the SLA tier of abs(variance_amount)"
-        " (REVIEW_QUEUE_SLA_TIERS). Part of the idempotency comparison only when given.",
+        " in the base currency at the latest rate (REVIEW_QUEUE_SLA_TIERS; no rate: the strictest tier)."
+        " Part of the idempotency comparison only when given.",
     )
 
 
@@ -164,13 +165,14 @@ class ItemQuery(Strict):
         default=None,
         description="Items in this ISO 4217 currency; `min_amount` and `max_amount` are then amounts of it.",
     )
-    min_amount: Threshold | None = Field(
+    min_amount: AmountBound | None = Field(
         default=None,
-        description="Items with abs(variance_amount) at least this (inclusive): in `currency` when given,"
+        description="Items with abs(variance_amount) at least this (inclusive; up to 16 integer and 3"
+        " fraction digits, the amount column's bounds): in `currency` when given,"
         " else in the base currency, each amount converted at its currency's latest rate (an item whose"
         " currency has no rate yet matches no amount bound then).",
     )
-    max_amount: Threshold | None = Field(
+    max_amount: AmountBound | None = Field(
         default=None,
         description="Items with abs(variance_amount) at most this (inclusive), as `min_amount`.",
     )

@@ -57,6 +57,11 @@ class SlaQuery(BucketQuery):
 class BacklogQuery(PeriodQuery):
     to: IsoDate = Field(description=_TO + f" At most {MAX_BUCKETS['day']} days after `from`.")
     bucket: Literal["day"] = Field(default="day", description="The backlog is measured at each day's end.")
+    by: Literal["currency"] | None = Field(
+        default=None,
+        description="`currency`: each point also split by the currency each open item had at that moment"
+        " (`by_currency`).",
+    )
 
 
 class DecisionsQuery(PeriodQuery):
@@ -134,14 +139,26 @@ class ThroughputOut(ReportOut):
     )
 
 
+class BacklogFiguresOut(BaseModel):
+    open: int = Field(description="Items of the currency open at `at`.")
+    by_age: dict[str, int] = Field(description="... by age since enqueue.")
+
+
 class BacklogPointOut(BaseModel):
     start: date = Field(description="The day.")
     at: Timestamp = Field(description="Its end (the next local midnight), or as_of for the day in progress.")
     open: int = Field(description="Items open at `at`.")
     by_age: dict[str, int] = Field(description="... by age since enqueue: 0-1d, 1-3d, 3-7d, 7-30d, 30d+.")
+    by_currency: dict[str, BacklogFiguresOut] | None = Field(
+        default=None,
+        description="With `by=currency`: per ISO 4217 code with items open at `at` (as the item's currency"
+        " stood then: a revision can change it), the same counts; they add up to `open` and `by_age`."
+        " Null otherwise.",
+    )
 
 
 class BacklogOut(ReportOut):
+    by: Literal["currency"] | None = Field(default=None, description="`currency` when the points are split.")
     bands: list[str]
     points: list[BacklogPointOut] = Field(description="One per day that has begun.")
 

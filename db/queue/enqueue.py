@@ -16,6 +16,7 @@ from sqlalchemy import (
     Numeric,
     Text,
     bindparam,
+    case,
     cast,
     func,
     literal_column,
@@ -27,6 +28,7 @@ from sqlalchemy.dialects.postgresql import UUID as PG_UUID
 from db import telemetry
 from db.notify import notify_work
 from db.queue.rows import _ITEM_COLUMNS, Item, _changed_items, _item
+from db.tables import fx_rate
 from db.tables import review_queue_item as item
 from db.unit import Unit
 
@@ -41,8 +43,7 @@ class NewItem:
     source_hash: str
     trace_id: UUID | None = None
     context: dict[str, Any] | None = None
-    due_at: datetime | None = None  # None: created_at + sla_hours
-    sla_hours: int = 168  # the SLA tier of the amount (api.settings.sla_hours)
+    due_at: datetime | None = None  # None: created_at + the hours of the amount's SLA tier
 
     def matches(self, existing: Item) -> bool:
         """Same payload as a stored item? A retry that omits trace_id matches any trace_id, and one
@@ -79,10 +80,38 @@ _batch = (
         # JSON text, cast below: a text[] binds without a JSON serializer per element.
         bindparam("contexts", type_=ARRAY(Text)),
         bindparam("due_ats", type_=ARRAY(DateTime(timezone=True))),
-        bindparam("sla_hours", type_=ARRAY(Integer)),
     )
-    .table_valued("k", "e", "a", "cur", "d", "h", "t", "p", "c", "due", "sla")
+    .table_valued("k", "e", "a", "cur", "d", "h", "t", "p", "c", "due")
     .render_derived()
+)
+# The SLA tiers (REVIEW_QUEUE_SLA_TIERS) are base-currency amounts, like the approval thresholds:
+# an item's tier is the highest its absolute amount reaches converted at its currency's latest rate
+# set before this transaction began (the completion's rate, db/queue/completion.py); the base
+# currency's rate is 1. No rate: the strictest tier (the fewest hours), whatever the amount, as four
+# eyes fails safe: 9,000 JPY and 9,000 KWD are not given the time of 9,000 dollars.
+_tiers = (
+    func.unnest(
+        bindparam("tier_floors", type_=ARRAY(Numeric())), bindparam("tier_hours", type_=ARRAY(Integer))
+    )
+    .table_valued("floor", "hours")
+    .render_derived()
+)
+_rate = case(
+    (_batch.c.cur == bindparam("base_currency", type_=Text), literal_column("1", Numeric())),
+    else_=select(fx_rate.c.rate)
+    .where(fx_rate.c.currency == _batch.c.cur, fx_rate.c.set_at <= func.now())
+    .order_by(fx_rate.c.set_at.desc(), fx_rate.c.id.desc())
+    .limit(1)
+    .correlate(_batch)  # the new item's row, two levels out (inside the tiers' subquery)
+    .scalar_subquery(),
+)
+_sla_hours = func.coalesce(
+    select(_tiers.c.hours)
+    .where(func.abs(_batch.c.a) * _rate >= _tiers.c.floor)
+    .order_by(_tiers.c.floor.desc())
+    .limit(1)
+    .scalar_subquery(),
+    select(func.min(_tiers.c.hours)).scalar_subquery(),
 )
 # One transaction shares one now(); a microsecond per position keeps a batch in request order in
 # the queue. The items' ENQUEUED events are stamped now(), so an item of a batch is created up to
@@ -115,8 +144,8 @@ _inserted = (
             func.coalesce(_batch.c.t, func.gen_random_uuid()),
             _created_at,
             cast(_batch.c.c, JSONB),
-            # The database's clock, like every other time here (the SLA tier is chosen in Python).
-            func.coalesce(_batch.c.due, _created_at + func.make_interval(0, 0, 0, 0, _batch.c.sla)),
+            # The database's clock, like every other time here.
+            func.coalesce(_batch.c.due, _created_at + func.make_interval(0, 0, 0, 0, _sla_hours)),
         ).order_by(_batch.c.k),
     )
     .on_conflict_do_nothing(index_elements=[item.c.idempotency_key])
@@ -130,9 +159,16 @@ _BY_KEYS = select(*_ITEM_COLUMNS).where(
 
 
 async def enqueue_items(
-    unit: Unit, *, new: Sequence[NewItem], actor: str
+    unit: Unit,
+    *,
+    new: Sequence[NewItem],
+    actor: str,
+    sla_tiers: Sequence[tuple[Decimal, int]],
+    base_currency: str,
 ) -> list[tuple[EnqueueOutcome, Item]]:
-    """Insert the new keys in one statement; answer per input, in input order."""
+    """Insert the new keys in one statement; answer per input, in input order. An item without a
+    due_at is due after the hours of the highest of `sla_tiers` (base-currency amount, hours) its
+    amount reaches in the base currency (no rate: the strictest)."""
     if len(new) > _MAX_POSITIONS:
         raise ValueError(f"at most {_MAX_POSITIONS} items in one statement, not {len(new)}")
     first: dict[str, int] = {}
@@ -150,7 +186,9 @@ async def enqueue_items(
         "positions": list(first.values()),
         "contexts": [None if n.context is None else json.dumps(n.context) for n in unique],
         "due_ats": [n.due_at for n in unique],
-        "sla_hours": [n.sla_hours for n in unique],
+        "tier_floors": [floor for floor, _ in sla_tiers],
+        "tier_hours": [hours for _, hours in sla_tiers],
+        "base_currency": base_currency,
         "actor": actor,
     }
     created = {i.idempotency_key: i for i in map(_item, await unit.execute(_ENQUEUE, params))}
@@ -172,6 +210,10 @@ async def enqueue_items(
     return results
 
 
-async def enqueue_item(unit: Unit, *, new: NewItem, actor: str) -> tuple[EnqueueOutcome, Item]:
-    (result,) = await enqueue_items(unit, new=[new], actor=actor)
+async def enqueue_item(
+    unit: Unit, *, new: NewItem, actor: str, sla_tiers: Sequence[tuple[Decimal, int]], base_currency: str
+) -> tuple[EnqueueOutcome, Item]:
+    (result,) = await enqueue_items(
+        unit, new=[new], actor=actor, sla_tiers=sla_tiers, base_currency=base_currency
+    )
     return result

@@ -84,11 +84,11 @@ async def keep(conn: AsyncConnection, period: Period, statement: TextClause, **p
 # running maximum of their moments. Two CTEs, shared by the SLA and the backlog.
 _REOPENED = """
 reopened_item AS MATERIALIZED (
-    SELECT i.id, i.created_at, i.due_at, i.state, i.resolved_at, i.ledger_entity
+    SELECT i.id, i.created_at, i.due_at, i.state, i.resolved_at, i.ledger_entity, i.currency
     FROM ({items}) AS r
     -- One primary-key read per reopened item (OFFSET 0 keeps the planner from scanning all items).
     CROSS JOIN LATERAL (
-        SELECT id, created_at, due_at, state, resolved_at, ledger_entity
+        SELECT id, created_at, due_at, state, resolved_at, ledger_entity, currency
         FROM review_queue_item WHERE id = r.item_id OFFSET 0
     ) AS i
 ),

@@ -15,7 +15,7 @@ from sqlalchemy import (
     func,
     text,
 )
-from sqlalchemy.dialects.postgresql import ARRAY, INTERVAL, UUID
+from sqlalchemy.dialects.postgresql import ARRAY, INTERVAL, JSONB, UUID
 
 from db.tables import metadata
 
@@ -42,13 +42,16 @@ review_queue_throughput_bucket = Table(
         name="decisions_without_releases",
     ),
 )
-# ... and the backlog report's point of each closed day (the open items at its end, by age band).
+# ... and the backlog report's point of each closed day (the open items at its end, by age band), and
+# its split by currency: {"EUR": [counts per band], ...}, the currencies with items open then
+# (2026_12_07_0100; null on a day kept before it, which the next round keeps again).
 review_queue_backlog_day = Table(
     "review_queue_backlog_day",
     metadata,
     Column("day", Date, primary_key=True),
     Column("at", DateTime(timezone=True), nullable=False),
     Column("by_age", ARRAY(Integer), nullable=False),
+    Column("by_currency", JSONB, nullable=True),
 )
 review_queue_throughput_rollup = Table(
     "review_queue_throughput_rollup",

@@ -254,6 +254,45 @@ def backlog(
     return points
 
 
+def currency_at(item: Item, trail: list[Event], moment: datetime) -> str:
+    """The item's currency at `moment`: a revision that changed it takes effect after its effective
+    time (the running maximum of those revisions' `at`, in trail order), as a decision does."""
+    changes = [
+        e
+        for e in trail
+        if e.event == "REVISED"
+        and e.details["previous"].get("currency") != e.details["current"].get("currency")
+    ]
+    currency = changes[0].details["previous"]["currency"] if changes else item.currency
+    latest: datetime | None = None
+    for e in changes:
+        latest = e.at if latest is None else max(latest, e.at)
+        if latest < moment:
+            currency = e.details["current"]["currency"]
+    return currency
+
+
+def backlog_by_currency(
+    items: dict[UUID, Item], events: list[Event], cuts: list[datetime], as_of: datetime
+) -> list[dict[str, tuple[int, ...]]]:
+    """Per point (as `backlog`), the currencies with items open then, each with its counts per band."""
+    by_item = trails(events)
+    points = []
+    for k in range(1, len(cuts)):
+        if cuts[k - 1] >= as_of:
+            continue
+        moment = min(cuts[k], as_of)
+        split: dict[str, list[int]] = {}
+        for item in items.values():
+            trail = by_item[item.id]
+            if open_at(trail, moment):
+                age = moment - item.created_at
+                bands = split.setdefault(currency_at(item, trail, moment), [0] * len(BANDS))
+                bands[max(t for t, lo in enumerate(BANDS) if age >= lo)] += 1
+        points.append({code: tuple(bands) for code, bands in sorted(split.items())})
+    return points
+
+
 def _text(value: Any) -> str | None:
     return None if value is None else str(value)
 
@@ -303,6 +342,7 @@ def decisions(
 # ---------------------------------------------------------------------------------------------
 
 REVIEWERS = ("alice", "bob", "carol")
+CURRENCIES = ("USD", "EUR", "JPY", "KWD")
 APPROVERS = ("april", "arthur")
 ADMIN = "ada"
 
@@ -317,6 +357,7 @@ class History:
     amount: Decimal
     created_at: datetime
     due_at: datetime
+    currency: str = "USD"
     events: list[dict[str, Any]] = field(default_factory=list)
     row: dict[str, Any] = field(default_factory=dict)
 
@@ -337,9 +378,10 @@ class Life:
         self.proposal: tuple[str, str | None] | None = None
         self.decision: dict[str, Any] = {}  # resolution, note, resolved_by, resolved_at, approved_by/at
         self.amount = Decimal(rng.choice(["12.50", "-40.00", "2500.00", "25000.00"]))
+        self.currency = rng.choice(CURRENCIES)
         self.match_decision = "PARTIAL"
         self.source = f"h-{n}"
-        self.history = History(uuid4(), f"rep-{n}", entity, self.amount, created_at, due_at)
+        self.history = History(uuid4(), f"rep-{n}", entity, self.amount, created_at, due_at, self.currency)
         self.log("ENQUEUED", "ivan", {}, at=created_at)
 
     def log(self, event: str, actor: str, details: dict[str, Any], *, at: datetime | None = None) -> None:
@@ -383,10 +425,13 @@ class Life:
     def revise(self) -> None:
         previous = {
             "variance_amount": str(self.amount),
+            "currency": self.currency,
             "match_decision": self.match_decision,
             "source_hash": self.source,
         }
         self.amount = self.amount + Decimal("1.00")
+        if self.rng.random() < 0.5:  # the source corrects the currency too (the backlog's split moves)
+            self.currency = self.rng.choice([c for c in CURRENCIES if c != self.currency])
         self.match_decision = "UNMATCHED" if self.match_decision == "PARTIAL" else "PARTIAL"
         self.source += "'"
         was = self.state
@@ -394,6 +439,7 @@ class Life:
             self.epoch += 1
         current = {
             "variance_amount": str(self.amount),
+            "currency": self.currency,
             "match_decision": self.match_decision,
             "source_hash": self.source,
         }
@@ -520,7 +566,7 @@ class Life:
         # approval leave it; reopening, releasing, rejecting clear it.
         h = self.history
         holding = self.holder is not None
-        h.amount = self.amount
+        h.amount, h.currency = self.amount, self.currency
         h.row = {
             "state": self.state,
             "leased_by": self.holder,
@@ -586,11 +632,20 @@ def arrange(sql: psycopg.Connection, histories: list[History]) -> None:
     placeholders = ", ".join(["%s"] * len(_ROW_COLUMNS))
     with sql.cursor() as cursor:
         cursor.executemany(
-            "INSERT INTO review_queue_item (id, idempotency_key, ledger_entity, variance_amount,"
+            "INSERT INTO review_queue_item (id, idempotency_key, ledger_entity, variance_amount, currency,"
             f" created_at, due_at, trace_id, {columns})"
-            f" VALUES (%s, %s, %s, %s, %s, %s, gen_random_uuid(), {placeholders})",
+            f" VALUES (%s, %s, %s, %s, %s, %s, %s, gen_random_uuid(), {placeholders})",
             [
-                (h.id, h.key, h.entity, h.amount, h.created_at, h.due_at, *(h.row[c] for c in _ROW_COLUMNS))
+                (
+                    h.id,
+                    h.key,
+                    h.entity,
+                    h.amount,
+                    h.currency,
+                    h.created_at,
+                    h.due_at,
+                    *(h.row[c] for c in _ROW_COLUMNS),
+                )
                 for h in histories
             ],
         )

@@ -601,6 +601,43 @@ MUTANTS += (
         "tests/system/test_frozen_server.py::test_a_transaction_on_a_frozen_server_gives_up_within_its_deadline",
         (Edit("db/engine.py", "        info[_DEADLINE] = deadline_s\n", ""),),
     ),
+    # Issue 40: the backlog's split, the SLA tiers and the amount bounds in their currencies.
+    Mutant(
+        "the backlog's split by currency ignores revisions that changed an item's currency",
+        "tests/integration/db/test_reports.py::test_the_kept_days_carry_their_split_by_currency_as_it_stood_then",
+        (Edit("db/reports/aging.py", '"currency_spans": _CURRENCY_SPANS,', '"currency_spans": "",'),),
+    ),
+    Mutant(
+        "the SLA tier compares the bare amount, not its base-currency equivalent",
+        "tests/integration/api/test_deadlines.py::test_the_tiers_compare_the_amount_converted_at_the_latest_rate",
+        (
+            Edit(
+                "db/queue/enqueue.py",
+                ".where(func.abs(_batch.c.a) * _rate >= _tiers.c.floor)",
+                ".where(func.abs(_batch.c.a) >= _tiers.c.floor)",
+            ),
+        ),
+    ),
+    Mutant(
+        "an item in a currency without a rate gets the loosest SLA tier",
+        "tests/integration/api/test_deadlines.py::test_an_item_in_a_currency_without_a_rate_gets_the_strictest_tier",
+        (
+            Edit(
+                "db/queue/enqueue.py", "select(func.min(_tiers.c.hours))", "select(func.max(_tiers.c.hours))"
+            ),
+        ),
+    ),
+    Mutant(
+        "GET /items' amount bounds take two decimals, not the column's three",
+        "tests/integration/api/test_work_list.py::test_amount_bounds_take_three_decimals_and_the_columns_whole_range",
+        (
+            Edit(
+                "api/schemas/fields.py",
+                'AMOUNT_BOUND_PATTERN = r"^[0-9]{1,16}(\\.[0-9]{1,3})?$"',
+                'AMOUNT_BOUND_PATTERN = r"^[0-9]{1,16}(\\.[0-9]{1,2})?$"',
+            ),
+        ),
+    ),
 )
 
 # The reports (issue 42): a release is not a decision.

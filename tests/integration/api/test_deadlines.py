@@ -13,7 +13,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from api.app import create_app
-from api.settings import Settings, load_settings, parse_sla_tiers, sla_hours
+from api.settings import Settings, load_settings, parse_sla_tiers
 from client import ReviewQueueClient
 from tests.support import wait_for
 from tests.support.api import Auth, assert_problem, enqueue, item_body
@@ -52,6 +52,87 @@ def test_without_due_at_the_default_tiers_set_it_from_the_amount(
     assert ts(item["due_at"]) - ts(item["created_at"]) == timedelta(hours=hours), item
 
 
+# --- the tiers in the base currency (issue 40): like four eyes, at the latest rate, failing safe ---
+
+
+def _set_rate(client: TestClient, auth: Auth, currency: str, rate: str) -> None:
+    response = client.put(f"/fx-rates/{currency}", json={"rate": rate}, headers=auth("ada", "admin"))
+    assert response.status_code == 200, response.text
+
+
+def _hours(item: dict[str, Any]) -> float:
+    return (ts(item["due_at"]) - ts(item["created_at"])) / timedelta(hours=1)
+
+
+@pytest.mark.parametrize(
+    ("amount", "hours"),
+    [
+        # 10,000.00 / 1.0850 = 9,216.5898...: no cent lands on the boundary itself.
+        ("9216.59", 72),  # 10,000.00015 USD: exact, not rounded to 10,000.00
+        ("-9216.59", 72),
+        ("9216.58", 120),  # 9,999.98930 USD
+        ("-9216.58", 120),
+        ("92165.90", 24),  # 100,000.0015 USD
+        ("92165.89", 72),  # 99,999.99065 USD
+        ("921.66", 120),  # 1,000.0011 USD
+        ("921.65", 168),  # 999.99025 USD
+    ],
+)
+def test_the_tiers_compare_the_amount_converted_at_the_latest_rate(
+    client: TestClient, auth: Auth, amount: str, hours: int
+) -> None:
+    _set_rate(client, auth, "EUR", "1.2000")
+    _set_rate(client, auth, "EUR", "1.0850")  # the latest one applies, not the first
+    item = enqueue(client, auth("ingest", "ingest"), variance_amount=amount, currency="EUR")
+    assert _hours(item) == hours, item
+
+
+@pytest.mark.parametrize(("amount", "hours"), [("7999.99", 120), ("8000.00", 72), ("8000.01", 72)])
+def test_an_amount_converting_exactly_to_a_tier_is_in_it(
+    client: TestClient, auth: Auth, amount: str, hours: int
+) -> None:
+    _set_rate(client, auth, "EUR", "1.25")  # 8,000.00 EUR = 10,000.00 USD exactly: "at least"
+    item = enqueue(client, auth("ingest", "ingest"), variance_amount=amount, currency="EUR")
+    assert _hours(item) == hours, item
+
+
+@pytest.mark.parametrize(("amount", "currency"), [("1", "JPY"), ("0.001", "KWD"), ("0.00", "EUR")])
+def test_an_item_in_a_currency_without_a_rate_gets_the_strictest_tier(
+    client: TestClient, auth: Auth, amount: str, currency: str
+) -> None:
+    # Not the time of so many dollars: 1 JPY and 0.001 KWD are not 1.00 and 0.001 USD. A rate of
+    # another currency does not count.
+    _set_rate(client, auth, "GBP", "1.27")
+    item = enqueue(client, auth("ingest", "ingest"), variance_amount=amount, currency=currency)
+    assert _hours(item) == 24, item
+
+
+def test_a_rate_set_later_leaves_a_deadline_and_a_batch_takes_each_items_own_rate(
+    client: TestClient, auth: Auth
+) -> None:
+    ingest = auth("ingest", "ingest")
+    before = enqueue(client, ingest, variance_amount="500", currency="JPY")
+    assert _hours(before) == 24
+    _set_rate(client, auth, "JPY", "0.0067")  # 500 JPY = 3.35 USD
+    _set_rate(client, auth, "KWD", "3.25")
+    assert client.get(f"/items/{before['id']}", headers=ingest).json()["due_at"] == before["due_at"]
+    response = client.post(
+        "/items/batch",
+        json={
+            "items": [
+                item_body(variance_amount="500", currency="JPY"),  # 3.35 USD
+                item_body(variance_amount="3076.924", currency="KWD"),  # 10,000.003 USD
+                item_body(variance_amount="3076.923", currency="KWD"),  # 9,999.99975 USD
+                item_body(variance_amount="10000.00"),  # the base currency: the amount itself
+                item_body(variance_amount="10000.00", currency="CHF"),  # no rate
+            ]
+        },
+        headers=ingest,
+    )
+    assert response.status_code == 200, response.text
+    assert [_hours(r["item"]) for r in response.json()["results"]] == [168, 72, 120, 72, 24]
+
+
 def test_tiers_come_from_the_setting_and_apply_to_batches_too(db_url: str, auth: Auth) -> None:
     settings = make_settings(db_url, sla_tiers="500:2h, 50.50:1d, 0:3d")
     with TestClient(create_app(settings)) as client:
@@ -80,7 +161,6 @@ def test_tiers_come_from_the_setting_and_apply_to_batches_too(db_url: str, auth:
 def test_the_policy_parser_and_lookup() -> None:
     tiers = parse_sla_tiers("0:7d,100000:24h,10000.5:72h")
     assert tiers == ((Decimal("100000"), 24), (Decimal("10000.5"), 72), (Decimal("0"), 168))
-    assert [sla_hours(tiers, Decimal(a)) for a in ("-100000.00", "10000.50", "10000.49")] == [24, 72, 168]
     assert Settings().sla_tiers == parse_sla_tiers("100000:24h,10000:72h,1000:120h,0:168h")
 
 

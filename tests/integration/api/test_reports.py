@@ -56,8 +56,8 @@ def _lease(client: TestClient, who: Headers, entity: str, queue: str = "review")
 def live_through_the_api(client: TestClient, sql: psycopg.Connection, t: dict[str, Headers]) -> None:
     """One item per path that writes, leases or ends a lease, each in a ledger entity of its own."""
 
-    def enqueue(entity: str, amount: str = "12.50") -> str:
-        body = item_body(ledger_entity=entity, variance_amount=amount)
+    def enqueue(entity: str, amount: str = "12.50", currency: str = "USD") -> str:
+        body = item_body(ledger_entity=entity, variance_amount=amount, currency=currency)
         return str(_ok(client.post("/items", json=body, headers=t["ivan"]))["id"])
 
     def complete(
@@ -110,7 +110,8 @@ def live_through_the_api(client: TestClient, sql: psycopg.Connection, t: dict[st
     item_id = enqueue("E6")
     complete("alice", _lease(client, t["alice"], "E6"))
     revision = {"variance_amount": "13.50", "source_hash": "sha256:new-6"}
-    _ok(client.post(f"/items/{item_id}/revisions", json=revision, headers=t["ivan"]))  # decertified: open
+    # Decertified: open, and in euros from now on (the backlog's split moves it at this moment).
+    _ok(client.post(f"/items/{item_id}/revisions", json=revision | {"currency": "EUR"}, headers=t["ivan"]))
 
     item_id = enqueue("E7")
     held = _lease(client, t["alice"], "E7")
@@ -142,7 +143,7 @@ def live_through_the_api(client: TestClient, sql: psycopg.Connection, t: dict[st
         )
     )
 
-    enqueue("E10")  # never leased
+    enqueue("E10", "1250", "JPY")  # never leased
 
     item_id = enqueue("E11")
     _lease(client, t["alice"], "E11")
@@ -284,6 +285,17 @@ def test_reports_of_real_histories_equal_the_trail(
         for _, moment, bands in ref.backlog(items, events, cuts, datetime.fromisoformat(stock["as_of"]))
     ]
     assert sum(p["open"] for p in stock["points"]) > 0
+    assert stock["by"] is None and all(p["by_currency"] is None for p in stock["points"])
+    split = _ok(client.get("/reports/backlog", params=params | {"by": "currency"}, headers=auditor))
+    expected_split = ref.backlog_by_currency(items, events, cuts, datetime.fromisoformat(split["as_of"]))
+    assert split["by"] == "currency"
+    assert [
+        {code: tuple(f["by_age"].values()) for code, f in p["by_currency"].items()} for p in split["points"]
+    ] == expected_split
+    assert all(
+        f["open"] == sum(f["by_age"].values()) for p in split["points"] for f in p["by_currency"].values()
+    )
+    assert {code for point in expected_split for code in point} == {"USD", "EUR", "JPY"}
 
     exported = client.get("/reports/decisions.ndjson", params=params, headers=auditor)
     assert exported.status_code == 200, exported.text
@@ -380,6 +392,7 @@ BAD_QUERIES = [
     ("/reports/sla", {"from": "1969-12-31", "to": "1970-01-09"}, "from"),
     ("/reports/sla", {"to": "2026-11-09"}, "from"),
     ("/reports/backlog", {"from": "2026-11-02", "to": "2026-11-09", "bucket": "week"}, "bucket"),
+    ("/reports/backlog", {"from": "2026-11-02", "to": "2026-11-09", "by": "ledger_entity"}, "by"),
     ("/reports/sla", {"from": "2026-11-02", "to": "2026-11-09", "sort": "x"}, "sort"),
     ("/reports/decisions.csv", {"from": "2026-11-09", "to": "2026-11-02"}, "to"),
     ("/reports/decisions.ndjson", {"from": "2026-11-02", "to": "2026-11-09", "tz": "Nowhere"}, "tz"),

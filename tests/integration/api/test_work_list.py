@@ -7,6 +7,8 @@ from typing import Any
 
 import psycopg
 from fastapi.testclient import TestClient
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from api.app import create_app
 from tests.support.api import Auth, assert_problem, enqueue
@@ -173,6 +175,59 @@ def test_amount_range_on_the_absolute_amount(client: TestClient, root: dict, ali
     assert _ids(client, alice, "min_amount=5000&max_amount=10") == []
     assert_problem(client.get("/items?min_amount=-1", headers=alice), 422, "VALIDATION_ERROR")
     assert all(Decimal(i["variance_amount"]) for i in client.get("/items", headers=alice).json()["items"])
+
+
+def test_amount_bounds_take_three_decimals_and_the_columns_whole_range(
+    client: TestClient, root: dict, alice: dict
+) -> None:
+    """A KWD amount has three decimals, so a bound on it does too; the largest bound the column can
+    hold is allowed; beyond either limit, a 422 that names it and the parameter."""
+    ids = {
+        a: enqueue(client, root, currency="KWD", variance_amount=a)["id"]
+        for a in ("1.233", "-1.234", "1.235")
+    }
+    assert set(_ids(client, alice, "currency=KWD&min_amount=1.234&max_amount=1.234")) == {ids["-1.234"]}
+    assert set(_ids(client, alice, "currency=KWD&min_amount=1.234")) == {ids["-1.234"], ids["1.235"]}
+    largest = "9999999999999999.999"
+    assert set(_ids(client, alice, f"currency=KWD&max_amount={largest}")) == set(ids.values())
+    assert _ids(client, alice, f"min_amount={largest}") == []
+    for name, value, says in (
+        ("min_amount", "1.2345", "3 fraction digits"),
+        ("max_amount", "10000000000000000", "below 1e16"),
+        ("min_amount", "1e3", "no exponent"),
+        ("max_amount", "-0.001", "must not be negative"),
+    ):
+        for currency in ("", "&currency=KWD"):
+            response = client.get(f"/items?{name}={value}{currency}", headers=alice)
+            (error,) = assert_problem(response, 422, "VALIDATION_ERROR")["errors"]
+            assert error["loc"] == ["query", name] and says in error["msg"], error
+
+
+_DIGITS = st.text("0123456789", min_size=1, max_size=18)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    whole=_DIGITS,
+    fraction=st.none() | st.text("0123456789", min_size=1, max_size=5),
+    name=st.sampled_from(["min_amount", "max_amount"]),
+    currency=st.sampled_from([None, "KWD", "JPY", "USD"]),
+)
+def test_any_amount_bound_is_a_page_or_a_422_naming_its_limit(
+    client: TestClient, alice: dict, whole: str, fraction: str | None, name: str, currency: str | None
+) -> None:
+    """Fuzzed: a bound of up to 16 integer and 3 fraction digits is read exactly (a page, whatever
+    the currency), anything longer is a 422 naming the limit, never a 500."""
+    value = whole if fraction is None else f"{whole}.{fraction}"
+    query = f"{name}={value}" + (f"&currency={currency}" if currency else "")
+    response = client.get(f"/items?{query}", headers=alice)
+    if len(whole) <= 16 and len(fraction or "") <= 3:
+        assert response.status_code == 200, response.text
+    else:
+        body = assert_problem(response, 422, "VALIDATION_ERROR")
+        (error,) = body["errors"]
+        assert error["loc"] == ["query", name], body
+        assert "16 integer digits (below 1e16" in error["msg"] and "3 fraction digits" in error["msg"], body
 
 
 def test_currency_filter_and_amounts_in_it_or_in_base_currency_equivalents(

@@ -722,6 +722,17 @@ REPORT_SCANS = [
             "ix_review_queue_item_reopened_resolved",
         },
     ),
+    # ... and split by currency (the reclaimer keeps every day so), the revisions that changed a
+    # currency since its period began too (2026_12_07_0100), off their own partial index.
+    (
+        "aging._BACKLOG_BY_CURRENCY",
+        {
+            "ix_review_queue_event_reopened",
+            "ix_review_queue_item_reopened_open",
+            "ix_review_queue_item_reopened_resolved",
+            "ix_review_queue_event_currency_revised",
+        },
+    ),
     # The reclaimer's keeping of a closed day reads what the report reads for that day.
     (
         "workload._KEEP",

@@ -77,6 +77,17 @@ def check_backlog(
         (period.start + timedelta(days=k - 1), moment, bands)
         for k, moment, bands in ref.backlog(items, events, cuts, stock.as_of)
     ]
+    assert all(p.by_currency is None for p in stock.points)
+    # Split by currency: each day's split is the trail's, and sums to the day's total.
+    split = run(db_url, lambda c: reports.backlog(c, period=period, by_currency=True))
+    assert [p.by_currency for p in split.points] == ref.backlog_by_currency(items, events, cuts, split.as_of)
+    # (today's point is at each report's own moment)
+    assert [(p.start, min(p.at, stock.as_of), p.by_age) for p in split.points] == [
+        (p.start, p.at, p.by_age) for p in stock.points
+    ]
+    for p in split.points:
+        assert p.by_currency is not None
+        assert tuple(map(sum, zip(*p.by_currency.values(), strict=True))) in {p.by_age, ()}
 
 
 def check_all(db_url: str, sql: psycopg.Connection, start: date, end: date, tz: str) -> None:
@@ -85,6 +96,7 @@ def check_all(db_url: str, sql: psycopg.Connection, start: date, end: date, tz: 
         for entity in (None, "ACME"):
             check_sla(db_url, items, events, period, entity)
         check_throughput(db_url, events, period)
+    check_backlog(db_url, items, events, reports.Period(start, end, tz))  # from the trail
     # Again with the closed days kept in this zone: the same figures, read from them.
     roll_up_days(db_url, tz)
     assert sql.execute(
@@ -535,6 +547,47 @@ def test_the_report_reads_closed_days_in_the_rollups_zone_from_the_rollup_and_th
     recent = throughput_of(db_url, reports.Period(date(2026, 3, 2), now + timedelta(days=1), "UTC"))
     assert recent[0] == (date(2026, 3, 2), "alice", 101, 0)
     assert recent[-1] == (now, "carol", 1, 0)
+
+
+def test_the_kept_days_carry_their_split_by_currency_as_it_stood_then(
+    db_url: str, sql: psycopg.Connection
+) -> None:
+    open_in_eur = life(9, "2026-03-01T10:00Z", "2026-03-05T17:00Z")
+    open_in_eur.currency = "EUR"
+    ref.arrange(sql, [x.finish() for x in [*decided_in_march(), open_in_eur]])
+    roll_up_days(db_url, "UTC")
+    march = reports.Period(*MARCH, "UTC")
+    assert sql.execute(
+        "SELECT count(*) FROM review_queue_backlog_day WHERE by_currency IS NULL"
+    ).fetchone() == (0,)
+    kept = run(db_url, lambda c: reports.backlog(c, period=march, by_currency=True)).points
+    assert kept[2].by_currency is not None and kept[2].by_currency["EUR"] == (0, 1, 0, 0, 0)
+    # The source moves the open item to JPY today: the kept days keep EUR, the currency it had then
+    # (as the trail says), and today's point has it in JPY.
+    revised = run(
+        db_url,
+        lambda conn: queue.revise_item(
+            Transaction(conn), item_id=open_in_eur.history.id, actor="ivan", variance_amount=Decimal("1250"),
+            currency="JPY", source_hash="h-9-yen", match_decision="PARTIAL",
+        ),
+    )  # fmt: skip
+    assert revised.item is not None and revised.item.currency == "JPY"
+    items, events = ref.read_back(sql)
+    today = datetime.now(UTC).date()
+    check_backlog(db_url, items, events, march)
+    check_backlog(
+        db_url, items, events, reports.Period(today - timedelta(days=2), today + timedelta(days=1), "UTC")
+    )
+    assert run(db_url, lambda c: reports.backlog(c, period=march, by_currency=True)).points == kept
+    # A day kept by the release before the split has none: read from the trail, and the next round
+    # keeps every day again, with it.
+    sql.execute("UPDATE review_queue_backlog_day SET by_currency = NULL WHERE day = '2026-03-04'")
+    check_backlog(db_url, items, events, march)
+    roll_up_days(db_url, "UTC")
+    assert sql.execute(
+        "SELECT count(*) FROM review_queue_backlog_day WHERE by_currency IS NULL"
+    ).fetchone() == (0,)
+    check_backlog(db_url, items, events, march)
 
 
 def test_decisions_reopened_after_their_day_was_rolled_up_stay_in_it(

@@ -606,6 +606,8 @@ def test_reports_and_the_streamed_decisions(live_server: str, make_token: Callab
         assert own.reviewer == "alice"
         assert [(r.reviewer, r.resolved, r.decisions) for r in own.rows] == [("alice", 3, 3)]
         assert audrey.report_backlog(today, tomorrow).points[0].open == 0
+        split = audrey.report_backlog(today, tomorrow, by="currency")  # nothing open: an empty split
+        assert split.by == "currency" and split.points[0].by_currency == {}
         streamed = list(audrey.report_decisions(today, tomorrow))
         assert len(streamed) == 3 and all(isinstance(d, DecisionRowOut) for d in streamed)
         assert {d.variance_amount for d in streamed} == {Decimal("-0.50")}
@@ -621,6 +623,7 @@ def test_reports_and_the_streamed_decisions(live_server: str, make_token: Callab
             assert (await ada.report_sla(today, tomorrow)).total.fell_due == 0
             assert len((await ada.report_throughput(today, tomorrow)).rows) == 1
             assert len((await ada.report_backlog(today, tomorrow)).points) == 1
+            assert (await ada.report_backlog(today, tomorrow, by="currency")).points[0].by_currency == {}
             return [d async for d in ada.report_decisions(today, tomorrow)]
 
     assert asyncio.run(asynchronously()) == streamed

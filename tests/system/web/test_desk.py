@@ -1493,6 +1493,23 @@ def test_the_reports_view_draws_the_charts_with_tables_of_the_apis_numbers(
         assert any(r["median_lease_to_decision_s"] for r in shown["throughput"]["rows"])
         assert len(shown["backlog"]["points"]) == (sunday - monday).days + 1
         assert "(now)" not in str(_table(page, "Backlog by age"))
+        # One currency's backlog: the choices are the split's currencies, and its table the API's.
+        days = shown["days"]
+        split = _api_rows(base, auditor, "/reports/backlog", days | {"by": "currency"})
+        codes = sorted({code for p in split["points"] for code in p["by_currency"]})
+        assert len(codes) >= 2
+        choice = reports.get_by_label("Backlog currency")
+        assert choice.locator("option").all_inner_texts() == ["All currencies", *codes]
+        choice.select_option(codes[1])
+        empty = {"open": 0, "by_age": dict.fromkeys(split["bands"], 0)}
+        chosen = [(p, p["by_currency"].get(codes[1], empty)) for p in split["points"]]
+        assert _table(page, f"Backlog by age, {codes[1]}") == [
+            [p["start"] + (" (now)" if p["at"] == split["as_of"] else ""),
+             *(str(f["by_age"][band]) for band in split["bands"]), str(f["open"])]
+            for p, f in chosen
+        ]  # fmt: skip
+        choice.select_option("")
+        expect(reports.get_by_role("figure", name=re.compile(r"^Backlog by age \("))).to_be_visible()
         # Each chart is an image with a text alternative, drawn as SVG: no canvas, nothing fetched.
         assert reports.locator("svg[role=img]").count() == 3
         assert reports.locator("svg rect").count() > 20
