@@ -1,6 +1,5 @@
 """Reads: an item, lists of items, an item's events, a reviewer's decisions, lost leases."""
 
-import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -62,7 +61,7 @@ class ItemFilter:
     due_before: datetime | None = None  # exclusive
     min_amount: Decimal | None = None  # abs(variance_amount), inclusive
     max_amount: Decimal | None = None  # abs(variance_amount), inclusive
-    search: str | None = None  # an id, an idempotency key or a ledger entity, exactly
+    search: str | None = None  # a prefix of the id, the key, the entity or a context value (_search)
     # With a currency, the amount bounds are amounts of it; without, of the base currency, which
     # each item's amount is converted into at its currency's latest rate.
     currency: str | None = None
@@ -76,11 +75,44 @@ class ItemFilter:
 ListOrder = Literal["created_at", "due_at"]
 
 
+# The item's key, entity and context values, lower-cased, each after this separator
+# (review_queue_item_search_text, 2026_12_07_0050): "a prefix of a value" is then a substring.
+_SEPARATOR = "\x1f"
+_SEARCH_TEXT = func.review_queue_item_search_text(
+    item.c.idempotency_key, item.c.ledger_entity, item.c.context, type_=Text
+)
+_UUID_TEXT = "00000000-0000-0000-0000-000000000000"
+
+
+def like_escaped(term: str) -> str:
+    """`term` matching itself only in a LIKE pattern (escape character: backslash)."""
+    return term.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+
+
+def id_prefix_range(term: str) -> tuple[UUID, UUID] | None:
+    """The ids whose canonical text starts with `term` (any letter case), as a range of the primary
+    key (UUIDs order as their hex digits do); None when no id's text starts so."""
+    folded = term.lower()
+    shapes = zip(folded, _UUID_TEXT, strict=False)
+    fits = len(folded) <= len(_UUID_TEXT) and all(
+        c == "-" if shape == "-" else c in "0123456789abcdef" for c, shape in shapes
+    )
+    if not fits:
+        return None
+    rest = _UUID_TEXT[len(folded) :]
+    return UUID(folded + rest), UUID(folded + rest.replace("0", "f"))
+
+
 def _search(term: str) -> ColumnElement[bool]:
-    """An id, an idempotency key or a ledger entity: each on its own index (a bitmap OR of them)."""
-    matches = [item.c.idempotency_key == term, item.c.ledger_entity == term]
-    with contextlib.suppress(ValueError):
-        matches.append(item.c.id == UUID(term))
+    """A prefix, in any letter case, of the id (a range of the primary key), or of the key, the
+    entity or any string or number in the context, nested too (ix_review_queue_item_search, a
+    trigram index: the planner reads it for a rare term, or walks the list order and filters for a
+    common one). Both sides are lower-cased by PostgreSQL, so that they fold alike. A term with the
+    separator in it could match across two values; no one types one."""
+    pattern = func.lower(literal(f"%{_SEPARATOR}{like_escaped(term)}%", Text))
+    matches = [_SEARCH_TEXT.like(pattern, escape="\\")]
+    if (ids := id_prefix_range(term)) is not None:
+        matches.append(item.c.id.between(*ids))
     return or_(*matches)
 
 

@@ -495,15 +495,34 @@ def test_a_common_match_or_amount_never_walks_the_history_for_the_other_open_ite
     assert "ix_review_queue_item_open_due" in {name for _, name in scans(tree)}, scans(tree)
 
 
-def test_the_search_reads_an_index(busy_table: psycopg.Connection) -> None:
-    """q matches an id, an idempotency key or an entity: read by the primary key for an id, else by
-    an index (the entity's, or the due order filtered until a page is full), never the table."""
-    item_id = busy_table.execute("SELECT id FROM review_queue_item LIMIT 1").fetchone()[0]
-    by_id = scans(list_plan(busy_table, search=str(item_id)))
+@pytest.mark.parametrize("order", ["created_at", "due_at"])
+def test_the_search_reads_its_indexes(busy_table: psycopg.Connection, order: queue.ListOrder) -> None:
+    """q (issue 42) is a prefix of the id, the key, the entity or a context value, in any case. A
+    rare term (an invoice number: 11 of 55,000 items) is read off the trigram index
+    ix_review_queue_item_search and only its rows sorted; a prefix of an id off the primary key; a
+    term most items match walks the list order until a page is full. Never the whole table."""
+    busy_table.execute(
+        "UPDATE review_queue_item"
+        " SET context = jsonb_build_object('invoice', 'INV-' || substr(idempotency_key, 2))"
+    )
+    busy_table.execute("VACUUM ANALYZE review_queue_item")
+
+    def search(term: str) -> dict[str, Any]:
+        where = queue.ItemFilter(search=term, rate_range=(Decimal(1), Decimal(1)))
+        return plan(busy_table, queue.list_query(where=where, after=None, limit=51, order=order), {})
+
+    rare = scans(search("inv-4711"))
+    assert ("Bitmap Index Scan", "ix_review_queue_item_search") in rare, rare
+    assert_no_table_scan(rare)
+    item_id = busy_table.execute("SELECT id FROM review_queue_item WHERE idempotency_key = 'k777'").fetchone()
+    assert item_id is not None
+    by_id = scans(search(str(item_id[0])[:8].upper()))
     assert "pk_review_queue_item" in {name for _, name in by_id}, by_id
     assert_no_table_scan(by_id)
-    for term in ("E7", "k7"):
-        assert_no_table_scan(scans(list_plan(busy_table, search=term)))
+    for common in ("e", "E7", "k"):  # every entity, one entity in 50, every key
+        found = scans(search(common))
+        assert_no_table_scan(found)
+        assert f"ix_review_queue_item_{order}_id" in {name for _, name in found}, (common, found)
 
 
 def test_my_decisions_read_their_partial_index(busy_table: psycopg.Connection) -> None:
