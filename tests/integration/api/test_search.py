@@ -6,7 +6,10 @@ page with the list's cursor in either order."""
 from typing import Any
 from urllib.parse import urlencode
 
+import pytest
 from fastapi.testclient import TestClient
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from tests.support.api import enqueue
 
@@ -97,3 +100,37 @@ def test_the_matches_page_with_the_lists_cursor_in_either_order(
                 break
         assert seen == expected, order
     assert found(client, alice, "st-", state="RESOLVED") == []
+
+
+# Letters whose lower case Python and PostgreSQL (C.UTF-8, the embedded server's) agree on, the
+# wildcards and the backslash, digits and a separator: enough to make every escaping mistake show.
+ALPHABET = "aAbBéÉöÖ%_\\-/ 19"
+VALUES = ["Ab%1", "ab_1", "aB\\9", "É-ö/1", "éÖ 9", "b-a", "%_\\", "AÉ%"]
+
+
+@pytest.fixture
+def varied(client: TestClient, root: dict) -> dict[str, list[str]]:
+    """Items whose key, entity and context values mix case, wildcards and accents: {id: values}."""
+    items: dict[str, list[str]] = {}
+    for n, value in enumerate(VALUES):
+        other = VALUES[(n + 3) % len(VALUES)]
+        key = f"{value}#{n}"
+        item = enqueue(client, root, idempotency_key=key, ledger_entity=f"E{other}", context={"v": [other]})
+        items[item["id"]] = [item["id"], key, f"E{other}", other]
+    return items
+
+
+@given(
+    term=st.one_of(
+        st.text(ALPHABET, min_size=1, max_size=6),
+        st.tuples(st.sampled_from(VALUES), st.integers(1, 6), st.booleans()).map(
+            lambda t: (t[0][: t[1]].upper() if t[2] else t[0][: t[1]].lower()) or "a"
+        ),
+    )
+)
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_any_term_finds_exactly_the_items_with_a_value_that_starts_so(
+    client: TestClient, alice: dict, varied: dict[str, list[str]], term: str
+) -> None:
+    expected = {i for i, values in varied.items() if any(v.lower().startswith(term.lower()) for v in values)}
+    assert set(found(client, alice, term)) & set(varied) == expected, term
