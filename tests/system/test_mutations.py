@@ -52,6 +52,17 @@ MUTANTS: tuple[Mutant, ...] = (
         (Edit(LEASE, "        wanted.append(_not_returned())\n", ""),),
     ),
     Mutant(
+        "a search term's LIKE wildcards left unescaped (`a_b` finds AXB, `%` finds everything)",
+        "tests/integration/api/test_search.py::test_like_wildcards_in_the_term_are_plain_characters",
+        (
+            Edit(
+                "db/queue/reads.py",
+                '    return term.replace("\\\\", "\\\\\\\\").replace("%", "\\\\%").replace("_", "\\\\_")\n',
+                "    return term\n",
+            ),
+        ),
+    ),
+    Mutant(
         "no SKIP LOCKED in the lease",
         "tests/integration/db/test_queue.py::test_two_workers_never_double_lease",
         (
