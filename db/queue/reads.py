@@ -12,6 +12,7 @@ from sqlalchemy import (
     DateTime,
     Numeric,
     Text,
+    and_,
     bindparam,
     case,
     cast,
@@ -26,7 +27,7 @@ from sqlalchemy import (
     tuple_,
     union_all,
 )
-from sqlalchemy.dialects.postgresql import ARRAY
+from sqlalchemy.dialects.postgresql import ARRAY, array
 from sqlalchemy.dialects.postgresql import UUID as PG_UUID
 
 from db.queue.enqueue import SPREAD
@@ -75,8 +76,13 @@ class ItemFilter:
 ListOrder = Literal["created_at", "due_at"]
 
 
-# The item's key, entity and context values, lower-cased, each after this separator
-# (review_queue_item_search_text, 2026_12_07_0050): "a prefix of a value" is then a substring.
+# Every prefix, up to _PREFIX_CAP characters, of the item's key, entity and context values,
+# lower-cased (review_queue_item_search_prefixes, 2026_12_07_0050, GIN-indexed): a term is one element.
+_PREFIX_CAP = 32
+_PREFIXES = func.review_queue_item_search_prefixes(
+    item.c.idempotency_key, item.c.ledger_entity, item.c.context, type_=ARRAY(Text)
+)
+# The same values, lower-cased, each after this separator: a longer term's exact check.
 _SEPARATOR = "\x1f"
 _SEARCH_TEXT = func.review_queue_item_search_text(
     item.c.idempotency_key, item.c.ledger_entity, item.c.context, type_=Text
@@ -105,12 +111,17 @@ def id_prefix_range(term: str) -> tuple[UUID, UUID] | None:
 
 def _search(term: str) -> ColumnElement[bool]:
     """A prefix, in any letter case, of the id (a range of the primary key), or of the key, the
-    entity or any string or number in the context, nested too (ix_review_queue_item_search, a
-    trigram index: the planner reads it for a rare term, or walks the list order and filters for a
-    common one). Both sides are lower-cased by PostgreSQL, so that they fold alike. A term with the
-    separator in it could match across two values; no one types one."""
-    pattern = func.lower(literal(f"%{_SEPARATOR}{like_escaped(term)}%", Text))
-    matches = [_SEARCH_TEXT.like(pattern, escape="\\")]
+    entity or any string or number in the context, nested too: the term's first 32 characters are
+    an element of the item's prefixes (ix_review_queue_item_search: the planner reads its posting
+    list for a rare term, or walks the list order and filters for a common one); a longer term is
+    then checked whole. Both sides are lower-cased by PostgreSQL, so that they fold alike."""
+    folded = func.lower(literal(term, Text))
+    found: ColumnElement[bool] = _PREFIXES.contains(array([func.left(folded, _PREFIX_CAP)]))
+    if len(term) > _PREFIX_CAP:
+        # A term with the separator in it could match across two values; no one types one.
+        pattern = func.lower(literal(f"%{_SEPARATOR}{like_escaped(term)}%", Text))
+        found = and_(found, _SEARCH_TEXT.like(pattern, escape="\\"))
+    matches = [found]
     if (ids := id_prefix_range(term)) is not None:
         matches.append(item.c.id.between(*ids))
     return or_(*matches)

@@ -52,8 +52,8 @@ MUTANTS: tuple[Mutant, ...] = (
         (Edit(LEASE, "        wanted.append(_not_returned())\n", ""),),
     ),
     Mutant(
-        "a search term's LIKE wildcards left unescaped (`a_b` finds AXB, `%` finds everything)",
-        "tests/integration/api/test_search.py::test_like_wildcards_in_the_term_are_plain_characters",
+        "a long search term's LIKE wildcards left unescaped (its `_` matches any character)",
+        "tests/integration/api/test_search.py::test_a_term_longer_than_the_indexed_prefixes_is_checked_whole",
         (
             Edit(
                 "db/queue/reads.py",

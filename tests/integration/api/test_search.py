@@ -134,3 +134,17 @@ def test_any_term_finds_exactly_the_items_with_a_value_that_starts_so(
 ) -> None:
     expected = {i for i, values in varied.items() if any(v.lower().startswith(term.lower()) for v in values)}
     assert set(found(client, alice, term)) & set(varied) == expected, term
+
+
+def test_a_term_longer_than_the_indexed_prefixes_is_checked_whole(
+    client: TestClient, root: dict, alice: dict
+) -> None:
+    """The index holds the first 32 characters of each value's prefixes; a longer term is looked up
+    by its first 32 and then compared whole, wildcards escaped."""
+    head = "Remittance-2026-11-30-ACME-GLOBEX"  # 33 characters
+    one = enqueue(client, root, context={"remittance": f"{head}-000_17"})["id"]
+    two = enqueue(client, root, context={"remittance": f"{head}-000X17"})["id"]
+    assert sorted(found(client, alice, head.upper())) == sorted([one, two])
+    assert found(client, alice, f"{head}-000_1".lower()) == [one]  # `_` is no wildcard
+    assert found(client, alice, f"{head}-000X") == [two]
+    assert found(client, alice, f"{head}-001") == []

@@ -499,7 +499,7 @@ def test_a_common_match_or_amount_never_walks_the_history_for_the_other_open_ite
 @pytest.mark.parametrize("order", ["created_at", "due_at"])
 def test_the_search_reads_its_indexes(busy_table: psycopg.Connection, order: queue.ListOrder) -> None:
     """q (issue 42) is a prefix of the id, the key, the entity or a context value, in any case. A
-    rare term (an invoice number: 11 of 55,000 items) is read off the trigram index
+    rare term (an invoice number: 11 of 55,000 items) is read off the prefix index
     ix_review_queue_item_search and only its rows sorted; a prefix of an id off the primary key; a
     term most items match walks the list order until a page is full. Never the whole table."""
     busy_table.execute(
@@ -525,7 +525,7 @@ def test_the_search_reads_its_indexes(busy_table: psycopg.Connection, order: que
         assert_no_table_scan(found)
         assert f"ix_review_queue_item_{order}_id" in {name for _, name in found}, (common, found)
     # Every entity, one entity in 50: also prefixes of ids (hex digits), whose range the planner
-    # may OR with the trigram index's rows rather than walk the list order; either way, no scan.
+    # may OR with the prefix index's rows rather than walk the list order; either way, no scan.
     for term in ("e", "E7"):
         assert_no_table_scan(scans(search(term)))
 
@@ -565,7 +565,7 @@ async def test_a_search_is_planned_for_its_term_even_once_prepared(
                 assert len(found) == 11, found  # INV-4711 and INV-47110 ... INV-47119
     finally:
         await engine.dispose()
-    searches = [p for p in plans if "review_queue_item_search_text" in p and "Limit" in p]
+    searches = [p for p in plans if "review_queue_item_search_prefixes" in p and "Limit" in p]
     assert len(searches) == 3, plans
     for ran in searches:
         tree = ran.split("Limit", 1)[1]  # the plan, after the query's text and parameters

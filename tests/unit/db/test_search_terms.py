@@ -1,5 +1,5 @@
 """The search term's two translations (db/queue/reads.py): a prefix of an id as a range of the
-primary key, and a term as a LIKE pattern that matches only itself. The database half (the trigram
+primary key, and a term as a LIKE pattern that matches only itself. The database half (the prefix
 index, the context's values) is in tests/integration/api/test_search.py."""
 
 import re
