@@ -37,6 +37,8 @@ down_revision: str | None = "4f8b2d6e9a15"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
+# Not DISTINCT: GIN keeps each key of an item once anyway, and a list walk that filters by this
+# evaluates it on every row it passes (a third faster without the sort).
 # Strings and numbers at any depth (an invoice number may sit in a list of invoices, or under a
 # counterparty); not booleans or nulls (`t` would find every item with a true flag), not keys.
 VALUES = """
@@ -48,7 +50,7 @@ CREATE OR REPLACE FUNCTION review_queue_item_search_prefixes(
     idempotency_key text, ledger_entity text, context jsonb
 ) RETURNS text[] LANGUAGE sql IMMUTABLE PARALLEL SAFE
 RETURN ARRAY(
-    SELECT DISTINCT left(v, n)
+    SELECT left(v, n)
     FROM unnest(ARRAY[lower(idempotency_key), lower(ledger_entity)] || ARRAY({VALUES})) AS v,
          generate_series(1, least(length(v), 32)) AS n
 )
