@@ -112,7 +112,7 @@ ITEMS = """
 INSERT INTO review_queue_item (id, idempotency_key, ledger_entity, variance_amount, match_decision, state,
     leased_by, leased_at, lease_expires_at, trace_id, source_hash, created_at, resolution, resolution_note,
     resolved_by, resolved_at, lease_epoch, attempts, due_at, prepared_by, proposed_resolution, proposed_note,
-    prepared_at, approved_by, approved_at{reopened})
+    prepared_at, approved_by, approved_at, context{reopened})
 SELECT p.id, 'bench-' || p.i, p.entity, p.amount, 'UNMATCHED', s.state,
        CASE WHEN s.state IN ('ASSIGNED', 'RESOLVED') OR s.last = 'LEASED' THEN s.lessee END,
        CASE WHEN s.state IN ('ASSIGNED', 'RESOLVED') OR s.last = 'LEASED' THEN s.leased_at END,
@@ -130,7 +130,8 @@ SELECT p.id, 'bench-' || p.i, p.entity, p.amount, 'UNMATCHED', s.state,
        CASE WHEN p.approval AND s.state IN ('AWAITING_APPROVAL', 'RESOLVED') THEN 'JE-' || p.i END,
        CASE WHEN p.approval AND s.state IN ('AWAITING_APPROVAL', 'RESOLVED') THEN p.decided_at END,
        CASE WHEN s.state = 'RESOLVED' AND s.last = 'APPROVED' THEN s.decider END,
-       CASE WHEN s.state = 'RESOLVED' AND s.last = 'APPROVED' THEN s.decided END{reopened_value}
+       CASE WHEN s.state = 'RESOLVED' AND s.last = 'APPROVED' THEN s.decided END,
+       jsonb_build_object('invoice', 'INV-' || p.i, 'counterparty', p.entity){reopened_value}
 FROM bench_plan p
 JOIN (
     SELECT t.i,
@@ -231,7 +232,7 @@ FROM generate_series(1, %(items)s) AS i
 OPEN_ITEMS = """
 INSERT INTO review_queue_item (id, idempotency_key, ledger_entity, variance_amount, match_decision, state,
     leased_by, leased_at, lease_expires_at, trace_id, source_hash, created_at, lease_epoch, attempts, due_at,
-    prepared_by, proposed_resolution, proposed_note, prepared_at)
+    prepared_by, proposed_resolution, proposed_note, prepared_at, context)
 SELECT id, 'open-' || i, entity, 12.50, 'UNMATCHED', state,
        CASE WHEN state = 'ASSIGNED' THEN reviewer END,
        CASE WHEN state = 'ASSIGNED' THEN %(now)s::timestamptz - interval '5 minutes' END,
@@ -241,7 +242,8 @@ SELECT id, 'open-' || i, entity, 12.50, 'UNMATCHED', state,
        CASE WHEN state = 'AWAITING_APPROVAL' THEN reviewer END,
        CASE WHEN state = 'AWAITING_APPROVAL' THEN 'ADJUSTMENT_POSTED' END,
        CASE WHEN state = 'AWAITING_APPROVAL' THEN 'JE-open-' || i END,
-       CASE WHEN state = 'AWAITING_APPROVAL' THEN created + interval '1 hour' END
+       CASE WHEN state = 'AWAITING_APPROVAL' THEN created + interval '1 hour' END,
+       jsonb_build_object('invoice', 'INV-OPEN-' || i, 'counterparty', entity)
 FROM bench_open
 """
 OPEN_EVENTS = """

@@ -33,10 +33,20 @@ LISTS = (
     "/items?resolved_by=reviewer-3&limit=50",
     "/items?sort=due_at&limit=50",
     "/items?q=ENTITY-7&limit=50",
+    # Issue 42's search: a prefix of an invoice number in the context (the year's items carry
+    # INV-<n>, the live queue's INV-OPEN-<n>): at 10M items 1,111 of the history's start so; and a
+    # prefix of an id, a range of the primary key.
+    "/items?q=inv-7741&limit=50",
+    "/items?q=5a9c3e&limit=50",
 )
 REPORTS = ("/reports/sla", "/reports/throughput", "/reports/backlog")
 ENDPOINTS = ("/stats", "/metrics", *LISTS, *REPORTS)
-TARGETS = {"/stats": " (target <= 1.3, < 50 ms)"}  # every other endpoint: <= 1.3
+# Every other endpoint: <= 1.3 (issue 29); the search's, issue 42's: <= 1.5.
+TARGETS = {
+    "/stats": " (target <= 1.3, < 50 ms)",
+    "/items?q=inv-7741&limit=50": " (target <= 1.5)",
+    "/items?q=5a9c3e&limit=50": " (target <= 1.5)",
+}
 
 
 def _week() -> dict[str, str]:

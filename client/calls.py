@@ -261,6 +261,15 @@ def events_page(item_id: UUID, cursor: str | None) -> Call[Page[EventOut]]:
     return Call("GET", f"/items/{item_id}/events?" + urlencode(_set(cursor=cursor, limit=500)), _event_page)
 
 
+def _item_page(answer: Any) -> Page[ItemOut]:
+    return Page(_items(answer), answer["next_cursor"])
+
+
+def items_page(filters: dict[str, Any], cursor: str | None) -> Call[Page[ItemOut]]:
+    """A page of GET /items with the filters that are set, by their query names."""
+    return Call("GET", "/items?" + urlencode(_set(**filters, limit=200, cursor=cursor)), _item_page)
+
+
 def _decision_page(answer: Any) -> Page[DecisionOut]:
     return Page([DecisionOut.model_validate(d) for d in answer["decisions"]], answer["next_cursor"])
 

@@ -240,6 +240,19 @@ class ReviewQueueClient:
         """The whole audit trail of the item, oldest first (every page)."""
         return self._every_page(lambda cursor: calls.events_page(item_id, cursor))
 
+    def items(self, q: str | None = None, **filters: Any) -> Iterator[ItemOut]:
+        """The items that match, in list order (`sort`: "created_at", the default, or "due_at"), read a
+        page at a time as the loop goes on, so a broad search costs what is read of it. `q` searches,
+        in any letter case, for the start of an id, an idempotency key, a ledger entity or any value in
+        the item's context (`q="inv-7741"` finds `{"invoice": "INV-77412"}`); the other filters are
+        GET /items' (`state=`, `ledger_entity=`, `currency=`, `min_amount=` ...)."""
+        cursor = None
+        while True:
+            page = self._send(calls.items_page({"q": q, **filters}, cursor))
+            yield from page.rows
+            if (cursor := page.next_cursor) is None:
+                return
+
     def decisions(self, actor: str = "me") -> list[DecisionOut]:
         """What `actor` resolved, submitted for approval, approved or rejected, newest first (every
         page), each with its item as it is now."""

@@ -219,6 +219,16 @@ review_queue_item = Table(
     Index("ix_review_queue_item_created_at_id", "created_at", "id"),
     Index("ix_review_queue_item_due_at_id", "due_at", "id"),
     Index("ix_review_queue_item_entity_due_id", "ledger_entity", "due_at", "id"),
+    # ... and its search (q): every prefix (up to 32 characters) of the key, the entity and each
+    # value in the context, lower-cased (2026_12_07_0050; db/queue/reads.py). Written at enqueue
+    # only: none of the three columns changes afterwards.
+    Index(
+        "ix_review_queue_item_search",
+        func.review_queue_item_search_prefixes(
+            text("idempotency_key"), text("ledger_entity"), text("context")
+        ),
+        postgresql_using="gin",
+    ),
     # ... and, in the resolved history, a rare match decision or amount range (2026_12_04_2230):
     # read by these, then sorted (a common one walks the list order). Partial, so written once.
     Index(

@@ -46,7 +46,8 @@ function filterControls() {
     currency: kept("filter-currency", { maxlength: 3, placeholder: "any", autocapitalize: "characters", spellcheck: "false" }),
     min: kept("filter-min", { maxlength: 20, inputmode: "decimal", placeholder: "0.00" }),
     max: kept("filter-max", { maxlength: 20, inputmode: "decimal", placeholder: "any" }),
-    search: kept("filter-search", { type: "search", maxlength: 200, placeholder: "id, key or entity" }),
+    // GET /items?q=: the start of an id, a key, an entity or any value in the context, in any case.
+    search: kept("filter-search", { type: "search", maxlength: 200, placeholder: "id, key, entity, invoice no." }),
     sort: kept("filter-sort", {}, "select"),
   };
 }
@@ -294,7 +295,7 @@ async function loadPage() {
 
 function firstPage() {
   touch();
-  // A search looks in every state: an id or a key is found wherever the item is.
+  // A search looks in every state: an id, a key or an invoice number is found wherever the item is.
   if (filterControls().search.value.trim()) state.list.tab = "ALL";
   state.list.cursors = [null];
   return loadPage();

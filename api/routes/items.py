@@ -143,8 +143,8 @@ async def list_items(
     """Items oldest first (or earliest due first, `sort=due_at`), filtered, paginated by keyset;
     `leased_by=me` is the caller's own work. `min_amount` and `max_amount` bound abs(variance_amount):
     in `currency` when given, else its base-currency equivalent at the latest rates (an item whose
-    currency has no rate matches no bound then); `q` finds an id, an idempotency key or a ledger
-    entity."""
+    currency has no rate matches no bound then); `q` finds, in any letter case, a prefix of the id,
+    the idempotency key, the ledger entity or any string or number in `context`."""
     after = decode_cursor(query.cursor) if query.cursor else None
     where = queue.ItemFilter(
         state=query.state,

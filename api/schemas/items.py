@@ -178,8 +178,11 @@ class ItemQuery(Strict):
     )
     q: Text200 | None = Field(
         default=None,
-        description="Search: the item with this id or idempotency key, or the items of this"
-        " ledger entity (exact matches).",
+        description="Search, in any letter case: the items whose id, idempotency key or ledger entity"
+        " starts with this, or with a string or number starting with it anywhere in `context`, nested"
+        " too (keys, booleans and nulls are not searched). `inv-7741` finds"
+        ' `"invoice": "INV-77412"`; `%`, `_` and `\\` are plain characters. Combines with the other'
+        " filters; paged like the list.",
     )
     sort: Literal["created_at", "due_at"] = Field(
         default="created_at",

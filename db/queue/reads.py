@@ -1,6 +1,5 @@
 """Reads: an item, lists of items, an item's events, a reviewer's decisions, lost leases."""
 
-import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -13,6 +12,7 @@ from sqlalchemy import (
     DateTime,
     Numeric,
     Text,
+    and_,
     bindparam,
     case,
     cast,
@@ -27,7 +27,7 @@ from sqlalchemy import (
     tuple_,
     union_all,
 )
-from sqlalchemy.dialects.postgresql import ARRAY
+from sqlalchemy.dialects.postgresql import ARRAY, array
 from sqlalchemy.dialects.postgresql import UUID as PG_UUID
 
 from db.queue.enqueue import SPREAD
@@ -62,7 +62,7 @@ class ItemFilter:
     due_before: datetime | None = None  # exclusive
     min_amount: Decimal | None = None  # abs(variance_amount), inclusive
     max_amount: Decimal | None = None  # abs(variance_amount), inclusive
-    search: str | None = None  # an id, an idempotency key or a ledger entity, exactly
+    search: str | None = None  # a prefix of the id, the key, the entity or a context value (_search)
     # With a currency, the amount bounds are amounts of it; without, of the base currency, which
     # each item's amount is converted into at its currency's latest rate.
     currency: str | None = None
@@ -76,11 +76,54 @@ class ItemFilter:
 ListOrder = Literal["created_at", "due_at"]
 
 
+# Every prefix, up to _PREFIX_CAP characters, of the item's key, entity and context values,
+# lower-cased (review_queue_item_search_prefixes, 2026_12_07_0050, GIN-indexed): a term is one element.
+_PREFIX_CAP = 32
+_PREFIXES = func.review_queue_item_search_prefixes(
+    item.c.idempotency_key, item.c.ledger_entity, item.c.context, type_=ARRAY(Text)
+)
+# The same values, lower-cased, each after this separator: a longer term's exact check.
+_SEPARATOR = "\x1f"
+_SEARCH_TEXT = func.review_queue_item_search_text(
+    item.c.idempotency_key, item.c.ledger_entity, item.c.context, type_=Text
+)
+_UUID_TEXT = "00000000-0000-0000-0000-000000000000"
+
+
+def like_escaped(term: str) -> str:
+    """`term` matching itself only in a LIKE pattern (escape character: backslash)."""
+    return term.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+
+
+def id_prefix_range(term: str) -> tuple[UUID, UUID] | None:
+    """The ids whose canonical text starts with `term` (any letter case), as a range of the primary
+    key (UUIDs order as their hex digits do); None when no id's text starts so."""
+    folded = term.lower()
+    shapes = zip(folded, _UUID_TEXT, strict=False)
+    fits = len(folded) <= len(_UUID_TEXT) and all(
+        c == "-" if shape == "-" else c in "0123456789abcdef" for c, shape in shapes
+    )
+    if not fits:
+        return None
+    rest = _UUID_TEXT[len(folded) :]
+    return UUID(folded + rest), UUID(folded + rest.replace("0", "f"))
+
+
 def _search(term: str) -> ColumnElement[bool]:
-    """An id, an idempotency key or a ledger entity: each on its own index (a bitmap OR of them)."""
-    matches = [item.c.idempotency_key == term, item.c.ledger_entity == term]
-    with contextlib.suppress(ValueError):
-        matches.append(item.c.id == UUID(term))
+    """A prefix, in any letter case, of the id (a range of the primary key), or of the key, the
+    entity or any string or number in the context, nested too: the term's first 32 characters are
+    an element of the item's prefixes (ix_review_queue_item_search: the planner reads its posting
+    list for a rare term, or walks the list order and filters for a common one); a longer term is
+    then checked whole. Both sides are lower-cased by PostgreSQL, so that they fold alike."""
+    folded = func.lower(literal(term, Text))
+    found: ColumnElement[bool] = _PREFIXES.contains(array([func.left(folded, _PREFIX_CAP)]))
+    if len(term) > _PREFIX_CAP:
+        # A term with the separator in it could match across two values; no one types one.
+        pattern = func.lower(literal(f"%{_SEPARATOR}{like_escaped(term)}%", Text))
+        found = and_(found, _SEARCH_TEXT.like(pattern, escape="\\"))
+    matches = [found]
+    if (ids := id_prefix_range(term)) is not None:
+        matches.append(item.c.id.between(*ids))
     return or_(*matches)
 
 
@@ -97,7 +140,17 @@ async def list_items(
         (rates,) = await unit.execute(_RATE_RANGE, {})
         where = replace(where, rate_range=(rates["lowest"], rates["highest"]))
     statement = list_query(where=where, after=after, limit=limit, order=order)
-    return [_item(r) for r in await unit.execute(statement, {})]
+    if where.search is None:
+        return [_item(r) for r in await unit.execute(statement, {})]
+    _, rows = await unit.execute_all([(_PLAN_FOR_THE_TERM, {}), (statement, {})])
+    return [_item(r) for r in rows]
+
+
+# A search is planned for its term on every call. Once psycopg has prepared the statement
+# (REVIEW_QUEUE_PREPARE_THRESHOLD runs), PostgreSQL may switch to its generic plan, costed with
+# LIKE's default selectivity (0.5 %) whatever the term: for a term one item in a million has, that
+# plan may walk the whole list order filtering each row. For its transaction only (is_local).
+_PLAN_FOR_THE_TERM = select(func.set_config("plan_cache_mode", "force_custom_plan", True))
 
 
 # Every rate ever set (a superset of the latest ones, so a safe range): a small table.

@@ -52,6 +52,17 @@ MUTANTS: tuple[Mutant, ...] = (
         (Edit(LEASE, "        wanted.append(_not_returned())\n", ""),),
     ),
     Mutant(
+        "a long search term's LIKE wildcards left unescaped (its `_` matches any character)",
+        "tests/integration/api/test_search.py::test_a_term_longer_than_the_indexed_prefixes_is_checked_whole",
+        (
+            Edit(
+                "db/queue/reads.py",
+                '    return term.replace("\\\\", "\\\\\\\\").replace("%", "\\\\%").replace("_", "\\\\_")\n',
+                "    return term\n",
+            ),
+        ),
+    ),
+    Mutant(
         "no SKIP LOCKED in the lease",
         "tests/integration/db/test_queue.py::test_two_workers_never_double_lease",
         (

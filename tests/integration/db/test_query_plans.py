@@ -19,10 +19,11 @@ from sqlalchemy.dialects import postgresql
 
 from cli import reclaimer
 from db import audit, feed, fx, queue, stats
-from db.engine import _arguments, _compiled
+from db.engine import _arguments, _compiled, create_engine
 from db.queue.completion import _COMPLETE_ITEMS
 from db.queue.lease import _LEASE, _LEASE_APPROVALS, _LEASE_ENTITY, _LEASE_ITEM, _RECLAIM, _RECLAIM_APPROVALS
 from db.queue.reads import _DECISIONS
+from db.unit import Transaction
 from tests.support import seed_items
 from tests.support.postgres import make_settings
 
@@ -495,15 +496,80 @@ def test_a_common_match_or_amount_never_walks_the_history_for_the_other_open_ite
     assert "ix_review_queue_item_open_due" in {name for _, name in scans(tree)}, scans(tree)
 
 
-def test_the_search_reads_an_index(busy_table: psycopg.Connection) -> None:
-    """q matches an id, an idempotency key or an entity: read by the primary key for an id, else by
-    an index (the entity's, or the due order filtered until a page is full), never the table."""
-    item_id = busy_table.execute("SELECT id FROM review_queue_item LIMIT 1").fetchone()[0]
-    by_id = scans(list_plan(busy_table, search=str(item_id)))
+@pytest.mark.parametrize("order", ["created_at", "due_at"])
+def test_the_search_reads_its_indexes(busy_table: psycopg.Connection, order: queue.ListOrder) -> None:
+    """q (issue 42) is a prefix of the id, the key, the entity or a context value, in any case. A
+    rare term (an invoice number: 11 of 55,000 items) is read off the prefix index
+    ix_review_queue_item_search and only its rows sorted; a prefix of an id off the primary key; a
+    term most items match walks the list order until a page is full. Never the whole table."""
+    busy_table.execute(
+        "UPDATE review_queue_item"
+        " SET context = jsonb_build_object('invoice', 'INV-' || substr(idempotency_key, 2))"
+    )
+    busy_table.execute("VACUUM ANALYZE review_queue_item")
+
+    def search(term: str) -> dict[str, Any]:
+        where = queue.ItemFilter(search=term, rate_range=(Decimal(1), Decimal(1)))
+        return plan(busy_table, queue.list_query(where=where, after=None, limit=51, order=order), {})
+
+    rare = scans(search("inv-4711"))
+    assert ("Bitmap Index Scan", "ix_review_queue_item_search") in rare, rare
+    assert_no_table_scan(rare)
+    item_id = busy_table.execute("SELECT id FROM review_queue_item WHERE idempotency_key = 'k777'").fetchone()
+    assert item_id is not None
+    by_id = scans(search(str(item_id[0])[:8].upper()))
     assert "pk_review_queue_item" in {name for _, name in by_id}, by_id
     assert_no_table_scan(by_id)
-    for term in ("E7", "k7"):
-        assert_no_table_scan(scans(list_plan(busy_table, search=term)))
+    for common in ("k", "inv-4"):  # every key; a fifth of the invoices (INV-4, INV-4x, ... INV-4xxxx)
+        found = scans(search(common))
+        assert_no_table_scan(found)
+        assert f"ix_review_queue_item_{order}_id" in {name for _, name in found}, (common, found)
+    # Every entity, one entity in 50: also prefixes of ids (hex digits), whose range the planner
+    # may OR with the prefix index's rows rather than walk the list order; either way, no scan.
+    for term in ("e", "E7"):
+        assert_no_table_scan(scans(search(term)))
+
+
+@pytest.mark.anyio
+async def test_a_search_is_planned_for_its_term_even_once_prepared(
+    busy_table: psycopg.Connection, superuser_url: str
+) -> None:
+    """A prepared statement may run PostgreSQL's generic plan, costed for no term in particular; a
+    search is planned for its term on every call (list_items sets force_custom_plan for its
+    transaction). Here every statement is prepared at once, the session asks for generic plans
+    (what the plan cache may choose after five runs), and auto_explain reports each plan run: the
+    search's condition names its term, not $1."""
+    busy_table.execute(
+        "UPDATE review_queue_item"
+        " SET context = jsonb_build_object('invoice', 'INV-' || substr(idempotency_key, 2))"
+    )
+    busy_table.execute("VACUUM ANALYZE review_queue_item")
+    engine = create_engine(superuser_url, prepare_threshold=0)
+    plans: list[str] = []
+    try:
+        async with engine.connect() as conn:
+            raw = (await conn.get_raw_connection()).driver_connection
+            raw.add_notice_handler(lambda notice: plans.append(notice.message_primary or ""))
+            for setting in (
+                "LOAD 'auto_explain'",
+                "SET auto_explain.log_min_duration = 0",
+                "SET auto_explain.log_level = notice",
+                "SET plan_cache_mode = force_generic_plan",
+            ):
+                await conn.exec_driver_sql(setting)
+            await conn.commit()
+            for _ in range(3):
+                where = queue.ItemFilter(search="inv-4711")
+                found = await queue.list_items(Transaction(conn), where=where, after=None, limit=51)
+                await conn.commit()
+                assert len(found) == 11, found  # INV-4711 and INV-47110 ... INV-47119
+    finally:
+        await engine.dispose()
+    searches = [p for p in plans if "review_queue_item_search_prefixes" in p and "Limit" in p]
+    assert len(searches) == 3, plans
+    for ran in searches:
+        tree = ran.split("Limit", 1)[1]  # the plan, after the query's text and parameters
+        assert "inv-4711" in tree and "$1" not in tree, ran
 
 
 def test_my_decisions_read_their_partial_index(busy_table: psycopg.Connection) -> None:

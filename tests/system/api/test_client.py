@@ -722,3 +722,32 @@ def test_my_decisions_carry_the_rejection_in_the_client(
         assert decision.event.event == "SUBMITTED_FOR_APPROVAL" and decision.item.state == "PENDING"
         assert decision.rejection is not None
         assert (decision.rejection.by, decision.rejection.reason) == ("bob", "wrong entity")
+
+
+def test_items_searches_through_every_page_from_both_clients(
+    live_server: str, make_token: Callable[[str, str], str], sql: psycopg.Connection
+) -> None:
+    """Issue 42 through the client: items(q=...) reads GET /items a page (200) at a time, lazily,
+    and finds the start of a context value in any letter case; other filters pass through."""
+    sql.execute(
+        "INSERT INTO review_queue_item (idempotency_key, ledger_entity, variance_amount, match_decision,"
+        " source_hash, context, created_at)"
+        " SELECT 'client-search-' || g, 'E', 1, 'PARTIAL', 'h', jsonb_build_object('invoice', 'INV-77' || g),"
+        " now() - g * interval '1 second' FROM generate_series(1, 203) g"
+    )
+    sql.execute(
+        "INSERT INTO review_queue_item (idempotency_key, ledger_entity, variance_amount, match_decision,"
+        " source_hash, context) VALUES ('client-other', 'E', 1, 'PARTIAL', 'h', '{\"invoice\": \"INV-78\"}')"
+    )
+    token = make_token("alice", "reviewer")
+    with ReviewQueueClient(live_server, token) as alice:
+        found = list(alice.items(q="inv-77"))
+        assert [i.idempotency_key for i in found] == [f"client-search-{g}" for g in range(203, 0, -1)]
+        assert [i.idempotency_key for i in alice.items(q="INV-77203")] == ["client-search-203"]
+        assert list(alice.items(q="inv-77", state="RESOLVED")) == []
+
+    async def read() -> list[str]:
+        async with AsyncReviewQueueClient(live_server, token) as client:
+            return [i.idempotency_key async for i in client.items(q="INV-78", sort="due_at")]
+
+    assert asyncio.run(read()) == ["client-other"]

@@ -341,6 +341,8 @@ class ReviewQueueMachine(RuleBasedStateMachine):
             "match_decision": ("MATCHED", "PARTIAL", "UNMATCHED")[k % 3],
             "source_hash": f"sha256:{n:08x}",
             **({"due_at": due} if due else {}),
+            # Half carry an invoice number, nested as a matcher may send it: the search finds it.
+            **({"context": {"refs": {"invoice": f"INV-{n}"}}} if k % 2 == 0 else {}),
         }
 
     def created(self, item: dict[str, Any], payload: dict[str, Any]) -> str:
@@ -710,6 +712,34 @@ class ReviewQueueMachine(RuleBasedStateMachine):
                 self.check_item(response.json(), item_id, "feeder")
             else:
                 assert assert_problem(response, 409, "IDEMPOTENCY_CONFLICT")["item_id"] == item_id
+
+    def searchable(self, item_id: str) -> list[str]:
+        """What GET /items?q= looks at: the id, the key, the entity, the context's values."""
+        payload = self.model[item_id].payload
+        invoice = payload.get("context", {}).get("refs", {}).get("invoice")
+        return [item_id, payload["idempotency_key"], payload["ledger_entity"], *filter(None, [invoice])]
+
+    def search(self, n: int) -> None:
+        """Issue 42: q finds, in any letter case, exactly the items whose id, key, entity or a context
+        value starts with the term (this example's: created from `since` on), in any state. The term
+        is the n-th in a fixed rotation (item, which value, how long, which case), drawing nothing."""
+        if not self.model:
+            return
+        ordered = sorted(self.model, key=lambda i: self.model[i].seq)
+        values = self.searchable(ordered[n % len(ordered)])
+        term = values[n % len(values)][: 1 + n * 7 % 14]
+        term = term.upper() if n % 2 else term.lower()
+        starts = term.lower()
+        expected = {i for i in self.model if any(v.lower().startswith(starts) for v in self.searchable(i))}
+        response = self.client.get(
+            "/items",
+            params={"q": term, "created_after": self.since.isoformat(), "limit": 200},
+            headers=self.headers("audrey"),
+        )
+        assert response.status_code == 200, response.text
+        found = {i["id"] for i in response.json()["items"]}
+        assert found == expected, (term, found ^ expected)
+        tally(f"search found {'one item' if len(expected) == 1 else 'several items'}")
 
     @rule(
         target=leases,
@@ -1416,6 +1446,8 @@ class ReviewQueueMachine(RuleBasedStateMachine):
         TALLY["steps"] += 1
         # Not a rule of its own: a new rule shifts which rules each derandomized example draws.
         self.read_feed((1, 3, 500)[TALLY["steps"] % 3])
+        if TALLY["steps"] % 4 == 0:
+            self.search(TALLY["steps"] // 4)
         rows = self.sql.execute(
             """
             SELECT id::text, state, leased_by, lease_epoch, attempts, resolution, resolved_by,

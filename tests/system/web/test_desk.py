@@ -1181,6 +1181,37 @@ def test_the_work_list_filters_as_the_api_does_leases_a_row_and_resolves_in_bulk
         expect(tabs.get_by_role("tab", name="Pending 3")).to_be_visible(timeout=45_000)
 
 
+def test_the_search_box_finds_an_invoice_number_in_the_context_in_any_state(
+    db_url: str, make_token: Tokens, contexts: Callable[[], BrowserContext]
+) -> None:
+    """Issue 42: `inv-7741` typed in Search finds the item whose context says
+    `"invoice": "INV-77412"`, held by someone else (every state is searched), and nothing else;
+    the rows are the ones GET /items?q= gives."""
+    admin = make_token("ada", "admin")
+    with desk(db_url) as base:
+        found = enqueue(base, admin, ledger_entity="SEARCH-HIT", context={"invoice": "INV-77412"})
+        enqueue(base, admin, ledger_entity="SEARCH-MISS", context={"invoice": "INV-7840"})
+        enqueue(base, admin, ledger_entity="SEARCH-NONE")
+        bob = {"Authorization": f"Bearer {make_token('bob', 'reviewer')}"}
+        assert httpx.post(f"{base}/leases", json={"item_id": found["id"]}, headers=bob).json()["items"]
+        page = contexts().new_page()
+        sign_in(page, base, make_token("alice", "reviewer"))
+        view(page, "Items")
+        region = page.get_by_role("region", name="Items")
+        search = region.get_by_role("searchbox", name="Search")
+        search.fill("inv-7741")
+        search.press("Enter")
+        tabs = region.get_by_role("tablist", name="State")
+        expect(tabs.get_by_role("tab", name=re.compile("^All"))).to_have_attribute("aria-selected", "true")
+        table = page.get_by_role("table", name="Items list")
+        expect(table.get_by_role("button")).to_have_count(1)
+        api = httpx.get(f"{base}/items", params={"q": "inv-7741"}, headers=bob).json()["items"]
+        assert rows_of(page) == [i["ledger_entity"] for i in api] == ["SEARCH-HIT"]
+        search.fill("Search-")  # every entity here starts so
+        search.press("Enter")
+        expect(table.get_by_role("button")).to_have_count(3)
+
+
 def test_every_role_lands_somewhere_useful(
     db_url: str, make_token: Tokens, contexts: Callable[[], BrowserContext]
 ) -> None:
