@@ -6,7 +6,7 @@ import { api, ApiError } from "./api.js";
 import { $, field, fill, h } from "./dom.js";
 import { handle, withRetry } from "./feedback.js";
 import { duration, money } from "./format.js";
-import { commentBox } from "./comments.js";
+import { commentBox, mergeTrail } from "./comments.js";
 import { contextFields, history, itemFields } from "./item.js";
 import { APPROVER_ROLES, idleFor, state, touch } from "./state.js";
 import { registerView, shown } from "./views.js";
@@ -131,14 +131,17 @@ async function loadWaiting() {
 
 // The proposal I hold, with its whole trail and a fresh countdown.
 async function hold(item) {
+  // The same proposal held again (the view's load and a lease crossing): keep what it shows.
+  const same = item !== null && state.approval.item?.id === item.id;
   state.approval.item = item;
-  state.approval.events = [];
+  if (!same) state.approval.events = [];
   state.approval.conversion = null;
   if (!item) return;
   state.approval.endsAt = performance.now() + (Date.parse(item.lease_expires_at) - Date.now());
   state.approval.renewedAt = performance.now();
   try {
-    state.approval.events = (await withRetry(() => api.events(item.id))).events;
+    const read = (await withRetry(() => api.events(item.id))).events;
+    state.approval.events = mergeTrail(read, state.approval.events, item.id);
     state.approval.conversion = await conversion(item, state.approval.events);
   } catch (error) {
     handle(error);

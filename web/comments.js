@@ -5,6 +5,13 @@ import { api } from "./api.js";
 import { h, kept } from "./dom.js";
 import { handle, say } from "./feedback.js";
 
+/** The item's trail as read, with the events the view added after the read began (a comment sent
+ *  while the history was loading): a read that lands late must not drop them. */
+export function mergeTrail(read, shown, itemId) {
+  const last = read.length ? read[read.length - 1].id : 0;
+  return [...read, ...shown.filter((e) => e.item_id === itemId && e.id > last)];
+}
+
 // `id` names the view's own box (its text survives the view's re-renders); `added(event)` puts the
 // new event into the view's history and renders it.
 export function commentBox(id, item, added) {

@@ -4,7 +4,7 @@ import { api, ApiError } from "./api.js";
 import { $, fill, h } from "./dom.js";
 import { handle, say, withRetry } from "./feedback.js";
 import { duration, money } from "./format.js";
-import { commentBox } from "./comments.js";
+import { commentBox, mergeTrail } from "./comments.js";
 import { changedFigures, contextFields, history, itemFields, rejection } from "./item.js";
 import { renderQueue } from "./queue.js";
 import { idleFor, render, REVIEWER_ROLES, state, touch } from "./state.js";
@@ -157,7 +157,8 @@ async function showCurrent(renewNow) {
   state.lastRenewAt = performance.now();
   if (renewNow) await renew(); // a reloaded page does not know how much lease is left: refresh it
   try {
-    state.events = (await withRetry(() => api.events(item.id))).events;
+    const read = (await withRetry(() => api.events(item.id))).events;
+    state.events = mergeTrail(read, state.events, item.id);
   } catch (error) {
     state.events = [];
     handle(error);

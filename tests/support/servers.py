@@ -7,6 +7,7 @@ import sys
 import warnings
 from pathlib import Path
 
+import httpx
 import psycopg
 from sqlalchemy.engine import make_url
 
@@ -255,3 +256,9 @@ def command(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]
         text=True,
         timeout=120,
     )
+
+
+def metric(base: str, headers: dict[str, str], name: str) -> float:
+    """A served /metrics sample, summed over its labels (0 when absent)."""
+    text = httpx.get(f"{base}/metrics", headers=headers).text
+    return sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith(name + " "))

@@ -677,6 +677,9 @@ IGNORED = shutil.ignore_patterns(
 )
 PARALLEL = 3  # pytest processes at once: most of a run is start-up and waiting on PostgreSQL
 RUN_TIMEOUT_S = 600
+# A test waits for its copy's run, queued behind others (PARALLEL at once): the suite's 300 s per
+# test is too short for that on a loaded machine, where the control's run alone took over 300 s.
+WAIT_TIMEOUT_S = 2 * RUN_TIMEOUT_S
 
 
 def copy_tree(destination: Path) -> Path:
@@ -786,12 +789,14 @@ def test_every_mutation_still_applies(tmp_path: Path) -> None:
         apply(copy, mutant)
 
 
+@pytest.mark.timeout(WAIT_TIMEOUT_S)
 def test_the_named_tests_pass_on_an_unmutated_copy(runs: Runs) -> None:
     run = runs.result("control")
     assert run.returncode == 0, f"the unmutated copy fails; no mutant result means anything:\n{run.output}"
     assert "passed" in run.summary() and "skipped" not in run.summary(), run.output
 
 
+@pytest.mark.timeout(WAIT_TIMEOUT_S)
 @pytest.mark.parametrize("mutant", MUTANTS, ids=[m.name for m in MUTANTS])
 def test_the_named_test_kills_the_mutant(runs: Runs, mutant: Mutant) -> None:
     run = runs.result(mutant.name)

@@ -10,6 +10,7 @@ import psycopg
 import pytest
 from fastapi.testclient import TestClient
 
+from tests.support import wait_for
 from tests.support.api import assert_problem, item_body
 from tests.support.audit import settle
 
@@ -108,7 +109,7 @@ def test_feed_long_pollers_leave_the_pool_to_other_routes(
     (before, every poller looked every poll interval on a pooled connection of its own). With as
     many waiting as REVIEW_QUEUE_FEED_MAX_WAITERS, one more long-poll is a 429 with Retry-After;
     a read that does not wait is still served, and once they are done a long-poll is again."""
-    from tests.support.servers import start_server, stop_server
+    from tests.support.servers import metric, start_server, stop_server
 
     process, base = start_server(
         {
@@ -127,16 +128,17 @@ def test_feed_long_pollers_leave_the_pool_to_other_routes(
         polled: list[int] = []
 
         def poll() -> None:
-            params = {"after": head, "wait_s": 6, "types": "RESOLVED"}
+            params = {"after": head, "wait_s": 15, "types": "RESOLVED"}
             polled.append(httpx.get(f"{base}/events", params=params, headers=reader, timeout=30).status_code)
 
         pollers = [threading.Thread(target=poll) for _ in range(POLLERS)]
         for t in pollers:
             t.start()
-        time.sleep(1)  # not a synchronisation: the pollers poll for 6 s, the checks below run within them
+        # Every poller waiting (they wait 15 s, and no RESOLVED comes): the checks below run within that.
+        wait_for(lambda: metric(base, admin, "review_queue_feed_waiters") >= POLLERS, timeout=10)
         others: list[int] = []
         with httpx.Client(base_url=base, headers=admin, timeout=30) as http:
-            # Until every poller is counted (they wait 6 s): a long-poll more is refused.
+            # With every poller counted, a long-poll more is refused.
             deadline, busy = time.monotonic() + 4, None
             while busy is None and time.monotonic() < deadline:
                 extra = http.get("/events", params={"after": head, "wait_s": 1}, headers=reader)

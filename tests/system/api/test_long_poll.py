@@ -18,6 +18,7 @@ from db.notify import LISTENER_NAME
 from tests.support import seed_items
 from tests.support.api import assert_problem, item_body
 from tests.support.postgres import make_settings
+from tests.support.servers import metric
 
 WAIT_S = 20  # the largest wait; "promptly" below means well inside it, never a tuned wall-clock bound
 
@@ -30,12 +31,6 @@ def until(condition: Callable[[], Any], *, within_s: float = 10.0, what: str = "
             return value
         time.sleep(0.02)
     raise AssertionError(f"{what} not reached within {within_s} s")
-
-
-def metric(base: str, headers: dict[str, str], name: str) -> float:
-    text = httpx.get(f"{base}/metrics", headers=headers).text
-    values = [float(line.split()[-1]) for line in text.splitlines() if line.startswith(name + " ")]
-    return sum(values)
 
 
 def test_a_waiting_lease_holds_no_connection_and_wakes_on_enqueue(
