@@ -1,4 +1,4 @@
-"""The backlog's split by currency (alembic/versions/2026_12_07_0100_backlog_by_currency.py), online:
+"""The backlog's split by currency (alembic/versions/2026_12_07_0110_backlog_by_currency.py), online:
 writers go on appending to the trail while the partial index is built partition by partition, none
 fails, and the index ends valid and attached on every month's partition, holding exactly the
 revisions that changed a currency; the days kept before it lose nothing but their (unknown) split."""
@@ -15,7 +15,8 @@ from tests.support.migrations import upgrade_while_writing
 
 pytestmark = pytest.mark.fresh_db("migrates the event trail's indexes down and up by hand")
 
-BEFORE = "4f8b2d6e9a15"
+BEFORE = "7c1e5a9d3b60"  # the revision before the split
+THIS = "7b2e4d9c1f30"  # the split; later revisions add indexes of their own
 INDEX = "ix_review_queue_event_currency_revised"
 
 
@@ -54,7 +55,7 @@ def test_the_index_is_built_while_writers_append_and_holds_the_currency_revision
         _revise(conn, item, "EUR" if n % 2 else None, "USD" if changed else ("EUR" if n % 2 else None))
         return changed
 
-    written, during = upgrade_while_writing(superuser_url, write, lambda: command.upgrade(config, "head"))
+    written, during = upgrade_while_writing(superuser_url, write, lambda: command.upgrade(config, THIS))
     assert all(n > 0 for n in during)
     partitions = sql.execute(
         "SELECT count(*) FROM pg_inherits WHERE inhparent = 'review_queue_event'::regclass"
@@ -89,4 +90,4 @@ def test_the_index_is_built_while_writers_append_and_holds_the_currency_revision
         ([1, 0, 0, 0, 0], None)
     ]
     command.downgrade(config, BEFORE)
-    command.upgrade(config, "head")
+    command.upgrade(config, THIS)

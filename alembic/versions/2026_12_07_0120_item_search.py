@@ -25,7 +25,7 @@ fail (a rare deadlock), the invalid index is left: drop it and run the migration
 
 Revision ID: 5a9c3e7b2d18
 Revises: 7b2e4d9c1f30
-Create Date: 2026-12-07 00:50:00+00:00
+Create Date: 2026-12-07 01:20:00+00:00
 """
 
 from collections.abc import Sequence

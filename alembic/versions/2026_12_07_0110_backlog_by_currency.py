@@ -20,7 +20,7 @@ done.
 
 Revision ID: 7b2e4d9c1f30
 Revises: 7c1e5a9d3b60
-Create Date: 2026-12-07 01:00:00+00:00
+Create Date: 2026-12-07 01:10:00+00:00
 """
 
 from collections.abc import Sequence
