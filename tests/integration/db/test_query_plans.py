@@ -789,7 +789,7 @@ REPORT_SCANS = [
         },
     ),
     # ... and split by currency (the reclaimer keeps every day so), the revisions that changed a
-    # currency since its period began too (2026_12_07_0100), off their own partial index.
+    # currency since its period began too (2026_12_07_0110), off their own partial index.
     (
         "aging._BACKLOG_BY_CURRENCY",
         {
