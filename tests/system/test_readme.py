@@ -232,9 +232,10 @@ def _feed(out: str, seen: dict[str, Any]) -> None:
     assert (
         key == this_run if seen["runs"] == 1 else key != this_run and key.startswith("ACME-2026-11-30-0042-")
     )
-    assert (
-        body["events"][0]["item"]["state"] == "RESOLVED" and body["events"][1]["item"]["lease_token"] is None
-    )
+    # Each event carries the item as it stood right after it (issue 42), never a lease token.
+    first, second = body["events"]
+    assert (first["item"]["state"], second["item"]["state"]) == ("PENDING", "ASSIGNED"), body
+    assert first["item_as_of"] == second["item_as_of"] == "event" and second["item"]["lease_token"] is None
     assert (
         re.fullmatch("[0-9a-f]{32}", body["next_cursor"])
         and body["next_cursor"] == body["events"][1]["cursor"]
