@@ -121,10 +121,14 @@ def parse(raw: str) -> Target:
         )
     if hosts and all(port is None for port in ports):
         ports = []
+    user, password, path = unquote(user), unquote(password), unquote(path)
+    if "\x00" in user + password + path + "".join(value for _, value in options):
+        # libpq's strings end at NUL: psycopg refuses the URL later with an error that is no sentence.
+        raise ValueError(f"{_shown(raw)} holds a NUL character (%00), which PostgreSQL cannot take")
     return Target(
-        user=unquote(user) or None,
-        password=unquote(password) if colon and password else None,
-        database=unquote(path) if slash and path else None,
+        user=user or None,
+        password=password if colon and password else None,
+        database=path if slash and path else None,
         hosts=tuple(hosts),
         ports=tuple(ports),
         options=tuple(options),

@@ -118,6 +118,12 @@ def test_the_liveness_options_are_added_unless_the_url_sets_them() -> None:
     assert given_to_psycopg["host"] == EXPECTED["host"]
 
 
+def test_a_nul_in_the_url_is_refused_with_a_sentence_not_the_drivers_error() -> None:
+    with pytest.raises(ValueError, match="NUL character") as refused:
+        urls.parse("postgresql://u:se%00cret@db1.example/rq")
+    assert "cret" not in str(refused.value)  # the password is never shown
+
+
 def test_the_failure_message_names_every_server() -> None:
     settings = Settings(database_url=SPELLINGS["authority"])
     assert _database_target(settings) == "PostgreSQL at db1.example:5432, db2.example:5433 (database rq)"
@@ -145,6 +151,11 @@ def test_the_three_spellings_of_any_list_of_servers_read_alike(
         + "&".join(f"host={h}:{p}" if p else f"host={h}" for h, p in zip(hosts, ports, strict=True)),
         f"postgresql://u:{secret}@/db?host={','.join(hosts)}&port={','.join(ports)}",
     ]
+    if "\x00" in password:  # libpq cannot carry it: each spelling is refused with a sentence
+        for spelling in spellings:
+            with pytest.raises(ValueError, match="NUL character"):
+                urls.parse(spelling)
+        return
     read = {spelling: urls.parse(spelling) for spelling in spellings}
     assert len(set(read.values())) == 1, read
     target = read[spellings[0]]
