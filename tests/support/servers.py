@@ -166,7 +166,13 @@ class PgBouncer:
 
     def stop(self) -> None:
         self.process.terminate()
-        self.process.wait(timeout=10)
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            # Seen once at the end of a CI run: SIGTERM (PgBouncer's immediate shutdown) not acted on
+            # within 10 s. The tests are over; the teardown must not fail the run for it.
+            self.process.kill()
+            self.process.wait()
 
 
 def _user_exists(name: str) -> bool:
