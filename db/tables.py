@@ -220,7 +220,7 @@ review_queue_item = Table(
     Index("ix_review_queue_item_due_at_id", "due_at", "id"),
     Index("ix_review_queue_item_entity_due_id", "ledger_entity", "due_at", "id"),
     # ... and its search (q): every prefix (up to 32 characters) of the key, the entity and each
-    # value in the context, lower-cased (2026_12_07_0050; db/queue/reads.py). Written at enqueue
+    # value in the context, lower-cased (2026_12_07_0120; db/queue/reads.py). Written at enqueue
     # only: none of the three columns changes afterwards.
     Index(
         "ix_review_queue_item_search",
@@ -338,7 +338,7 @@ review_queue_event = Table(
     # The throughput report: the reopenings at or after its period's start (2026_12_05_1300).
     Index("ix_review_queue_event_reopened_at", "at", postgresql_where=text("event = 'REOPENED'")),
     # The backlog split by currency: the revisions that changed an item's currency, by time
-    # (2026_12_07_0100; db/reports/aging.py's CURRENCY_REVISED).
+    # (2026_12_07_0110; db/reports/aging.py's CURRENCY_REVISED).
     Index(
         "ix_review_queue_event_currency_revised",
         "at",

@@ -77,7 +77,7 @@ ListOrder = Literal["created_at", "due_at"]
 
 
 # Every prefix, up to _PREFIX_CAP characters, of the item's key, entity and context values,
-# lower-cased (review_queue_item_search_prefixes, 2026_12_07_0050, GIN-indexed): a term is one element.
+# lower-cased (review_queue_item_search_prefixes, 2026_12_07_0120, GIN-indexed): a term is one element.
 _PREFIX_CAP = 32
 _PREFIXES = func.review_queue_item_search_prefixes(
     item.c.idempotency_key, item.c.ledger_entity, item.c.context, type_=ARRAY(Text)

@@ -52,7 +52,7 @@ CROSS JOIN LATERAL (SELECT CAST(r.edge AT TIME ZONE :tz AS date) AS d) AS local
 _MOVE = text(
     "UPDATE review_queue_throughput_rollup SET time_zone = :tz, through = :through, rolled_at = now()"
 )
-# Days kept by the release before the backlog's split by currency (2026_12_07_0100): their split is
+# Days kept by the release before the backlog's split by currency (2026_12_07_0110): their split is
 # not known, so the next round starts over (the kept days are few: one row a day).
 _KEPT_UNSPLIT = text("SELECT EXISTS (SELECT FROM review_queue_backlog_day WHERE by_currency IS NULL)")
 _FORGET = (text("DELETE FROM review_queue_throughput_bucket"), text("DELETE FROM review_queue_backlog_day"))

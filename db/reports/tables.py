@@ -44,7 +44,7 @@ review_queue_throughput_bucket = Table(
 )
 # ... and the backlog report's point of each closed day (the open items at its end, by age band), and
 # its split by currency: {"EUR": [counts per band], ...}, the currencies with items open then
-# (2026_12_07_0100; null on a day kept before it, which the next round keeps again).
+# (2026_12_07_0110; null on a day kept before it, which the next round keeps again).
 review_queue_backlog_day = Table(
     "review_queue_backlog_day",
     metadata,
