@@ -5,10 +5,13 @@ RUN := $(UV) run --frozen
 
 .PHONY: run test test-quick test-unit test-long lint fmt bench bench-instructions migrate revision install
 
+# --compile-bytecode: the virtualenv ships its bytecode. Where PYTHONDONTWRITEBYTECODE is set (CI),
+# every Python process would otherwise compile FastAPI, SQLAlchemy and pydantic again at start-up,
+# and the suite starts a few hundred of them (servers, commands, the mutation check's sessions).
 install:
 	@$(UV) --version >/dev/null 2>&1 || python3 -m pip install --quiet --user uv \
 		|| python3 -m pip install --quiet --user --break-system-packages uv
-	@$(UV) sync --frozen --quiet
+	@$(UV) sync --frozen --quiet --compile-bytecode
 
 # A local webhook receiver (http://127.0.0.1:...) is allowed on a development machine only.
 run: install

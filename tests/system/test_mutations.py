@@ -10,6 +10,7 @@ never silently skipped. The same named tests first run on an unmutated copy and 
 so a kill is the mutation's doing, not the copy's.
 """
 
+import compileall
 import os
 import re
 import shutil
@@ -24,6 +25,11 @@ from pathlib import Path
 import pytest
 
 from api.settings import REPO_ROOT
+
+# One worker runs the whole module. Ungrouped, `--dist loadgroup` deals these tests one by one to
+# both workers, and each worker's module-scoped `runs` started every copy (all mutants and the
+# control): the check's nested sessions ran twice, or more when a worker came back to the module.
+pytestmark = pytest.mark.xdist_group("mutations")
 
 
 @dataclass(frozen=True)
@@ -671,10 +677,15 @@ MUTANTS += (
     ),
 )
 
-# What a copy needs to run the suite; caches, the virtualenv and local data stay behind.
+# What a copy needs to run the suite; caches, the virtualenv and local data stay behind. The copies
+# are made from one compiled base copy (Runs.base): its bytecode comes along, and copy2 keeps the
+# sources' mtimes, so a copy compiles only the files its mutant edited.
 IGNORED = shutil.ignore_patterns(
     ".git", ".venv", ".data", "__pycache__", ".mypy_cache", ".ruff_cache", ".pytest_cache", "*.pyc"
 )
+# The plugins a nested session can leave out: pytest imports and assertion-rewrites a plugin's whole
+# package at start-up, most of a named test's own cost; schemathesis' is needed only where it is used.
+UNUSED_PLUGINS = ("schemathesis",)
 PARALLEL = 3  # pytest processes at once: most of a run is start-up and waiting on PostgreSQL
 RUN_TIMEOUT_S = 600
 # A test waits for its copy's run, queued behind others (PARALLEL at once): the suite's 300 s per
@@ -682,9 +693,24 @@ RUN_TIMEOUT_S = 600
 WAIT_TIMEOUT_S = 2 * RUN_TIMEOUT_S
 
 
-def copy_tree(destination: Path) -> Path:
-    shutil.copytree(REPO_ROOT, destination, ignore=IGNORED)
+def copy_tree(destination: Path, source: Path = REPO_ROOT) -> Path:
+    shutil.copytree(source, destination, ignore=IGNORED if source == REPO_ROOT else None)
     return destination
+
+
+def compiled_base(destination: Path) -> Path:
+    """The tree copied once and compiled, for the copies to be made from."""
+    copy_tree(destination)
+    for folder in ("api", "db", "cli", "client", "alembic", "tests"):
+        compileall.compile_dir(destination / folder, quiet=1, workers=1)
+    return destination
+
+
+def plugin_options(node_ids: tuple[str, ...], root: Path) -> list[str]:
+    """`-p no:<plugin>` for each plugin that none of the named tests' files uses."""
+    sources = [(root / path).read_text() for path in {node.split("::", 1)[0] for node in node_ids}]
+    unused = [name for name in UNUSED_PLUGINS if not any(name in text for text in sources)]
+    return [part for name in unused for part in ("-p", f"no:{name}")]
 
 
 def apply(root: Path, mutant: Mutant) -> None:
@@ -698,6 +724,9 @@ def apply(root: Path, mutant: Mutant) -> None:
                 f"{edit.path}, found {found} times; rewrite the mutant for the current code:\n{edit.old}"
             )
         path.write_text(text.replace(edit.old, edit.new))
+        # The base copy's bytecode of this file is stale now; gone, whatever the clock says.
+        for stale in (path.parent / "__pycache__").glob(f"{path.stem}.*.pyc"):
+            stale.unlink()
 
 
 @dataclass(frozen=True)
@@ -716,10 +745,11 @@ class Run:
 def run_pytest(root: Path, server_url: str, template_db: str | None, *node_ids: str) -> Run:
     # PYTHONPATH: a `review-queue` the copy's tests start must import the mutated copy, not the
     # tree the editable install (.pth) points at.
+    # Bytecode is written (the outer environment may forbid it): the plugins' rewritten modules are
+    # then compiled by the first session only, not by every one of them.
     env = {
-        **os.environ,
+        **{k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"},
         "TEST_DATABASE_URL": server_url,
-        "PYTHONDONTWRITEBYTECODE": "1",
         "PYTHONPATH": str(root),
     }
     if template_db is not None:
@@ -728,7 +758,12 @@ def run_pytest(root: Path, server_url: str, template_db: str | None, *node_ids: 
     env.pop("PYTEST_ADDOPTS", None)
     env.pop("PYTEST_XDIST_WORKER", None)
     result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--no-header", *node_ids],
+        [
+            sys.executable,
+            *("-m", "pytest", "-q", "-p", "no:cacheprovider", "--no-header"),
+            *plugin_options(node_ids, root),
+            *node_ids,
+        ],
         cwd=root,
         env=env,
         capture_output=True,
@@ -746,14 +781,19 @@ class Runs:
         self.pool = ThreadPoolExecutor(PARALLEL, thread_name_prefix="mutant")
         self.lock = threading.Lock()
         self.futures: dict[str, Future[Run]] = {}
+        self.base: Path | None = None
+
+    def _copy(self, name: str) -> Path:
+        assert self.base is not None
+        return copy_tree(self.root / name, self.base)
 
     def _control(self) -> Run:
         return run_pytest(
-            copy_tree(self.root / "control"), self.server_url, self.template_db, *(m.test for m in MUTANTS)
+            self._copy("control"), self.server_url, self.template_db, *(m.test for m in MUTANTS)
         )
 
     def _mutant(self, mutant: Mutant, index: int) -> Run:
-        copy = copy_tree(self.root / f"mutant-{index}")
+        copy = self._copy(f"mutant-{index}")
         apply(copy, mutant)
         # A mutant of a migration needs the schema it builds: that copy migrates its own.
         migrates = any(edit.path.startswith("alembic/") for edit in mutant.edits)
@@ -763,6 +803,7 @@ class Runs:
         with self.lock:
             if self.futures:
                 return
+            self.base = compiled_base(self.root / "base")
             self.futures["control"] = self.pool.submit(self._control)
             for index, mutant in enumerate(MUTANTS):
                 self.futures[mutant.name] = self.pool.submit(self._mutant, mutant, index)
@@ -787,6 +828,25 @@ def test_every_mutation_still_applies(tmp_path: Path) -> None:
             (copy / edit.path).parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(REPO_ROOT / edit.path, copy / edit.path)
         apply(copy, mutant)
+
+
+def test_the_check_runs_on_one_worker(request: pytest.FixtureRequest) -> None:
+    """Every test of this module is in one xdist group, so one worker's `runs` starts the copies
+    and no other worker starts them again."""
+    here = [item for item in request.session.items if item.path == request.path]
+    groups = {item.nodeid: [m.args for m in item.iter_markers("xdist_group")] for item in here}
+    assert all(args == [("mutations",)] for args in groups.values()), groups
+
+
+def test_a_copy_compiles_only_the_files_its_mutant_edited(tmp_path: Path) -> None:
+    """Copies come from one compiled base: an edited file's bytecode is gone, the others' is there."""
+    base = compiled_base(tmp_path / "base")
+    mutant = next(m for m in MUTANTS if m.edits[0].path == COMPLETION)
+    copy = copy_tree(tmp_path / "copy", base)
+    apply(copy, mutant)
+    cache = copy / "db/queue/__pycache__"
+    compiled = {path.name.split(".")[0] for path in cache.glob("*.pyc")}
+    assert "completion" not in compiled and {"lease", "rows", "approval"} <= compiled, compiled
 
 
 @pytest.mark.timeout(WAIT_TIMEOUT_S)
