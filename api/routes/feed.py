@@ -40,10 +40,10 @@ async def read_feed(
     as something arrives and its turn comes (one look per API process every
     REVIEW_QUEUE_POLL_INTERVAL_MS serves all its waiting calls; a call holds no database connection
     while it waits). Turns: an API process reads for its waiting calls at most
-    REVIEW_QUEUE_FEED_ANSWERS_PER_S times a second (default 50), first come first served, so that
+    REVIEW_QUEUE_FEED_ANSWERS_PER_S times a second (default 25), first come first served, so that
     its other routes keep their latency however many poll. With N pollers that each want every
     event, each is answered about every N / REVIEW_QUEUE_FEED_ANSWERS_PER_S seconds (500 pollers:
-    every 10 s) with up to `limit` events: a poller that must keep up asks for a larger `limit`.
+    every 20 s) with up to `limit` events: a poller that must keep up asks for a larger `limit`.
     A call whose turn does not come within `wait_s` answers then with no events and `next_cursor`
     equal to `after`: no event is ever skipped. Calls without `wait_s` are ordinary requests,
     answered at once. Beyond REVIEW_QUEUE_FEED_MAX_WAITERS calls with `wait_s` in progress on one

@@ -86,8 +86,9 @@ def test_waiting_long_polls_cost_one_query_per_interval_not_one_each(
     queries = {name: count_calls(monkeypatch, name) for name in ("read", "head")}
     state: Any = client.app.state  # type: ignore[attr-defined]
     threads, answers = long_polls(client, reader, WAITERS, {"after": head, "wait_s": 6})
-    wait_for(lambda: state.feed_waiters == WAITERS, timeout=20)
-    time.sleep(1)  # their first reads are done
+    # Every one past its first read (taken in turns of the answer budget) and waiting.
+    wait_for(lambda: state.feed_watch.waiters == WAITERS, timeout=20)
+    time.sleep(1)  # the last first read's transaction is over
     before = {name: calls[0] for name, calls in queries.items()}
     window_s, interval_s = 2.0, state.settings.poll_interval_ms / 1000
     time.sleep(window_s)
