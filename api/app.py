@@ -20,7 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from api import desk, webhook_secret
 from api.errors import COMMON_PROBLEMS, install_error_handlers, problem_responses
 from api.examples import with_examples
-from api.feed_watch import FeedWatch
+from api.feed_watch import AnswerBudget, FeedWatch
 from api.introspection import Introspection
 from api.logs import configure_logging
 from api.metrics import AccessLog
@@ -219,6 +219,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # however many read, the other routes keep the rest (waiting for this holds no connection).
     app.state.feed_looks = asyncio.Semaphore(max(1, settings.pool_size // 2))
     app.state.feed_waiters = 0  # GET /events calls with wait_s in progress (routes/feed.py)
+    app.state.feed_budget = AnswerBudget(settings.feed_answers_per_s)
     # The Fernet keys of webhook secrets; None: PUT /webhooks answers NOT_CONFIGURED.
     app.state.webhook_keys = webhook_secret.keys(settings)
     # Sign-in with the company's identity provider, and API calls with its JWTs (docs/security.md).

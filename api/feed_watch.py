@@ -138,3 +138,35 @@ class FeedWatch:
                     self.generation += 1
                 self._wake()
             await asyncio.sleep(self._interval_s)
+
+
+BUDGET_WAIT = Counter(
+    "review_queue_feed_budget_wait_seconds_total",
+    "Seconds GET /events calls with wait_s spent waiting for their turn in the process's answer"
+    " budget (REVIEW_QUEUE_FEED_ANSWERS_PER_S) before reading.",
+)
+
+
+class AnswerBudget:
+    """At most `per_s` feed reads a second for the waiting calls of one process, first come first
+    served, in bursts of at most a tenth of a second's worth.
+
+    The generic cell rate algorithm (a token bucket kept as one timestamp): each call reserves the
+    next free turn and sleeps until it, so 500 pollers waiting for a turn cost one timer each and
+    are answered in the order they asked. (aiolimiter's bucket wakes every waiter at each drip to
+    race for the capacity: 500 wake-ups per turn, in no fixed order.)
+    """
+
+    def __init__(self, per_s: float) -> None:
+        self._gap = 1 / per_s
+        self._tolerance = max(0.0, per_s // 10 - 1) * self._gap
+        self._next = float("-inf")  # when the next turn is due, less the burst's tolerance
+
+    def reserve(self, now: float, by: float) -> float | None:
+        """The time of the caller's turn, reserved, if it comes by `by`; None (nothing reserved)
+        when every turn until then is taken."""
+        turn = max(now, self._next - self._tolerance)
+        if turn > by:
+            return None
+        self._next = max(self._next, now) + self._gap
+        return turn

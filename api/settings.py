@@ -131,6 +131,11 @@ class Settings(BaseSettings):
     poll_interval_ms: int = _range(500, 50, 5_000, "REVIEW_QUEUE_POLL_INTERVAL_MS")
     # GET /events calls with wait_s waiting at once per API process; one more is a 429.
     feed_max_waiters: int = _range(500, 1, 100_000, "REVIEW_QUEUE_FEED_MAX_WAITERS")
+    # Reads a second for the GET /events calls with wait_s of one API process, whatever their
+    # number: the work routes keep their latency, the pollers wait their turn (routes/feed.py).
+    # 25 = the 500 waiters REVIEW_QUEUE_FEED_MAX_WAITERS admits / the longest wait_s (20 s): at
+    # the limit, every waiting call still gets its turn within its wait.
+    feed_answers_per_s: int = _range(25, 1, 100_000, "REVIEW_QUEUE_FEED_ANSWERS_PER_S")
 
     # PostgreSQL's own lock_timeout for every API transaction: a table lock elsewhere
     # turns into a fast 503 instead of a hung request (seed: LOCK_CONTENTION).

@@ -6,6 +6,7 @@ once with the old pool (10 + 5, 1 s wait) and once with the defaults, counting 5
 """
 
 import asyncio
+import contextlib
 import multiprocessing
 from dataclasses import dataclass, field
 from typing import Any
@@ -103,48 +104,101 @@ def pool_under_clients(server_url: str, port: int, clients: int, items: int) -> 
     return results
 
 
-async def _poller(base: str, token: str, tally: Tally, stop: asyncio.Event, wait_s: int, after: str) -> None:
+@dataclass
+class Pollers:
+    """What the long-pollers got: each status's count, and how many events each poller has had."""
+
+    statuses: dict[int, int] = field(default_factory=dict)
+    received: list[int] = field(default_factory=list)
+    # The events a poller must have had to be at the head (known once the clients have finished),
+    # and the loop time each poller got there.
+    head: float = float("inf")
+    caught_up_at: dict[int, float] = field(default_factory=dict)
+    all_caught_up: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def check(self, index: int, at: float) -> None:
+        if self.received[index] >= self.head:
+            self.caught_up_at.setdefault(index, at)
+            if len(self.caught_up_at) == len(self.received):
+                self.all_caught_up.set()
+
+
+async def _poller(base: str, token: str, polls: Pollers, index: int, wait_s: int, after: str) -> None:
     headers = {"Authorization": f"Bearer {token}"}
-    timeout = aiohttp.ClientTimeout(total=wait_s + 30)
+    timeout = aiohttp.ClientTimeout(total=wait_s + 60)
+    loop = asyncio.get_running_loop()
     async with aiohttp.ClientSession(base, headers=headers, timeout=timeout) as http:
-        while not stop.is_set():
+        while True:
             params = {"wait_s": str(wait_s), "after": after}
-            async with http.get("/events", params=params) as response:
-                body = await response.json(content_type=None)
-                tally.statuses[response.status] = tally.statuses.get(response.status, 0) + 1
-                if response.status == 200:
-                    after = body.get("next_cursor") or after
-                else:  # a 429 (FEED_BUSY) or worse: back off as Retry-After asks
-                    await asyncio.sleep(float(response.headers.get("Retry-After", "1")))
+            try:
+                async with http.get("/events", params=params) as response:
+                    body = await response.json(content_type=None)
+                    status, retry_s = response.status, float(response.headers.get("Retry-After", "1"))
+            # A poller whose call timed out (the server busy beyond wait_s + 60 s) asks again,
+            # counted: it must not silently drop out of the lag measured at the end.
+            except (aiohttp.ClientError, TimeoutError):
+                status, retry_s = 0, 1.0
+            polls.statuses[status] = polls.statuses.get(status, 0) + 1
+            if status == 200:
+                after = body.get("next_cursor") or after
+                polls.received[index] += len(body["events"])
+                polls.check(index, loop.time())
+            else:  # a 429 (FEED_BUSY), a timeout (0) or worse: back off as Retry-After asks
+                await asyncio.sleep(retry_s)
 
 
-async def _feed_head(base: str, token: str) -> str:
-    """The cursor after the last event a walk can reach now."""
+async def _feed_head(base: str, token: str, after: str = "") -> tuple[str, int]:
+    """The cursor after the last event a walk from `after` can reach now, and the events on the way."""
     async with aiohttp.ClientSession(base, headers={"Authorization": f"Bearer {token}"}) as http:
-        cursor = ""
+        cursor, events = after, 0
         while True:
             params = {"limit": "500", **({"after": cursor} if cursor else {})}
             async with http.get("/events", params=params) as response:
                 page = await response.json(content_type=None)
             if page["next_cursor"] == cursor:
-                return cursor
-            cursor = page["next_cursor"]
+                return cursor, events
+            cursor, events = page["next_cursor"], events + len(page["events"])
 
 
-async def _pollers(base: str, token: str, pollers: int, wait_s: int, after: str, stop: Any) -> Tally:
-    polls, done = Tally(), asyncio.Event()
-    tasks = [asyncio.create_task(_poller(base, token, polls, done, wait_s, after)) for _ in range(pollers)]
-    await asyncio.to_thread(stop.wait)  # a multiprocessing.Event, set by the measuring process
+# How long the pollers may take, once the clients are done, to reach the head of the feed.
+CATCH_UP_S = 90
+
+
+async def _pollers(base: str, token: str, pollers: int, wait_s: int, after: str, stop: Any) -> dict[str, Any]:
+    polls = Pollers(received=[0] * pollers)
+    tasks = [asyncio.create_task(_poller(base, token, polls, i, wait_s, after)) for i in range(pollers)]
+    await asyncio.to_thread(stop.wait)  # a multiprocessing.Event, set when the clients are done
+    loop = asyncio.get_running_loop()
+    ended, at_end = loop.time(), list(polls.received)
+    # Their lag: how many events behind the head each poller was when the clients finished, and
+    # how long it then took to reach it (up to CATCH_UP_S).
+    _, written = await _feed_head(base, token, after)
+    polls.head = written
+    for i in range(pollers):
+        polls.check(i, loop.time())
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(polls.all_caught_up.wait(), CATCH_UP_S)
     for task in tasks:  # a long-poll in flight is of no more interest
         task.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
-    return polls
+    lags = sorted(float(written - got) for got in at_end)
+    catch_up = sorted(polls.caught_up_at[i] - ended for i in polls.caught_up_at)
+    return {
+        "statuses": polls.statuses,
+        "events": written,
+        "events_behind_at_end": {"p50": percentile(lags, 50), "max": lags[-1]},
+        "seconds_to_head": {
+            "p50": round(percentile(catch_up, 50), 1) if catch_up else None,
+            "max": round(catch_up[-1], 1) if catch_up else None,
+            "reached": f"{len(catch_up)} of {pollers} within {CATCH_UP_S} s",
+        },
+    }
 
 
 def _pollers_process(
     base: str, token: str, pollers: int, wait_s: int, after: str, stop: Any, out: Any
 ) -> None:
-    out.put(asyncio.run(_pollers(base, token, pollers, wait_s, after, stop)).statuses)
+    out.put(asyncio.run(_pollers(base, token, pollers, wait_s, after, stop)))
 
 
 async def _feed_sides(
@@ -153,7 +207,7 @@ async def _feed_sides(
     idle = await _drive(base, tokens, rounds)
     # The pollers start where the feed is, as long-pollers that keep up do: from the start, 500 of
     # them would first each page through the idle side's events while the clients are measured.
-    head = await _feed_head(base, feed_token)
+    head, _ = await _feed_head(base, feed_token)
     # In a process of their own: in the measured clients' event loop, parsing the pollers'
     # answers delayed the clients' own requests and counted in their latency.
     context = multiprocessing.get_context("spawn")
@@ -165,9 +219,14 @@ async def _feed_sides(
     await asyncio.sleep(5)  # every poller is in its wait before the measured clients start
     busy = await _drive(base, tokens, rounds)
     stop.set()
-    statuses = await asyncio.to_thread(out.get, timeout=120)
+    polled = await asyncio.to_thread(out.get, timeout=CATCH_UP_S + 240)
     process.join(timeout=30)
-    return {"idle": _summary(idle), "with_pollers": _summary(busy), "poller_statuses": statuses}
+    return {
+        "idle": _summary(idle),
+        "with_pollers": _summary(busy),
+        "poller_statuses": polled.pop("statuses"),
+        "pollers_lag": polled,
+    }
 
 
 def feed_pollers(
@@ -216,5 +275,10 @@ def report_lines(results: dict[str, Any]) -> list[str]:
         lines.append(
             f"     503s: {feed['idle']['503']} idle, {feed['with_pollers']['503']} with pollers;"
             f" pollers' statuses {feed['poller_statuses']}"
+        )
+        lag = feed["pollers_lag"]
+        lines.append(
+            f"     pollers' lag when the clients finished ({lag['events']} events written): events"
+            f" behind the head {lag['events_behind_at_end']}; seconds to reach it {lag['seconds_to_head']}"
         )
     return lines

@@ -8,7 +8,7 @@ from fastapi import APIRouter, Query, Request, Response
 
 from api.deps import FeedReader, SettingsDep, request_transaction
 from api.errors import ProblemError, problem_responses
-from api.feed_watch import FeedWatch
+from api.feed_watch import BUDGET_WAIT, AnswerBudget, FeedWatch
 from api.routes.leases import _disconnected
 from api.routing import QueueRoute
 from api.schemas import FeedEventOut, FeedOut, FeedQuery
@@ -37,10 +37,17 @@ async def read_feed(
     late is never skipped, and each item's events come in their own order.
 
     With `wait_s`, a call that finds nothing new waits up to that many seconds and answers as soon
-    as something arrives (one look per API process every REVIEW_QUEUE_POLL_INTERVAL_MS serves all
-    its waiting calls; a call holds no database connection while it waits). Beyond
-    REVIEW_QUEUE_FEED_MAX_WAITERS such calls waiting at once on one API process, one more is 429
-    `FEED_BUSY` with `Retry-After`.
+    as something arrives and its turn comes (one look per API process every
+    REVIEW_QUEUE_POLL_INTERVAL_MS serves all its waiting calls; a call holds no database connection
+    while it waits). Turns: an API process reads for its waiting calls at most
+    REVIEW_QUEUE_FEED_ANSWERS_PER_S times a second (default 25), first come first served, so that
+    its other routes keep their latency however many poll. With N pollers that each want every
+    event, each is answered about every N / REVIEW_QUEUE_FEED_ANSWERS_PER_S seconds (500 pollers:
+    every 20 s) with up to `limit` events: a poller that must keep up asks for a larger `limit`.
+    A call whose turn does not come within `wait_s` answers then with no events and `next_cursor`
+    equal to `after`: no event is ever skipped. Calls without `wait_s` are ordinary requests,
+    answered at once. Beyond REVIEW_QUEUE_FEED_MAX_WAITERS calls with `wait_s` in progress on one
+    API process, one more is 429 `FEED_BUSY` with `Retry-After`.
     """
     state = request.app.state
     if query.wait_s > 0 and state.feed_waiters >= settings.feed_max_waiters:
@@ -54,6 +61,7 @@ async def read_feed(
     types = query.types.split(",") if query.types else None
     waits = query.wait_s > 0
     watch: FeedWatch = state.feed_watch
+    budget: AnswerBudget = state.feed_budget
     deadline = asyncio.get_running_loop().time() + query.wait_s
 
     async def read(at: feed.Position) -> feed.FeedPage:
@@ -66,15 +74,36 @@ async def read_feed(
         page = await read(at)
         return page, _answer(page).model_dump_json(by_alias=True).encode()
 
+    gone: asyncio.Future[None] | None = None  # done when the client has left
+
+    async def turn() -> bool:
+        """Wait for this call's turn in the process's answer budget: True when it came before the
+        deadline, with the client still there; otherwise it waited out its deadline (or its client
+        left), and answers with nothing."""
+        nonlocal gone
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        at = budget.reserve(now, deadline)
+        until = deadline if at is None else at
+        if until > now:
+            gone = gone or asyncio.ensure_future(_disconnected(request))
+            await asyncio.wait({gone}, timeout=until - now)
+            BUDGET_WAIT.inc(loop.time() - now)
+        return at is not None and not (gone and gone.done())
+
     body: bytes | None = None
-    gone: asyncio.Future[None] | None = None
+    has_turn = False  # a turn of the budget, held by a waiting call from its read until it waits
     state.feed_waiters += waits
     try:
         while True:
-            seen = watch.generation
+            caught_up = waits and watch.caught_up(after)  # nothing new as of the last look
+            if waits and not caught_up and not (has_turn := has_turn or await turn()):
+                page, body = feed.FeedPage([], after), None
+                break
+            seen = watch.generation  # after the turn: the read below covers every look before it
             if not waits:
                 page = await read(after)
-            elif watch.caught_up(after):  # nothing new as of the last look: wait for the next
+            elif caught_up:  # wait for the next look without reading
                 page, body = feed.FeedPage([], after), None
             else:
                 # Read once and rendered once for all the waiters at this place: 500 pollers at
@@ -88,7 +117,10 @@ async def read_feed(
                 after = page.next
                 continue
             # One look per process for every waiter (api/feed_watch.py): waiting costs no
-            # connection and no query of its own.
+            # connection and no query of its own. Woken, it reads again in a turn of its own: a
+            # turn is one answer's worth, not held across waits (or 500 waiters woken at once
+            # would all answer at once on turns taken long before).
+            has_turn = False
             gone = gone or asyncio.ensure_future(_disconnected(request))
             if not await watch.wait(after, seen, remaining, gone):
                 break

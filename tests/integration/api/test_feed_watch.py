@@ -6,12 +6,14 @@ import asyncio
 import json
 import threading
 import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
 import pytest
 from fastapi.testclient import TestClient
 
+from api.feed_watch import AnswerBudget
 from db import feed
 from tests.support import wait_for
 from tests.support.api import Auth, enqueue
@@ -57,6 +59,20 @@ def count_calls(monkeypatch: pytest.MonkeyPatch, name: str) -> list[int]:
     return calls
 
 
+@pytest.fixture
+def budget(client: TestClient) -> Iterator[Callable[[int], AnswerBudget]]:
+    """budget(per_s): the app's answer budget (REVIEW_QUEUE_FEED_ANSWERS_PER_S) replaced for this test."""
+    state: Any = client.app.state  # type: ignore[attr-defined]
+    was = state.feed_budget
+
+    def use(per_s: int) -> AnswerBudget:
+        state.feed_budget = AnswerBudget(per_s)
+        return state.feed_budget  # type: ignore[no-any-return]
+
+    yield use
+    state.feed_budget = was
+
+
 WAITERS = 30
 
 
@@ -70,8 +86,9 @@ def test_waiting_long_polls_cost_one_query_per_interval_not_one_each(
     queries = {name: count_calls(monkeypatch, name) for name in ("read", "head")}
     state: Any = client.app.state  # type: ignore[attr-defined]
     threads, answers = long_polls(client, reader, WAITERS, {"after": head, "wait_s": 6})
-    wait_for(lambda: state.feed_waiters == WAITERS, timeout=20)
-    time.sleep(1)  # their first reads are done
+    # Every one past its first read (taken in turns of the answer budget) and waiting.
+    wait_for(lambda: state.feed_watch.waiters == WAITERS, timeout=20)
+    time.sleep(1)  # the last first read's transaction is over
     before = {name: calls[0] for name, calls in queries.items()}
     window_s, interval_s = 2.0, state.settings.poll_interval_ms / 1000
     time.sleep(window_s)
@@ -89,12 +106,19 @@ def test_waiting_long_polls_cost_one_query_per_interval_not_one_each(
 
 
 def test_one_enqueue_wakes_every_waiter_at_the_head_and_each_gets_the_event(
-    client: TestClient, auth: Auth, db_url: str, monkeypatch: pytest.MonkeyPatch
+    client: TestClient,
+    auth: Auth,
+    db_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+    budget: Callable[[int], AnswerBudget],
 ) -> None:
     """... from one read between them: the waiters one look woke at one position share it."""
     reader, ingest = auth("ledger", "integration"), auth("ingest", "ingest")
     head = head_of(client, reader, db_url)
     reads = count_calls(monkeypatch, "read")
+    # A budget with room for all twelve at once (test_the_answer_budget_*: turns spread over time
+    # are reads of their own).
+    budget(10_000)
     watch: Any = client.app.state.feed_watch  # type: ignore[attr-defined]
     threads, answers = long_polls(client, reader, 12, {"after": head, "wait_s": WAIT_S})
     wait_for(lambda: watch.waiters == 12, timeout=20)
@@ -182,3 +206,76 @@ def test_a_waiter_whose_client_leaves_is_dropped_and_the_watcher_stops_with_no_o
     assert state.feed_watch.looks == looks, "the watcher looked with no one waiting"
     body = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
     assert not body or json.loads(body)["events"] == []
+
+
+POLLERS, PER_S = 8, 4
+
+
+def test_the_answer_budget_holds_for_woken_waiters_and_for_pollers_that_come_straight_back(
+    client: TestClient, auth: Auth, db_url: str, budget: Callable[[int], AnswerBudget]
+) -> None:
+    """REVIEW_QUEUE_FEED_ANSWERS_PER_S: 8 pollers with limit=1 each want 6 events (48 answers). The
+    first answers wake waiters; the rest are pollers back at once with their new cursor, behind the
+    head. Before: all 48 within about a second. Now at most PER_S a second (a burst of one at this
+    rate), and each poller still gets every event, in the feed's order."""
+    reader, ingest, alice = auth("ledger", "integration"), auth("ingest", "ingest"), auth("alice", "reviewer")
+    state: Any = client.app.state  # type: ignore[attr-defined]
+    budget(PER_S)
+    head = head_of(client, reader, db_url)
+    answered: list[float] = []  # when each answer with events came
+    seen: list[list[str]] = [[] for _ in range(POLLERS)]
+
+    def poll(i: int) -> None:
+        cursor, ends = head, time.monotonic() + 60
+        while len(seen[i]) < 6 and time.monotonic() < ends:
+            params = {"after": cursor, "wait_s": WAIT_S, "limit": 1}
+            page = client.get("/events", params=params, headers=reader)
+            assert page.status_code == 200, page.text
+            if page.json()["events"]:
+                answered.append(time.monotonic())
+            seen[i] += [e["cursor"] for e in page.json()["events"]]
+            cursor = page.json()["next_cursor"]
+
+    threads = [threading.Thread(target=poll, args=(i,)) for i in range(POLLERS)]
+    for t in threads:
+        t.start()
+    wait_for(lambda: state.feed_watch.waiters == POLLERS, timeout=20)
+    for _ in range(3):
+        enqueue(client, ingest)
+    leased = client.post("/leases", json={"batch_size": 3}, headers=alice).json()["items"]
+    assert len(leased) == 3, leased
+    for t in threads:
+        t.join(timeout=90)
+    settle(db_url)
+    walk = client.get("/events", params={"after": head, "limit": 100}, headers=reader).json()["events"]
+    assert [e["event"] for e in walk] == ["ENQUEUED"] * 3 + ["LEASED"] * 3, walk
+    assert seen == [[e["cursor"] for e in walk]] * POLLERS, "a poller missed, repeated or reordered events"
+    answered.sort()
+    busiest = max(sum(1 for t in answered if start <= t < start + 1) for start in answered)
+    took = answered[-1] - answered[0]
+    assert busiest <= PER_S + 2, f"{busiest} answers in one second with a budget of {PER_S} a second"
+    assert took >= (len(answered) - 1) / PER_S * 0.8, f"{len(answered)} answers in {took:.1f} s"
+
+
+def test_a_poller_whose_turn_does_not_come_by_its_deadline_answers_at_its_deadline_with_nothing(
+    client: TestClient, auth: Auth, db_url: str, budget: Callable[[int], AnswerBudget]
+) -> None:
+    """Every turn of the next minute taken: a poller behind the head (events waiting for it) keeps
+    its deadline and answers with no events and its own cursor, so it skips nothing."""
+    reader, ingest = auth("ledger", "integration"), auth("ingest", "ingest")
+    turns = budget(1)
+    head = head_of(client, reader, db_url)
+    enqueue(client, ingest)
+    settle(db_url)
+    assert client.portal is not None
+    now = client.portal.call(lambda: asyncio.get_running_loop().time())
+    while turns.reserve(now, now + 60) is not None:  # the app's own loop clock, so no drift
+        pass
+    started = time.monotonic()
+    page = client.get("/events", params={"after": head, "wait_s": 2}, headers=reader)
+    took = time.monotonic() - started
+    assert (page.status_code, page.json()) == (200, {"events": [], "next_cursor": head}), page.text
+    assert 1.8 <= took < 6, f"answered after {took:.1f} s with wait_s=2"
+    # wait_s=0 is an ordinary request, outside the budget: the event is there.
+    page = client.get("/events", params={"after": head}, headers=reader)
+    assert [e["event"] for e in page.json()["events"]] == ["ENQUEUED"], page.text

@@ -2,8 +2,11 @@
 many wait, the shared page, and the watcher ending with its last waiter. No database."""
 
 import asyncio
+import itertools
 
-from api.feed_watch import FeedWatch
+import pytest
+
+from api.feed_watch import AnswerBudget, FeedWatch
 from db.feed import FeedPage, Position
 
 INTERVAL_S = 0.02
@@ -108,3 +111,23 @@ def test_the_waiters_a_look_woke_at_one_place_share_one_read() -> None:
         assert (await watch.page(("here", 100, None), read)).next == Position(3, 0)
 
     asyncio.run(run())
+
+
+def test_the_answer_budget_hands_out_turns_in_order_at_its_rate_after_a_tenth_of_a_second_burst() -> None:
+    budget = AnswerBudget(50)  # a turn every 20 ms, 5 at once
+    turns = [budget.reserve(100.0, 200.0) for _ in range(55)]
+    assert turns[:5] == [100.0] * 5, turns[:5]
+    gaps = [round(b - a, 6) for a, b in itertools.pairwise(turns[4:])]  # type: ignore[operator]
+    assert gaps == [0.02] * 50, gaps
+    # 55 turns asked at once: the last is 1 s later (50 a second), not sooner.
+    assert turns[-1] == pytest.approx(101.0)
+
+
+def test_a_turn_that_would_come_after_the_callers_deadline_is_refused_and_reserves_nothing() -> None:
+    budget = AnswerBudget(10)  # a turn every 100 ms, no burst
+    assert budget.reserve(0.0, 1.0) == 0.0
+    assert budget.reserve(0.0, 1.0) == 0.1
+    assert budget.reserve(0.0, 0.15) is None  # its turn would be at 0.2
+    assert budget.reserve(0.0, 1.0) == 0.2, "the refused caller took a turn"
+    # Time that passes unused is not saved up beyond the burst.
+    assert [budget.reserve(60.0, 61.0) for _ in range(2)] == [60.0, pytest.approx(60.1)]
