@@ -1,6 +1,6 @@
-"""The open items' amount index (alembic/versions/2026_12_07_0510_open_abs_amount.py), online:
-writers go on enqueueing while it is built, none fails, and it ends valid, holding every open item
-(those enqueued during the build too) and no resolved one."""
+"""The open items' amount indexes (alembic/versions/2026_12_07_0510_open_abs_amount.py), online:
+writers go on enqueueing and leasing while they are built, none fails, and each ends valid, holding
+every item of its part (those written during the build too) and no resolved one."""
 
 import psycopg
 import pytest
@@ -11,47 +11,56 @@ from tests.support.migrations import upgrade_while_writing
 
 pytestmark = pytest.mark.fresh_db("migrates the item table's indexes down and up by hand")
 
-BEFORE = "5a9c3e7b2d18"  # the revision before the index
-THIS = "9d4f2a6c8e13"  # the index; later revisions may add their own
-INDEX = "ix_review_queue_item_open_abs_amount"
+BEFORE = "5a9c3e7b2d18"  # the revision before the indexes
+THIS = "9d4f2a6c8e13"  # the indexes; later revisions may add their own
+# Each index, and its part of the items.
+PARTS = {
+    "ix_review_queue_item_pending_abs_amount": "state = 'PENDING'",
+    "ix_review_queue_item_open_abs_amount": "state NOT IN ('PENDING', 'RESOLVED')",
+}
 
 
-def test_the_index_is_built_while_writers_enqueue_and_holds_the_open_items(
+def test_the_indexes_are_built_while_writers_write_and_hold_their_parts(
     owner_url: str, superuser_url: str, sql: psycopg.Connection
 ) -> None:
     config = alembic_config(owner_url)
     command.downgrade(config, BEFORE)
-    assert sql.execute("SELECT to_regclass(%s)", (INDEX,)).fetchone() == (None,)
+    for index in PARTS:
+        assert sql.execute("SELECT to_regclass(%s)", (index,)).fetchone() == (None,)
     sql.execute(
         "INSERT INTO review_queue_item (idempotency_key, ledger_entity, variance_amount, match_decision,"
         " source_hash, state, leased_by, leased_at, resolution, resolved_by, resolved_at)"
         " VALUES ('done', 'ACME', -50000, 'PARTIAL', 'h', 'RESOLVED', 'r', now(), 'OK', 'r', now())"
     )
 
-    def write(conn: psycopg.Connection, n: int, k: int, upgraded: bool) -> str:
-        key = f"w{n}-{k}"
+    def write(conn: psycopg.Connection, n: int, k: int, upgraded: bool) -> tuple[str, str]:
+        # Every other item leased (ASSIGNED): both parts are written during the build.
+        key, state = f"w{n}-{k}", ("PENDING", "ASSIGNED")[k % 2]
         conn.execute(
             "INSERT INTO review_queue_item (idempotency_key, ledger_entity, variance_amount, match_decision,"
-            " source_hash) VALUES (%s, 'ACME', %s, 'PARTIAL', 'h')",
-            (key, -(n * 1000 + k) - 50000),
+            " source_hash, state, leased_by, leased_at, lease_expires_at)"
+            " VALUES (%s, 'ACME', %s, 'PARTIAL', 'h', %s, %s, now(), now() + interval '1 hour')",
+            (key, -(n * 1000 + k) - 50000, state, None if state == "PENDING" else "r"),
         )
-        return key
+        return key, state
 
     written, during = upgrade_while_writing(superuser_url, write, lambda: command.upgrade(config, THIS))
     assert all(n > 0 for n in during)
-    assert sql.execute(
-        "SELECT indisvalid, indisready FROM pg_index WHERE indexrelid = %s::regclass", (INDEX,)
-    ).fetchone() == (True, True)
-    # Read through the index alone (the planner made to), a bound finds every open item written.
+    # Read through each index alone (the planner made to), a bound finds every item of its part.
     sql.execute("SET enable_seqscan = off")
     sql.execute("SET enable_bitmapscan = off")
-    query = (
-        "SELECT idempotency_key FROM review_queue_item"
-        " WHERE state <> 'RESOLVED' AND abs(variance_amount) >= 50000"
-    )
-    plan = "\n".join(r[0] for r in sql.execute(f"EXPLAIN {query}"))
-    assert INDEX in plan, plan
-    found = {r[0] for r in sql.execute(query)}
-    assert found == {key for out in written for key in out}, len(found)
+    for index, part in PARTS.items():
+        assert sql.execute(
+            "SELECT indisvalid, indisready FROM pg_index WHERE indexrelid = %s::regclass", (index,)
+        ).fetchone() == (True, True), index
+        query = (
+            f"SELECT idempotency_key FROM review_queue_item WHERE {part} AND abs(variance_amount) >= 50000"
+        )
+        plan = "\n".join(r[0] for r in sql.execute(f"EXPLAIN {query}"))
+        assert index in plan, plan
+        state = "PENDING" if "=" in part else "ASSIGNED"
+        expected = {key for out in written for key, s in out if s == state}
+        assert {r[0] for r in sql.execute(query)} == expected, index
     command.downgrade(config, BEFORE)
-    assert sql.execute("SELECT to_regclass(%s)", (INDEX,)).fetchone() == (None,)
+    for index in PARTS:
+        assert sql.execute("SELECT to_regclass(%s)", (index,)).fetchone() == (None,)
