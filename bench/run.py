@@ -216,14 +216,18 @@ def audit_chain(server_url: str, events: int) -> dict[str, Any]:
     }
 
 
-def reports_over_a_year(server_url: str, port: int, items: int, runs: int) -> dict[str, Any]:
+def reports_over_a_year(
+    server_url: str, port: int, items: int, runs: int, *, write_costs: bool = True
+) -> dict[str, Any]:
     """Part 8: a year of history, then every report through one API worker; and what the reports'
     indexes cost a lease and a completion (two copies of a smaller history, with and without them)."""
-    costs = [fresh_database(server_url, f"rq_bench_write_{kind}") for kind in ("with", "without")]
-    for url in costs:
-        report_bench.load_year(url, 50_000)
-    write = report_bench.write_cost(*costs, cycles=2_000, rounds=3)
-    write_list = list_index_cost(server_url)
+    costs: dict[str, Any] = {}
+    if write_costs:
+        urls = [fresh_database(server_url, f"rq_bench_write_{kind}") for kind in ("with", "without")]
+        for url in urls:
+            report_bench.load_year(url, 50_000)
+        costs["write_cost"] = report_bench.write_cost(*urls, cycles=2_000, rounds=3)
+        costs["write_cost_list"] = list_index_cost(server_url)
     from cli import reclaimer
 
     url = fresh_database(server_url, "rq_bench_reports")
@@ -248,8 +252,7 @@ def reports_over_a_year(server_url: str, port: int, items: int, runs: int) -> di
         "reports": timed,
         "runs": runs,
         "loadavg": loadavg,
-        "write_cost": write,
-        "write_cost_list": write_list,
+        **costs,
         "rollup_s": rollup_s,
     }
 
@@ -467,6 +470,9 @@ def main(
         int, typer.Option(help="Items in part 8's year of history (0: skip part 8).")
     ] = 1_000_000,
     report_runs: Annotated[int, typer.Option(help="Timed runs of each report in part 8.")] = 3,
+    report_write_costs: Annotated[
+        bool, typer.Option(help="Part 8 also measures what the report and list indexes cost the writes.")
+    ] = True,
     only_stats: Annotated[
         bool, typer.Option(help="Run part 9 (/stats and /metrics as history grows) alone.")
     ] = False,
@@ -606,7 +612,9 @@ def main(
             json_path.write_text(json.dumps(results, indent=2))
         return
     if only_reports:
-        results["reports"] = reports_over_a_year(server_url, port, report_items, report_runs)
+        results["reports"] = reports_over_a_year(
+            server_url, port, report_items, report_runs, write_costs=report_write_costs
+        )
         drop_databases(server_url, "rq_bench_reports", "rq_bench_write_with", "rq_bench_write_without")
         typer.echo("\n".join(report_bench.report_lines(results["reports"])))
         if json_path:
@@ -706,7 +714,9 @@ def main(
             results["audit"] = audit_chain(server_url, audit_events)
         if report_items:
             typer.echo(f"reports over a year ({report_items:,} items) ...", err=True)
-            results["reports"] = reports_over_a_year(server_url, port, report_items, report_runs)
+            results["reports"] = reports_over_a_year(
+                server_url, port, report_items, report_runs, write_costs=report_write_costs
+            )
         if stats_items:
             typer.echo(f"/stats and /metrics over history ({stats_items:,} items) ...", err=True)
             results["stats"] = stats_over_history(
