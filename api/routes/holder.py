@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Annotated
 from uuid import UUID
 
-from fastapi import APIRouter, Body, Path, Request
+from fastapi import APIRouter, Body, Path, Request, Response
 
 from api.deps import Reviewer, SettingsDep, one_round_trip, request_unit
 from api.errors import ProblemError, problem_body, problem_responses
@@ -25,6 +25,7 @@ from api.schemas import (
     RenewIn,
     lease_nonce_for,
 )
+from api.settings import Settings
 from db import queue
 from db.tokens import Principal
 
@@ -163,10 +164,9 @@ def _completion_problem(
     operation_id="completeItem",
     summary="Resolve an item you hold",
     responses=problem_responses("NOT_FOUND", "LEASE_NOT_HELD", "RESOLUTION_CONFLICT", "SOURCE_CHANGED"),
+    response_model=CompleteOut,
 )
-async def complete(
-    item_id: ItemId, body: CompleteIn, principal: Reviewer, request: Request, settings: SettingsDep
-) -> CompleteOut:
+async def complete(item_id: ItemId, body: CompleteIn, principal: Reviewer, request: Request) -> Response:
     """Resolve an item you hold with an active code of the catalogue (`GET /resolutions`).
 
     When `abs(variance_amount)`, converted into the base currency at the latest rate of its currency
@@ -178,6 +178,9 @@ async def complete(
     Refused with SOURCE_CHANGED (the current item and a new lease_token in the answer) when the
     figures changed under your lease and this call does not show you saw the new ones.
     """
+    # The settings from the app rather than a dependency, and the answer serialised here rather
+    # than validated again by FastAPI: each costs every completion (docs/performance.md, issue 44).
+    settings: Settings = request.app.state.settings
     outcome, item = await queue.complete_item(
         one_round_trip(request),
         item_id=item_id,
@@ -201,7 +204,8 @@ async def complete(
         "submitted_for_approval",
         "already_submitted",
     )
-    return CompleteOut(outcome=outcome, item=ItemOut.of(item, principal.subject))
+    answer = CompleteOut(outcome=outcome, item=ItemOut.of(item, principal.subject))
+    return Response(answer.model_dump_json(by_alias=True), media_type="application/json")
 
 
 @router.post("/items/complete", operation_id="completeItems", summary="Resolve items you hold, in one call")

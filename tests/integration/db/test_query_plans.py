@@ -269,7 +269,7 @@ def test_aging_and_overdue_read_the_open_items_only(
 def test_the_completion_statements_generic_plan_reads_by_primary_key(busy_table: psycopg.Connection) -> None:
     """Completion runs with a generic plan (prepared once, never planned again: db.engine.OneRoundTrip),
     so that plan, made without the parameters' values, must still read the queue by primary key."""
-    sql, compiled = _compiled(_COMPLETE_ITEMS)
+    sql, compiled, plan = _compiled(_COMPLETE_ITEMS)
     held = busy_table.execute("SELECT id, leased_by FROM review_queue_item WHERE state = 'ASSIGNED' LIMIT 3")
     ids, holders = zip(*held.fetchall(), strict=True)
     params = {
@@ -286,7 +286,8 @@ def test_the_completion_statements_generic_plan_reads_by_primary_key(busy_table:
     busy_table.execute(f"PREPARE completion AS {sql}")
     explain = psycopg.ClientCursor(busy_table)
     placeholders = ", ".join(["%s"] * len(compiled.positiontup or ()))
-    explain.execute(f"EXPLAIN (FORMAT JSON) EXECUTE completion({placeholders})", _arguments(compiled, params))
+    arguments = _arguments(compiled, plan, params)
+    explain.execute(f"EXPLAIN (FORMAT JSON) EXECUTE completion({placeholders})", arguments)
     row = explain.fetchone()
     assert row is not None
     tree = row[0][0]["Plan"]
