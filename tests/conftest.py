@@ -43,24 +43,13 @@ def _tier(path: Path) -> str | None:
     return first if first in TIERS else None
 
 
-# The order the tiers run in: the longest tests first. `--dist loadgroup` hands out the xdist groups
-# (biggest first), then the other tests in collection order; with the system tier's minutes-long
-# tests (model runs, clusters, browsers) at the end, one worker could still be in one of them while
-# the other had finished, and with the many short unit and integration tests last the two workers
-# end together.
-TIER_ORDER = {"system": 0, "integration": 1, "unit": 2}
-
-
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     # The marker comes from the folder, so a test is in the tier its file is in (`make test-quick`
     # is the unit and integration folders, `make test-unit` the unit one).
-    tiers = {}
     for item in items:
         tier = _tier(item.path)
-        tiers[item.nodeid] = TIER_ORDER.get(tier or "", len(TIER_ORDER))
         if tier is not None:
             item.add_marker(getattr(pytest.mark, tier))
-    items.sort(key=lambda item: tiers[item.nodeid])  # stable: a file's tests stay together, in order
 
 
 @pytest.fixture(scope="session")
