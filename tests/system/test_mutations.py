@@ -761,6 +761,10 @@ def run_pytest(root: Path, server_url: str, template_db: str | None, *node_ids: 
         [
             sys.executable,
             *("-m", "pytest", "-q", "-p", "no:cacheprovider", "--no-header"),
+            # A temporary directory of its own: under the default (/tmp/pytest-of-USER/pytest-N)
+            # each new session deletes all but the three newest, so a session started beside a
+            # running one deleted its tmp_path under it (initdb failed in the control run).
+            *("--basetemp", str(root.parent / f"{root.name}.tmp")),
             *plugin_options(node_ids, root),
             *node_ids,
         ],
