@@ -14,7 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from db import queue
 from db.engine import create_engine
 from db.unit import Transaction
-from tests.support import LONG, backdate_lease, lock_waiters, seed_items
+from tests.support import LONG, backdate_lease, lock_waiters, seed_items, wait_for
 
 pytestmark = pytest.mark.anyio
 
@@ -278,7 +278,9 @@ def test_racing_reviewers_never_take_a_proposal_returned_to_its_preparer(
     """Issue 42: 30 of 300 items (spread over the queue) are rejected proposals returned to alice.
     Eleven threads, each on its own connection, drain the queue at once: each item leased once,
     every returned one by alice, and alice's first lease is all returned items, whatever their
-    deadlines."""
+    deadlines. Alice joins once the others have leased 60 items: had she started with them, she
+    could take all 30 before anyone else reached one, and a queue that handed them to anyone would
+    pass (it did, once in the mutation check)."""
     seed_items(sql, 300)
     sql.execute(
         "UPDATE review_queue_item SET prepared_by = 'alice', proposed_resolution = 'OK',"
@@ -290,17 +292,20 @@ def test_racing_reviewers_never_take_a_proposal_returned_to_its_preparer(
     assert len(returned) == 30, len(returned)
     leased: list[str] = []
     by_alice: list[str] = []
-    barrier = threading.Barrier(11)
+    barrier = threading.Barrier(10)
     errors: list[BaseException] = []
     threads = [
         threading.Thread(target=_thread_worker, args=(db_url, f"w{n}", 1 + n % 7, leased, barrier, errors))
         for n in range(10)
     ]
-    threads.append(
-        threading.Thread(target=_thread_worker, args=(db_url, "alice", 5, by_alice, barrier, errors))
-    )
     for t in threads:
         t.start()
+    wait_for(lambda: len(leased) >= 60 or bool(errors), timeout=60)
+    alice = threading.Thread(
+        target=_thread_worker, args=(db_url, "alice", 5, by_alice, threading.Barrier(1), errors)
+    )
+    alice.start()
+    threads.append(alice)
     for t in threads:
         t.join(timeout=120)
     assert not errors, f"workers failed: {errors[:3]}"
