@@ -155,9 +155,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 database_url(settings.read_database_url, settings.data_dir, settings.db_liveness)
             )
         app.state.read_engine = read_engine
-        # One LISTEN connection per process, outside the pool, for POST /leases with wait_s.
+        # One LISTEN connection per process, outside the pool, for POST /leases with wait_s; it
+        # needs a connection that stays one backend (db/notify.py), hence its own URL behind a pooler.
+        listen_url = url
+        if settings.listen_database_url is not None:
+            listen_url = database_url(settings.listen_database_url, settings.data_dir, settings.db_liveness)
         work_signal = WorkSignal(
-            libpq_url(url),
+            libpq_url(listen_url),
             poll_interval_s=settings.poll_interval_ms / 1000,
             connect_timeout_s=settings.connect_timeout_s,
         )

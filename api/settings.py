@@ -117,6 +117,9 @@ class Settings(BaseSettings):
     # Lag-tolerant reads (the reports, /stats, the decisions export) go here when set: a standby,
     # up to its replication lag behind. The queue's writes and reads, and the feed, stay on DATABASE_URL.
     read_database_url: str | None = Field(default=None, validation_alias="REVIEW_QUEUE_READ_DATABASE_URL")
+    # The one LISTEN connection per API process (wake-ups of POST /leases with wait_s) goes here when
+    # set: PostgreSQL itself when DATABASE_URL is a pooler in transaction mode, where LISTEN is lost.
+    listen_database_url: str | None = Field(default=None, validation_alias="REVIEW_QUEUE_LISTEN_DATABASE_URL")
     # The role the migrations grant the service's rights to (DATABASE_URL's user in production).
     app_role: str = Field(
         default=APP_ROLE, pattern=r"^[a-z_][a-z0-9_]{0,62}$", validation_alias="REVIEW_QUEUE_APP_ROLE"
@@ -396,7 +399,7 @@ class Settings(BaseSettings):
             self.oidc_provider_name or urlsplit(self.oidc_issuer or "").hostname or "your identity provider"
         )
 
-    @field_validator("database_url", "migration_database_url", "read_database_url")
+    @field_validator("database_url", "migration_database_url", "read_database_url", "listen_database_url")
     @classmethod
     def _postgresql_only(cls, value: str | None) -> str | None:
         # Anything else would fail later, and misleadingly: as a connection error on port 5432.

@@ -14,11 +14,22 @@ notify); `make bench` measures what it costs.
 SQLAlchemy pool, fanned out in-process to every waiting request through a generation counter
 and an asyncio.Event. When the connection is lost, waiters fall back to polling every
 `poll_interval_s` and the listener reconnects by itself.
+
+A LISTEN is session state, so it only works on a connection that stays one backend: through a
+pooler in transaction mode (PgBouncer) the LISTEN lands on a server connection that goes back to
+the pooler's pool, the service hears nothing, and that backend collects notifications nobody reads
+(holding back PostgreSQL's notification queue for everyone). So every new listening connection
+first proves it hears: a NOTIFY with a unique payload, sent on a second connection, must arrive
+within `probe_timeout_s`. One that does not is reported (`work_listener_deaf`, with the remedy:
+REVIEW_QUEUE_LISTEN_DATABASE_URL, a direct URL), its backend is terminated so nothing piles up
+there, waiters poll, and the listener tries again after `deaf_retry_s`.
 """
 
 import asyncio
 import contextlib
 import logging
+import secrets
+from typing import Any
 
 import psycopg
 from prometheus_client import Gauge
@@ -44,6 +55,7 @@ LISTENING = Gauge(
 )
 
 _NOTIFY = select(func.pg_notify(CHANNEL, ""))
+_PROBE = "probe:"  # payload prefix of a listener's proof that it hears; wakes nobody
 
 
 async def notify_work(unit: Unit) -> None:
@@ -59,15 +71,26 @@ class WorkSignal:
     generation on, so no wake-up is lost between the attempt and the wait.
     """
 
-    def __init__(self, libpq_url: str, *, poll_interval_s: float, connect_timeout_s: int = 2) -> None:
+    def __init__(
+        self,
+        libpq_url: str,
+        *,
+        poll_interval_s: float,
+        connect_timeout_s: int = 2,
+        probe_timeout_s: float = 5.0,
+        deaf_retry_s: float = 60.0,
+    ) -> None:
         self.url = libpq_url
         self._poll_interval_s = poll_interval_s
         self._connect_timeout_s = connect_timeout_s
+        self._probe_timeout_s = probe_timeout_s
+        self._deaf_retry_s = deaf_retry_s
         self._event = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self.generation = 0
         self.listening = False
         self.backend_pid: int | None = None  # of the listening connection, for operators and tests
+        self.deaf = False  # the last listening connection did not hear its own probe
         self.waiters = 0
 
     def start(self) -> None:
@@ -102,25 +125,33 @@ class WorkSignal:
             self.waiters -= 1
             WAITERS.dec()
 
+    async def _connect(self, purpose: str) -> psycopg.AsyncConnection[tuple[Any, ...]]:
+        return await psycopg.AsyncConnection.connect(
+            self.url,
+            autocommit=True,
+            connect_timeout=self._connect_timeout_s,
+            application_name=f"{LISTENER_NAME}{purpose}",
+            prepare_threshold=None,  # the probe may go through a pooler that cannot carry them
+        )
+
+    async def _hears(self, conn: psycopg.AsyncConnection[tuple[Any, ...]], backend_pid: int) -> bool:
+        """Whether `conn` receives a NOTIFY sent on another connection; if not, its backend (which
+        a pooler lent it for the LISTEN) is terminated, so it does not collect notifications."""
+        payload = f"{_PROBE}{secrets.token_hex(8)}"
+        async with await self._connect("-probe") as probe:
+            await probe.execute("SELECT pg_notify(%s, %s)", (CHANNEL, payload))
+            async for note in conn.notifies(timeout=self._probe_timeout_s):
+                if note.payload == payload:
+                    return True
+            with contextlib.suppress(psycopg.Error):  # the probe may be on that very backend
+                await probe.execute("SELECT pg_terminate_backend(%s)", (backend_pid,))
+        return False
+
     async def _listen_forever(self) -> None:
         while True:
+            self.deaf = False
             try:
-                conn = await psycopg.AsyncConnection.connect(
-                    self.url,
-                    autocommit=True,
-                    connect_timeout=self._connect_timeout_s,
-                    application_name=LISTENER_NAME,
-                )
-                async with conn:
-                    await conn.execute(f"LISTEN {CHANNEL}")
-                    self.backend_pid = conn.info.backend_pid
-                    self.listening = True
-                    LISTENING.set(1)
-                    # Whatever was enqueued while nobody listened: let every waiter look again.
-                    self._wake()
-                    log.info("work_listener_connected", extra={"backend_pid": self.backend_pid})
-                    async for _ in conn.notifies():
-                        self._wake()
+                await self._listen_once()
             except psycopg.Error as error:
                 if self.listening:
                     log.warning("work_listener_lost", extra={"error": str(error)})
@@ -129,4 +160,33 @@ class WorkSignal:
                 LISTENING.set(0)
                 if was_listening:
                     self._wake()  # waiters switch to polling now, not after their full wait
-            await asyncio.sleep(self._poll_interval_s)
+            await asyncio.sleep(self._deaf_retry_s if self.deaf else self._poll_interval_s)
+
+    async def _listen_once(self) -> None:
+        async with await self._connect("") as conn:
+            # One transaction: a pooler in transaction mode keeps it on one backend, so the pid read
+            # is the one that holds the LISTEN (the connection's own may be the pooler's).
+            async with conn.transaction():
+                await conn.execute(f"LISTEN {CHANNEL}")
+                row = await (await conn.execute("SELECT pg_backend_pid()")).fetchone()
+            self.backend_pid = int(row[0]) if row else None
+            if not await self._hears(conn, self.backend_pid or 0):
+                self.deaf = True
+                log.error(
+                    "work_listener_deaf",
+                    extra={
+                        "backend_pid": self.backend_pid,
+                        "remedy": "LISTEN needs a connection that stays one backend: set"
+                        " REVIEW_QUEUE_LISTEN_DATABASE_URL to PostgreSQL itself, not to a pooler in"
+                        " transaction mode; meanwhile waiting leases poll",
+                    },
+                )
+                return
+            self.listening = True
+            LISTENING.set(1)
+            # Whatever was enqueued while nobody listened: let every waiter look again.
+            self._wake()
+            log.info("work_listener_connected", extra={"backend_pid": self.backend_pid})
+            async for note in conn.notifies():
+                if not note.payload.startswith(_PROBE):
+                    self._wake()

@@ -3,8 +3,11 @@ connection, so nothing may depend on session state, and server-side prepared sta
 (REVIEW_QUEUE_PREPARE_THRESHOLD=0; PgBouncer 1.18, Debian 12's, cannot track them)."""
 
 import contextlib
+import threading
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import psycopg
 import pytest
@@ -13,7 +16,7 @@ from sqlalchemy.engine import make_url
 
 from api.app import create_app
 from tests.support import LONG, backdate_lease, seed_items
-from tests.support.api import drain_concurrently
+from tests.support.api import drain_concurrently, item_body
 from tests.support.postgres import libpq, make_settings
 from tests.support.servers import PgBouncer, start_server, stop_server
 
@@ -148,3 +151,75 @@ def test_no_session_state_leaks_through_pgbouncer(
     leaked = settings_on_every_server_connection(bounced_url, sql, pids)
     assert sorted(v for v in leaked.values() if v != ("0", "0")) == [("1234ms", "0")], leaked
     settings_on_every_server_connection(bounced_url, sql, pids, statement="RESET ALL", everywhere=True)
+
+
+WAIT_S = 20  # a lease's wait; "promptly" means well inside it, not a tuned wall-clock bound
+
+
+def waited_lease(client: TestClient, headers: dict[str, str], enqueue: Callable[[], object]) -> float:
+    """Seconds a `POST /leases` with `wait_s` took to hand over the item `enqueue` adds while it waits."""
+    signal = client.app.state.work_signal  # type: ignore[attr-defined]
+    answer: dict[str, Any] = {}
+    started = time.monotonic()
+    waiter = threading.Thread(
+        target=lambda: answer.update(r=client.post("/leases", json={"wait_s": WAIT_S}, headers=headers))
+    )
+    waiter.start()
+    wait_until(lambda: signal.waiters == 1, "the lease waiting")
+    enqueue()
+    waiter.join(timeout=WAIT_S + 10)
+    assert len(answer["r"].json()["items"]) == 1, answer["r"].text
+    return time.monotonic() - started
+
+
+def wait_until(condition: Callable[[], Any], what: str, within_s: float = 30.0) -> Any:
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        if value := condition():
+            return value
+        time.sleep(0.02)
+    raise AssertionError(f"{what}: not within {within_s} s")
+
+
+def test_a_listener_behind_pgbouncer_knows_it_is_deaf_leaves_no_backend_listening_and_leases_poll(
+    bounced_url: str, auth: Callable[[str, str], dict[str, str]], sql: psycopg.Connection
+) -> None:
+    # Its LISTEN went to a server connection PgBouncer lends to others: it would never hear a NOTIFY,
+    # and that backend would collect them unread. Found, the backend goes and waiting leases poll.
+    settings = make_settings(bounced_url, prepare_threshold=0, poll_interval_ms=200)
+    with TestClient(create_app(settings)) as client:
+        signal = client.app.state.work_signal  # type: ignore[attr-defined]
+        wait_until(lambda: signal.deaf, "the listener found deaf")
+        assert not signal.listening
+        assert signal.backend_pid
+        wait_until(
+            lambda: (
+                not sql.execute(
+                    "SELECT 1 FROM pg_stat_activity WHERE pid = %s", (signal.backend_pid,)
+                ).fetchone()
+            ),
+            "the backend that took the LISTEN terminated",
+        )
+        took = waited_lease(client, auth("ann", "reviewer"), lambda: seed_items(sql, 1))
+        assert took < WAIT_S / 2, f"the lease took {took:.1f} s of its {WAIT_S} s: nothing polled"
+
+
+def test_a_listener_on_its_own_direct_url_wakes_leases_served_through_pgbouncer(
+    bounced_url: str, db_url: str, auth: Callable[[str, str], dict[str, str]], sql: psycopg.Connection
+) -> None:
+    # The longest poll interval: a listening process does not poll, so only the NOTIFY can explain
+    # an answer well inside the wait.
+    settings = make_settings(
+        bounced_url, prepare_threshold=0, poll_interval_ms=5_000, listen_database_url=db_url
+    )
+    with TestClient(create_app(settings)) as client:
+        signal = client.app.state.work_signal  # type: ignore[attr-defined]
+        wait_until(lambda: signal.listening, "the listener up")
+        admin = auth("ada", "admin")
+        took = waited_lease(
+            client,
+            auth("ann", "reviewer"),
+            lambda: client.post("/items", json=item_body(), headers=admin).raise_for_status(),
+        )
+        assert took < WAIT_S / 2, f"the lease took {took:.1f} s of its {WAIT_S} s: the NOTIFY was lost"
+        assert not signal.deaf
