@@ -274,7 +274,8 @@ function mountReports(container) {
   const currency = h("select", { id: "reports-currency" }, h("option", { value: "" }, "All currencies"));
   const status = h("p", { role: "status", class: "muted" });
   const download = h("a", { class: "download" }, "Download decisions (CSV)");
-  const charts = h("div", { class: "reports" });
+  // aria-busy while a period is read: the figures below are then the last period's, not the form's.
+  const charts = h("div", { id: "reports-charts", class: "reports" });
   const form = h(
     "form",
     { class: "row" },
@@ -286,6 +287,7 @@ function mountReports(container) {
   );
   let backlogReport = null;
   let backlogChart = null;
+  let shown = 0; // the latest show(): an earlier one's answer, arriving after it, is dropped
 
   function chooseCurrencies(report) {
     const codes = [...new Set(report.points.flatMap((p) => Object.keys(p.by_currency || {})))].sort();
@@ -324,12 +326,15 @@ function mountReports(container) {
     download.href = api.decisionsCsvUrl(q.decisions);
     download.setAttribute("download", "");
     status.textContent = "Loading the reports…";
+    charts.setAttribute("aria-busy", "true");
+    const mine = ++shown;
     try {
       const [sla, throughput, backlog] = await Promise.all([
         api.reportSla(q.sla),
         api.reportThroughput(q.throughput),
         api.reportBacklog(q.backlog),
       ]);
+      if (mine !== shown) return;
       backlogReport = backlog;
       chooseCurrencies(backlog);
       backlogChart = backlogFigure(backlog, currency.value);
@@ -337,9 +342,12 @@ function mountReports(container) {
       // The database's clock, in UTC and saying so (as_of is RFC 3339 in UTC).
       status.textContent = `As of ${sla.as_of.slice(0, 16).replace("T", " ")} UTC.`;
     } catch (error) {
+      if (mine !== shown) return;
       backlogReport = backlogChart = null;
       charts.replaceChildren();
       status.textContent = error.message;
+    } finally {
+      if (mine === shown) charts.removeAttribute("aria-busy");
     }
   }
 

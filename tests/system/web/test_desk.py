@@ -1447,6 +1447,9 @@ def _reports_equal_the_api(page: Page, base: str, token: str, tz: str) -> dict[s
     """Every table of the Reports view equals the API's numbers for the period the view says it
     covers (its From and To), and the download link is for those same days; the backlog as read."""
     reports = page.get_by_role("region", name="Reports")
+    # Until the period's reports are read, the figures are the last period's (the form and its
+    # "Covers" line change at once): read the tables only once the charts are no longer busy.
+    expect(page.locator("#reports-charts")).not_to_have_attribute("aria-busy", "true")
     first = date.fromisoformat(reports.get_by_label("From").input_value())
     last = date.fromisoformat(reports.get_by_label("To (last day)").input_value())
     assert first.weekday() == 0, first  # whole weeks, from a Monday
@@ -1549,6 +1552,31 @@ def test_the_reports_view_draws_the_charts_with_tables_of_the_apis_numbers(
         expect(page.locator("#reports-period")).to_contain_text(f"{tz}:")
         shown = _reports_equal_the_api(page, base, auditor, tz)
         assert _table(page, "Backlog by age")[-1][0] == f"{there.isoformat()} (now)"
+
+        # An answer that comes after a later period's is dropped, not drawn over it: Pago Pago's
+        # SLA read is held back while the browser's zone is shown again, then let through.
+        far = "Pacific/Pago_Pago"  # UTC-11: its weeks end a day before Kiritimati's
+        far_monday = datetime.now(ZoneInfo(far)).date()
+        far_monday -= timedelta(days=far_monday.weekday())
+        far_weeks = {"from": (far_monday - timedelta(weeks=7)).isoformat(), "tz": far, "bucket": "week",
+                     "to": (far_monday + timedelta(weeks=1)).isoformat()}  # fmt: skip
+        far_sla = _api_rows(base, auditor, "/reports/sla", far_weeks)["buckets"]
+        assert far_sla != _api_rows(base, auditor, "/reports/sla", shown["weeks"] | {"tz": zone})["buckets"]
+        held: list[Route] = []
+        page.route("**/reports/sla?*", lambda route: held.append(route) if not held else route.continue_())
+        reports.get_by_label("Time zone").fill(far)
+        reports.get_by_role("button", name="Show reports").click()
+        while not held:
+            page.wait_for_timeout(20)
+        expect(page.locator("#reports-charts")).to_have_attribute("aria-busy", "true")
+        reports.get_by_label("Time zone").fill(zone)
+        reports.get_by_role("button", name="Show reports").click()
+        _reports_equal_the_api(page, base, auditor, zone)
+        with page.expect_response(lambda r: far.replace("/", "%2F") in r.url and "/reports/sla" in r.url):
+            held[0].continue_()
+        page.evaluate("() => new Promise((done) => setTimeout(done, 100))")  # its answer handled
+        page.unroute("**/reports/sla?*")
+        _reports_equal_the_api(page, base, auditor, zone)
 
         # A chosen period is made whole weeks: from the Monday of its first day to the Sunday of its
         # last (or today), and the charts, the tables and the download all cover those days.
