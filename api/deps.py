@@ -16,7 +16,8 @@ from api import session
 from api.errors import ProblemError
 from api.introspection import Introspection, looks_opaque
 from api.metrics import AUTH_FAILURES
-from api.oidc import OidcProvider, ProviderUnavailable, Refused
+from api.oidc import OidcProvider, ProviderUnavailable
+from api.oidc_claims import Refused
 from api.settings import Settings
 from db.engine import OneRoundTrip, transaction, unit_of_work
 from db.oidc import bind_identity

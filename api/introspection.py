@@ -34,7 +34,8 @@ from authlib.oauth2.rfc7009 import prepare_revoke_token_request
 from cachetools import TLRUCache
 
 from api.metrics import OIDC_INTROSPECTIONS
-from api.oidc import OidcProvider, ProviderUnavailable, Refused, role_of
+from api.oidc import OidcProvider, ProviderUnavailable
+from api.oidc_claims import Refused, role_of
 from db.tokens import Principal
 
 log = logging.getLogger("review_queue.oidc")

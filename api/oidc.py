@@ -20,10 +20,7 @@ would undo the segregation the roles exist for.
 """
 
 import asyncio
-import base64
-import json
 import logging
-import secrets
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -32,30 +29,20 @@ from typing import Any
 from urllib.parse import urlencode
 
 import httpx
-from authlib.common.security import generate_token
 from authlib.oauth2.auth import ClientAuth
 from authlib.oauth2.claims import JWTClaims
 from authlib.oauth2.rfc6749.parameters import prepare_grant_uri, prepare_token_request
 from authlib.oauth2.rfc7636 import create_s256_code_challenge
 from authlib.oidc.core import CodeIDToken
 from cachetools import LRUCache
-from cryptography.fernet import Fernet, InvalidToken
-from cryptography.hazmat.primitives import hashes
-from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from joserfc import jws, jwt
-from joserfc.errors import (
-    BadSignatureError,
-    ClaimError,
-    ExpiredTokenError,
-    InvalidKeyIdError,
-    JoseError,
-    MissingClaimError,
-    UnsupportedAlgorithmError,
-)
+from joserfc.errors import JoseError, UnsupportedAlgorithmError
 from joserfc.jwk import KeySet
 
-from api.settings import RoleMap, Settings
-from db.tokens import Principal, check_subject
+from api.oidc_claims import Refused, check_lifetime, jose_reason, role_of, subject_of
+from api.oidc_login import login_sealer
+from api.settings import Settings
+from db.tokens import Principal
 
 log = logging.getLogger("review_queue.oidc")
 
@@ -74,15 +61,6 @@ ACCESS_TOKEN_TYPES = ("at+jwt", "application/at+jwt", "jwt")
 
 class ProviderUnavailable(Exception):
     """The provider could not be reached, or answered with something that is not what OIDC says."""
-
-
-class Refused(Exception):
-    """A sign-in or an API token refused: `code` for the desk's sentence, `detail` for logs and 401s."""
-
-    def __init__(self, code: str, detail: str) -> None:
-        super().__init__(detail)
-        self.code = code
-        self.detail = detail
 
 
 # The codes the callback sends the desk (`/desk/?sign_in_error=CODE`); web/oidc.js has their sentences.
@@ -120,77 +98,6 @@ class Identity:
     expires_at: datetime
     id_token: str
     account: str  # the provider's `sub`: whose the subject is (db.oidc.bind_identity)
-
-
-def _includes(role: str, other: str) -> bool:
-    # As api.deps grants them: an admin may do everything, an approver everything a reviewer may.
-    return role == other or role == "admin" or (role, other) == ("approver", "reviewer")
-
-
-def role_of(groups: object, role_map: RoleMap) -> str:
-    """The one role the groups map to (see the module's docstring), or Refused saying why."""
-    if isinstance(groups, str):
-        # One group, or several joined by some separator? Guessing could grant a role nobody gave.
-        raise Refused("OIDC_NO_ROLE", "the groups claim is a string, not a list of group names")
-    names = groups if isinstance(groups, list) else []
-    roles = {role for group, role in role_map if group in names}
-    if not roles:
-        raise Refused("OIDC_NO_ROLE", "none of the account's groups is in REVIEW_QUEUE_OIDC_ROLE_MAP")
-    widest = [role for role in roles if all(_includes(role, other) for other in roles)]
-    if not widest:
-        raise Refused(
-            "OIDC_AMBIGUOUS_ROLE",
-            f"the account's groups map to roles that do not include one another: {', '.join(sorted(roles))}",
-        )
-    return widest[0]
-
-
-def subject_of(claims: Mapping[str, Any], names: Sequence[str]) -> str:
-    """The first of these claims present, if it may name a reviewer as sent, then folded; else
-    Refused. (Folding first would let `K` U+212A KELVIN SIGN pass as `k`, someone else's name.)"""
-    value = next((claims[name] for name in names if claims.get(name) is not None), None)
-    if not isinstance(value, str) or not value:
-        raise Refused("OIDC_BAD_SUBJECT", f"the token has no {' or '.join(names)} claim to name the caller")
-    try:
-        return check_subject(value)
-    except ValueError as error:
-        raise Refused("OIDC_BAD_SUBJECT", str(error)) from None
-
-
-def _jose_reason(error: JoseError) -> str:
-    if isinstance(error, ExpiredTokenError):
-        return "it has expired"
-    if isinstance(error, BadSignatureError):
-        return "its signature does not verify"
-    if isinstance(error, InvalidKeyIdError):
-        return "it is signed with a key the provider does not publish"
-    if isinstance(error, UnsupportedAlgorithmError):
-        return "its signing algorithm is not accepted"
-    if isinstance(error, MissingClaimError):
-        return f"it has no {error.claim} claim"
-    if isinstance(error, ClaimError):
-        return {
-            "aud": "it is not for this audience",
-            "iss": "it is from another issuer",
-            "nonce": "it answers another sign-in (nonce)",
-            "nbf": "it is not valid yet",
-            "iat": "it was issued in the future",
-        }.get(error.claim, f"its {error.claim} claim is wrong")
-    return "it is not a valid JWT"
-
-
-def check_lifetime(claims: Mapping[str, Any], longest_s: int, code: str) -> None:
-    """Refused when the token claims to live longer than longest_s (exp - iat). joserfc has checked
-    that both are finite numbers and iat is not in the future, so exp is at most that far ahead."""
-    exp, iat = claims.get("exp"), claims.get("iat")
-    if exp is None or iat is None:
-        raise Refused(code, f"it has no {'exp' if exp is None else 'iat'} claim")
-    if exp - iat > longest_s:
-        raise Refused(
-            code,
-            f"it claims to live {exp - iat:.3g} s, longer than REVIEW_QUEUE_OIDC_MAX_TOKEN_LIFETIME_S"
-            f" ({longest_s} s)",
-        )
 
 
 def _url(value: object, name: str) -> str:
@@ -425,7 +332,7 @@ class OidcProvider:
             check_lifetime(claims, self.settings.oidc_max_token_lifetime_s, "OIDC_ID_TOKEN_INVALID")
         except JoseError as error:
             raise Refused(
-                "OIDC_ID_TOKEN_INVALID", f"the ID token was refused: {_jose_reason(error)}"
+                "OIDC_ID_TOKEN_INVALID", f"the ID token was refused: {jose_reason(error)}"
             ) from None
         except ValueError as error:
             raise Refused("OIDC_ID_TOKEN_INVALID", f"the ID token was refused: {error}") from None
@@ -501,7 +408,7 @@ class OidcProvider:
             self._access_token_only(verified.header, claims)
         except JoseError as error:
             raise Refused(
-                "UNAUTHENTICATED", f"the provider's token was refused: {_jose_reason(error)}"
+                "UNAUTHENTICATED", f"the provider's token was refused: {jose_reason(error)}"
             ) from None
         except ValueError as error:
             raise Refused("UNAUTHENTICATED", f"the provider's token was refused: {error}") from None
@@ -544,50 +451,3 @@ class OidcProvider:
                 f" and its client {str(client)[:100]!r} is not in REVIEW_QUEUE_OIDC_API_CLIENTS",
             )
         return mapped
-
-
-@dataclass(frozen=True, slots=True)
-class PendingLogin:
-    """A sign-in between GET /auth/oidc/login and its callback, kept in the browser's cookie only."""
-
-    state: str
-    nonce: str
-    code_verifier: str
-
-
-def new_login() -> PendingLogin:
-    return PendingLogin(generate_token(43), generate_token(43), generate_token(64))
-
-
-def login_sealer(settings: Settings) -> Fernet:
-    """The key of the sign-in cookies: REVIEW_QUEUE_OIDC_LOGIN_KEY, else one derived (HKDF) from the
-    client secret, which every worker and replica shares; a public client without a key gets one
-    of its own per process (the settings refuse several workers then)."""
-    if settings.oidc_login_key is not None:
-        return Fernet(settings.oidc_login_key.get_secret_value().strip())
-    if settings.oidc_client_secret is not None:
-        derived = HKDF(
-            algorithm=hashes.SHA256(), length=32, salt=None, info=b"review-queue oidc login cookie"
-        ).derive(settings.oidc_client_secret.get_secret_value().encode())
-        return Fernet(base64.urlsafe_b64encode(derived))
-    return Fernet(Fernet.generate_key())
-
-
-def seal_login(sealer: Fernet, login: PendingLogin) -> str:
-    """The cookie: state, nonce and verifier, encrypted and authenticated (Fernet), with its time."""
-    return sealer.encrypt(json.dumps([login.state, login.nonce, login.code_verifier]).encode()).decode()
-
-
-def open_login(sealer: Fernet, cookie: str | None, state: str, ttl_s: int) -> PendingLogin | None:
-    """The sign-in the cookie holds, when this service sealed it less than ttl_s ago and it is the
-    one the answer's state names; None otherwise (no cookie, forged, stale, or another sign-in's)."""
-    if not cookie or len(cookie) > 1_000:
-        return None
-    try:
-        values = json.loads(sealer.decrypt(cookie.encode(), ttl=ttl_s))
-    except (InvalidToken, ValueError):
-        return None
-    login = PendingLogin(*values)
-    # The state in the address must be the one sealed in this browser: a sign-in started in one
-    # browser (an attacker's) cannot be finished in another (login CSRF).
-    return login if secrets.compare_digest(login.state.encode(), state.encode()) else None

@@ -26,7 +26,9 @@ from api import session
 from api.deps import request_transaction
 from api.errors import ProblemError, problem_responses
 from api.metrics import OIDC_SIGN_INS
-from api.oidc import OidcProvider, ProviderUnavailable, Refused, new_login, open_login, seal_login
+from api.oidc import OidcProvider, ProviderUnavailable
+from api.oidc_claims import Refused
+from api.oidc_login import new_login, open_login, seal_login
 from api.schemas import OidcProviderOut
 from db import oidc as oidc_db
 

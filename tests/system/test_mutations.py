@@ -351,7 +351,7 @@ MUTANTS += (
         f"{OIDC_TESTS}::test_a_state_works_only_in_the_browser_that_started_it",
         (
             Edit(
-                "api/oidc.py",
+                "api/oidc_login.py",
                 "    return login if secrets.compare_digest(login.state.encode(), state.encode()) else None",
                 "    return login",
             ),
@@ -394,7 +394,7 @@ MUTANTS += (
         f"{OIDC_TESTS}::test_an_api_username_is_checked_as_sent_before_it_is_folded",
         (
             Edit(
-                "api/oidc.py",
+                "api/oidc_claims.py",
                 "        return check_subject(value)\n",
                 "        return check_subject(value.lower())\n",
             ),

@@ -22,7 +22,9 @@ from joserfc import jwt
 from joserfc.jwk import OctKey, RSAKey
 
 from api.app import create_app
-from api.oidc import OidcProvider, Refused, login_sealer
+from api.oidc import OidcProvider
+from api.oidc_claims import Refused
+from api.oidc_login import login_sealer
 from api.routes import oidc as oidc_routes
 from api.settings import Settings
 from tests.support import seed_items, wait_for

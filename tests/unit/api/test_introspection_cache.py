@@ -16,7 +16,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from api.introspection import Introspection, cache_key, looks_opaque
-from api.oidc import Metadata, OidcProvider, ProviderUnavailable, Refused
+from api.oidc import Metadata, OidcProvider, ProviderUnavailable
+from api.oidc_claims import Refused
 from api.settings import Settings
 
 ISSUER = "https://sso.example.com"
