@@ -10,7 +10,8 @@ from urllib.parse import urlsplit
 from pydantic import AliasChoices, Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from api.schemas.fields import CurrencyCode, TimeZone
+from api.schemas.fields import TimeZone
+from api.schemas.money import CurrencyCode
 from db import urls
 from db.roles import APP_ROLE
 from db.tokens import check_subject

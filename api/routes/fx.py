@@ -8,8 +8,8 @@ from fastapi import APIRouter, Path, Query
 from api.deps import AnyRole, Conn, Ingest, SettingsDep
 from api.errors import ProblemError, problem_responses
 from api.routing import QueueRoute
-from api.schemas.fields import CurrencyCode
 from api.schemas.fx import RateHistoryOut, RateHistoryQuery, RateIn, RateOut, RatesOut
+from api.schemas.money import CurrencyCode
 from db import fx
 
 router = APIRouter(route_class=QueueRoute, tags=["fx-rates"])

@@ -49,7 +49,7 @@ from api.schemas import (
     encode_cursor,
     encode_event_cursor,
 )
-from api.schemas.fields import decimals_problem, in_minor_units
+from api.schemas.money import decimals_problem, in_minor_units
 from api.settings import Settings
 from db import queue
 from db.tokens import Principal, fold_subject

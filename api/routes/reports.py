@@ -35,7 +35,7 @@ from api.schemas import (
     ThroughputOut,
     period_rules,
 )
-from api.schemas.fields import amount_text
+from api.schemas.money import amount_text
 from db import reports
 
 log = logging.getLogger("review_queue.api")

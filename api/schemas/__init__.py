@@ -52,7 +52,6 @@ from api.schemas.fields import (
     MAX_CONTEXT_BYTES,
     MAX_CONTEXT_DEPTH,
     MAX_WAIT_S,
-    MONEY_PATTERN,
     NO_NUL,
     TIME_ZONE_PATTERN,
     AdminReason,
@@ -62,7 +61,6 @@ from api.schemas.fields import (
     DueAt,
     IsoDate,
     MatchDecision,
-    Money,
     Note,
     NulFree,
     Reason,
@@ -73,7 +71,6 @@ from api.schemas.fields import (
     Strict,
     Subject,
     Text200,
-    Threshold,
     Timestamp,
     TimeZone,
     WaitSeconds,
@@ -100,6 +97,7 @@ from api.schemas.items import (
     RevisionIn,
     RevisionOut,
 )
+from api.schemas.money import MONEY_PATTERN, Money, Threshold
 from api.schemas.reports import (
     MAX_BUCKETS,
     Attainment,

@@ -4,7 +4,8 @@ from typing import Annotated
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, StringConstraints
 
-from api.schemas.fields import NO_NUL, Strict, Text200, Threshold, Timestamp, _storable
+from api.schemas.fields import NO_NUL, Strict, Text200, Timestamp, _storable
+from api.schemas.money import Threshold
 
 
 class ResolutionCodeIn(Strict):

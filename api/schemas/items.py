@@ -8,22 +8,8 @@ from uuid import UUID
 from pydantic import BaseModel, ConfigDict, Field, field_serializer, model_validator
 
 from api.schemas.codecs import CURSOR_PATTERN, EVENT_CURSOR_PATTERN, encode_lease_token
-from api.schemas.fields import (
-    Amount,
-    AmountBound,
-    AmountOut,
-    Context,
-    CurrencyCode,
-    DueAt,
-    MatchDecision,
-    Rfc3339,
-    State,
-    Strict,
-    Text200,
-    Timestamp,
-    amount_fits_currency,
-    amount_text,
-)
+from api.schemas.fields import Context, DueAt, MatchDecision, Rfc3339, State, Strict, Text200, Timestamp
+from api.schemas.money import Amount, AmountBound, AmountOut, CurrencyCode, amount_fits_currency, amount_text
 from api.schemas.service import Problem
 from db.vocabulary import EventName
 

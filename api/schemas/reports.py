@@ -7,7 +7,8 @@ from uuid import UUID
 
 from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, WithJsonSchema, field_serializer
 
-from api.schemas.fields import AmountOut, IsoDate, Strict, Text200, Timestamp, TimeZone, amount_text
+from api.schemas.fields import IsoDate, Strict, Text200, Timestamp, TimeZone
+from api.schemas.money import AmountOut, amount_text
 
 # The longest period per bucket size: a year (and a leap day) of days, a year (and a week) of weeks.
 MAX_BUCKETS = {"day": 366, "week": 53}

@@ -649,7 +649,7 @@ MUTANTS += (
         "tests/integration/api/test_work_list.py::test_amount_bounds_take_three_decimals_and_the_columns_whole_range",
         (
             Edit(
-                "api/schemas/fields.py",
+                "api/schemas/money.py",
                 'AMOUNT_BOUND_PATTERN = r"^[0-9]{1,16}(\\.[0-9]{1,3})?$"',
                 'AMOUNT_BOUND_PATTERN = r"^[0-9]{1,16}(\\.[0-9]{1,2})?$"',
             ),

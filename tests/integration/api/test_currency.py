@@ -8,7 +8,7 @@ import psycopg
 import pytest
 from fastapi.testclient import TestClient
 
-from api.schemas.fields import currencies
+from api.schemas.money import currencies
 from api.settings import Settings
 from tests.support.api import assert_problem, item_body
 

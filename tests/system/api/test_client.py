@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from api.schemas.fields import currencies, minor_units
+from api.schemas.money import currencies, minor_units
 from client import (
     AlreadyHeld,
     AsyncReviewQueueClient,
