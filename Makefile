@@ -24,8 +24,9 @@ run: install
 # the tests of one xdist_group (the failover tests' one Patroni cluster) run on one worker.
 TEST_WORKERS ?= 2
 
+# --durations: every run (CI's too) names its slowest tests, where the suite's time goes (issue 39).
 test: install
-	$(RUN) pytest -n $(TEST_WORKERS) --dist loadgroup
+	$(RUN) pytest -n $(TEST_WORKERS) --dist loadgroup --durations=25
 
 # The edit-test loop: the unit and integration tiers (tests/unit, tests/integration), everything
 # but the processes, clusters and browsers of tests/system. `make test` stays the whole suite.
