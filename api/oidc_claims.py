@@ -15,7 +15,7 @@ from joserfc.errors import (
     UnsupportedAlgorithmError,
 )
 
-from api.settings import RoleMap
+from api.setting_values import RoleMap
 from db.tokens import check_subject
 
 

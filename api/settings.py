@@ -1,7 +1,6 @@
 """Every knob of the service, read from the environment once and validated at start-up."""
 
 import re
-from decimal import Decimal
 from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Literal
@@ -12,90 +11,18 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from api.schemas.fields import TimeZone
 from api.schemas.money import CurrencyCode
+from api.setting_values import (
+    ApiClients,
+    RoleMap,
+    SlaTiers,
+    parse_api_clients,
+    parse_role_map,
+    parse_sla_tiers,
+    web_origin,
+)
 from db import urls
 from db.roles import APP_ROLE
-from db.tokens import check_subject
-from db.vocabulary import DEFAULT_BASE_CURRENCY, DEFAULT_MAX_ATTEMPTS, DEFAULT_SLA_TIERS, ROLES
-
-# One tier: "AMOUNT:DURATION", DURATION in hours (24h) or days (3d).
-_TIER = re.compile(r"^\s*([0-9]{1,16}(?:\.[0-9]{1,2})?)\s*:\s*([1-9][0-9]{0,5})\s*([hd])\s*$")
-SlaTiers = tuple[tuple[Decimal, int], ...]  # (at least this abs(amount), hours), largest amount first
-ApiClients = tuple[tuple[str, str], ...]  # (the provider's client id, the subject it acts as)
-
-
-def parse_sla_tiers(value: str) -> SlaTiers:
-    """REVIEW_QUEUE_SLA_TIERS: comma-separated AMOUNT:DURATION tiers, one of them at amount 0."""
-    tiers: dict[Decimal, int] = {}
-    for part in value.split(","):
-        found = _TIER.match(part)
-        if found is None:
-            raise ValueError(
-                f"tier {part.strip()!r} is not AMOUNT:DURATION (an amount with at most two decimals,"
-                " a colon, then hours like 24h or days like 3d)"
-            )
-        floor = Decimal(found[1])
-        if floor in tiers:
-            raise ValueError(f"amount {floor} appears twice")
-        hours = int(found[2]) * (24 if found[3] == "d" else 1)
-        if hours > 24 * 3660:
-            raise ValueError(f"{found[2]}{found[3]} is more than ten years")
-        tiers[floor] = hours
-    if Decimal(0) not in tiers:
-        raise ValueError("needs a tier at amount 0, so that every amount has a deadline (e.g. 0:168h)")
-    return tuple(sorted(tiers.items(), reverse=True))
-
-
-RoleMap = tuple[tuple[str, str], ...]  # (the provider's group, the service's role), in the given order
-
-
-def parse_role_map(value: str) -> RoleMap:
-    """REVIEW_QUEUE_OIDC_ROLE_MAP: comma-separated GROUP=ROLE pairs, ROLE one of the service's roles."""
-    pairs: dict[str, str] = {}
-    for part in value.split(","):
-        group, sign, role = (piece.strip() for piece in part.partition("="))
-        if not sign or not group:
-            raise ValueError(f"{part.strip()!r} is not GROUP=ROLE (e.g. recon-reviewers=reviewer)")
-        if role not in ROLES:
-            raise ValueError(
-                f"{role!r} (for group {group!r}) is not a role; the roles are {', '.join(ROLES)}"
-            )
-        if group in pairs:
-            raise ValueError(f"group {group!r} appears twice")
-        pairs[group] = role
-    return tuple(pairs.items())
-
-
-def parse_api_clients(value: str) -> ApiClients:
-    """REVIEW_QUEUE_OIDC_API_CLIENTS: comma-separated CLIENT_ID=SUBJECT pairs, SUBJECT obeying the
-    rule of a token's subject (stored folded, as a token's is)."""
-    pairs: dict[str, str] = {}
-    for part in filter(None, (piece.strip() for piece in value.split(","))):
-        client, sign, subject = (piece.strip() for piece in part.partition("="))
-        if not sign or not client:
-            raise ValueError(f"{part!r} is not CLIENT_ID=SUBJECT (e.g. recon-loader=recon-loader)")
-        if client in pairs:
-            raise ValueError(f"client {client!r} appears twice")
-        pairs[client] = check_subject(subject)
-    return tuple(pairs.items())
-
-
-def _loopback(host: str | None) -> bool:
-    return host in ("localhost", "127.0.0.1", "::1")
-
-
-def _web_origin(value: str, name: str, *, path_allowed: bool) -> str:
-    """An https URL (http only on this machine's loopback), without query, fragment or credentials."""
-    parts = urlsplit(value)
-    if parts.scheme not in ("https", "http") or not parts.hostname:
-        raise ValueError(f"{name} must be an https:// URL, not {value!r}")
-    if parts.scheme == "http" and not _loopback(parts.hostname):
-        raise ValueError(f"{name} must use https (plain http only for localhost), not {value!r}")
-    if parts.query or parts.fragment or parts.username or parts.password:
-        raise ValueError(f"{name} must have no query, fragment or credentials: {value!r}")
-    if parts.path.strip("/") and not path_allowed:
-        raise ValueError(f"{name} must have no path: {value!r}")
-    return value.rstrip("/")
-
+from db.vocabulary import DEFAULT_BASE_CURRENCY, DEFAULT_MAX_ATTEMPTS, DEFAULT_SLA_TIERS
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 POSTGRESQL_SCHEMES = ("postgresql", "postgres", "postgresql+psycopg")
@@ -318,13 +245,13 @@ class Settings(BaseSettings):
         # Checked, not rewritten: `iss` must equal it exactly, trailing slash and all (OpenID
         # Connect Discovery 4.3).
         if value is not None:
-            _web_origin(value, "REVIEW_QUEUE_OIDC_ISSUER", path_allowed=True)
+            web_origin(value, "REVIEW_QUEUE_OIDC_ISSUER", path_allowed=True)
         return value
 
     @field_validator("public_url")
     @classmethod
     def _public_origin(cls, value: str | None) -> str | None:
-        return None if value is None else _web_origin(value, "REVIEW_QUEUE_PUBLIC_URL", path_allowed=False)
+        return None if value is None else web_origin(value, "REVIEW_QUEUE_PUBLIC_URL", path_allowed=False)
 
     @model_validator(mode="after")
     def _oidc_complete(self) -> "Settings":

@@ -16,7 +16,7 @@ import psutil
 import psycopg
 from sqlalchemy.engine import make_url
 
-from api.settings import parse_sla_tiers
+from api.setting_values import parse_sla_tiers
 from db.engine import libpq_url as libpq
 from db.migrations import upgrade_head
 from db.vocabulary import DEFAULT_BASE_CURRENCY, DEFAULT_SLA_TIERS

@@ -3,7 +3,8 @@ variables, before anything listens (docs/security.md, "Sign-in with OpenID Conne
 
 import pytest
 
-from api.settings import load_settings, parse_role_map
+from api.setting_values import parse_role_map
+from api.settings import load_settings
 from tests.support import OIDC_ENV
 
 

@@ -13,7 +13,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 from api.app import create_app
-from api.settings import Settings, load_settings, parse_sla_tiers
+from api.setting_values import parse_sla_tiers
+from api.settings import Settings, load_settings
 from client import ReviewQueueClient
 from tests.support import wait_for
 from tests.support.api import Auth, assert_problem, enqueue, item_body
