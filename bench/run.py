@@ -21,6 +21,7 @@ from sqlalchemy.dialects import postgresql
 
 from api.settings import get_settings
 from bench import capacity as capacity_bench
+from bench import feed_read as feed_read_bench
 from bench import pool as pool_bench
 from bench import reports as report_bench
 from bench import stats as stats_bench
@@ -464,7 +465,38 @@ def main(
     only_webhooks: Annotated[
         bool, typer.Option(help="Run the webhooks part (a receiver failing 20 %, default retries) alone.")
     ] = False,
-    webhook_events: Annotated[int, typer.Option(help="Events the webhooks part delivers.")] = 2_000,
+    webhook_events: Annotated[
+        int, typer.Option(help="Events the webhooks part delivers (to each subscription).")
+    ] = 2_000,
+    webhook_subscriptions: Annotated[
+        list[int] | None,
+        typer.Option(
+            help="Subscriptions of the webhooks part, each to its own path of one receiver; repeat the"
+            " option for a run at each count (--webhook-subscriptions 1 --webhook-subscriptions 10)."
+        ),
+    ] = None,
+    webhook_fail: Annotated[
+        float,
+        typer.Option(help="Share of the webhooks part's requests the receiver answers 500 (0: healthy)."),
+    ] = 0.2,
+    only_feed_read: Annotated[
+        bool,
+        typer.Option(
+            help="Run the change feed read end to end (catching up from the start, at the head) alone."
+        ),
+    ] = False,
+    feed_read_events: Annotated[
+        int, typer.Option(help="Events loaded for the feed read (five an item).")
+    ] = 1_000_000,
+    feed_head_rates: Annotated[
+        list[float] | None,
+        typer.Option(
+            help="The head writer's events/s, one run each (repeat the option); default 200 and 2000."
+        ),
+    ] = None,
+    feed_head_seconds: Annotated[
+        float, typer.Option(help="How long the head writer writes, each run.")
+    ] = 10.0,
     only_reports: Annotated[bool, typer.Option(help="Run part 8 (reports over a year) alone.")] = False,
     report_items: Annotated[
         int, typer.Option(help="Items in part 8's year of history (0: skip part 8).")
@@ -656,14 +688,33 @@ def main(
         if json_path:
             json_path.write_text(json.dumps(results, indent=2))
         return
+    if only_feed_read:
+        url = fresh_database(server_url, "rq_bench_feed_read")
+        results["feed_read"] = feed_read_bench.feed_read(
+            url, port, feed_read_events, head_rates=feed_head_rates or [200.0, 2000.0],
+            head_seconds=feed_head_seconds,
+        )  # fmt: skip
+        results["feed_read"]["loadavg"] = results["loadavg"]
+        results["feed_read"]["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
+        drop_databases(server_url, "rq_bench_feed_read")
+        typer.echo("\n".join(feed_read_bench.report_lines(results["feed_read"])))
+        if json_path:
+            json_path.write_text(json.dumps(results, indent=2))
+        return
     if only_webhooks:
-        url = fresh_database(server_url, "rq_bench_webhooks")
-        results["webhooks"] = {
-            "defaults": webhook_bench.webhook_drain(
-                url, events=webhook_events, items=max(1, webhook_events // 10), fail=0.2, timeout_s=600
-            )
-        }
-        drop_databases(server_url, "rq_bench_webhooks")
+        results["webhooks"] = {}
+        for subscriptions in webhook_subscriptions or [1]:
+            url = fresh_database(server_url, "rq_bench_webhooks")
+            name = "defaults" if (subscriptions, webhook_fail) == (1, 0.2) else (
+                f"{subscriptions}_subscription{'s' if subscriptions > 1 else ''}"
+                + (f"_fail_{webhook_fail:g}" if webhook_fail else "_healthy")
+            )  # fmt: skip
+            results["webhooks"][name] = webhook_bench.webhook_drain(
+                url, events=webhook_events, items=max(1, webhook_events // 10), fail=webhook_fail,
+                timeout_s=600, subscriptions=subscriptions,
+            )  # fmt: skip
+            drop_databases(server_url, "rq_bench_webhooks")
+        results["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
         typer.echo("\n".join(webhook_bench.report_lines(results["webhooks"])))
         if json_path:
             json_path.write_text(json.dumps(results, indent=2))
