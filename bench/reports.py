@@ -453,8 +453,14 @@ async def _lease_and_complete(url: str, cycles: int) -> float:
         await engine.dispose()
 
 
-# The list filters' indexes on a rare match decision or amount (2026_12_04_2230).
-LIST_INDEXES = ("ix_review_queue_item_resolved_match", "ix_review_queue_item_resolved_abs_amount")
+# The list filters' indexes on a rare match decision or amount (2026_12_04_2230), and on the open
+# items' amounts (2026_12_07_0610: the last is the only one a lease and a renewal write to).
+LIST_INDEXES = (
+    "ix_review_queue_item_resolved_match",
+    "ix_review_queue_item_resolved_abs_amount",
+    "ix_review_queue_item_pending_abs_amount",
+    "ix_review_queue_item_open_abs_amount",
+)
 
 
 def write_cost(

@@ -243,6 +243,21 @@ review_queue_item = Table(
         func.abs(text("variance_amount")),
         postgresql_where=text("state = 'RESOLVED'"),
     ),
+    # ... and the open items' amounts, one index per open part of the list (2026_12_07_0610): a rare
+    # amount range with no state reads the open rows it finds, not every PENDING row in list order
+    # (issue 44). The amount in each predicate keeps every statement that does not compare it (the
+    # leases, the gauges) from reading these instead of their own (the migration says why). A lease
+    # writes to the second only, a completion to neither.
+    Index(
+        "ix_review_queue_item_pending_abs_amount",
+        func.abs(text("variance_amount")),
+        postgresql_where=text("state = 'PENDING' AND abs(variance_amount) IS NOT NULL"),
+    ),
+    Index(
+        "ix_review_queue_item_open_abs_amount",
+        func.abs(text("variance_amount")),
+        postgresql_where=text("state NOT IN ('PENDING', 'RESOLVED') AND abs(variance_amount) IS NOT NULL"),
+    ),
     # ... and, so that a list costs a page and not the history before it (2026_12_04_1530): the
     # PENDING rows by enqueue time (the newest rows, behind all the resolved ones), and one
     # reviewer's decisions in either order. All partial: a lease or a renewal writes to none of them.

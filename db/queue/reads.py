@@ -140,17 +140,18 @@ async def list_items(
         (rates,) = await unit.execute(_RATE_RANGE, {})
         where = replace(where, rate_range=(rates["lowest"], rates["highest"]))
     statement = list_query(where=where, after=after, limit=limit, order=order)
-    if where.search is None:
+    if where.search is None and (where.min_amount, where.max_amount) == (None, None):
         return [_item(r) for r in await unit.execute(statement, {})]
-    _, rows = await unit.execute_all([(_PLAN_FOR_THE_TERM, {}), (statement, {})])
+    _, rows = await unit.execute_all([(_PLAN_FOR_THE_VALUES, {}), (statement, {})])
     return [_item(r) for r in rows]
 
 
-# A search is planned for its term on every call. Once psycopg has prepared the statement
-# (REVIEW_QUEUE_PREPARE_THRESHOLD runs), PostgreSQL may switch to its generic plan, costed with
-# LIKE's default selectivity (0.5 %) whatever the term: for a term one item in a million has, that
-# plan may walk the whole list order filtering each row. For its transaction only (is_local).
-_PLAN_FOR_THE_TERM = select(func.set_config("plan_cache_mode", "force_custom_plan", True))
+# A search, or an amount range, is planned for its values on every call. Once psycopg has prepared
+# the statement (REVIEW_QUEUE_PREPARE_THRESHOLD runs), PostgreSQL may switch to its generic plan,
+# costed with a default selectivity whatever the values (LIKE's 0.5 %, an inequality's third): for a
+# term or an amount one item in a million has, that plan may walk the whole list order filtering
+# each row rather than read the few the index holds. For its transaction only (is_local).
+_PLAN_FOR_THE_VALUES = select(func.set_config("plan_cache_mode", "force_custom_plan", True))
 
 
 # Every rate ever set (a superset of the latest ones, so a safe range): a small table.

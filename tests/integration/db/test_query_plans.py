@@ -494,7 +494,10 @@ def test_a_common_match_or_amount_never_walks_the_history_for_the_other_open_ite
         and "PENDING,RESOLVED" in n.get("Filter", "")
     ]
     assert not walks, walks
-    assert "ix_review_queue_item_open_due" in {name for _, name in scans(tree)}, scans(tree)
+    # Either partial index that holds exactly the other open items: by deadline, or, for an amount
+    # bound (which proves its guard), by amount (2026_12_07_0610).
+    other_open = {"ix_review_queue_item_open_due", "ix_review_queue_item_open_abs_amount"}
+    assert other_open & {name for _, name in scans(tree)}, scans(tree)
 
 
 @pytest.mark.parametrize("order", ["created_at", "due_at"])
@@ -900,3 +903,249 @@ def _has_limit_between(top: dict[str, Any], bottom: dict[str, Any]) -> bool:
         if bottom in nodes(child):
             return child["Node Type"] == "Limit" or _has_limit_between(child, bottom)
     return False
+
+
+def _open_queue_with_rare_amounts(sql: psycopg.Connection) -> None:
+    """busy_table and a month-end queue: 60,000 more PENDING items of the common amount, and one
+    open item in 500 (PENDING, ASSIGNED alike) and one resolved item in 500 of a rare large one."""
+    sql.execute(
+        """INSERT INTO review_queue_item (idempotency_key, ledger_entity, variance_amount, match_decision,
+               source_hash, created_at, due_at)
+           SELECT 'open-' || i, 'E' || (i % 50), 12.50, 'PARTIAL', 'h', now() - i * interval '1 second',
+                  now() + (hashtext('open-' || i) % 48) * interval '1 hour' + i * interval '1 millisecond'
+           FROM generate_series(1, 60000) i"""
+    )
+    sql.execute(
+        "UPDATE review_queue_item SET variance_amount = -987654.32, currency = 'EUR'"
+        " WHERE hashtext(idempotency_key) % 500 = 0"
+    )
+    rare = sql.execute(
+        "SELECT count(*) FILTER (WHERE state = 'PENDING'), count(*) FILTER (WHERE state = 'ASSIGNED'),"
+        " count(*) FILTER (WHERE state = 'RESOLVED')"
+        " FROM review_queue_item WHERE variance_amount < -900000"
+    ).fetchone()
+    assert rare is not None and all(rare), f"rare amounts in every part: {rare}"
+    sql.execute("VACUUM ANALYZE review_queue_item")
+
+
+# What a list walks in its order, or reads whole for a state: never for a rare amount.
+WALKS = {
+    "ix_review_queue_item_created_at_id",
+    "ix_review_queue_item_due_at_id",
+    "ix_review_queue_item_pending_created",
+    "ix_review_queue_item_pending_due",
+    "ix_review_queue_item_open_due",
+}
+OPEN_AMOUNT_INDEXES = {"ix_review_queue_item_pending_abs_amount", "ix_review_queue_item_open_abs_amount"}
+
+
+# Every statement that reads the open items without comparing an amount, with its parameters.
+NO_AMOUNT = {
+    "lease": (_LEASE, LEASE_PARAMS),
+    "lease of one entity": (_LEASE_ENTITY, {**LEASE_PARAMS, "entity": "E7"}),
+    "approval lease": (_LEASE_APPROVALS, LEASE_PARAMS),
+    "reclaim": (
+        _RECLAIM,
+        {"reclaim_batch": 100, "grace": timedelta(seconds=45), "actor": "x", "max_attempts": 10},
+    ),
+    "approval reclaim": (
+        _RECLAIM_APPROVALS,
+        {"grace": timedelta(seconds=45), "reclaim_batch": 100, "actor": "x"},
+    ),
+    "gauges": (stats._GAUGES, {"grace": timedelta(seconds=45)}),
+    "aging": (stats._AGING, {}),
+    "overdue by entity": (stats._OVERDUE_BY_ENTITY, {}),
+    "items without a rate": (fx._WITHOUT_RATE, {"base_currency": "USD"}),
+}
+
+
+def test_no_statement_but_an_amount_bound_can_read_the_open_amount_indexes(
+    busy_table: psycopg.Connection,
+) -> None:
+    """Issue 44's first indexes (bare `state = 'PENDING'` and `state NOT IN ('PENDING', 'RESOLVED')`
+    predicates, reverted) took the lease off ix_review_queue_item_pending_due: its LIMIT is an
+    expression, costed as 10 % of the PENDING rows fetched in due order at random heap pages, and a
+    whole read of a small index in heap order plus a sort came cheaper (every amount here is 1: one
+    deduplicated key, correlation 1). The predicate of each open amount index also says
+    `abs(variance_amount) IS NOT NULL`, which only a statement comparing the amount proves: no lease,
+    reclaim or gauge may read either index, here where a bare twin does take the lease (the control,
+    so that this table stays one that would catch the regression)."""
+    busy_table.execute(
+        "UPDATE review_queue_item SET state = 'AWAITING_APPROVAL', prepared_by = 'p',"
+        " proposed_resolution = 'OK', leased_by = NULL, lease_expires_at = NULL WHERE state = 'PENDING'"
+        " AND created_at IN (SELECT created_at FROM review_queue_item WHERE state = 'PENDING'"
+        " ORDER BY created_at LIMIT 50)"
+    )
+    busy_table.execute("ANALYZE review_queue_item")
+    busy_table.execute(
+        "CREATE INDEX ix_bare_pending_abs_amount ON review_queue_item (abs(variance_amount))"
+        " WHERE state = 'PENDING'"
+    )
+    busy_table.execute("ANALYZE review_queue_item")
+    control = scans(plan(busy_table, _LEASE, LEASE_PARAMS))
+    assert ("Index Scan", "ix_review_queue_item_pending_due") not in control, (
+        "the control no longer moves the lease: this table no longer shows the hazard",
+        control,
+    )
+    busy_table.execute("DROP INDEX ix_bare_pending_abs_amount")
+    busy_table.execute("ANALYZE review_queue_item")
+    assert {
+        r[0]
+        for r in busy_table.execute(
+            "SELECT indexrelid::regclass::text FROM pg_index WHERE indexrelid = ANY(%s::regclass[])",
+            (sorted(OPEN_AMOUNT_INDEXES),),
+        )
+    } == OPEN_AMOUNT_INDEXES
+    for name, (statement, params) in NO_AMOUNT.items():
+        found = scans(plan(busy_table, statement, params))
+        assert not {index for _, index in found} & OPEN_AMOUNT_INDEXES, (name, found)
+    lease_order_scan(plan(busy_table, _LEASE, LEASE_PARAMS), "ix_review_queue_item_pending_due")
+
+
+@pytest.mark.parametrize(
+    "where",
+    [
+        {"min_amount": 900_000, "currency": "EUR"},
+        {"min_amount": 900_000, "max_amount": 1_000_000, "currency": "EUR"},
+        # In base-currency equivalents: the amount itself bounded by the highest rate (1.0850).
+        {"min_amount": 1_000_000, "rate_range": (Decimal("0.0067"), Decimal("1.0850"))},
+    ],
+)
+def test_a_rare_amount_reads_the_open_items_by_their_index(
+    busy_table: psycopg.Connection, where: dict[str, Any]
+) -> None:
+    """GET /items?min_amount= with no state (issue 44): the PENDING and the other open items are read
+    off their amount indexes as the resolved ones off theirs, and only the rows found are sorted;
+    not every PENDING item walked in list order (70-210 ms at 200,000 open items), nor every leased
+    one fetched to be filtered, nor a state's whole index read to check the state of the rows found
+    (one index over every open state was ANDed with all of PENDING's: 20-28 ms)."""
+    _open_queue_with_rare_amounts(busy_table)
+    where = {"rate_range": (Decimal(1), Decimal(1)), **where}
+    for order in ("created_at", "due_at"):
+        statement = queue.list_query(where=queue.ItemFilter(**where), after=None, limit=51, order=order)
+        found = scans(plan(busy_table, statement, {}))
+        assert_no_table_scan(found)
+        indexes = {name for _, name in found}
+        assert indexes >= OPEN_AMOUNT_INDEXES, (order, found)
+        assert not indexes & WALKS, (order, found)
+
+
+# Amounts at the edges of the bounds below, each in an open and a resolved state, converted at the
+# latest rates (EUR 1.0850, set after 1.0849; JPY 0.0067; KWD 3.25; CHF has none).
+BOUNDARY_AMOUNTS = [
+    ("USD", "-1000.00"),
+    ("USD", "999.99"),
+    ("EUR", "921.66"),  # 1,000.0011 USD (999.98... at the earlier 1.0849)
+    ("EUR", "-921.65"),  # 999.99025 USD
+    ("JPY", "150000"),  # 1,005.00 USD
+    ("KWD", "307.693"),  # 1,000.00225 USD
+    ("KWD", "-307.692"),  # 999.999 USD
+    ("CHF", "5000.00"),  # no rate: no equivalent, meets no bound without `currency`
+]
+RATES = {"EUR": Decimal("1.0850"), "JPY": Decimal("0.0067"), "KWD": Decimal("3.25"), "USD": Decimal(1)}
+
+
+def _matches(currency: str, amount: Decimal, query: dict[str, Any]) -> bool:
+    """The filter's meaning, in Python: amounts of `currency`, or else USD equivalents."""
+    if "currency" in query:
+        value: Decimal | None = abs(amount) if currency == query["currency"] else None
+    else:
+        value = abs(amount) * RATES[currency] if currency in RATES else None
+    low, high = query.get("min_amount"), query.get("max_amount")
+    return value is not None and (low is None or value >= low) and (high is None or value <= high)
+
+
+@pytest.mark.anyio
+async def test_amount_bounds_find_exactly_their_items_off_the_open_index(
+    busy_table: psycopg.Connection, superuser_url: str
+) -> None:
+    """The index changes how the rows are found, never which (issue 44): amounts at the edges of
+    each bound, in several currencies, open and resolved, give every page exactly the items the
+    bound's meaning keeps, in list order. Run as the API runs it, from a prepared statement in a
+    session that asks for generic plans (what the plan cache may choose after five runs): list_items
+    plans an amount range for its values, so auto_explain shows each page read off the index."""
+    _open_queue_with_rare_amounts(busy_table)
+    for n, (currency, amount) in enumerate(BOUNDARY_AMOUNTS):
+        for state in ("PENDING", "ASSIGNED", "RESOLVED"):
+            busy_table.execute(
+                "INSERT INTO review_queue_item (idempotency_key, ledger_entity, variance_amount, currency,"
+                " match_decision, source_hash, state, leased_by, leased_at, lease_expires_at, resolution,"
+                " resolved_by, resolved_at, created_at)"
+                " VALUES (%s, 'E1', %s, %s, 'PARTIAL', 'h', %s, %s, now(), now() + interval '1 hour', %s, %s,"
+                " %s, now() - %s * interval '1 minute')",
+                (
+                    f"edge-{n}-{state}",
+                    Decimal(amount),
+                    currency,
+                    state,
+                    None if state == "PENDING" else "r1",
+                    "OK" if state == "RESOLVED" else None,
+                    "r1" if state == "RESOLVED" else None,
+                    datetime.now(UTC) if state == "RESOLVED" else None,
+                    n * 7,
+                ),
+            )
+    for currency, rate in (("EUR", "1.0849"), ("EUR", "1.0850"), ("JPY", "0.0067"), ("KWD", "3.25")):
+        busy_table.execute(
+            "INSERT INTO fx_rate (currency, rate, set_by, set_at) VALUES (%s, %s, 'root', clock_timestamp())",
+            (currency, Decimal(rate)),
+        )
+    busy_table.execute("ANALYZE review_queue_item")
+    everything = busy_table.execute(
+        "SELECT id, currency, variance_amount, created_at, due_at FROM review_queue_item"
+    ).fetchall()
+    queries: list[dict[str, Any]] = [
+        {"min_amount": Decimal(1000)},
+        {"min_amount": Decimal("999.99"), "max_amount": Decimal(1000)},
+        {"min_amount": Decimal(1005), "max_amount": Decimal(1005)},
+        {"min_amount": Decimal("1000.0011"), "max_amount": Decimal("1000.00225")},
+        {"currency": "EUR", "min_amount": Decimal("921.66")},
+        {"currency": "KWD", "min_amount": Decimal("307.692"), "max_amount": Decimal("307.693")},
+        {"currency": "CHF", "min_amount": Decimal(5000), "max_amount": Decimal(5000)},
+        {"currency": "USD", "min_amount": Decimal(1000)},
+    ]
+    engine = create_engine(superuser_url, prepare_threshold=0)
+    plans: list[str] = []
+    try:
+        async with engine.connect() as conn:
+            raw = (await conn.get_raw_connection()).driver_connection
+            raw.add_notice_handler(lambda notice: plans.append(notice.message_primary or ""))
+            for setting in (
+                "LOAD 'auto_explain'",
+                "SET auto_explain.log_min_duration = 0",
+                "SET auto_explain.log_level = notice",
+                "SET plan_cache_mode = force_generic_plan",
+            ):
+                await conn.exec_driver_sql(setting)
+            await conn.commit()
+            for query in queries:
+                for order in ("created_at", "due_at"):
+                    column = 3 if order == "created_at" else 4
+                    expected = [
+                        r[0]
+                        for r in sorted(everything, key=lambda r, c=column: (r[c], r[0]))
+                        if _matches(r[1], r[2], query)
+                    ]
+                    assert len(expected) >= 2, (query, expected)
+                    seen: list[Any] = []
+                    after = None
+                    while True:
+                        where = queue.ItemFilter(**query)
+                        page = await queue.list_items(
+                            Transaction(conn), where=where, after=after, limit=51, order=order
+                        )
+                        await conn.commit()
+                        seen += [i.id for i in page]
+                        if len(page) < 51:
+                            break
+                        after = (getattr(page[-1], order), page[-1].id)
+                    assert seen == expected, (query, order, len(seen), len(expected))
+    finally:
+        await engine.dispose()
+    lists = [p for p in plans if "Limit" in p and "abs(variance_amount)" in p]
+    assert len(lists) >= 2 * len(queries), plans
+    unindexed = [p for p in lists if not all(name in p for name in OPEN_AMOUNT_INDEXES)]
+    assert not unindexed, "\n\n".join(
+        "\n".join(line for line in p.splitlines() if "Scan" in line or "Cond" in line or "duration" in line)
+        for p in unindexed
+    )
