@@ -16,6 +16,7 @@ from typing import Any
 import psycopg
 import pytest
 from sqlalchemy.dialects import postgresql
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from cli import reclaimer
 from db import audit, feed, fx, queue, stats
@@ -30,6 +31,21 @@ from tests.support.postgres import make_settings
 # A plan follows the tables' statistics, which a reset leaves behind (a TRUNCATE keeps pg_statistic,
 # and autovacuum analyzes a shared table when it likes): each test plans on a fresh copy.
 pytestmark = pytest.mark.fresh_db("plans depend on the statistics earlier tests left in a shared database")
+
+
+async def _generic_plans_explained(conn: AsyncConnection, plans: list[str]) -> None:
+    """From now on every statement on `conn` runs its generic plan (as a prepared statement's
+    would be), and auto_explain appends each plan to `plans`."""
+    raw = (await conn.get_raw_connection()).driver_connection
+    raw.add_notice_handler(lambda notice: plans.append(notice.message_primary or ""))
+    for setting in (
+        "LOAD 'auto_explain'",
+        "SET auto_explain.log_min_duration = 0",
+        "SET auto_explain.log_level = notice",
+        "SET plan_cache_mode = force_generic_plan",
+    ):
+        await conn.exec_driver_sql(setting)
+    await conn.commit()
 
 
 @pytest.fixture
@@ -552,16 +568,7 @@ async def test_a_search_is_planned_for_its_term_even_once_prepared(
     plans: list[str] = []
     try:
         async with engine.connect() as conn:
-            raw = (await conn.get_raw_connection()).driver_connection
-            raw.add_notice_handler(lambda notice: plans.append(notice.message_primary or ""))
-            for setting in (
-                "LOAD 'auto_explain'",
-                "SET auto_explain.log_min_duration = 0",
-                "SET auto_explain.log_level = notice",
-                "SET plan_cache_mode = force_generic_plan",
-            ):
-                await conn.exec_driver_sql(setting)
-            await conn.commit()
+            await _generic_plans_explained(conn, plans)
             for _ in range(3):
                 where = queue.ItemFilter(search="inv-4711")
                 found = await queue.list_items(Transaction(conn), where=where, after=None, limit=51)
@@ -1108,16 +1115,7 @@ async def test_amount_bounds_find_exactly_their_items_off_the_open_index(
     plans: list[str] = []
     try:
         async with engine.connect() as conn:
-            raw = (await conn.get_raw_connection()).driver_connection
-            raw.add_notice_handler(lambda notice: plans.append(notice.message_primary or ""))
-            for setting in (
-                "LOAD 'auto_explain'",
-                "SET auto_explain.log_min_duration = 0",
-                "SET auto_explain.log_level = notice",
-                "SET plan_cache_mode = force_generic_plan",
-            ):
-                await conn.exec_driver_sql(setting)
-            await conn.commit()
+            await _generic_plans_explained(conn, plans)
             for query in queries:
                 for order in ("created_at", "due_at"):
                     column = 3 if order == "created_at" else 4
