@@ -259,9 +259,12 @@ async def _items(conn: AsyncConnection, ids: set[UUID]) -> dict[UUID, Item]:
     return {row.id: Item(**dict(row._mapping)) for row in rows}
 
 
+# e.xid, qualified: a bare `xid` in ORDER BY names the output column `xid::text`, and as text
+# "99999" sorts after "100000", so the head stuck there once the cluster's xids crossed a power of
+# ten, and every long-poll at the head waited out its wait_s (api/feed_watch.py).
 _HEAD = text(
-    "SELECT xid::text, id FROM review_queue_event WHERE xid < pg_snapshot_xmin(pg_current_snapshot())"
-    " ORDER BY xid DESC, id DESC LIMIT 1"
+    "SELECT e.xid::text, e.id FROM review_queue_event e"
+    " WHERE e.xid < pg_snapshot_xmin(pg_current_snapshot()) ORDER BY e.xid DESC, e.id DESC LIMIT 1"
 )
 
 

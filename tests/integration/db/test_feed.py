@@ -239,6 +239,34 @@ def test_positions_compare_as_numbers_not_as_text(db_url: str, sql: psycopg.Conn
     assert [str(e.item_id) for e in read_all(db_url).events] == [str(second), str(first)]
 
 
+def test_the_head_is_the_last_position_by_number_not_by_text(db_url: str, sql: psycopg.Connection) -> None:
+    """Before: the head's query sorted by its own output column `xid::text`, so of xids 9 and 10
+    it chose 9; in a cluster past xid 100,000 the head stayed at 99,999 and no long-poll at the
+    head was ever woken (bench 11b's pollers received nothing)."""
+    from tests.support import seed_items
+
+    seed_items(sql, 2)
+    first, second = [r[0] for r in sql.execute("SELECT id FROM review_queue_item ORDER BY created_at")]
+    for item, xid in ((first, 9), (second, 10)):
+        sql.execute(
+            "INSERT INTO review_queue_event (item_id, event, actor, lease_epoch, trace_id, xid)"
+            " SELECT id, 'ENQUEUED', 'ingest', 0, trace_id, %s::text::xid8"
+            " FROM review_queue_item WHERE id = %s",
+            (xid, item),
+        )
+    (last_id,) = sql.execute("SELECT id FROM review_queue_event WHERE xid = '10'").fetchone()
+
+    async def head() -> feed.Position:
+        engine = create_engine(db_url, pool_size=1, max_overflow=0)
+        try:
+            async with transaction(engine, lock_timeout_ms=1000, statement_timeout_ms=10_000) as conn:
+                return await feed.head(conn)
+        finally:
+            await engine.dispose()
+
+    assert asyncio.run(head()) == feed.Position(10, last_id)
+
+
 def _resolve(client: TestClient, heads: dict[str, dict[str, str]], item_id: str, note: str) -> None:
     (held,) = client.post("/leases", json={"batch_size": 1}, headers=heads["alice"]).json()["items"]
     assert held["id"] == item_id
