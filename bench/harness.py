@@ -1,5 +1,6 @@
 """make bench's harness: the seeds, databases, tokens, the API process and what it costs (CPU, memory).
-The pieces the tests also need come from tests/support/."""
+The bench takes nothing from tests/ (it ships in the wheel); what both use, the tests take from here
+or from bench/receiver.py."""
 
 import os
 import subprocess
@@ -14,13 +15,14 @@ from typing import Any
 import httpx
 import psutil
 import psycopg
+from sqlalchemy.dialects.postgresql.psycopg import PGDialect_psycopg
 from sqlalchemy.engine import make_url
 
 from api.setting_values import parse_sla_tiers
+from db import tokens
 from db.engine import libpq_url as libpq
 from db.migrations import upgrade_head
 from db.vocabulary import DEFAULT_BASE_CURRENCY, DEFAULT_SLA_TIERS
-from tests.support.postgres import create_token
 
 # What the service passes to an enqueue (its settings' defaults), for benches that enqueue directly.
 SLA_TIERS, BASE_CURRENCY = parse_sla_tiers(DEFAULT_SLA_TIERS), DEFAULT_BASE_CURRENCY
@@ -149,8 +151,17 @@ def run_sql(url: str, statement: str, params: dict[str, Any] | None = None, *, v
             conn.execute("VACUUM ANALYZE review_queue_item")
 
 
+def create_token(url: str, subject: str, role: str) -> str:
+    """A real token stored at `url` by db.tokens' own INSERT, as `review-queue token create` does."""
+    token, statement = tokens.new_token(subject=subject, role=role)
+    compiled = statement.compile(dialect=PGDialect_psycopg())  # type: ignore[no-untyped-call]
+    with psycopg.connect(libpq(url), autocommit=True) as conn:
+        conn.execute(str(compiled), compiled.params)
+    return token
+
+
 def reviewer_tokens(url: str, count: int) -> list[str]:
-    """Real reviewer tokens bench-0 .. bench-N, made as the tests make theirs."""
+    """Real reviewer tokens bench-0 .. bench-N."""
     return [create_token(url, f"bench-{n}", "reviewer") for n in range(count)]
 
 

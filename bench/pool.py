@@ -15,6 +15,7 @@ import aiohttp
 
 from bench.harness import (
     SEED_PENDING,
+    create_token,
     fresh_database,
     percentile,
     reviewer_tokens,
@@ -22,7 +23,6 @@ from bench.harness import (
     start_server,
     stop_server,
 )
-from tests.support.postgres import create_token
 
 # The pool as it was before issue 38 item 5, for the "before" side of 11a.
 OLD_POOL = {

@@ -35,6 +35,7 @@ from bench.harness import (
     SEED_RESOLVED_HISTORY,
     PostgresCpu,
     Server,
+    create_token,
     database_url,
     drop_databases,
     fresh_database,
@@ -50,7 +51,6 @@ from cli.common import owner_url
 from db.engine import libpq_url as libpq
 from db.migrations import upgrade_head
 from db.queue.lease import _LEASE
-from tests.support.postgres import create_token
 
 app = typer.Typer(add_completion=False)
 

@@ -24,10 +24,10 @@ from cryptography.fernet import Fernet
 
 from api import webhook_secret
 from bench.harness import BASE_CURRENCY, SLA_TIERS, PostgresCpu
+from bench.receiver import Received, Receiver
 from db import queue, webhooks
 from db.engine import create_engine, transaction, unit_of_work
 from db.engine import libpq_url as libpq
-from tests.support.receiver import Received, Receiver
 
 TARGET_PER_S = 50.0
 PATH = "/bench"

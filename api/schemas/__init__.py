@@ -14,7 +14,6 @@ from api.schemas.catalogue import (
 from api.schemas.codecs import (
     CURSOR_PATTERN,
     EVENT_CURSOR_PATTERN,
-    NO_LEASE,
     LeaseToken,
     decode_cursor,
     decode_event_cursor,
@@ -162,7 +161,6 @@ __all__ = [
     "MAX_FEED_LIMIT",
     "MAX_WAIT_S",
     "MONEY_PATTERN",
-    "NO_LEASE",
     "NO_NUL",
     "TIME_ZONE_PATTERN",
     "WEBHOOK_NAME_PATTERN",

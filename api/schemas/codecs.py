@@ -8,6 +8,8 @@ from uuid import UUID
 
 from pydantic import Field, StringConstraints
 
+from db.queue import NO_LEASE
+
 
 def encode_lease_token(item_id: UUID, lease_nonce: UUID) -> str:
     """The fencing token of one lease of one item: its id and the lease's random nonce.
@@ -17,9 +19,6 @@ def encode_lease_token(item_id: UUID, lease_nonce: UUID) -> str:
     """
     return base64.urlsafe_b64encode(item_id.bytes + lease_nonce.bytes).decode().rstrip("=")
 
-
-# Matches no lease: gen_random_uuid() is version 4, never all zeros.
-NO_LEASE = UUID(int=0)
 
 
 def lease_nonce_for(item_id: UUID, token: str) -> UUID:

@@ -262,7 +262,8 @@ def _holds(current: Item, actor: str, lease_nonce: UUID | None, state: str) -> b
     )
 
 
-# api.schemas.NO_LEASE: the nonce a token that cannot be one of the item's leases stands for.
+# The nonce a token that cannot be one of the item's leases stands for (api/schemas/codecs.py):
+# gen_random_uuid() is version 4, never all zeros, so it matches no lease.
 NO_LEASE = UUID(int=0)
 
 

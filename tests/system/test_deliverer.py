@@ -11,9 +11,9 @@ import psycopg
 import pytest
 from fastapi.testclient import TestClient
 
+from bench.receiver import Receiver
 from tests.support import wait_for
 from tests.support.api import assert_problem, item_body
-from tests.support.receiver import Receiver
 from tests.support.servers import start_deliverer, stop_process
 
 Headers = Callable[[str, str], dict[str, str]]

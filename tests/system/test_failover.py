@@ -27,10 +27,10 @@ import httpx
 import psycopg
 import pytest
 
+from bench.receiver import Receiver
 from db import roles
 from tests.support import LONG, seed_expired, seed_items, wait_for
 from tests.support.patroni import DEBIAN_PG15, Missing, Node, PatroniCluster
-from tests.support.receiver import Receiver
 from tests.support.servers import (
     FAST,
     command,

@@ -23,9 +23,9 @@ import httpx
 import psycopg
 import pytest
 
+from bench.receiver import Receiver
 from tests.support import wait_for
 from tests.support.api import item_body
-from tests.support.receiver import Receiver
 from tests.support.servers import FAST, start_deliverer, start_server, stop_process, stop_server
 
 ITEMS = 16

@@ -13,11 +13,11 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
+from bench.receiver import Receiver
 from db import roles
 from tests.support import DEPLOY, backdate_lease, wait_for
 from tests.support.api import assert_problem, item_body
 from tests.support.postgres import create_token, fresh_database, libpq, with_database
-from tests.support.receiver import Receiver
 from tests.support.servers import start_server, stop_server
 
 ALERTS = DEPLOY / "prometheus" / "alerts.yml"

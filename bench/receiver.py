@@ -1,7 +1,7 @@
-"""A real webhook receiver for the tests: an HTTP server on 127.0.0.1 in a thread, that keeps every
-request it gets, verifies each with the standardwebhooks package as a receiver would, and answers
-what the test tells it to (a status, a delay, a redirect, a body without end), or is taken down and
-brought back."""
+"""A real webhook receiver for the bench and the tests: an HTTP server on 127.0.0.1 in a thread,
+that keeps every request it gets, verifies each with the standardwebhooks package as a receiver
+would, and answers what the caller tells it to (a status, a delay, a redirect, a body without
+end), or is taken down and brought back."""
 
 import http.server
 import json
