@@ -20,7 +20,6 @@ def encode_lease_token(item_id: UUID, lease_nonce: UUID) -> str:
     return base64.urlsafe_b64encode(item_id.bytes + lease_nonce.bytes).decode().rstrip("=")
 
 
-
 def lease_nonce_for(item_id: UUID, token: str) -> UUID:
     """The nonce a token claims for item_id; NO_LEASE for a token that cannot be one of its leases
     (malformed, another item's, or the old epoch form), so the guard refuses it with 409."""
