@@ -29,7 +29,7 @@ def _url() -> str:
 
 
 # The event trail's partitions (review_queue_event_legacy, review_queue_event_YYYY_MM) are made by
-# the migration and by review_queue_event_add_months(), not by tables.py: the model is the parent.
+# the migration and by review_queue_event_add_months(), not by db/tables/: the model is the parent.
 def _modelled(obj: object, name: str | None, type_: str, reflected: bool, compare_to: object) -> bool:
     return not (type_ == "table" and reflected and (name or "").startswith("review_queue_event_"))
 
