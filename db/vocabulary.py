@@ -3,6 +3,7 @@ that imports nothing: the API's schemas, the settings, the queue and the migrati
 constraints all read it."""
 
 from typing import Literal, get_args
+from uuid import UUID
 
 # REVIEW_QUEUE_MAX_ATTEMPTS' default. Here, not in db/queue/, so that api/settings.py can read it
 # without importing the metrics (prometheus_client picks its single- or multi-process mode when
@@ -55,3 +56,9 @@ SUBJECT_CHECK = (
     " AND subject NOT IN ('me', 'reclaimer')"
     " AND subject NOT LIKE 'reclaimer@%'"
 )
+
+# The lease nonce a lease token that cannot be one of the item's leases stands for (malformed,
+# another item's): gen_random_uuid() is version 4, never all zeros, so it matches no lease. Here
+# so that the API's token codec and the queue's guard share it without the codec importing the
+# queue (and with it the metrics, before serve picks their mode).
+NO_LEASE = UUID(int=0)

@@ -8,7 +8,7 @@ from uuid import UUID
 
 from pydantic import Field, StringConstraints
 
-from db.queue import NO_LEASE
+from db.vocabulary import NO_LEASE
 
 
 def encode_lease_token(item_id: UUID, lease_nonce: UUID) -> str:

@@ -36,7 +36,6 @@ from db.queue.catalogue import (
 )
 from db.queue.comments import comment_on_item
 from db.queue.completion import (
-    NO_LEASE,
     CompleteOutcome,
     Completion,
     complete_item,
@@ -81,7 +80,6 @@ __all__ = [
     "ASSIGNED",
     "AWAITING_APPROVAL",
     "DECISION_EVENTS",
-    "NO_LEASE",
     "PENDING",
     "QUARANTINED",
     "RESOLVED",

@@ -43,7 +43,7 @@ from db.tables import resolution_code as catalogue
 from db.tables import review_queue_item as item
 from db.tokens import same_identity
 from db.unit import Unit
-from db.vocabulary import DEFAULT_BASE_CURRENCY
+from db.vocabulary import DEFAULT_BASE_CURRENCY, NO_LEASE
 
 # The entries of a completion, one row each (an unnest of arrays). Both routes run this one
 # statement, the single route with one entry, so POST /items/{id}/complete and POST /items/complete
@@ -260,11 +260,6 @@ def _holds(current: Item, actor: str, lease_nonce: UUID | None, state: str) -> b
     return (
         current.state == state and current.leased_by == actor and lease_nonce in (None, current.lease_nonce)
     )
-
-
-# The nonce a token that cannot be one of the item's leases stands for (api/schemas/codecs.py):
-# gen_random_uuid() is version 4, never all zeros, so it matches no lease.
-NO_LEASE = UUID(int=0)
 
 
 def source_changed(current: Item, reviewer: str, lease_nonce: UUID | None, source_hash: str | None) -> bool:
