@@ -222,20 +222,26 @@ def test_every_cursor_of_the_pattern_is_a_position(cursor: str) -> None:
     assert feed.Position.decode(cursor).xid <= feed.MAX_XID and feed.Position.decode(cursor).id <= feed.MAX_ID
 
 
-def test_positions_compare_as_numbers_not_as_text(db_url: str, sql: psycopg.Connection) -> None:
-    """xid 9 comes before xid 10 (as text it would not): events of old transactions, written with
-    their xids as a restored trail would hold them."""
+def enqueued_at_xids(sql: psycopg.Connection, *xids: int) -> list[Any]:
+    """One item per xid, each with its ENQUEUED event written at that xid (as a restored trail of
+    old transactions would hold it); the items' ids, in the order of `xids`."""
     from tests.support import seed_items
 
-    seed_items(sql, 2)
-    first, second = [r[0] for r in sql.execute("SELECT id FROM review_queue_item ORDER BY created_at")]
-    for item, xid in ((first, 10), (second, 9)):
+    seed_items(sql, len(xids))
+    items = [r[0] for r in sql.execute("SELECT id FROM review_queue_item ORDER BY created_at")]
+    for item, xid in zip(items, xids, strict=True):
         sql.execute(
             "INSERT INTO review_queue_event (item_id, event, actor, lease_epoch, trace_id, xid)"
             " SELECT id, 'ENQUEUED', 'ingest', 0, trace_id, %s::text::xid8"
             " FROM review_queue_item WHERE id = %s",
             (xid, item),
         )
+    return items
+
+
+def test_positions_compare_as_numbers_not_as_text(db_url: str, sql: psycopg.Connection) -> None:
+    """xid 9 comes before xid 10 (as text it would not)."""
+    first, second = enqueued_at_xids(sql, 10, 9)
     assert [str(e.item_id) for e in read_all(db_url).events] == [str(second), str(first)]
 
 
@@ -243,17 +249,7 @@ def test_the_head_is_the_last_position_by_number_not_by_text(db_url: str, sql: p
     """Before: the head's query sorted by its own output column `xid::text`, so of xids 9 and 10
     it chose 9; in a cluster past xid 100,000 the head stayed at 99,999 and no long-poll at the
     head was ever woken (bench 11b's pollers received nothing)."""
-    from tests.support import seed_items
-
-    seed_items(sql, 2)
-    first, second = [r[0] for r in sql.execute("SELECT id FROM review_queue_item ORDER BY created_at")]
-    for item, xid in ((first, 9), (second, 10)):
-        sql.execute(
-            "INSERT INTO review_queue_event (item_id, event, actor, lease_epoch, trace_id, xid)"
-            " SELECT id, 'ENQUEUED', 'ingest', 0, trace_id, %s::text::xid8"
-            " FROM review_queue_item WHERE id = %s",
-            (xid, item),
-        )
+    enqueued_at_xids(sql, 9, 10)
     (last_id,) = sql.execute("SELECT id FROM review_queue_event WHERE xid = '10'").fetchone()
 
     async def head() -> feed.Position:
