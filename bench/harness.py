@@ -151,13 +151,19 @@ def run_sql(url: str, statement: str, params: dict[str, Any] | None = None, *, v
             conn.execute("VACUUM ANALYZE review_queue_item")
 
 
-def create_token(url: str, subject: str, role: str) -> str:
-    """A real token stored at `url` by db.tokens' own INSERT, as `review-queue token create` does."""
+def insert_token(conn: psycopg.Connection[Any], subject: str, role: str) -> str:
+    """A real token stored through a connection the caller holds, by db.tokens' own INSERT (as
+    `review-queue token create` stores one); the tests make theirs with it too."""
     token, statement = tokens.new_token(subject=subject, role=role)
     compiled = statement.compile(dialect=PGDialect_psycopg())  # type: ignore[no-untyped-call]
-    with psycopg.connect(libpq(url), autocommit=True) as conn:
-        conn.execute(str(compiled), compiled.params)
+    conn.execute(str(compiled), compiled.params)
     return token
+
+
+def create_token(url: str, subject: str, role: str) -> str:
+    """A real token stored in the database at `url`, through a connection of its own."""
+    with psycopg.connect(libpq(url), autocommit=True) as conn:
+        return insert_token(conn, subject, role)
 
 
 def reviewer_tokens(url: str, count: int) -> list[str]:

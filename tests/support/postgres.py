@@ -10,6 +10,8 @@ from sqlalchemy.dialects.postgresql.psycopg import PGDialect_psycopg
 from sqlalchemy.engine import make_url
 
 from api.settings import Settings
+from bench.harness import create_token as create_token  # re-exported: the tests' real tokens are the bench's
+from bench.harness import insert_token as insert_token
 from db import roles, tokens
 from db.engine import libpq_url
 
@@ -59,21 +61,7 @@ def make_settings(db_url: str, **overrides: object) -> Settings:
     return Settings(**values)  # type: ignore[arg-type]
 
 
-def insert_token(conn: psycopg.Connection, subject: str, role: str) -> str:
-    """A real token stored through a connection the caller holds (db.tokens' own INSERT)."""
-    token, statement = tokens.new_token(subject=subject, role=role)
-    compiled = statement.compile(dialect=_DIALECT)
-    conn.execute(str(compiled), compiled.params)
-    return token
-
-
 def revoke_tokens(conn: psycopg.Connection, subject: str) -> int:
     """db.tokens' own revocation of the subject's tokens, through a connection the caller holds."""
     compiled = tokens.revocation(subject=subject).compile(dialect=_DIALECT)
     return conn.execute(str(compiled), compiled.params).rowcount
-
-
-def create_token(url: str, subject: str, role: str) -> str:
-    """A real token stored in the database at `url`, through a connection of its own."""
-    with psycopg.connect(libpq(url), autocommit=True) as conn:
-        return insert_token(conn, subject, role)
