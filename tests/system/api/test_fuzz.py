@@ -32,6 +32,7 @@ from api.settings import Settings
 from tests.support import LONG, backdate_lease, seed_items
 from tests.support.api import assert_problem
 from tests.support.openapi import OPENAPI
+from tests.support.shared_db import SharedDatabase
 
 ROLES = ("reviewer", "approver", "ingest", "auditor", "admin", "integration")
 MAX_EXAMPLES = 1000 if LONG else 25
@@ -112,47 +113,61 @@ def bearer(role: str, make_token: Callable[[str, str], str]) -> dict[str, str]:
     return {"Authorization": f"Bearer {make_token(f'fuzz-{role}', role)}"}
 
 
+@pytest.fixture(scope="module")
+def fuzzed_apps() -> Iterator[dict[tuple[str, int], FastAPI]]:
+    """The apps schemathesis calls, one per database (the worker's shared one, unless it was made
+    anew): an app's start (its pool, its LISTEN connection) per test was a quarter of its setup."""
+    made: dict[tuple[str, int], FastAPI] = {}
+    yield made
+    # schemathesis ran these apps' lifespans (their engines) on its own event loop: closed before
+    # the databases go.
+    shutdown_lifespans()
+
+
 @pytest.fixture
 def app(
     settings: Settings,
     sql: psycopg.Connection,
+    client: TestClient,
+    shared_db: SharedDatabase,
+    fuzzed_apps: dict[tuple[str, int], FastAPI],
     make_token: Callable[[str, str], str],
     role: str,
     bearer: dict[str, str],
-) -> Iterator[FastAPI]:
+) -> FastAPI:
     """The app on this test's database, with items in every state so that the success paths and
     their response schemas are exercised too, not only 404 and 422: pending, leased by the caller
-    (lease_token shown) and by someone else, resolved, released, renewed, and reclaimable."""
+    (lease_token shown) and by someone else, resolved, released, renewed, and reclaimable. The
+    database is reset after each test; the app that serves it is kept."""
     seed_items(sql, 40)
-    with TestClient(create_app(settings)) as arrange:
-        other = {"Authorization": f"Bearer {make_token('fuzz-other', 'reviewer')}"}
-        held = arrange.post("/leases", json={"batch_size": 6}, headers=other).json()["items"]
-        for item, action, body in (
-            (held[0], "complete", {"resolution": "APPROVED", "note": "fuzz"}),
-            (held[1], "complete", {"resolution": "WRITE_OFF", "note": "fuzz"}),
-            (held[2], "release", {"reason": "fuzz"}),
-            (held[3], "renew", {"lease_token": held[3]["lease_token"]}),
-        ):
-            assert arrange.post(f"/items/{item['id']}/{action}", json=body, headers=other).status_code == 200
-        backdate_lease(sql, held[4]["id"])  # past its reclaim grace
-        # Two proposals awaiting approval (issue 12), one of them leased by an approver caller.
-        sql.execute(
-            "UPDATE review_queue_item SET state = 'AWAITING_APPROVAL', prepared_by = 'fuzz-other',"
-            " proposed_resolution = 'ADJUSTMENT_POSTED', proposed_note = 'JE-1', prepared_at = now()"
-            " WHERE id IN (SELECT id FROM review_queue_item WHERE state = 'PENDING'"
-            " ORDER BY created_at DESC LIMIT 2)"
-        )
-        if role in ("approver", "admin"):
-            approval = arrange.post("/leases", json={"queue": "approval", "batch_size": 1}, headers=bearer)
-            assert len(approval.json()["items"]) == 1, approval.text
-        if role in ("reviewer", "approver", "admin"):
-            assert len(arrange.post("/leases", json={"batch_size": 3}, headers=bearer).json()["items"]) == 3
-    # Plain http receivers, so that every URL the schema admits is taken (https-only is tested in
-    # tests/system/test_deliverer.py).
-    yield create_app(settings.model_copy(update={"webhook_allow_http": True}))
-    # schemathesis ran this app's lifespan (its engine) on its own event loop: close it before the
-    # test database is dropped.
-    shutdown_lifespans()
+    other = {"Authorization": f"Bearer {make_token('fuzz-other', 'reviewer')}"}
+    held = client.post("/leases", json={"batch_size": 6}, headers=other).json()["items"]
+    for item, action, body in (
+        (held[0], "complete", {"resolution": "APPROVED", "note": "fuzz"}),
+        (held[1], "complete", {"resolution": "WRITE_OFF", "note": "fuzz"}),
+        (held[2], "release", {"reason": "fuzz"}),
+        (held[3], "renew", {"lease_token": held[3]["lease_token"]}),
+    ):
+        assert client.post(f"/items/{item['id']}/{action}", json=body, headers=other).status_code == 200
+    backdate_lease(sql, held[4]["id"])  # past its reclaim grace
+    # Two proposals awaiting approval (issue 12), one of them leased by an approver caller.
+    sql.execute(
+        "UPDATE review_queue_item SET state = 'AWAITING_APPROVAL', prepared_by = 'fuzz-other',"
+        " proposed_resolution = 'ADJUSTMENT_POSTED', proposed_note = 'JE-1', prepared_at = now()"
+        " WHERE id IN (SELECT id FROM review_queue_item WHERE state = 'PENDING'"
+        " ORDER BY created_at DESC LIMIT 2)"
+    )
+    if role in ("approver", "admin"):
+        approval = client.post("/leases", json={"queue": "approval", "batch_size": 1}, headers=bearer)
+        assert len(approval.json()["items"]) == 1, approval.text
+    if role in ("reviewer", "approver", "admin"):
+        assert len(client.post("/leases", json={"batch_size": 3}, headers=bearer).json()["items"]) == 3
+    key = (settings.database_url, shared_db.generation)
+    if key not in fuzzed_apps:
+        # Plain http receivers, so that every URL the schema admits is taken (https-only is tested
+        # in tests/system/test_deliverer.py).
+        fuzzed_apps[key] = create_app(settings.model_copy(update={"webhook_allow_http": True}))
+    return fuzzed_apps[key]
 
 
 @schema.parametrize()
