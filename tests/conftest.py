@@ -255,8 +255,59 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
+class SharedServer:
+    """`review-queue serve` on the worker's shared database, started once and anew only when that
+    database was (or the process is gone): a start costs about 3.7 s of CPU, mostly imports."""
+
+    def __init__(self, shared: SharedDatabase) -> None:
+        self.shared = shared
+        self.generation = 0
+        self.process: Any = None
+        self.base = ""
+
+    def url(self, db_url: str) -> str:
+        if (
+            self.process is None
+            or self.process.poll() is not None
+            or self.generation != self.shared.generation
+        ):
+            self.close()
+            self.process, self.base = start_server({"DATABASE_URL": db_url})
+            self.generation = self.shared.generation
+        return self.base
+
+    def close(self) -> None:
+        if self.process is not None:
+            stop_server(self.process)
+            self.process = None
+
+
+@pytest.fixture(scope="session")
+def shared_server(shared_db: SharedDatabase) -> Iterator[SharedServer]:
+    server = SharedServer(shared_db)
+    yield server
+    server.close()
+
+
 @pytest.fixture
-def live_server(db_url: str) -> Iterator[str]:
+def live_server(request: pytest.FixtureRequest, db_url: str) -> Iterator[str]:
+    """The API in its own process on the test's database: the worker's shared one (it keeps no
+    state of a test that the database reset does not undo), or one of the test's own on a
+    fresh_db. A test that reads the process's own state (its gauges) takes `own_server`."""
+    if not _fresh(request):
+        shared: SharedServer = request.getfixturevalue("shared_server")
+        yield shared.url(db_url)
+        return
+    yield from _own_server(db_url)
+
+
+@pytest.fixture
+def own_server(db_url: str) -> Iterator[str]:
+    """`review-queue serve` started for this test alone."""
+    yield from _own_server(db_url)
+
+
+def _own_server(db_url: str) -> Iterator[str]:
     process, base = start_server({"DATABASE_URL": db_url})
     yield base
     stop_server(process)

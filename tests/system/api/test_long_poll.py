@@ -121,11 +121,11 @@ def test_one_notify_per_statement_not_per_row(
 
 
 def test_a_client_that_goes_away_ends_its_wait(
-    live_server: str, make_token: Callable[[str, str], str], sql: psycopg.Connection
+    own_server: str, make_token: Callable[[str, str], str], sql: psycopg.Connection
 ) -> None:
     token = make_token("alice", "reviewer")
     admin = {"Authorization": f"Bearer {make_token('ada', 'admin')}"}
-    url = httpx.URL(live_server)
+    url = httpx.URL(own_server)
     body = b'{"wait_s": 20}'
     with socket.create_connection((url.host, url.port)) as sock:
         sock.sendall(
@@ -133,12 +133,12 @@ def test_a_client_that_goes_away_ends_its_wait(
             b"Authorization: Bearer " + token.encode() + b"\r\n"
             b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body
         )
-        until(lambda: metric(live_server, admin, "review_queue_lease_waiters") == 1, what="waiting")
+        until(lambda: metric(own_server, admin, "review_queue_lease_waiters") == 1, what="waiting")
     # Well before its 20 s, the server has stopped waiting for a client that is gone ...
-    until(lambda: metric(live_server, admin, "review_queue_lease_waiters") == 0, within_s=WAIT_S / 2)
+    until(lambda: metric(own_server, admin, "review_queue_lease_waiters") == 0, within_s=WAIT_S / 2)
     # ... so work that arrives now is not leased to nobody.
     seed_items(sql, 1)
-    created = httpx.post(f"{live_server}/items", json=item_body(), headers=admin)
+    created = httpx.post(f"{own_server}/items", json=item_body(), headers=admin)
     assert created.status_code == 201
     assert sql.execute("SELECT count(*) FROM review_queue_item WHERE state <> 'PENDING'").fetchone() == (0,)
 
@@ -213,7 +213,7 @@ def two_tokens(make_token: Callable[[str, str], str]) -> dict[str, str]:
 
 @pytest.mark.anyio
 async def test_the_async_work_loop_waits_with_wait_s_and_stop_ends_the_wait(
-    live_server: str, two_tokens: dict[str, str]
+    own_server: str, two_tokens: dict[str, str]
 ) -> None:
     from client import AsyncReviewQueueClient
 
@@ -226,7 +226,7 @@ async def test_the_async_work_loop_waits_with_wait_s_and_stop_ends_the_wait(
 
     async def waiters() -> float:
         async with httpx.AsyncClient() as http:
-            text = (await http.get(f"{live_server}/metrics", headers=admin)).text
+            text = (await http.get(f"{own_server}/metrics", headers=admin)).text
         return sum(
             float(x.split()[-1]) for x in text.splitlines() if x.startswith("review_queue_lease_waiters ")
         )
@@ -239,12 +239,12 @@ async def test_the_async_work_loop_waits_with_wait_s_and_stop_ends_the_wait(
             await asyncio.sleep(0.05)
         raise AssertionError(f"{what} not reached within 10 s")
 
-    async with AsyncReviewQueueClient(live_server, two_tokens["reviewer"]) as client:
+    async with AsyncReviewQueueClient(own_server, two_tokens["reviewer"]) as client:
         worker = asyncio.create_task(client.work(handler, wait_s=WAIT_S, handle_signals=False))
         await until_async(lambda: _eq(waiters(), 1), "the loop waiting on the server")
         async with httpx.AsyncClient() as http:
             created = await http.post(
-                f"{live_server}/items", json=item_body(ledger_entity="ARRIVED"), headers=admin
+                f"{own_server}/items", json=item_body(ledger_entity="ARRIVED"), headers=admin
             )
         assert created.status_code == 201
         await until_async(lambda: _true(seen == ["ARRIVED"]), "the item handled")
