@@ -5,6 +5,7 @@ database's settings gets a fresh copy of its own (@pytest.mark.fresh_db("why")).
 the plain helpers they use live in tests/support/."""
 
 import os
+import subprocess
 import tempfile
 import warnings
 from collections.abc import Callable, Iterator
@@ -31,7 +32,7 @@ from tests.support.postgres import (
     make_settings,
     with_database,
 )
-from tests.support.servers import OwnPostgres, PgBouncer, start_server, stop_server
+from tests.support.servers import OwnPostgres, PgBouncer, serving, start_server, stop_server
 from tests.support.shared_db import SharedDatabase
 
 
@@ -262,7 +263,7 @@ class SharedServer:
     def __init__(self, shared: SharedDatabase) -> None:
         self.shared = shared
         self.generation = 0
-        self.process: Any = None
+        self.process: subprocess.Popen[bytes] | None = None
         self.base = ""
 
     def url(self, db_url: str) -> str:
@@ -298,19 +299,15 @@ def live_server(request: pytest.FixtureRequest, db_url: str) -> Iterator[str]:
         shared: SharedServer = request.getfixturevalue("shared_server")
         yield shared.url(db_url)
         return
-    yield from _own_server(db_url)
+    with serving({"DATABASE_URL": db_url}) as base:
+        yield base
 
 
 @pytest.fixture
 def own_server(db_url: str) -> Iterator[str]:
     """`review-queue serve` started for this test alone."""
-    yield from _own_server(db_url)
-
-
-def _own_server(db_url: str) -> Iterator[str]:
-    process, base = start_server({"DATABASE_URL": db_url})
-    yield base
-    stop_server(process)
+    with serving({"DATABASE_URL": db_url}) as base:
+        yield base
 
 
 @pytest.fixture
@@ -340,11 +337,10 @@ def pgbouncer(server_url: str) -> Iterator[PgBouncer]:
 @pytest.fixture
 def tight_server(db_url: str) -> Iterator[str]:
     """`review-queue serve` with a pool of ONE connection and no overflow."""
-    process, base = start_server(
+    with serving(
         {"DATABASE_URL": db_url, "REVIEW_QUEUE_POOL_SIZE": "1", "REVIEW_QUEUE_POOL_MAX_OVERFLOW": "0"}
-    )
-    yield base
-    stop_server(process)
+    ) as base:
+        yield base
 
 
 @pytest.fixture

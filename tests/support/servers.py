@@ -5,6 +5,8 @@ import os
 import subprocess
 import sys
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -79,6 +81,16 @@ def stop_server(process: subprocess.Popen[bytes]) -> int:
     except subprocess.TimeoutExpired:
         process.kill()
         return process.wait()
+
+
+@contextmanager
+def serving(env: dict[str, str]) -> Iterator[str]:
+    """`review-queue serve` for one test (start_server's defaults): its base URL, stopped after."""
+    process, base = start_server(env)
+    try:
+        yield base
+    finally:
+        stop_server(process)
 
 
 class OwnPostgres:

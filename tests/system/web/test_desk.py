@@ -12,7 +12,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from datetime import UTC, date, datetime, timedelta
 from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
@@ -26,7 +26,7 @@ import pytest
 from db.migrations import upgrade_head
 from tests.support import TESTS, backdate_lease, wait_for
 from tests.support.postgres import libpq
-from tests.support.servers import OwnPostgres, start_server, stop_server
+from tests.support.servers import OwnPostgres, serving
 
 pytest.importorskip("playwright")
 from playwright.sync_api import Browser, BrowserContext, Locator, Page, Request, Route, expect
@@ -34,13 +34,10 @@ from playwright.sync_api import Browser, BrowserContext, Locator, Page, Request,
 from tests.support.desk import SHOTS, SOON, Tokens, current, enqueue, resolve, shot, token_on
 
 
-@contextmanager
-def desk(db_url: str, **env: str) -> Iterator[str]:
-    process, base = start_server({"DATABASE_URL": db_url, **env})
-    try:
-        yield base
-    finally:
-        stop_server(process)
+def desk(db_url: str, **env: str) -> AbstractContextManager[str]:
+    """A desk process of the test's own, for settings (`REVIEW_QUEUE_…`) or a database the worker's
+    shared server does not have."""
+    return serving({"DATABASE_URL": db_url, **env})
 
 
 def sign_in(page: Page, base: str, token: str) -> None:
