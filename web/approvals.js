@@ -148,6 +148,8 @@ async function hold(item) {
   }
 }
 
+let loaded = Promise.resolve(); // the view's latest look at the proposals I hold (loadApprovals)
+
 async function loadApprovals() {
   try {
     const page = await withRetry(() => api.myApprovals());
@@ -161,6 +163,14 @@ async function loadApprovals() {
 
 async function leaseApproval() {
   touch();
+  // The view's look at the proposals I hold, answered before this lease and delivered after it,
+  // would take the proposal leased off the desk (seen in a loaded CI run): wait for that look,
+  // and show what it found rather than lease another.
+  await loaded;
+  if (state.approval.item) {
+    renderApprovals();
+    return;
+  }
   try {
     const leased = await withRetry(() => api.leaseApproval());
     await hold(leased.items[0] ?? null);
@@ -239,7 +249,8 @@ registerView({
   render: renderApprovals,
   start() {
     ticker ??= setInterval(heartbeat, 1000);
-    return loadApprovals();
+    loaded = loadApprovals();
+    return loaded;
   },
   reset() {
     state.approval = fresh();
