@@ -45,11 +45,6 @@ def test_token_list_and_revoke(db_url: str) -> None:
     assert "rq_" not in listing
 
 
-def test_bad_role_is_refused(db_url: str) -> None:
-    result = cli(db_url, "token", "create", "--subject", "x", "--role", "root")
-    assert result.returncode != 0
-
-
 def test_out_of_range_setting_stops_with_a_message(db_url: str) -> None:
     result = subprocess.run(
         ["review-queue", "reclaim", "--once"],
@@ -118,24 +113,6 @@ def test_dev_tokens_printed_by_serve_always_work(
         "admin", "admin"
     )
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
-
-
-@pytest.mark.parametrize("subject", ["", "me", "ME", "reclaimer", "reclaimer@host-1", "a b", "-x", "x" * 129])
-def test_token_create_refuses_subjects_that_break_things(db_url: str, subject: str) -> None:
-    result = cli(db_url, "token", "create", "--subject", subject, "--role", "reviewer")
-    assert result.returncode == 2, result.stdout + result.stderr
-    assert "subject" in result.stderr and ("reserved" in result.stderr or "1-128" in result.stderr)
-    with psycopg.connect(libpq(db_url)) as conn:
-        assert conn.execute("SELECT count(*) FROM api_token").fetchone() == (0,)
-
-
-@pytest.mark.parametrize("subject", ["", "me", "Reclaimer", "reclaimer@host-1", "a b", "é"])
-def test_the_database_refuses_the_same_subjects(sql: psycopg.Connection, subject: str) -> None:
-    with pytest.raises(psycopg.errors.CheckViolation, match="ck_api_token_valid_subject"):
-        sql.execute(
-            "INSERT INTO api_token (subject, role, token_hash) VALUES (%s, 'reviewer', %s)",
-            (subject, f"hash-{subject}"),
-        )
 
 
 @pytest.mark.parametrize("subject", ["alice", "alice.smith@example.com", "svc-ingest_2", "x" * 128, "meg"])
@@ -211,27 +188,6 @@ def test_serve_on_a_busy_port_says_so_before_anything_else(db_url: str, how: str
         assert conn.execute("SELECT count(*) FROM api_token").fetchone() == (0,)
 
 
-def _commands() -> list[tuple[str, ...]]:
-    from typer.main import get_command
-
-    from cli.main import app
-
-    root = get_command(app)
-    found: list[tuple[str, ...]] = [()]
-    for name, command in root.commands.items():  # type: ignore[attr-defined]
-        found.append((name,))
-        found += [(name, sub) for sub in getattr(command, "commands", {})]
-    return found
-
-
-@pytest.mark.parametrize("command", _commands(), ids=lambda c: " ".join(c) or "review-queue")
-def test_help_shows_flags_as_flags(command: tuple[str, ...]) -> None:
-    result = run({}, *command, "--help")
-    assert result.returncode == 0, result.stderr
-    assert "<bool>" not in result.stdout and "[default: True]" not in result.stdout, result.stdout
-    assert "--help  " in result.stdout or "--help\n" in result.stdout
-
-
 def test_reclaim_once_on_the_embedded_database_prints_only_its_answer() -> None:
     """The embedded server logs every pg_ctl call with its output; none of it around the answer."""
     # A directory directly under /tmp, as tests/conftest.py's own embedded server uses: initdb runs
@@ -273,12 +229,6 @@ def test_an_expired_token_is_401(db_url: str, client: TestClient, sql: psycopg.C
     sql.execute("UPDATE api_token SET expires_at = now() WHERE subject = 'lee'")
     response = client.post("/leases", headers=headers)
     assert response.status_code == 401 and response.json()["code"] == "UNAUTHENTICATED", response.text
-
-
-@pytest.mark.parametrize("value", ["0m", "30s", "3y", "12", "h", "-5d", "1000000w", "90 m"])
-def test_expires_in_refuses_what_it_cannot_mean(db_url: str, value: str) -> None:
-    result = cli(db_url, "token", "create", "--subject", "lee", "--role", "admin", "--expires-in", value)
-    assert result.returncode == 2 and "--expires-in" in result.stderr, result
 
 
 def test_revoking_nothing_is_an_error_and_revoke_by_id(db_url: str, sql: psycopg.Connection) -> None:
