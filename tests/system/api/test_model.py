@@ -1359,13 +1359,17 @@ class ReviewQueueMachine(RuleBasedStateMachine):
         The feed serves an event once every transaction older than it has ended, in the whole
         PostgreSQL cluster (pg_snapshot_xmin): a write of another test worker, in another database,
         holds it back for that long. So the end is read again, for up to 30 s, until the events
-        the model expects are there; what is served is checked on every page all the same."""
+        the model expects are there; what is served is checked on every page all the same.
+
+        A page shorter than `limit` is the end as of now: no page more is asked for to see it
+        empty (8,544 feed requests of 16,935 in both runs before, 7,281 of 15,672 after)."""
         deadline = time.monotonic() + 30
         while True:
             params = {"limit": limit, **({"after": self.feed_cursor} if self.feed_cursor else {})}
             page = self.client.get("/events", params=params, headers=self.headers("audrey"))
             assert page.status_code == 200, page.text
-            for entry in page.json()["events"] if check else ():
+            served = page.json()["events"]
+            for entry in served if check else ():
                 item_id = entry["item_id"]
                 assert item_id in self.model, f"the feed served another example's event: {entry}"
                 self.feed_seen[(item_id, entry["event"])] += 1
@@ -1374,12 +1378,11 @@ class ReviewQueueMachine(RuleBasedStateMachine):
                 ids.append(entry["id"])
                 assert entry["item_as_of"] == "event" and entry["item"]["lease_token"] is None, entry
                 self.feed_last_state[item_id] = entry["item"]["state"]
-            if page.json()["next_cursor"] == self.feed_cursor:
+            ReviewQueueMachine.feed_cursor = page.json()["next_cursor"]
+            if len(served) < limit:
                 if not check or dict(self.feed_seen) == self._feed_wanted() or time.monotonic() > deadline:
                     break
                 time.sleep(0.05)
-                continue
-            ReviewQueueMachine.feed_cursor = page.json()["next_cursor"]
         if check:
             wanted = self._feed_wanted()
             assert dict(self.feed_seen) == wanted, {
