@@ -1088,6 +1088,42 @@ def test_a_lease_clicked_while_the_view_still_loads_waits_for_it_and_stays_shown
     assert get_item(base, admin, item_id)["leased_by"] == "april"
 
 
+def test_a_comment_sent_while_the_trail_is_still_loading_stays_in_the_history(
+    live_server: str, make_token: Tokens, contexts: Callable[[], BrowserContext]
+) -> None:
+    """The review view reads the trail of the item it shows again (`n` while holding it) and a
+    comment crosses that read: the read is answered before the comment and delivered after it. The
+    comment stays in the history (before, the late read replaced the history without it; seen once
+    in a loaded run)."""
+    base = live_server
+    enqueue(base, make_token("ada", "admin"), ledger_entity="CROSSED-CO")
+    page = contexts().new_page()
+    sign_in(page, base, make_token("alice", "reviewer"))
+    page.keyboard.press("n")
+    work = current(page)
+    history = work.get_by_role("list", name="Event history")
+    expect(history).to_contain_text("LEASED by alice")
+    held: list[tuple[Route, Any]] = []
+    page.route("**/items/*/events", lambda route: held.append((route, route.fetch())))
+    page.keyboard.press("n")  # holding an item: it is shown again, its trail read anew
+    for _ in range(200):  # Playwright's own wait: a route handler runs only inside a Playwright call
+        if held:
+            break
+        page.wait_for_timeout(50)
+    assert held, "the trail was not read again"
+    work.get_by_role("textbox", name="Comment").fill("Crossed reads")
+    work.get_by_role("button", name="Add comment").click()
+    expect(history).to_contain_text("COMMENTED by alice · “Crossed reads”")
+    # The history the late read will replace, marked: its render makes a new one.
+    history.evaluate("list => { list.dataset.beforeTheRead = 'yes'; }")
+    for route, response in held:
+        route.fulfill(response=response)
+    page.unroute("**/items/*/events")
+    expect(work.locator("[data-before-the-read]")).to_have_count(0)
+    expect(history).to_contain_text("LEASED by alice")
+    expect(history).to_contain_text("COMMENTED by alice · “Crossed reads”")
+
+
 def test_lease_this_item_while_holding_another_shows_the_item_just_leased(
     live_server: str, make_token: Tokens, contexts: Callable[[], BrowserContext]
 ) -> None:
