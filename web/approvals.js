@@ -131,7 +131,7 @@ async function loadWaiting() {
 
 // The proposal I hold, with its whole trail and a fresh countdown.
 async function hold(item) {
-  // The same proposal held again (the view's load and a lease crossing): keep what it shows.
+  // The same proposal held again: keep what it shows (its comments sent meanwhile).
   const same = item !== null && state.approval.item?.id === item.id;
   state.approval.item = item;
   if (!same) state.approval.events = [];
@@ -161,12 +161,21 @@ async function loadApprovals() {
   renderApprovals();
 }
 
-async function leaseApproval() {
+let leasing = null; // the lease in progress: clicks meanwhile join it, never lease a second
+
+function leaseApproval() {
+  leasing ??= leaseOne().finally(() => {
+    leasing = null;
+  });
+  return leasing;
+}
+
+async function leaseOne() {
   touch();
   // The view's look at the proposals I hold, answered before this lease and delivered after it,
   // would take the proposal leased off the desk (seen in a loaded CI run): wait for that look,
   // and show what it found rather than lease another.
-  await loaded;
+  await loaded.catch(() => {});
   if (state.approval.item) {
     renderApprovals();
     return;
