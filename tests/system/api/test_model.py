@@ -732,16 +732,18 @@ class ReviewQueueMachine(RuleBasedStateMachine):
         term = term.upper() if n % 2 else term.lower()
         starts = term.lower()
         expected = {i for i in self.model if any(v.lower().startswith(starts) for v in self.searchable(i))}
-        found: set[str] = set()
+        served: list[str] = []
         params: dict[str, Any] = {"q": term, "created_after": self.since.isoformat(), "limit": 200}
         while True:  # every page: a one-letter term can match more than a page of items
             response = self.client.get("/items", params=params, headers=self.headers("audrey"))
             assert response.status_code == 200, response.text
             page = response.json()
-            found |= {i["id"] for i in page["items"]}
+            served += [i["id"] for i in page["items"]]
             if page["next_cursor"] is None:
                 break
             params["cursor"] = page["next_cursor"]
+        found = set(served)
+        assert len(found) == len(served), f"an item on two pages: {Counter(served).most_common(3)}"
         assert found == expected, (term, found ^ expected)
         tally(f"search found {'one item' if len(expected) == 1 else 'several items'}")
 
