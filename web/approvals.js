@@ -173,8 +173,8 @@ function leaseApproval() {
 async function leaseOne() {
   touch();
   // The view's look at the proposals I hold, answered before this lease and delivered after it,
-  // would take the proposal leased off the desk (seen in a loaded CI run): wait for that look,
-  // and show what it found rather than lease another.
+  // would take the proposal leased off the desk (the likely cause of a desk test failing in a
+  // loaded CI run): wait for that look, and show what it found rather than lease another.
   await loaded.catch(() => {});
   if (state.approval.item) {
     renderApprovals();
