@@ -1039,6 +1039,16 @@ def test_comments_and_a_rejected_proposal_back_to_its_preparer_first_with_the_re
     ]
 
 
+def until_routed(page: Page, seen: list[Any], what: str) -> None:
+    """Wait until a route handler has run: it runs only inside a Playwright call, so the wait is
+    Playwright's own, not a sleep."""
+    for _ in range(200):
+        if seen:
+            return
+        page.wait_for_timeout(50)
+    raise AssertionError(f"{what} was not seen")
+
+
 def test_a_lease_clicked_while_the_view_still_loads_waits_for_it_and_stays_shown(
     live_server: str, make_token: Tokens, contexts: Callable[[], BrowserContext]
 ) -> None:
@@ -1064,11 +1074,7 @@ def test_a_lease_clicked_while_the_view_still_loads_waits_for_it_and_stays_shown
     checker.route(mine, lambda route: held.append((route, route.fetch())))
     sign_in(checker, base, make_token("april", "approver"))
     view(checker, "Approvals")
-    for _ in range(200):  # Playwright's own wait: a route handler runs only inside a Playwright call
-        if held:
-            break
-        checker.wait_for_timeout(50)
-    assert held, "the view's look at my approvals was not seen"
+    until_routed(checker, held, "the view's look at my approvals")
     assert held[0][1].json()["items"] == []
     leases: list[str] = []
     checker.route("**/leases", lambda route: (leases.append(route.request.url), route.continue_()))
@@ -1106,11 +1112,7 @@ def test_a_comment_sent_while_the_trail_is_still_loading_stays_in_the_history(
     held: list[tuple[Route, Any]] = []
     page.route("**/items/*/events", lambda route: held.append((route, route.fetch())))
     page.keyboard.press("n")  # holding an item: it is shown again, its trail read anew
-    for _ in range(200):  # Playwright's own wait: a route handler runs only inside a Playwright call
-        if held:
-            break
-        page.wait_for_timeout(50)
-    assert held, "the trail was not read again"
+    until_routed(page, held, "the trail's second read")
     work.get_by_role("textbox", name="Comment").fill("Crossed reads")
     work.get_by_role("button", name="Add comment").click()
     expect(history).to_contain_text("COMMENTED by alice · “Crossed reads”")
