@@ -1,6 +1,6 @@
 """Reclaiming abandoned leases, creating the event trail's next months, sealing the audit chain,
 rolling up the RESOLVED count and the reports' closed days outside the request path: one drain, or
-a supervised loop.
+two supervised loops.
 
 The seed: reclaim runs "on its own supervised schedule independent of the worker pool". The
 loop survives the database going away (logs, backs off, carries on), exits cleanly on
@@ -16,6 +16,7 @@ import signal
 import socket
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
+from functools import partial
 from typing import Protocol, TypeVar
 
 from sqlalchemy.exc import DBAPIError
@@ -175,8 +176,13 @@ async def add_event_months(engine: AsyncEngine, settings: Settings) -> None:
 
 
 async def warn_on_leak(engine: AsyncEngine, settings: Settings) -> None:
-    """Seed: LEASE_LEAK. ASSIGNED rows approaching max_inflight mean leases are not coming back."""
-    async with engine.connect() as conn:
+    """Seed: LEASE_LEAK. ASSIGNED rows approaching max_inflight mean leases are not coming back.
+    A `transaction`, though it only reads: its watchdog is what gives up on a frozen primary."""
+    async with transaction(
+        engine,
+        lock_timeout_ms=settings.pg_lock_timeout_ms,
+        statement_timeout_ms=settings.statement_timeout_ms,
+    ) as conn:
         gauges = await stats.queue_gauges(conn, grace=timedelta(seconds=settings.reclaim_after_s))
     ratio = gauges.assigned / settings.max_inflight
     if ratio > LEAK_WARNING_RATIO:
@@ -198,40 +204,68 @@ async def drain_once(settings: Settings, url: str) -> int:
         await engine.dispose()
 
 
-async def run_forever(settings: Settings, url: str, stop: asyncio.Event | None = None) -> None:
-    """Drain every reclaim_interval_s (plus up to 10 % jitter) until stopped or signalled."""
-    stop = stop or asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+async def _reclaim_round(engine: AsyncEngine, settings: Settings, actor: str) -> None:
+    reclaimed = await drain(engine, settings, actor=actor)
+    if reclaimed:
+        log.info("reclaim_drained", extra={"reclaimed": reclaimed})
+    # Before the longer steps: a step failing round after round must not leave the trail without
+    # its next months (writes fail past the last one).
+    await add_event_months(engine, settings)
+    await seal_logged(engine, settings)
+    await warn_on_leak(engine, settings)
+
+
+async def _roll_up_round(engine: AsyncEngine, settings: Settings) -> None:
+    await roll_up(engine, settings)
+    await roll_up_days(engine, settings)
+
+
+Round = Callable[[AsyncEngine], Awaitable[None]]
+
+
+async def _supervise(settings: Settings, url: str, stop: asyncio.Event, loop: str, round_: Round) -> None:
+    """`round_` every reclaim_interval_s (plus up to 10 % jitter) on an engine of its own, until
+    stopped; a failed round is logged and retried after a backoff."""
     engine = create_engine(url, pool_size=1, max_overflow=0, pool_timeout_s=5)
-    actor, failures = reclaimer_identity(), 0
-    log.info("reclaimer_started", extra={"interval_s": settings.reclaim_interval_s, "actor": actor})
+    failures = 0
     try:
         while not stop.is_set():
             try:
-                reclaimed = await drain(engine, settings, actor=actor)
-                if reclaimed:
-                    log.info("reclaim_drained", extra={"reclaimed": reclaimed})
-                # Before the longer steps: a step failing round after round must not leave the
-                # trail without its next months (writes fail past the last one).
-                await add_event_months(engine, settings)
-                await seal_logged(engine, settings)
-                await warn_on_leak(engine, settings)
-                await roll_up(engine, settings)
-                await roll_up_days(engine, settings)
+                await round_(engine)
                 failures = 0
                 delay = settings.reclaim_interval_s * random.uniform(1.0, 1.1)  # noqa: S311 - jitter
             except Exception as error:
                 failures += 1
                 delay = min(MAX_BACKOFF_S, settings.reclaim_interval_s, 0.5 * 2**failures)
-                reason = classify(error)
+                reason, extra = classify(error), {"loop": loop, "retry_in_s": delay}
                 if reason is None:
-                    log.exception("reclaim_failed", extra={"retry_in_s": delay})
+                    log.exception("reclaim_failed", extra=extra)
                 else:
-                    log.warning("reclaim_database_unavailable", extra={"reason": reason, "retry_in_s": delay})
+                    log.warning("reclaim_database_unavailable", extra={"reason": reason, **extra})
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), delay)
     finally:
         await engine.dispose()
+
+
+async def run_forever(settings: Settings, url: str, stop: asyncio.Event | None = None) -> None:
+    """Reclaim (with the trail's months, the chain's seal and the leak check) and roll up the
+    reports, each in its own loop until stopped or signalled. Two loops, because a rollup's
+    transaction may take minutes (ROLLUP_STATEMENT_TIMEOUT_MS), and so may its watchdog on a
+    primary that froze under it: reclaiming must not wait for that (tests/system/test_failover.py's
+    frozen leader)."""
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    actor = reclaimer_identity()
+    log.info("reclaimer_started", extra={"interval_s": settings.reclaim_interval_s, "actor": actor})
+    reclaiming = partial(_reclaim_round, settings=settings, actor=actor)
+    rolling_up = partial(_roll_up_round, settings=settings)
+    try:
+        await asyncio.gather(
+            _supervise(settings, url, stop, "reclaim", reclaiming),
+            _supervise(settings, url, stop, "roll_up", rolling_up),
+        )
+    finally:
         log.info("reclaimer_stopped")
