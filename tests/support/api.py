@@ -3,6 +3,7 @@
 import itertools
 import json
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
@@ -62,6 +63,12 @@ def set_materiality(client: Any, admin_token: str, threshold: str) -> None:
     assert answer.status_code == 200, answer.text
 
 
+# A 503 (the database cannot serve this request now) is asked again, as the client and the desk do,
+# this many times, a second apart: on a 2-core machine running the rest of the suite a statement can
+# pass its deadline. One that persists fails the test.
+UNAVAILABLE_RETRIES = 5
+
+
 def drain_concurrently(
     base: str, make_token: Callable[[str, str], str], sql: psycopg.Connection, *, total: int, clients: int
 ) -> None:
@@ -69,23 +76,41 @@ def drain_concurrently(
     seed_items(sql, total)
     leased: list[str] = []
     statuses: list[int] = []
+    refused: list[str] = []  # what each answer but 200 said
     barrier = threading.Barrier(clients)
+
+    def post(http: httpx.Client, path: str, body: dict[str, Any]) -> tuple[httpx.Response, bool]:
+        """The answer, and whether the request was asked again after a 503."""
+        asked = 1
+        while (response := http.post(path, json=body)).status_code == 503 and asked < UNAVAILABLE_RETRIES:
+            statuses.append(503)
+            print(f"{path}: 503, asked again: {response.text}")
+            time.sleep(1)
+            asked += 1
+        statuses.append(response.status_code)
+        if response.status_code != 200:
+            refused.append(f"{path}: {response.status_code} {response.text}")
+        return response, asked > 1
 
     def reviewer(n: int) -> None:
         headers = {"Authorization": f"Bearer {make_token(f'reviewer-{n}', 'reviewer')}"}
         with httpx.Client(base_url=base, headers=headers, timeout=30) as http:
             barrier.wait()
             while True:
-                response = http.post("/leases", json={"batch_size": 1 + n % 5})
-                statuses.append(response.status_code)
+                response, _ = post(http, "/leases", {"batch_size": 1 + n % 5})
+                if response.status_code != 200:
+                    return
                 items = response.json()["items"]
                 if not items:
                     return
                 for item in items:
                     leased.append(item["id"])
-                    done = http.post(f"/items/{item['id']}/complete", json={"resolution": "APPROVED"})
-                    statuses.append(done.status_code)
-                    assert done.json()["outcome"] == "resolved", done.text
+                    done, again = post(http, f"/items/{item['id']}/complete", {"resolution": "APPROVED"})
+                    if done.status_code != 200:
+                        return
+                    # Asked again after a 503, it may have committed the first time.
+                    expected = {"resolved", "already_resolved"} if again else {"resolved"}
+                    assert done.json()["outcome"] in expected, done.text
 
     threads = [threading.Thread(target=reviewer, args=(n,), name=f"reviewer-{n}") for n in range(clients)]
     for t in threads:
@@ -95,10 +120,10 @@ def drain_concurrently(
     hung = [t.name for t in threads if t.is_alive()]
     assert not hung, f"reviewers still running after the join timeout: {hung}"
 
+    assert not refused, (Counter(statuses), refused[:5])
     twice = [i for i, n in Counter(leased).items() if n > 1]
     assert not twice, f"DOUBLE_LEASE over HTTP: {twice[:5]}"
     assert len(leased) == total, f"{total - len(leased)} items never handed out"
-    assert set(statuses) == {200}, Counter(statuses)
     rows = sql.execute(
         "SELECT state, count(*), count(DISTINCT resolved_by) > 1 FROM review_queue_item GROUP BY state"
     ).fetchall()
