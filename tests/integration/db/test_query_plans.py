@@ -8,6 +8,8 @@ table.
 
 import asyncio
 import json
+import uuid
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from importlib import import_module
@@ -26,11 +28,16 @@ from db.queue.lease import _LEASE, _LEASE_APPROVALS, _LEASE_ENTITY, _LEASE_ITEM,
 from db.queue.reads import _DECISIONS
 from db.unit import Transaction
 from tests.support import seed_items
-from tests.support.postgres import make_settings
+from tests.support.postgres import admin_sql, fresh_database, libpq, make_settings, with_database
 
 # A plan follows the tables' statistics, which a reset leaves behind (a TRUNCATE keeps pg_statistic,
-# and autovacuum analyzes a shared table when it likes): each test plans on a fresh copy.
-pytestmark = pytest.mark.fresh_db("plans depend on the statistics earlier tests left in a shared database")
+# and autovacuum analyzes a shared table when it likes): each test plans on a fresh copy. One worker
+# runs the module's tests one after another: a fill's times are relative to when it was made
+# (deadlines around now, leases expiring within 100 s), so its copies are used within minutes.
+pytestmark = [
+    pytest.mark.fresh_db("plans depend on the statistics earlier tests left in a shared database"),
+    pytest.mark.xdist_group("query_plans"),
+]
 
 
 async def _generic_plans_explained(conn: AsyncConnection, plans: list[str]) -> None:
@@ -48,8 +55,8 @@ async def _generic_plans_explained(conn: AsyncConnection, plans: list[str]) -> N
     await conn.commit()
 
 
-@pytest.fixture
-def busy_table(sql: psycopg.Connection) -> psycopg.Connection:
+def _fill_busy_table(sql: psycopg.Connection) -> None:
+    """55,000 items: 50,000 resolved, 3,000 leased (leases expiring within 100 s), 2,000 PENDING."""
     # Deadlines spread around now: some open items overdue, most not. Set by the INSERT itself: an
     # UPDATE of every row after it cost as much as the INSERT (7.4 s and 7.7 s of an 18 s setup).
     sql.execute(
@@ -70,7 +77,6 @@ def busy_table(sql: psycopg.Connection) -> psycopg.Connection:
                          AS created) AS generated"""
     )
     sql.execute("VACUUM ANALYZE review_queue_item")
-    return sql
 
 
 def plan(sql: psycopg.Connection, statement: Any, params: dict[str, Any]) -> dict[str, Any]:
@@ -515,26 +521,30 @@ def test_a_common_match_or_amount_never_walks_the_history_for_the_other_open_ite
     assert other_open & {name for _, name in scans(tree)}, scans(tree)
 
 
+def _fill_invoices(sql: psycopg.Connection) -> None:
+    """busy_table with an invoice number in every item's context: INV- and the key's number."""
+    sql.execute(
+        "UPDATE review_queue_item"
+        " SET context = jsonb_build_object('invoice', 'INV-' || substr(idempotency_key, 2))"
+    )
+    sql.execute("VACUUM ANALYZE review_queue_item")
+
+
 @pytest.mark.parametrize("order", ["created_at", "due_at"])
-def test_the_search_reads_its_indexes(busy_table: psycopg.Connection, order: queue.ListOrder) -> None:
+def test_the_search_reads_its_indexes(invoices: psycopg.Connection, order: queue.ListOrder) -> None:
     """q (issue 42) is a prefix of the id, the key, the entity or a context value, in any case. A
     rare term (an invoice number: 11 of 55,000 items) is read off the prefix index
     ix_review_queue_item_search and only its rows sorted; a prefix of an id off the primary key; a
     term most items match walks the list order until a page is full. Never the whole table."""
-    busy_table.execute(
-        "UPDATE review_queue_item"
-        " SET context = jsonb_build_object('invoice', 'INV-' || substr(idempotency_key, 2))"
-    )
-    busy_table.execute("VACUUM ANALYZE review_queue_item")
 
     def search(term: str) -> dict[str, Any]:
         where = queue.ItemFilter(search=term, rate_range=(Decimal(1), Decimal(1)))
-        return plan(busy_table, queue.list_query(where=where, after=None, limit=51, order=order), {})
+        return plan(invoices, queue.list_query(where=where, after=None, limit=51, order=order), {})
 
     rare = scans(search("inv-4711"))
     assert ("Bitmap Index Scan", "ix_review_queue_item_search") in rare, rare
     assert_no_table_scan(rare)
-    item_id = busy_table.execute("SELECT id FROM review_queue_item WHERE idempotency_key = 'k777'").fetchone()
+    item_id = invoices.execute("SELECT id FROM review_queue_item WHERE idempotency_key = 'k777'").fetchone()
     assert item_id is not None
     by_id = scans(search(str(item_id[0])[:8].upper()))
     assert "pk_review_queue_item" in {name for _, name in by_id}, by_id
@@ -551,18 +561,13 @@ def test_the_search_reads_its_indexes(busy_table: psycopg.Connection, order: que
 
 @pytest.mark.anyio
 async def test_a_search_is_planned_for_its_term_even_once_prepared(
-    busy_table: psycopg.Connection, superuser_url: str
+    invoices: psycopg.Connection, superuser_url: str
 ) -> None:
     """A prepared statement may run PostgreSQL's generic plan, costed for no term in particular; a
     search is planned for its term on every call (list_items sets force_custom_plan for its
     transaction). Here every statement is prepared at once, the session asks for generic plans
     (what the plan cache may choose after five runs), and auto_explain reports each plan run: the
     search's condition names its term, not $1."""
-    busy_table.execute(
-        "UPDATE review_queue_item"
-        " SET context = jsonb_build_object('invoice', 'INV-' || substr(idempotency_key, 2))"
-    )
-    busy_table.execute("VACUUM ANALYZE review_queue_item")
     engine = create_engine(superuser_url, prepare_threshold=0)
     plans: list[str] = []
     try:
@@ -611,8 +616,7 @@ def test_my_decisions_read_their_partial_index(busy_table: psycopg.Connection) -
     no_full_sort(tree)
 
 
-@pytest.fixture
-def busy_trail(sql: psycopg.Connection) -> psycopg.Connection:
+def _fill_busy_trail(sql: psycopg.Connection) -> None:
     """2,000 items with 20 events each, written by 40 transactions (so 40 xids), analysed."""
     seed_items(sql, 2000)
     for batch in range(40):
@@ -624,7 +628,6 @@ def busy_trail(sql: psycopg.Connection) -> psycopg.Connection:
         )
     sql.execute("VACUUM ANALYZE review_queue_event")
     sql.execute("VACUUM ANALYZE review_queue_item")
-    return sql
 
 
 @pytest.mark.parametrize("types", [None, ["RESOLVED", "APPROVED"]])
@@ -704,8 +707,7 @@ def test_the_seal_lag_reads_the_events_after_the_chain_head_only(busy_trail: psy
 # --- the reports (db/reports/) -----------------------------------------------------------------
 
 
-@pytest.fixture
-def history(sql: psycopg.Connection) -> psycopg.Connection:
+def _fill_history(sql: psycopg.Connection) -> None:
     """60 days of work, 60,000 items (a few still open), their events, some releases, approvals and
     reopenings: the reports' plans must read a day's rows through their indexes, not the history."""
     sql.execute(
@@ -754,7 +756,6 @@ def history(sql: psycopg.Connection) -> psycopg.Connection:
     )
     sql.execute("VACUUM ANALYZE review_queue_item")
     sql.execute("VACUUM ANALYZE review_queue_event")
-    return sql
 
 
 def _report_params(sql: psycopg.Connection, *, days: int) -> dict[str, Any]:
@@ -911,7 +912,7 @@ def _has_limit_between(top: dict[str, Any], bottom: dict[str, Any]) -> bool:
     return False
 
 
-def _open_queue_with_rare_amounts(sql: psycopg.Connection) -> None:
+def _fill_month_end(sql: psycopg.Connection) -> None:
     """busy_table and a month-end queue: 60,000 more PENDING items of the common amount, and one
     open item in 500 (PENDING, ASSIGNED alike) and one resolved item in 500 of a rare large one."""
     sql.execute(
@@ -1018,18 +1019,17 @@ def test_no_statement_but_an_amount_bound_can_read_the_open_amount_indexes(
     ],
 )
 def test_a_rare_amount_reads_the_open_items_by_their_index(
-    busy_table: psycopg.Connection, where: dict[str, Any]
+    month_end: psycopg.Connection, where: dict[str, Any]
 ) -> None:
     """GET /items?min_amount= with no state (issue 44): the PENDING and the other open items are read
     off their amount indexes as the resolved ones off theirs, and only the rows found are sorted;
     not every PENDING item walked in list order (70-210 ms at 200,000 open items), nor every leased
     one fetched to be filtered, nor a state's whole index read to check the state of the rows found
     (one index over every open state was ANDed with all of PENDING's: 20-28 ms)."""
-    _open_queue_with_rare_amounts(busy_table)
     where = {"rate_range": (Decimal(1), Decimal(1)), **where}
     for order in ("created_at", "due_at"):
         statement = queue.list_query(where=queue.ItemFilter(**where), after=None, limit=51, order=order)
-        found = scans(plan(busy_table, statement, {}))
+        found = scans(plan(month_end, statement, {}))
         assert_no_table_scan(found)
         indexes = {name for _, name in found}
         assert indexes >= OPEN_AMOUNT_INDEXES, (order, found)
@@ -1063,17 +1063,16 @@ def _matches(currency: str, amount: Decimal, query: dict[str, Any]) -> bool:
 
 @pytest.mark.anyio
 async def test_amount_bounds_find_exactly_their_items_off_the_open_index(
-    busy_table: psycopg.Connection, superuser_url: str
+    month_end: psycopg.Connection, superuser_url: str
 ) -> None:
     """The index changes how the rows are found, never which (issue 44): amounts at the edges of
     each bound, in several currencies, open and resolved, give every page exactly the items the
     bound's meaning keeps, in list order. Run as the API runs it, from a prepared statement in a
     session that asks for generic plans (what the plan cache may choose after five runs): list_items
     plans an amount range for its values, so auto_explain shows each page read off the index."""
-    _open_queue_with_rare_amounts(busy_table)
     for n, (currency, amount) in enumerate(BOUNDARY_AMOUNTS):
         for state in ("PENDING", "ASSIGNED", "RESOLVED"):
-            busy_table.execute(
+            month_end.execute(
                 "INSERT INTO review_queue_item (idempotency_key, ledger_entity, variance_amount, currency,"
                 " match_decision, source_hash, state, leased_by, leased_at, lease_expires_at, resolution,"
                 " resolved_by, resolved_at, created_at)"
@@ -1092,12 +1091,12 @@ async def test_amount_bounds_find_exactly_their_items_off_the_open_index(
                 ),
             )
     for currency, rate in (("EUR", "1.0849"), ("EUR", "1.0850"), ("JPY", "0.0067"), ("KWD", "3.25")):
-        busy_table.execute(
+        month_end.execute(
             "INSERT INTO fx_rate (currency, rate, set_by, set_at) VALUES (%s, %s, 'root', clock_timestamp())",
             (currency, Decimal(rate)),
         )
-    busy_table.execute("ANALYZE review_queue_item")
-    everything = busy_table.execute(
+    month_end.execute("ANALYZE review_queue_item")
+    everything = month_end.execute(
         "SELECT id, currency, variance_amount, created_at, due_at FROM review_queue_item"
     ).fetchall()
     queries: list[dict[str, Any]] = [
@@ -1146,3 +1145,86 @@ async def test_amount_bounds_find_exactly_their_items_off_the_open_index(
         "\n".join(line for line in p.splitlines() if "Scan" in line or "Cond" in line or "duration" in line)
         for p in unindexed
     )
+
+
+# --- the fills: each made once, copied for each test that asks for it by name --------------------
+
+# A fixture's name -> (the fill it starts from, what it adds).
+FILLS: dict[str, tuple[str | None, Callable[[psycopg.Connection], None]]] = {
+    "busy_table": (None, _fill_busy_table),
+    "month_end": ("busy_table", _fill_month_end),
+    "invoices": ("busy_table", _fill_invoices),
+    "busy_trail": (None, _fill_busy_trail),
+    "history": (None, _fill_history),
+}
+
+
+class Fills:
+    """Each fill made once, in a database of its own, and analysed; a test gets a copy (CREATE
+    DATABASE ... TEMPLATE), statistics and visibility map included, to change as it likes. Filling
+    for each test cost 16 minutes of the suite's time for 55 tests that plan in milliseconds."""
+
+    def __init__(self, server_url: str, template_db: str) -> None:
+        self.server_url, self.template_db = server_url, template_db
+        self.made: dict[str, str] = {}
+
+    def database(self, fill: str | None) -> str:
+        """The database a test's copy is made from: the fill's, made now if it is the first ask."""
+        if fill is None:
+            return self.template_db
+        if fill not in self.made:
+            base, add = FILLS[fill]
+            name = f"rq_fill_{fill}_{uuid.uuid4().hex[:8]}"
+            admin_sql(self.server_url, f"CREATE DATABASE {name} TEMPLATE {self.database(base)}")
+            with psycopg.connect(libpq(with_database(self.server_url, name)), autocommit=True) as conn:
+                add(conn)
+            # A template nobody connects to: a session on it (autovacuum's) would fail the copy.
+            admin_sql(self.server_url, f"ALTER DATABASE {name} WITH ALLOW_CONNECTIONS false")
+            self.made[fill] = name
+        return self.made[fill]
+
+    def drop(self) -> None:
+        for name in self.made.values():
+            admin_sql(self.server_url, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+@pytest.fixture(scope="module")
+def fills(server_url: str, template_db: str) -> Iterator[Fills]:
+    made = Fills(server_url, template_db)
+    yield made
+    made.drop()
+
+
+@pytest.fixture
+def db_name(request: pytest.FixtureRequest, server_url: str, fills: Fills) -> Iterator[str]:
+    """This module's tests' databases: a copy of the fill the test names as a fixture, or of the
+    migrated template."""
+    named = [fill for fill in FILLS if fill in request.fixturenames]
+    assert len(named) <= 1, f"a test plans on one fill: {named}"
+    with fresh_database(server_url, fills.database(named[0] if named else None)) as name:
+        yield name
+
+
+@pytest.fixture
+def busy_table(sql: psycopg.Connection) -> psycopg.Connection:
+    return sql
+
+
+@pytest.fixture
+def month_end(sql: psycopg.Connection) -> psycopg.Connection:
+    return sql
+
+
+@pytest.fixture
+def invoices(sql: psycopg.Connection) -> psycopg.Connection:
+    return sql
+
+
+@pytest.fixture
+def busy_trail(sql: psycopg.Connection) -> psycopg.Connection:
+    return sql
+
+
+@pytest.fixture
+def history(sql: psycopg.Connection) -> psycopg.Connection:
+    return sql
