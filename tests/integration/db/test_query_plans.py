@@ -1205,26 +1205,14 @@ def db_name(request: pytest.FixtureRequest, server_url: str, fills: Fills) -> It
         yield name
 
 
-@pytest.fixture
-def busy_table(sql: psycopg.Connection) -> psycopg.Connection:
-    return sql
+def _copy_of(fill: str) -> Any:
+    """The fixture a test names to plan on a copy of `fill` (db_name makes the copy): its connection."""
+
+    @pytest.fixture(name=fill)
+    def copy(sql: psycopg.Connection) -> psycopg.Connection:
+        return sql
+
+    return copy
 
 
-@pytest.fixture
-def month_end(sql: psycopg.Connection) -> psycopg.Connection:
-    return sql
-
-
-@pytest.fixture
-def invoices(sql: psycopg.Connection) -> psycopg.Connection:
-    return sql
-
-
-@pytest.fixture
-def busy_trail(sql: psycopg.Connection) -> psycopg.Connection:
-    return sql
-
-
-@pytest.fixture
-def history(sql: psycopg.Connection) -> psycopg.Connection:
-    return sql
+busy_table, month_end, invoices, busy_trail, history = map(_copy_of, FILLS)
