@@ -1,23 +1,10 @@
-"""What `review-queue token create` refuses before it stores anything, in-process: Typer's
-CliRunner runs the `app` the `review-queue` script runs (a process per case cost about 2 s of CPU
-for its imports; tests/system/test_cli.py runs the script itself)."""
+"""What `review-queue token create` refuses before it stores anything, in-process
+(tests/support/cli.py)."""
 
 import psycopg
 import pytest
-from typer.testing import CliRunner, Result
 
-from api.settings import get_settings
-from cli.main import app
-
-
-def invoke(db_url: str, *args: str) -> Result:
-    # Settings are cached per process: the command reads this test's DATABASE_URL, and leaves
-    # nothing of it to the next.
-    get_settings.cache_clear()
-    try:
-        return CliRunner().invoke(app, list(args), env={"DATABASE_URL": db_url}, prog_name="review-queue")
-    finally:
-        get_settings.cache_clear()
+from tests.support.cli import invoke
 
 
 def stored(sql: psycopg.Connection) -> int:
