@@ -5,7 +5,6 @@ files end, nothing open is archived, and a refused archive changes nothing and l
 import asyncio
 import dataclasses
 import json
-import os
 import subprocess
 import threading
 from collections.abc import Callable
@@ -23,6 +22,7 @@ from db import audit, chain
 from db.engine import create_engine, transaction
 from tests.support import utc_month
 from tests.support.audit import seal
+from tests.support.cli import completed, invoke
 from tests.support.postgres import create_token, libpq
 
 pytestmark = pytest.mark.fresh_db("detaches, creates and drops partitions of the event trail")
@@ -34,13 +34,9 @@ RETAIN_DAYS = "30"
 
 
 def run(db_url: str, owner_url: str, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {
-        **os.environ,
-        "DATABASE_URL": db_url,
-        "REVIEW_QUEUE_MIGRATION_DATABASE_URL": owner_url,
-        "REVIEW_QUEUE_RETAIN_RESOLVED_DAYS": RETAIN_DAYS,
-    }
-    return subprocess.run(["review-queue", *args], env=env, capture_output=True, text=True, timeout=120)
+    """`review-queue ARGS`, in-process (tests/support/cli.py)."""
+    env = {"REVIEW_QUEUE_MIGRATION_DATABASE_URL": owner_url, "REVIEW_QUEUE_RETAIN_RESOLVED_DAYS": RETAIN_DAYS}
+    return completed(invoke(db_url, *args, env=env), *args)
 
 
 def archive(db_url: str, owner_url: str, directory: Path, month: int) -> subprocess.CompletedProcess[str]:

@@ -2,25 +2,22 @@
 such line is a BROKEN line naming its number (never a traceback), and a file with no line at all
 verified nothing, which is not "intact"."""
 
-import os
 import subprocess
 from pathlib import Path
 
 import pytest
 
 from db import chain
+from tests.support.cli import completed, invoke
 
 OFFLINE = "postgresql+psycopg://nobody@127.0.0.1:1/none"  # no database is needed, or reachable
 
 
 def verify(path: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        ["review-queue", "audit", "verify", "--file", str(path)],
-        env={**os.environ, "DATABASE_URL": OFFLINE},
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    """`review-queue audit verify --file PATH`, in-process (tests/support/cli.py): an exception that
+    escapes the command fails the test, as a traceback of the script would."""
+    args = ("audit", "verify", "--file", str(path))
+    return completed(invoke(OFFLINE, *args), *args)
 
 
 def first_line() -> bytes:
