@@ -1,7 +1,6 @@
 """The auditor role and the chain's export: streamed in chain order, verified offline, any byte
 changed and it fails."""
 
-import os
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -13,6 +12,7 @@ from fastapi.testclient import TestClient
 from db import audit, chain
 from tests.support.api import Auth, assert_problem, item_body
 from tests.support.audit import seal
+from tests.support.cli import completed, invoke
 from tests.support.postgres import libpq
 
 
@@ -108,13 +108,7 @@ def test_cli_export_and_offline_verify(client: TestClient, auth: Auth, db_url: s
     export = tmp_path / "export.ndjson"
 
     def cli(*args: str, url: str = db_url) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            ["review-queue", "audit", *args],
-            env={**os.environ, "DATABASE_URL": url},
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        return completed(invoke(url, "audit", *args), "audit", *args)
 
     result = cli("export", "--from", "1", "--file", str(export))
     assert result.returncode == 0, result.stderr
