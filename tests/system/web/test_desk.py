@@ -1094,6 +1094,50 @@ def test_a_lease_clicked_while_the_view_still_loads_waits_for_it_and_stays_shown
     assert get_item(base, admin, item_id)["leased_by"] == "april"
 
 
+def test_a_lease_clicked_while_the_view_still_loads_shows_the_proposal_already_held(
+    live_server: str, make_token: Tokens, contexts: Callable[[], BrowserContext]
+) -> None:
+    """The same crossing when the approver already holds a proposal (leased in another tab): once
+    the look is delivered the desk shows the one held and leases no other (ungated, the click
+    leased a second proposal at once)."""
+    from tests.support.approval import submitted
+
+    def auth(who: str, role: str) -> dict[str, str]:
+        return {"Authorization": f"Bearer {make_token(who, role)}"}
+
+    base, admin = live_server, make_token("ada", "admin")
+    with httpx.Client(base_url=base, timeout=30) as http:
+        held_id, _ = submitted(http, auth, ledger_entity="HELD-CO")  # type: ignore[arg-type]
+        other_id, _ = submitted(http, auth, ledger_entity="OTHER-CO")  # type: ignore[arg-type]
+        leased = http.post(
+            "/leases", json={"queue": "approval", "item_id": held_id}, headers=auth("april", "approver")
+        )
+        assert leased.status_code == 200, leased.text
+    checker = contexts().new_page()
+    looks: list[tuple[Route, Any]] = []
+
+    def mine(url: str) -> bool:
+        return "state=AWAITING_APPROVAL&leased_by=me" in url
+
+    checker.route(mine, lambda route: looks.append((route, route.fetch())))
+    sign_in(checker, base, make_token("april", "approver"))
+    view(checker, "Approvals")
+    until_routed(checker, looks, "the view's look at my approvals")
+    assert [item["id"] for item in looks[0][1].json()["items"]] == [held_id]
+    leases: list[str] = []
+    checker.route("**/leases", lambda route: (leases.append(route.request.url), route.continue_()))
+    approvals = checker.get_by_role("region", name="Approvals")
+    approvals.get_by_role("button", name="Lease a proposal").click()
+    for route, response in looks:
+        route.fulfill(response=response)
+    checker.unroute(mine)
+    expect(approvals).to_contain_text("HELD-CO")
+    expect(approvals.get_by_role("button", name="Lease a proposal")).to_be_hidden()
+    checker.wait_for_timeout(1_000)  # a lease sent after the look would show by now
+    assert leases == [], "the desk leased another proposal while one was held"
+    assert get_item(base, admin, other_id)["leased_by"] is None
+
+
 def test_a_comment_sent_while_the_trail_is_still_loading_stays_in_the_history(
     live_server: str, make_token: Tokens, contexts: Callable[[], BrowserContext]
 ) -> None:
