@@ -1049,6 +1049,32 @@ def until_routed(page: Page, seen: list[Any], what: str) -> None:
     raise AssertionError(f"{what} was not seen")
 
 
+def _my_approvals(url: str) -> bool:
+    return "state=AWAITING_APPROVAL&leased_by=me" in url
+
+
+def approver_opening_approvals(
+    page: Page, base: str, token: str
+) -> tuple[list[tuple[Route, Any]], list[str]]:
+    """An approver signs in and opens the approvals view, whose first look at the proposals they
+    hold is answered by the API at once and held back from the page (until `deliver`): the looks
+    held, with their answers, and the leases the page sends from then on."""
+    looks: list[tuple[Route, Any]] = []
+    page.route(_my_approvals, lambda route: looks.append((route, route.fetch())))
+    sign_in(page, base, token)
+    view(page, "Approvals")
+    until_routed(page, looks, "the view's look at my approvals")
+    leases: list[str] = []
+    page.route("**/leases", lambda route: (leases.append(route.request.url), route.continue_()))
+    return looks, leases
+
+
+def deliver(page: Page, looks: list[tuple[Route, Any]]) -> None:
+    for route, response in looks:
+        route.fulfill(response=response)
+    page.unroute(_my_approvals)
+
+
 def test_a_lease_clicked_while_the_view_still_loads_waits_for_it_and_stays_shown(
     live_server: str, make_token: Tokens, contexts: Callable[[], BrowserContext]
 ) -> None:
@@ -1065,26 +1091,13 @@ def test_a_lease_clicked_while_the_view_still_loads_waits_for_it_and_stays_shown
     with httpx.Client(base_url=base, timeout=30) as http:
         item_id, _ = submitted(http, auth, ledger_entity="CROSSED-CO")  # type: ignore[arg-type]
     checker = contexts().new_page()
-    held: list[tuple[Route, Any]] = []
-
-    # The view's look at "my approvals" is answered at once (nothing held) and delivered later.
-    def mine(url: str) -> bool:
-        return "state=AWAITING_APPROVAL&leased_by=me" in url
-
-    checker.route(mine, lambda route: held.append((route, route.fetch())))
-    sign_in(checker, base, make_token("april", "approver"))
-    view(checker, "Approvals")
-    until_routed(checker, held, "the view's look at my approvals")
-    assert held[0][1].json()["items"] == []
-    leases: list[str] = []
-    checker.route("**/leases", lambda route: (leases.append(route.request.url), route.continue_()))
+    looks, leases = approver_opening_approvals(checker, base, make_token("april", "approver"))
+    assert looks[0][1].json()["items"] == []
     approvals = checker.get_by_role("region", name="Approvals")
     approvals.get_by_role("button", name="Lease a proposal").click()
     checker.wait_for_timeout(1_000)  # the old desk sent its lease at once
     assert leases == [], "a lease was sent before the view's look at my approvals was delivered"
-    for route, response in held:
-        route.fulfill(response=response)
-    checker.unroute(mine)
+    deliver(checker, looks)
     trail = approvals.get_by_role("list", name="Event history")
     expect(trail).to_contain_text("LEASED by april")
     approvals.get_by_role("textbox", name="Comment").fill("Crossed reads")
@@ -1114,23 +1127,11 @@ def test_a_lease_clicked_while_the_view_still_loads_shows_the_proposal_already_h
         )
         assert leased.status_code == 200, leased.text
     checker = contexts().new_page()
-    looks: list[tuple[Route, Any]] = []
-
-    def mine(url: str) -> bool:
-        return "state=AWAITING_APPROVAL&leased_by=me" in url
-
-    checker.route(mine, lambda route: looks.append((route, route.fetch())))
-    sign_in(checker, base, make_token("april", "approver"))
-    view(checker, "Approvals")
-    until_routed(checker, looks, "the view's look at my approvals")
+    looks, leases = approver_opening_approvals(checker, base, make_token("april", "approver"))
     assert [item["id"] for item in looks[0][1].json()["items"]] == [held_id]
-    leases: list[str] = []
-    checker.route("**/leases", lambda route: (leases.append(route.request.url), route.continue_()))
     approvals = checker.get_by_role("region", name="Approvals")
     approvals.get_by_role("button", name="Lease a proposal").click()
-    for route, response in looks:
-        route.fulfill(response=response)
-    checker.unroute(mine)
+    deliver(checker, looks)
     expect(approvals).to_contain_text("HELD-CO")
     expect(approvals.get_by_role("button", name="Lease a proposal")).to_be_hidden()
     checker.wait_for_timeout(1_000)  # a lease sent after the look would show by now
