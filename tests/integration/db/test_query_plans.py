@@ -1115,13 +1115,10 @@ async def test_amount_bounds_find_exactly_their_items_off_the_open_index(
         async with engine.connect() as conn:
             await _generic_plans_explained(conn, plans)
             for query in queries:
+                kept = [r for r in everything if _matches(r[1], r[2], query)]
                 for order in ("created_at", "due_at"):
                     column = 3 if order == "created_at" else 4
-                    expected = [
-                        r[0]
-                        for r in sorted(everything, key=lambda r, c=column: (r[c], r[0]))
-                        if _matches(r[1], r[2], query)
-                    ]
+                    expected = [r[0] for r in sorted(kept, key=lambda r, c=column: (r[c], r[0]))]
                     assert len(expected) >= 2, (query, expected)
                     seen: list[Any] = []
                     after = None
