@@ -1049,30 +1049,48 @@ def until_routed(page: Page, seen: list[Any], what: str) -> None:
     raise AssertionError(f"{what} was not seen")
 
 
+class Held:
+    """The page's requests to `url`, held back from it: seen as they are sent, answered by the API
+    when the test says (`answer`), delivered to the page when it says (`deliver`). The route handler
+    only records: a fetch inside it counted against until_routed's wait, so in a loaded CI a slow
+    answer read as a request never sent (2026-12-08)."""
+
+    def __init__(self, page: Page, url: str | Callable[[str], bool]) -> None:
+        self.page, self.url = page, url
+        self.routes: list[Route] = []
+        self.answers: list[Any] = []
+        page.route(url, lambda route: self.routes.append(route))
+
+    def seen(self, what: str) -> None:
+        until_routed(self.page, self.routes, what)
+
+    def answer(self) -> list[Any]:
+        """The API's answers to the requests held so far, asked now."""
+        self.answers += [route.fetch() for route in self.routes[len(self.answers) :]]
+        return self.answers
+
+    def deliver(self) -> None:
+        for route, response in zip(self.routes, self.answer(), strict=True):
+            route.fulfill(response=response)
+        self.page.unroute(self.url)
+
+
 def _my_approvals(url: str) -> bool:
     return "state=AWAITING_APPROVAL&leased_by=me" in url
 
 
-def approver_opening_approvals(
-    page: Page, base: str, token: str
-) -> tuple[list[tuple[Route, Any]], list[str]]:
+def approver_opening_approvals(page: Page, base: str, token: str) -> tuple[Held, list[str]]:
     """An approver signs in and opens the approvals view, whose first look at the proposals they
-    hold is answered by the API at once and held back from the page (until `deliver`): the looks
-    held, with their answers, and the leases the page sends from then on."""
-    looks: list[tuple[Route, Any]] = []
-    page.route(_my_approvals, lambda route: looks.append((route, route.fetch())))
+    hold is answered by the API at once and held back from the page: the look, and the leases the
+    page sends from then on."""
+    looks = Held(page, _my_approvals)
     sign_in(page, base, token)
     view(page, "Approvals")
-    until_routed(page, looks, "the view's look at my approvals")
+    looks.seen("the view's look at my approvals")
+    looks.answer()
     leases: list[str] = []
     page.route("**/leases", lambda route: (leases.append(route.request.url), route.continue_()))
     return looks, leases
-
-
-def deliver(page: Page, looks: list[tuple[Route, Any]]) -> None:
-    for route, response in looks:
-        route.fulfill(response=response)
-    page.unroute(_my_approvals)
 
 
 def test_a_lease_clicked_while_the_view_still_loads_waits_for_it_and_stays_shown(
@@ -1092,12 +1110,12 @@ def test_a_lease_clicked_while_the_view_still_loads_waits_for_it_and_stays_shown
         item_id, _ = submitted(http, auth, ledger_entity="CROSSED-CO")  # type: ignore[arg-type]
     checker = contexts().new_page()
     looks, leases = approver_opening_approvals(checker, base, make_token("april", "approver"))
-    assert looks[0][1].json()["items"] == []
+    assert looks.answers[0].json()["items"] == []
     approvals = checker.get_by_role("region", name="Approvals")
     approvals.get_by_role("button", name="Lease a proposal").click()
     checker.wait_for_timeout(1_000)  # the old desk sent its lease at once
     assert leases == [], "a lease was sent before the view's look at my approvals was delivered"
-    deliver(checker, looks)
+    looks.deliver()
     trail = approvals.get_by_role("list", name="Event history")
     expect(trail).to_contain_text("LEASED by april")
     approvals.get_by_role("textbox", name="Comment").fill("Crossed reads")
@@ -1128,10 +1146,10 @@ def test_a_lease_clicked_while_the_view_still_loads_shows_the_proposal_already_h
         assert leased.status_code == 200, leased.text
     checker = contexts().new_page()
     looks, leases = approver_opening_approvals(checker, base, make_token("april", "approver"))
-    assert [item["id"] for item in looks[0][1].json()["items"]] == [held_id]
+    assert [item["id"] for item in looks.answers[0].json()["items"]] == [held_id]
     approvals = checker.get_by_role("region", name="Approvals")
     approvals.get_by_role("button", name="Lease a proposal").click()
-    deliver(checker, looks)
+    looks.deliver()
     expect(approvals).to_contain_text("HELD-CO")
     expect(approvals.get_by_role("button", name="Lease a proposal")).to_be_hidden()
     checker.wait_for_timeout(1_000)  # a lease sent after the look would show by now
@@ -1154,18 +1172,16 @@ def test_a_comment_sent_while_the_trail_is_still_loading_stays_in_the_history(
     work = current(page)
     history = work.get_by_role("list", name="Event history")
     expect(history).to_contain_text("LEASED by alice")
-    held: list[tuple[Route, Any]] = []
-    page.route("**/items/*/events", lambda route: held.append((route, route.fetch())))
+    reads = Held(page, "**/items/*/events")
     page.keyboard.press("n")  # holding an item: it is shown again, its trail read anew
-    until_routed(page, held, "the trail's second read")
+    reads.seen("the trail's second read")
+    reads.answer()  # before the comment
     work.get_by_role("textbox", name="Comment").fill("Crossed reads")
     work.get_by_role("button", name="Add comment").click()
     expect(history).to_contain_text("COMMENTED by alice · “Crossed reads”")
     # The history the late read will replace, marked: its render makes a new one.
     history.evaluate("list => { list.dataset.beforeTheRead = 'yes'; }")
-    for route, response in held:
-        route.fulfill(response=response)
-    page.unroute("**/items/*/events")
+    reads.deliver()
     expect(work.locator("[data-before-the-read]")).to_have_count(0)
     expect(history).to_contain_text("LEASED by alice")
     expect(history).to_contain_text("COMMENTED by alice · “Crossed reads”")
