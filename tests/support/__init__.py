@@ -88,3 +88,12 @@ def seed_expired(sql: psycopg.Connection, count: int, *, prefix: str = "x") -> N
            FROM generate_series(1, %s) i""",
         (prefix, count),
     )
+
+
+def reclaimed_of(sql: psycopg.Connection, prefix: str) -> int:
+    """How many of the leases seed_expired made with `prefix` are back in the queue (PENDING)."""
+    row = sql.execute(
+        "SELECT count(*) FROM review_queue_item WHERE idempotency_key LIKE %s AND state = 'PENDING'",
+        (prefix + "%",),
+    ).fetchone()
+    return 0 if row is None else int(row[0])

@@ -29,7 +29,7 @@ import pytest
 
 from bench.receiver import Receiver
 from db import roles
-from tests.support import LONG, seed_expired, seed_items, wait_for
+from tests.support import LONG, reclaimed_of, seed_expired, seed_items, wait_for
 from tests.support.patroni import DEBIAN_PG15, Missing, Node, PatroniCluster
 from tests.support.servers import (
     FAST,
@@ -284,15 +284,8 @@ def _check_reclaimer(service: Service, what: str) -> None:
     with psycopg.connect(service.cluster.url(user="postgres"), autocommit=True) as sql:
         seed_expired(sql, 3, prefix=prefix)
 
-        def reclaimed() -> bool:
-            row = sql.execute(
-                "SELECT count(*) FROM review_queue_item WHERE idempotency_key LIKE %s AND state = 'PENDING'",
-                (prefix + "%",),
-            ).fetchone()
-            return row is not None and row[0] == 3
-
         try:
-            wait_for(reclaimed, 120, step=0.5)
+            wait_for(lambda: reclaimed_of(sql, prefix) == 3, 120, step=0.5)
         except AssertionError:
             log = (service.logs / "reclaimer.log").read_text()[-3000:]
             raise AssertionError(f"{what}: the reclaimer did not reclaim on the new leader:\n{log}") from None

@@ -24,7 +24,7 @@ from api.settings import Settings
 from cli import reclaimer
 from db.engine import DEADLINE_MARGIN_S, create_engine, transaction
 from db.errors import classify
-from tests.support import seed_expired
+from tests.support import reclaimed_of, seed_expired
 from tests.support.postgres import make_settings
 from tests.support.relay import Relay
 from tests.support.servers import OwnPostgres
@@ -168,11 +168,7 @@ def test_the_reclaim_loop_goes_on_while_the_reports_rollup_waits(
                 await waiting.wait()
             seed_expired(sql, 3, prefix="while-rolling-up-")
             for _ in range(300):
-                pending = sql.execute(
-                    "SELECT count(*) FROM review_queue_item WHERE idempotency_key LIKE 'while-rolling-up-%'"
-                    " AND state = 'PENDING'"
-                ).fetchone()
-                if pending is not None and pending[0] == 3:
+                if reclaimed_of(sql, "while-rolling-up-") == 3:
                     return 3
                 await asyncio.sleep(0.1)
             return 0
