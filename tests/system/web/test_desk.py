@@ -312,8 +312,7 @@ def test_a_lease_taken_right_after_sign_in_is_not_welcomed_back_as_an_old_one(
     leases: list[Request] = []
     page.on("request", lambda r: leases.append(r) if r.url.endswith("/leases") else None)
     sign_in(page, base, token)
-    while not held:  # sign-in's question, on hold
-        page.wait_for_timeout(20)
+    until_routed(page, held, "sign-in's question")  # on hold
     page.get_by_role("button", name="Next item").click()
     page.wait_for_timeout(500)  # long enough for a lease sent now to be on the wire
     if leases:
